@@ -1,0 +1,66 @@
+#include "backends/eager/eager_backend.h"
+
+#include <ATen/ATen.h>
+
+#include "framework/cache/kv_cache.h"
+#include "framework/model/causal_lm.h"
+
+namespace gengraph {
+namespace {
+
+class EagerBackend final : public ForwardBackend {
+ public:
+  EagerBackend(std::shared_ptr<const CausalLM> model, bool static_cache)
+      : ForwardBackend(std::move(model)), static_cache_(static_cache) {}
+
+  std::string name() const override { return "eager"; }
+
+  BackendReport report() const override {
+    return {{"static_cache", static_cache_ ? 1.0 : 0.0}};
+  }
+
+ protected:
+  void do_prepare(const BatchShape& shape) override {
+    if (!static_cache_) {
+      cache_ = std::make_unique<GrowingCache>(model().config().num_layers);
+      return;
+    }
+    auto* existing = dynamic_cast<StaticCache*>(cache_.get());
+    if (existing && existing->keys()[0].size(0) == shape.rows &&
+        existing->max_len() == shape.max_length) {
+      existing->reset();  // same shape: reuse the buffers
+      return;
+    }
+    const auto options = at::TensorOptions().dtype(model().dtype()).device(model().device());
+    cache_ = std::make_unique<StaticCache>(model().cache_shape(shape.rows, shape.max_length),
+                                           options);
+  }
+
+  at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
+    return run_forward_step(model(), *cache_, in.input_ids, in.positions, slots, in.token_valid);
+  }
+
+  at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {
+    if (in.parent_rows.defined()) cache_->reorder(in.parent_rows);
+    return run_forward_step(model(), *cache_, in.input_ids, in.positions, slots, in.token_valid);
+  }
+
+ private:
+  bool static_cache_;
+  std::unique_ptr<KVCache> cache_;
+};
+
+}  // namespace
+
+BackendInfo eager_backend_info() {
+  BackendInfo info;
+  info.name = "eager";
+  info.description = "ATen ops run directly; option cache: growing (default) | static";
+  info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& options) {
+    const std::string cache = options.get_string("cache", "growing", {"growing", "static"});
+    return std::make_unique<EagerBackend>(std::move(model), cache == "static");
+  };
+  return info;
+}
+
+}  // namespace gengraph

@@ -1,0 +1,14 @@
+// The built-in backends, registered explicitly (static initialisers in libraries get dropped).
+#include <mutex>
+
+#include "backends/eager/eager_backend.h"
+#include "framework/backend/backend_registry.h"
+
+namespace gengraph {
+
+void register_builtin_backends() {
+  static std::once_flag once;
+  std::call_once(once, [] { BackendRegistry::instance().add(eager_backend_info()); });
+}
+
+}  // namespace gengraph

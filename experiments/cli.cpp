@@ -1,0 +1,135 @@
+#include "experiments/cli.h"
+
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "experiments/runner.h"
+#include "framework/backend/backend_registry.h"
+#include "framework/config/experiment_config.h"
+#include "framework/model/loader.h"
+#include "framework/model/model_registry.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+namespace {
+
+const char* kUsage = R"(usage:
+  gengraph run CONFIG.yaml [--set KEY=VALUE]... [--output FILE] [--quiet]
+      Run an experiment; write results JSON (default results/<name>.json) and print a table.
+  gengraph generate --model PRESET|FOLDER --prompt IDS [--prompt IDS]... [--backend NAME]
+                    [--max-new-tokens N] [--device cpu|cuda] [--dtype float32|bfloat16|float16]
+                    [--set KEY=VALUE]... [--output FILE]
+      One-off generation; IDS are comma-separated token ids, e.g. --prompt 1,2,3.
+  gengraph backends      List the registered backends and whether each is usable here.
+  gengraph presets       List the built-in model presets.
+)";
+
+struct Args {
+  std::vector<std::string> positional;
+  std::vector<std::string> sets;
+  std::vector<std::string> prompts;
+  std::string output, model, backend = "eager", device = "cpu", dtype = "float32", max_new;
+  bool quiet = false;
+};
+
+Args parse_args(int argc, char** argv, int first) {
+  Args a;
+  for (int i = first; i < argc; ++i) {
+    const std::string s = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw Error("option " + s + " needs a value");
+      return argv[++i];
+    };
+    if (s == "--set") a.sets.push_back(value());
+    else if (s == "--output") a.output = value();
+    else if (s == "--prompt") a.prompts.push_back(value());
+    else if (s == "--model") a.model = value();
+    else if (s == "--backend") a.backend = value();
+    else if (s == "--device") a.device = value();
+    else if (s == "--dtype") a.dtype = value();
+    else if (s == "--max-new-tokens") a.max_new = value();
+    else if (s == "--quiet") a.quiet = true;
+    else if (s.rfind("--", 0) == 0) throw Error("unknown option '" + s + "'\n" + kUsage);
+    else a.positional.push_back(s);
+  }
+  return a;
+}
+
+int run_and_report(const ExperimentConfig& config, const std::string& output_flag, bool quiet) {
+  std::ostringstream sink;
+  const nlohmann::json doc = run_experiment(config, quiet ? static_cast<std::ostream&>(sink) : std::cerr);
+  const std::string out = !output_flag.empty() ? output_flag
+                          : !config.output.empty() ? config.output
+                                                   : "results/" + config.name + ".json";
+  write_results(doc, out);
+  std::cout << format_table(doc) << "results: " << out << "\n";
+  return 0;
+}
+
+// Builds the experiment YAML for `gengraph generate` so it goes through the same validation.
+std::string generate_yaml(const Args& a) {
+  if (a.model.empty()) throw Error("generate: --model PRESET|FOLDER is required");
+  if (a.prompts.empty()) throw Error("generate: at least one --prompt IDS is required");
+  std::ostringstream y;
+  const bool is_preset = !std::filesystem::exists(a.model);
+  y << "name: generate\nmodel:\n  " << (is_preset ? "preset" : "path") << ": \"" << a.model
+    << "\"\n  device: \"" << a.device << "\"\n  dtype: \"" << a.dtype << "\"\n";
+  y << "backend: \"" << a.backend << "\"\ninputs:\n  prompts:\n";
+  for (const auto& p : a.prompts) y << "    - [" << p << "]\n";
+  if (!a.max_new.empty()) y << "generation:\n  max_new_tokens: " << a.max_new << "\n";
+  y << "run:\n  warmup: 0\n  repeats: 1\n";
+  return y.str();
+}
+
+int list_backends() {
+  register_builtin_backends();
+  for (const auto& name : BackendRegistry::instance().names()) {
+    const auto& info = BackendRegistry::instance().get(name);
+    const std::string why = info.unavailable_reason ? info.unavailable_reason() : "";
+    std::cout << name << "\t" << (why.empty() ? "available" : "unavailable: " + why) << "\n    "
+              << info.description << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cli_main(int argc, char** argv) {
+  try {
+    if (argc < 2) {
+      std::cerr << kUsage;
+      return 2;
+    }
+    const std::string cmd = argv[1];
+    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    const Args a = parse_args(argc, argv, 2);
+    if (cmd == "run") {
+      if (a.positional.size() != 1) throw Error("run: expected one CONFIG.yaml\n" + std::string(kUsage));
+      return run_and_report(load_experiment(a.positional[0], a.sets), a.output, a.quiet);
+    }
+    if (cmd == "generate") {
+      return run_and_report(parse_experiment(generate_yaml(a), "<command line>", a.sets),
+                            a.output.empty() ? "results/generate.json" : a.output, a.quiet);
+    }
+    if (cmd == "backends") return list_backends();
+    if (cmd == "presets") {
+      for (const auto& p : preset_names()) std::cout << p << "\t" << preset_config(p).dump() << "\n";
+      return 0;
+    }
+    std::cerr << "unknown command '" << cmd << "'\n" << kUsage;
+    return 2;
+  } catch (const Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace gengraph

@@ -1,0 +1,3 @@
+#include "experiments/cli.h"
+
+int main(int argc, char** argv) { return gengraph::cli_main(argc, argv); }

@@ -1,0 +1,46 @@
+#include "framework/backend/backend_registry.h"
+
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+BackendRegistry& BackendRegistry::instance() {
+  static BackendRegistry registry;
+  return registry;
+}
+
+void BackendRegistry::add(BackendInfo info) {
+  if (info.name.empty() || !info.create) throw Error("a backend needs a name and a create function");
+  if (backends_.count(info.name)) throw Error("backend '" + info.name + "' is already registered");
+  backends_.emplace(info.name, std::move(info));
+}
+
+const BackendInfo& BackendRegistry::get(const std::string& name) const {
+  auto it = backends_.find(name);
+  if (it == backends_.end()) {
+    throw Error("unknown backend '" + name + "'" + did_you_mean(name, names()) +
+                "; known backends: " + join(names(), ", "));
+  }
+  return it->second;
+}
+
+std::vector<std::string> BackendRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : backends_) out.push_back(k);
+  return out;
+}
+
+std::unique_ptr<ForwardBackend> BackendRegistry::create(const std::string& name,
+                                                        std::shared_ptr<const CausalLM> model,
+                                                        const BackendOptions& options) const {
+  const BackendInfo& info = get(name);
+  if (info.unavailable_reason) {
+    const std::string why = info.unavailable_reason();
+    if (!why.empty()) throw Error("backend '" + name + "' is unavailable here: " + why);
+  }
+  auto backend = info.create(std::move(model), options);
+  options.check_all_used();
+  return backend;
+}
+
+}  // namespace gengraph

@@ -1,0 +1,46 @@
+// Backends by name. Built-ins are registered explicitly (register_builtin_backends()); a backend
+// from another library registers itself with BackendRegistry::instance().add(...).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/backend/forward_backend.h"
+#include "framework/backend/options.h"
+
+namespace gengraph {
+
+struct BackendInfo {
+  std::string name;
+  std::string description;
+  // Empty when usable here; otherwise why not (e.g. "needs a CUDA device; none is visible").
+  std::function<std::string()> unavailable_reason;
+  // Reads its options (throwing on bad values) and builds the backend for `model`.
+  std::function<std::unique_ptr<ForwardBackend>(std::shared_ptr<const CausalLM> model,
+                                                const BackendOptions& options)>
+      create;
+};
+
+class BackendRegistry {
+ public:
+  static BackendRegistry& instance();
+  void add(BackendInfo info);  // throws on a duplicate name
+  const BackendInfo& get(const std::string& name) const;  // throws listing the known names
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const { return backends_.count(name) != 0; }
+  // get(name).create(...) after checking availability and that every option was read.
+  std::unique_ptr<ForwardBackend> create(const std::string& name,
+                                         std::shared_ptr<const CausalLM> model,
+                                         const BackendOptions& options) const;
+
+ private:
+  std::map<std::string, BackendInfo> backends_;
+};
+
+// Idempotent. Registers eager (and any other built-in backend compiled in).
+void register_builtin_backends();
+
+}  // namespace gengraph

@@ -1,0 +1,70 @@
+#include "framework/backend/forward_backend.h"
+
+#include <ATen/ATen.h>
+
+#include "framework/model/causal_lm.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+void ForwardBackend::prepare(const BatchShape& shape) {
+  if (shape.rows <= 0 || shape.max_length <= 0) {
+    throw Error("backend '" + name() + "': batch shape needs positive rows and max_length, found rows=" +
+                std::to_string(shape.rows) + " max_length=" + std::to_string(shape.max_length));
+  }
+  do_prepare(shape);
+  shape_ = shape;
+  length_ = 0;
+  prepared_ = true;
+}
+
+void ForwardBackend::check(const StepInputs& in, int64_t expected_t, const char* call) const {
+  const std::string where = "backend '" + name() + "' " + call + ": ";
+  if (!prepared_) throw Error(where + "prepare() was not called");
+  if (!in.input_ids.defined() || in.input_ids.dim() != 2 || in.input_ids.size(0) != shape_.rows) {
+    throw Error(where + "input_ids must be [" + std::to_string(shape_.rows) + ", T] as prepared");
+  }
+  if (in.input_ids.scalar_type() != at::kLong) throw Error(where + "input_ids must be int64");
+  const int64_t t = in.input_ids.size(1);
+  if (expected_t > 0 && t != expected_t) {
+    throw Error(where + "expected " + std::to_string(expected_t) + " token(s) per row, found " +
+                std::to_string(t));
+  }
+  if (!in.positions.defined() || in.positions.sizes() != in.input_ids.sizes()) {
+    throw Error(where + "positions must have the shape of input_ids");
+  }
+  if (!in.token_valid.defined() || in.token_valid.sizes() != in.input_ids.sizes() ||
+      in.token_valid.scalar_type() != at::kBool) {
+    throw Error(where + "token_valid must be a bool tensor shaped like input_ids");
+  }
+  if (length_ + t > shape_.max_length) {
+    throw Error(where + "writing " + std::to_string(t) + " token(s) at length " +
+                std::to_string(length_) + " exceeds the prepared max_length " +
+                std::to_string(shape_.max_length));
+  }
+  if (in.parent_rows.defined() &&
+      (in.parent_rows.dim() != 1 || in.parent_rows.size(0) != shape_.rows)) {
+    throw Error(where + "parent_rows must be [" + std::to_string(shape_.rows) + "]");
+  }
+}
+
+at::Tensor ForwardBackend::prefill(const StepInputs& in) {
+  length_ = 0;
+  check(in, 0, "prefill");
+  const int64_t t = in.input_ids.size(1);
+  const at::Tensor slots = at::arange(0, t, in.input_ids.options());
+  at::Tensor logits = do_prefill(in, slots);
+  length_ = t;
+  return logits;
+}
+
+at::Tensor ForwardBackend::decode(const StepInputs& in) {
+  check(in, 1, "decode");
+  if (length_ == 0) throw Error("backend '" + name() + "' decode: prefill() must come first");
+  const at::Tensor slots = at::arange(length_, length_ + 1, in.input_ids.options());
+  at::Tensor logits = do_decode(in, slots);
+  length_ += 1;
+  return logits;
+}
+
+}  // namespace gengraph

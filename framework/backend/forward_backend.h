@@ -1,0 +1,73 @@
+// The one interface between the decoding loop and a way of running the model forward.
+// Backends never see decoding settings; strategies never see backends.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <ATen/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "framework/backend/options.h"
+
+namespace gengraph {
+
+class CausalLM;
+
+// What prepare() allocates for: `rows` = batch x beams sequences of at most `max_length` tokens
+// (prompt with its padding plus new tokens).
+struct BatchShape {
+  int64_t rows = 0;
+  int64_t max_length = 0;
+};
+
+struct StepInputs {
+  at::Tensor input_ids;    // [rows, T] int64; T = padded prompt length at prefill, 1 when decoding
+  at::Tensor positions;    // [rows, T] int64; position ids as transformers computes them
+  at::Tensor token_valid;  // [rows, T] bool; false for left padding
+  at::Tensor parent_rows;  // [rows] int64 (decode only): row r continues row parent_rows[r]'s
+                           // cache; undefined means identity (no beams)
+};
+
+// Numbers a backend reports about itself (trace time, capture time, graph memory, ...).
+using BackendReport = std::map<std::string, double>;
+
+class ForwardBackend {
+ public:
+  explicit ForwardBackend(std::shared_ptr<const CausalLM> model) : model_(std::move(model)) {}
+  virtual ~ForwardBackend() = default;
+
+  virtual std::string name() const = 0;
+
+  // Allocates (and may trace or capture) for this shape. Called before every generation; a backend
+  // may keep what it built for an equal shape.
+  void prepare(const BatchShape& shape);
+  // Runs the prompt; returns the last position's logits, [rows, vocab].
+  at::Tensor prefill(const StepInputs& in);
+  // One new token per row; reorders the cache by parent_rows first. Returns [rows, vocab].
+  at::Tensor decode(const StepInputs& in);
+
+  virtual BackendReport report() const { return {}; }
+  const CausalLM& model() const { return *model_; }
+  const BatchShape& shape() const { return shape_; }
+  // Tokens written so far in the current generation (prompt included).
+  int64_t length() const { return length_; }
+
+ protected:
+  virtual void do_prepare(const BatchShape& shape) = 0;
+  // `slots`: [T] int64, the cache slots this step writes (length() .. length() + T - 1).
+  virtual at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) = 0;
+  virtual at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) = 0;
+
+ private:
+  void check(const StepInputs& in, int64_t expected_t, const char* call) const;
+  std::shared_ptr<const CausalLM> model_;
+  BatchShape shape_;
+  int64_t length_ = 0;
+  bool prepared_ = false;
+};
+
+}  // namespace gengraph

@@ -1,0 +1,60 @@
+#include "framework/backend/options.h"
+
+#include <algorithm>
+
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+std::string BackendOptions::get_string(const std::string& key, const std::string& fallback,
+                                       const std::vector<std::string>& allowed) const {
+  known_.insert(key);
+  auto it = values_.find(key);
+  if (it == values_.end()) return fallback;
+  if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), it->second) == allowed.end()) {
+    throw Error("backend '" + backend_ + "' option '" + key + "': expected one of " +
+                join(allowed, ", ") + ", found '" + it->second + "'");
+  }
+  return it->second;
+}
+
+int64_t BackendOptions::get_int(const std::string& key, int64_t fallback, int64_t min,
+                                int64_t max) const {
+  known_.insert(key);
+  auto it = values_.find(key);
+  if (it == values_.end()) return fallback;
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(it->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != it->second.size() || used == 0 || v < min || v > max) {
+    throw Error("backend '" + backend_ + "' option '" + key + "': expected an integer in [" +
+                std::to_string(min) + ", " + std::to_string(max) + "], found '" + it->second + "'");
+  }
+  return v;
+}
+
+bool BackendOptions::get_bool(const std::string& key, bool fallback) const {
+  known_.insert(key);
+  auto it = values_.find(key);
+  if (it == values_.end()) return fallback;
+  if (it->second == "true") return true;
+  if (it->second == "false") return false;
+  throw Error("backend '" + backend_ + "' option '" + key + "': expected true or false, found '" +
+              it->second + "'");
+}
+
+void BackendOptions::check_all_used() const {
+  std::vector<std::string> known(known_.begin(), known_.end());
+  for (const auto& [k, v] : values_) {
+    if (!known_.count(k)) {
+      throw Error("backend '" + backend_ + "': unknown option '" + k + "'" + did_you_mean(k, known) +
+                  "; options: " + (known.empty() ? std::string("none") : join(known, ", ")));
+    }
+  }
+}
+
+}  // namespace gengraph

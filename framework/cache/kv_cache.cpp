@@ -1,0 +1,72 @@
+#include "framework/cache/kv_cache.h"
+
+#include <ATen/ATen.h>
+
+namespace gengraph {
+
+void GrowingCache::write_validity(const at::Tensor& /*slots*/, const at::Tensor& token_valid) {
+  valid_ = valid_.defined() ? at::cat({valid_, token_valid}, 1) : token_valid.clone();
+}
+
+std::pair<at::Tensor, at::Tensor> GrowingCache::update(int64_t layer, const at::Tensor& k_new,
+                                                       const at::Tensor& v_new,
+                                                       const at::Tensor& /*slots*/) {
+  auto& k = keys_.at(layer);
+  auto& v = values_.at(layer);
+  k = k.defined() ? at::cat({k, k_new}, 2) : k_new;
+  v = v.defined() ? at::cat({v, v_new}, 2) : v_new;
+  return {k, v};
+}
+
+void GrowingCache::reorder(const at::Tensor& parent_rows) {
+  for (auto& k : keys_) k = k.index_select(0, parent_rows);
+  for (auto& v : values_) v = v.index_select(0, parent_rows);
+  valid_ = valid_.index_select(0, parent_rows);
+}
+
+StaticCache::StaticCache(const CacheShape& s, const at::TensorOptions& options) {
+  for (int64_t l = 0; l < s.layers; ++l) {
+    keys_.push_back(at::zeros({s.rows, s.kv_heads, s.max_len, s.head_dim}, options));
+    values_.push_back(at::zeros({s.rows, s.kv_heads, s.max_len, s.head_dim}, options));
+  }
+  valid_ = at::zeros({s.rows, s.max_len}, options.dtype(at::kBool));
+}
+
+StaticCache::StaticCache(std::vector<at::Tensor> keys, std::vector<at::Tensor> values,
+                         at::Tensor valid)
+    : keys_(std::move(keys)), values_(std::move(values)), valid_(std::move(valid)) {}
+
+void StaticCache::write_validity(const at::Tensor& slots, const at::Tensor& token_valid) {
+  valid_.index_copy_(1, slots, token_valid);
+}
+
+std::pair<at::Tensor, at::Tensor> StaticCache::update(int64_t layer, const at::Tensor& k_new,
+                                                      const at::Tensor& v_new,
+                                                      const at::Tensor& slots) {
+  auto& k = keys_.at(layer);
+  auto& v = values_.at(layer);
+  k.index_copy_(2, slots, k_new);
+  v.index_copy_(2, slots, v_new);
+  return {k, v};
+}
+
+void StaticCache::reorder(const at::Tensor& parent_rows) {
+  // In place, so the buffers keep their addresses (a captured graph reads them by address).
+  for (auto& k : keys_) k.copy_(k.index_select(0, parent_rows));
+  for (auto& v : values_) v.copy_(v.index_select(0, parent_rows));
+  valid_.copy_(valid_.index_select(0, parent_rows));
+}
+
+void StaticCache::reset() { valid_.fill_(false); }
+
+at::Tensor attention_mask(const at::Tensor& valid, const at::Tensor& slots) {
+  const auto key_index = at::arange(valid.size(1), slots.options());  // [L]
+  const auto q = slots.unsqueeze(1);                                 // [T, 1]
+  const auto causal = key_index.unsqueeze(0).le(q);                   // [T, L]
+  const auto self = key_index.unsqueeze(0).eq(q);                     // [T, L]
+  // [rows, 1, 1, L] & [1, 1, T, L] | [1, 1, T, L]
+  return valid.unsqueeze(1).unsqueeze(1).logical_and(causal.unsqueeze(0).unsqueeze(0))
+      .logical_or(self.unsqueeze(0).unsqueeze(0));
+}
+
+}  // namespace gengraph

@@ -1,0 +1,97 @@
+// Key/value caches. Two kinds share one interface so that every architecture works with both:
+//  - GrowingCache: appends along the sequence axis (concatenation); attention reads only what was
+//    written. The natural eager choice.
+//  - StaticCache: preallocated [rows, kv_heads, max_len, head_dim] per layer, written in place with
+//    index_copy_ at slots given as a tensor. Shapes never change, which is what a trace or a CUDA
+//    graph needs; unwritten slots are masked out by the validity mask.
+// Both track which cache slots hold real tokens (left padding does not), so attention can mask them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+namespace gengraph {
+
+struct CacheShape {
+  int64_t layers = 0;
+  int64_t rows = 0;
+  int64_t kv_heads = 0;
+  int64_t max_len = 0;
+  int64_t head_dim = 0;
+};
+
+class KVCache {
+ public:
+  virtual ~KVCache() = default;
+
+  // Records which of the T slots written in this step hold real tokens.
+  //   slots:       [T] int64, the cache positions this step writes
+  //   token_valid: [rows, T] bool, false for left padding
+  virtual void write_validity(const at::Tensor& slots, const at::Tensor& token_valid) = 0;
+
+  // Stores one layer's new keys/values and returns what attention reads.
+  //   k_new, v_new: [rows, kv_heads, T, head_dim]
+  //   returns:      [rows, kv_heads, L, head_dim] (L = written length, or max_len when static)
+  virtual std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k_new,
+                                                   const at::Tensor& v_new,
+                                                   const at::Tensor& slots) = 0;
+
+  // [rows, L] bool: which cache slots attention may read (before the causal constraint).
+  virtual at::Tensor validity() const = 0;
+
+  // Beam search: row r continues the history of row parent_rows[r]. parent_rows: [rows] int64.
+  virtual void reorder(const at::Tensor& parent_rows) = 0;
+};
+
+class GrowingCache final : public KVCache {
+ public:
+  explicit GrowingCache(int64_t layers) : keys_(layers), values_(layers) {}
+  void write_validity(const at::Tensor& slots, const at::Tensor& token_valid) override;
+  std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k_new,
+                                           const at::Tensor& v_new,
+                                           const at::Tensor& slots) override;
+  at::Tensor validity() const override { return valid_; }
+  void reorder(const at::Tensor& parent_rows) override;
+
+ private:
+  std::vector<at::Tensor> keys_;    // per layer [rows, kv_heads, L, head_dim]
+  std::vector<at::Tensor> values_;  // per layer [rows, kv_heads, L, head_dim]
+  at::Tensor valid_;                // [rows, L] bool
+};
+
+class StaticCache final : public KVCache {
+ public:
+  StaticCache(const CacheShape& shape, const at::TensorOptions& options);
+  // Wraps existing buffers (a traced graph's inputs): keys/values [rows, kv, max_len, hd] per layer.
+  StaticCache(std::vector<at::Tensor> keys, std::vector<at::Tensor> values, at::Tensor valid);
+
+  void write_validity(const at::Tensor& slots, const at::Tensor& token_valid) override;
+  std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k_new,
+                                           const at::Tensor& v_new,
+                                           const at::Tensor& slots) override;
+  at::Tensor validity() const override { return valid_; }
+  void reorder(const at::Tensor& parent_rows) override;
+  // Marks every slot invalid so the buffers can serve a new batch without reallocation.
+  void reset();
+
+  const std::vector<at::Tensor>& keys() const { return keys_; }
+  const std::vector<at::Tensor>& values() const { return values_; }
+  int64_t max_len() const { return valid_.size(1); }
+
+ private:
+  std::vector<at::Tensor> keys_;    // per layer [rows, kv_heads, max_len, head_dim]
+  std::vector<at::Tensor> values_;  // per layer [rows, kv_heads, max_len, head_dim]
+  at::Tensor valid_;                // [rows, max_len] bool
+};
+
+// The attention mask for T queries written at `slots` over a cache with validity `valid`:
+// query i may read key j when j is valid and j <= slots[i]; it may always read itself, so rows of
+// pure padding stay finite. Pure tensor ops, so it traces and captures.
+//   valid: [rows, L] bool, slots: [T] int64  ->  [rows, 1, T, L] bool
+at::Tensor attention_mask(const at::Tensor& valid, const at::Tensor& slots);
+
+}  // namespace gengraph

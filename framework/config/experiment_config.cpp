@@ -1,0 +1,353 @@
+#include "framework/config/experiment_config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "framework/decoding/generation_config.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+namespace {
+
+// "file:line:col: " for a node (yaml-cpp marks are 0-based).
+std::string where(const std::string& file, const YAML::Node& node) {
+  const YAML::Mark m = node.Mark();
+  if (m.line < 0) return file + ": ";
+  return file + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1) + ": ";
+}
+
+std::string describe(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "nothing";
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  if (n.IsSequence()) return "a list";
+  return "a mapping";
+}
+
+// Typed, position-aware access to one YAML mapping; unknown keys are errors with a suggestion.
+class MapReader {
+ public:
+  MapReader(YAML::Node node, std::string path, std::string file)
+      : node_(std::move(node)), path_(std::move(path)), file_(std::move(file)) {
+    if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap()) {
+      throw Error(where(file_, node_) + path_ + ": expected a mapping, found " + describe(node_));
+    }
+  }
+
+  bool has(const std::string& key) {
+    known_.insert(key);
+    return node_.IsMap() && node_[key].IsDefined() && !node_[key].IsNull();
+  }
+  YAML::Node child(const std::string& key) {
+    known_.insert(key);
+    return node_.IsMap() ? node_[key] : YAML::Node();
+  }
+  std::string key_path(const std::string& key) const {
+    return path_.empty() ? key : path_ + "." + key;
+  }
+  [[noreturn]] void fail(const std::string& key, const std::string& expected) {
+    const YAML::Node n = child(key);
+    throw Error(where(file_, n.IsDefined() ? n : node_) + key_path(key) + ": expected " +
+                expected + ", found " + describe(n));
+  }
+
+  template <typename T>
+  T scalar(const std::string& key, T fallback, const std::string& expected) {
+    if (!has(key)) return fallback;
+    const YAML::Node n = child(key);
+    if (!n.IsScalar()) fail(key, expected);
+    try {
+      return n.as<T>();
+    } catch (const YAML::BadConversion&) {
+      fail(key, expected);
+    }
+  }
+  int64_t integer(const std::string& key, int64_t fallback, int64_t min, int64_t max) {
+    const std::string expected =
+        "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+    const int64_t v = scalar<int64_t>(key, fallback, expected);
+    if (v < min || v > max) fail(key, expected);
+    return v;
+  }
+  uint64_t seed(const std::string& key, uint64_t fallback) {
+    return scalar<uint64_t>(key, fallback, "a non-negative integer seed");
+  }
+  std::string choice(const std::string& key, const std::string& fallback,
+                     const std::vector<std::string>& allowed) {
+    const std::string v = scalar<std::string>(key, fallback, "one of " + join(allowed, ", "));
+    if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
+      fail(key, "one of " + join(allowed, ", ") + did_you_mean(v, allowed));
+    }
+    return v;
+  }
+
+  // Throws for keys not asked about.
+  void finish() {
+    if (!node_.IsMap()) return;
+    std::vector<std::string> known(known_.begin(), known_.end());
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      const std::string k = it->first.as<std::string>();
+      if (!known_.count(k)) {
+        throw Error(where(file_, it->first) + "unknown key '" + key_path(k) + "'" +
+                    did_you_mean(k, known) + "; valid keys here: " + join(known, ", "));
+      }
+    }
+  }
+
+ private:
+  YAML::Node node_;
+  std::string path_;
+  std::string file_;
+  std::set<std::string> known_;
+};
+
+// A YAML scalar/list/map as JSON: numbers, booleans and null keep their types.
+nlohmann::json to_json(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return nullptr;
+  if (n.IsSequence()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& x : n) a.push_back(to_json(x));
+    return a;
+  }
+  if (n.IsMap()) {
+    nlohmann::json o = nlohmann::json::object();
+    for (auto it = n.begin(); it != n.end(); ++it) o[it->first.as<std::string>()] = to_json(it->second);
+    return o;
+  }
+  const std::string& s = n.Scalar();
+  if (n.Tag() == "!") return s;  // quoted: a string whatever it looks like
+  int64_t i = 0;
+  double d = 0;
+  bool b = false;
+  if (YAML::convert<int64_t>::decode(n, i)) return i;
+  if (YAML::convert<double>::decode(n, d)) return d;
+  if (YAML::convert<bool>::decode(n, b)) return b;
+  return s;
+}
+
+std::vector<int64_t> token_list(const YAML::Node& n, const std::string& path,
+                                const std::string& file) {
+  if (!n.IsSequence()) {
+    throw Error(where(file, n) + path + ": expected a list of token ids, found " + describe(n));
+  }
+  std::vector<int64_t> out;
+  for (size_t j = 0; j < n.size(); ++j) {
+    const YAML::Node t = n[j];
+    int64_t v = -1;
+    if (!t.IsScalar() || !YAML::convert<int64_t>::decode(t, v) || v < 0) {
+      throw Error(where(file, t) + path + "[" + std::to_string(j) +
+                  "]: expected a non-negative token id, found " + describe(t));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+ModelSpec read_model(MapReader r, const std::string& file) {
+  ModelSpec m;
+  m.preset = r.scalar<std::string>("preset", "", "a preset name");
+  m.path = r.scalar<std::string>("path", "", "a model folder path");
+  if (m.preset.empty() == m.path.empty()) {
+    r.fail(m.preset.empty() ? "preset" : "path", "exactly one of model.preset or model.path");
+  }
+  if (r.has("config")) {
+    const YAML::Node c = r.child("config");
+    if (!c.IsMap()) r.fail("config", "a mapping of config.json keys");
+    if (!m.path.empty()) r.fail("config", "no config overrides with model.path (edit config.json)");
+    m.config_overrides = to_json(c);
+  }
+  m.seed = r.seed("seed", 0);
+  m.dtype = r.choice("dtype", "float32", {"float32", "bfloat16", "float16"});
+  m.device = r.scalar<std::string>("device", "cpu", "cpu, cuda or cuda:N");
+  const bool ok = m.device == "cpu" || m.device == "cuda" ||
+                  (m.device.rfind("cuda:", 0) == 0 && m.device.size() > 5 &&
+                   m.device.find_first_not_of("0123456789", 5) == std::string::npos);
+  if (!ok) r.fail("device", "cpu, cuda or cuda:N");
+  r.finish();
+  (void)file;
+  return m;
+}
+
+BackendSpec read_backend(const YAML::Node& n, const std::string& path, const std::string& file) {
+  BackendSpec b;
+  if (n.IsScalar()) {
+    b.name = n.Scalar();
+  } else {
+    MapReader r(n, path, file);
+    b.name = r.scalar<std::string>("name", "", "a backend name");
+    if (b.name.empty()) r.fail("name", "a backend name");
+    b.label = r.scalar<std::string>("label", "", "a label");
+    if (r.has("options")) {
+      const YAML::Node o = r.child("options");
+      if (!o.IsMap()) r.fail("options", "a mapping of backend options");
+      for (auto it = o.begin(); it != o.end(); ++it) {
+        if (!it->second.IsScalar()) {
+          throw Error(where(file, it->second) + path + ".options." + it->first.as<std::string>() +
+                      ": expected a scalar value, found " + describe(it->second));
+        }
+        b.options[it->first.as<std::string>()] = it->second.Scalar();
+      }
+    }
+    r.finish();
+  }
+  if (b.label.empty()) b.label = b.name;
+  return b;
+}
+
+InputsSpec read_inputs(MapReader r, const std::string& file) {
+  InputsSpec in;
+  if (r.has("prompts") == r.has("synthetic")) {
+    r.fail(r.has("prompts") ? "synthetic" : "prompts",
+           "exactly one of inputs.prompts (token-id lists) or inputs.synthetic");
+  }
+  if (r.has("prompts")) {
+    const YAML::Node p = r.child("prompts");
+    if (!p.IsSequence() || p.size() == 0) r.fail("prompts", "a non-empty list of token-id lists");
+    for (size_t i = 0; i < p.size(); ++i) {
+      const std::string path = "inputs.prompts[" + std::to_string(i) + "]";
+      in.prompts.push_back(token_list(p[i], path, file));
+      if (in.prompts.back().empty()) {
+        throw Error(where(file, p[i]) + path + ": expected at least one token, found an empty list");
+      }
+    }
+  } else {
+    in.synthetic = true;
+    MapReader s(r.child("synthetic"), "inputs.synthetic", file);
+    in.batch_size = s.integer("batch_size", 1, 1, 4096);
+    in.prompt_length = s.integer("prompt_length", 0, 1, 1 << 20);
+    if (!s.has("prompt_length")) s.fail("prompt_length", "a prompt length (tokens)");
+    in.seed = s.seed("seed", 0);
+    s.finish();
+  }
+  r.finish();
+  return in;
+}
+
+nlohmann::json read_generation(MapReader r, const YAML::Node& node, const std::string& file) {
+  nlohmann::json out = nlohmann::json::object();
+  if (!node.IsMap()) return out;
+  GenerationConfig probe;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    const nlohmann::json value = to_json(it->second);
+    try {
+      apply_generation_key(probe, key, value, "generation");
+    } catch (const Error& e) {
+      throw Error(where(file, it->second.IsNull() ? it->first : it->second) + e.what());
+    }
+    out[key] = value;
+  }
+  (void)r;
+  return out;
+}
+
+// Applies "a.b.c=value" onto the document, creating mappings on the way.
+void apply_override(YAML::Node& root, const std::string& spec) {
+  const auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw Error("--set '" + spec + "': expected KEY=VALUE, e.g. generation.max_new_tokens=16");
+  }
+  const std::string key = spec.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(spec.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw Error("--set '" + spec + "': value is not valid YAML: " + e.msg);
+  }
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string p; std::getline(ss, p, '.');) {
+    if (p.empty()) throw Error("--set '" + spec + "': empty key component");
+    parts.push_back(p);
+  }
+  std::vector<YAML::Node> chain{root};
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node next = chain.back()[parts[i]];
+    if (next.IsDefined() && !next.IsNull() && !next.IsMap()) {
+      throw Error("--set '" + spec + "': '" + parts[i] + "' is not a mapping");
+    }
+    if (!next.IsDefined() || next.IsNull()) {
+      chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = chain.back()[parts[i]];
+    }
+    chain.push_back(next);
+  }
+  chain.back()[parts.back()] = value;
+}
+
+ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std::string& stem) {
+  if (!root.IsMap()) {
+    throw Error(file + ": expected a mapping at the top level (model:, backends:, inputs:, ...)");
+  }
+  MapReader r(root, "", file);
+  ExperimentConfig c;
+  c.file = file;
+  c.name = r.scalar<std::string>("name", stem, "a name");
+  if (!r.has("model")) r.fail("model", "a model: mapping (preset or path)");
+  c.model = read_model(MapReader(r.child("model"), "model", file), file);
+  if (r.has("backend") && r.has("backends")) r.fail("backend", "either backend or backends, not both");
+  if (r.has("backends")) {
+    const YAML::Node list = r.child("backends");
+    if (!list.IsSequence() || list.size() == 0) r.fail("backends", "a non-empty list of backends");
+    for (size_t i = 0; i < list.size(); ++i) {
+      c.backends.push_back(read_backend(list[i], "backends[" + std::to_string(i) + "]", file));
+    }
+  } else if (r.has("backend")) {
+    c.backends.push_back(read_backend(r.child("backend"), "backend", file));
+  } else {
+    c.backends.push_back(BackendSpec{"eager", "eager", {}});
+  }
+  std::set<std::string> labels;
+  for (const auto& b : c.backends) {
+    if (!labels.insert(b.label).second) {
+      throw Error(file + ": backends: the label '" + b.label +
+                  "' is used twice; give each entry a distinct label:");
+    }
+  }
+  if (!r.has("inputs")) r.fail("inputs", "an inputs: mapping (prompts or synthetic)");
+  c.inputs = read_inputs(MapReader(r.child("inputs"), "inputs", file), file);
+  c.generation = read_generation(MapReader(r.child("generation"), "generation", file),
+                                 r.child("generation"), file);
+  MapReader run(r.child("run"), "run", file);
+  c.run.warmup = run.integer("warmup", 1, 0, 1000);
+  c.run.repeats = run.integer("repeats", 3, 1, 100000);
+  c.run.seed = run.seed("seed", 0);
+  c.run.threads = run.integer("threads", 0, 0, 1024);
+  run.finish();
+  c.output = r.scalar<std::string>("output", "", "a file path");
+  r.finish();
+  return c;
+}
+
+YAML::Node load_yaml(const std::string& text, const std::string& source) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw Error(source + ":" + std::to_string(e.mark.line + 1) + ":" +
+                std::to_string(e.mark.column + 1) + ": malformed YAML: " + e.msg);
+  }
+}
+
+}  // namespace
+
+ExperimentConfig parse_experiment(const std::string& text, const std::string& source,
+                                  const std::vector<std::string>& overrides) {
+  YAML::Node root = load_yaml(text, source);
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  for (const auto& o : overrides) apply_override(root, o);
+  std::string stem = std::filesystem::path(source).stem().string();
+  return parse_root(root, source, stem.empty() ? "experiment" : stem);
+}
+
+ExperimentConfig load_experiment(const std::filesystem::path& path,
+                                 const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot read experiment file '" + path.string() + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_experiment(ss.str(), path.string(), overrides);
+}
+
+}  // namespace gengraph

@@ -1,0 +1,64 @@
+// Experiment YAML -> plain structs, validated. The only place in gengraph that reads YAML.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gengraph {
+
+struct ModelSpec {
+  std::string preset;               // built-in preset name, or
+  std::string path;                 // a Hugging Face model folder
+  nlohmann::json config_overrides;  // config.json keys over the preset's (object or null)
+  uint64_t seed = 0;                // random-weight seed (presets)
+  std::string dtype = "float32";    // float32 | bfloat16 | float16
+  std::string device = "cpu";       // cpu | cuda | cuda:N
+};
+
+struct BackendSpec {
+  std::string name;                            // registry name
+  std::string label;                           // row label in tables (defaults to name)
+  std::map<std::string, std::string> options;  // backend options, values as written
+};
+
+struct InputsSpec {
+  std::vector<std::vector<int64_t>> prompts;  // explicit token ids (ragged allowed), or
+  bool synthetic = false;                     // random ids from a seed:
+  int64_t batch_size = 1;
+  int64_t prompt_length = 0;
+  uint64_t seed = 0;
+};
+
+struct RunSpec {
+  int64_t warmup = 1;   // untimed runs first
+  int64_t repeats = 3;  // timed runs
+  uint64_t seed = 0;    // torch's default generator is seeded with this before every run
+  int64_t threads = 0;  // intra-op threads; 0 keeps LibTorch's default
+};
+
+struct ExperimentConfig {
+  std::string name;  // from `name:` or the file stem
+  std::string file;  // where it was read from ("<command line>" for `gengraph generate`)
+  ModelSpec model;
+  std::vector<BackendSpec> backends;
+  InputsSpec inputs;
+  nlohmann::json generation = nlohmann::json::object();  // GenerationConfig keys -> values
+  RunSpec run;
+  std::string output;  // results JSON path ("" = results/<name>.json)
+};
+
+// Reads and validates an experiment file; `overrides` are "dotted.key=yaml-value" strings applied
+// before validation (the CLI's --set). Errors name the file, line and column, and the key.
+ExperimentConfig load_experiment(const std::filesystem::path& path,
+                                 const std::vector<std::string>& overrides = {});
+
+// The same from YAML text (for `gengraph generate` and tests); `source` names it in errors.
+ExperimentConfig parse_experiment(const std::string& yaml_text, const std::string& source,
+                                  const std::vector<std::string>& overrides = {});
+
+}  // namespace gengraph

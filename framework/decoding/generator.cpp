@@ -1,0 +1,117 @@
+#include "framework/decoding/generator.h"
+
+#include <chrono>
+
+#include <ATen/ATen.h>
+
+#include "framework/model/causal_lm.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+Generator::Generator(GenerationConfig config, std::function<void()> sync)
+    : config_(std::move(config)), sync_(std::move(sync)) {
+  config_.validate();
+}
+
+GenerationResult Generator::generate(ForwardBackend& backend,
+                                     const std::vector<std::vector<int64_t>>& prompts) const {
+  const CausalLM& model = backend.model();
+  const auto& mc = model.config();
+  config_.validate_for_vocab(mc.vocab_size);
+  if (prompts.empty()) throw Error("generate: no input prompts");
+  int64_t prompt_len = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) throw Error("input " + std::to_string(i) + ": empty prompt");
+    for (size_t j = 0; j < prompts[i].size(); ++j) {
+      const int64_t id = prompts[i][j];
+      if (id < 0 || id >= mc.vocab_size) {
+        throw Error("input " + std::to_string(i) + " token " + std::to_string(j) + ": id " +
+                    std::to_string(id) + " is outside the vocabulary [0, " +
+                    std::to_string(mc.vocab_size) + ")");
+      }
+    }
+    prompt_len = std::max<int64_t>(prompt_len, static_cast<int64_t>(prompts[i].size()));
+  }
+  const int64_t max_length = config_.resolve_max_length(prompt_len, mc.max_positions);
+  if (prompt_len >= mc.max_positions) {
+    throw Error("the longest prompt has " + std::to_string(prompt_len) +
+                " tokens but the model's context is " + std::to_string(mc.max_positions) +
+                " positions (" + mc.source + ")");
+  }
+  if (max_length > mc.max_positions) {
+    throw Error("the longest prompt (" + std::to_string(prompt_len) + " tokens) plus " +
+                std::to_string(max_length - prompt_len) + " new tokens exceeds the model's context of " +
+                std::to_string(mc.max_positions) + " positions (" + mc.source + ")");
+  }
+
+  Pipeline pipe = build_pipeline(config_, max_length);
+  const int64_t batch = static_cast<int64_t>(prompts.size());
+  const int64_t per_input = pipe.strategy->rows_per_input();
+  const int64_t rows = batch * per_input;
+  const int64_t pad = effective_pad_token(config_);
+
+  // Left padding, laid out on the CPU and moved once.
+  at::Tensor ids = at::full({batch, prompt_len}, pad, at::kLong);
+  at::Tensor valid = at::zeros({batch, prompt_len}, at::kBool);
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t n = static_cast<int64_t>(prompts[i].size());
+    ids[i].narrow(0, prompt_len - n, n).copy_(at::tensor(prompts[i], at::kLong));
+    valid[i].narrow(0, prompt_len - n, n).fill_(true);
+  }
+  const auto device = model.device();
+  ids = ids.repeat_interleave(per_input, 0).to(device);
+  valid = valid.repeat_interleave(per_input, 0).to(device);
+  // Position ids as transformers 5 computes them from the attention mask (padding gets 0).
+  at::Tensor positions = valid.to(at::kLong).cumsum(1).sub_(1).masked_fill_(valid.logical_not(), 0);
+
+  Sequences seqs{ids, valid, prompt_len};
+  pipe.strategy->begin(seqs);
+  backend.prepare(BatchShape{rows, max_length});
+
+  GenerationResult result;
+  result.prompt_length = prompt_len;
+  result.rows = rows;
+  const auto t0 = Clock::now();
+  at::Tensor logits = backend.prefill(StepInputs{ids, positions, valid, {}}).to(at::kFloat);
+  at::Tensor last_pos = positions.select(1, prompt_len - 1).unsqueeze(1);  // [rows, 1]
+  const at::Tensor one_valid = at::ones({rows, 1}, valid.options());
+  for (int64_t step = 0;; ++step) {
+    const StepDecision d = pipe.strategy->step(logits, pipe.processors, seqs, pipe.stopping);
+    result.timing.steps = step + 1;
+    if (step == 0) {
+      if (sync_) sync_();
+      result.timing.time_to_first_token_s = since(t0);
+    }
+    if (d.done) break;
+    if (d.parent_rows.defined()) last_pos = last_pos.index_select(0, d.parent_rows);
+    last_pos = last_pos + 1;
+    logits = backend
+                 .decode(StepInputs{d.next_tokens.unsqueeze(1), last_pos, one_valid, d.parent_rows})
+                 .to(at::kFloat);
+  }
+  if (sync_) sync_();
+  result.timing.total_s = since(t0);
+
+  auto per_row = pipe.strategy->finalize(seqs);
+  // Strategies return one list per row group; fold rows back to inputs.
+  result.outputs.resize(batch);
+  for (int64_t i = 0; i < batch; ++i) {
+    for (int64_t k = 0; k < static_cast<int64_t>(per_row.size()) / batch; ++k) {
+      auto& src = per_row[i * (per_row.size() / batch) + k];
+      result.outputs[i].insert(result.outputs[i].end(), src.begin(), src.end());
+    }
+  }
+  return result;
+}
+
+}  // namespace gengraph

@@ -1,0 +1,46 @@
+// The decoding loop: one loop for every backend and every strategy.
+//   logits = backend.prefill(prompt)
+//   loop: strategy.step(logits, processors, sequences, stopping) -> next tokens, parent rows
+//         until done: logits = backend.decode(next tokens, positions + 1, parent rows)
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "framework/backend/forward_backend.h"
+#include "framework/decoding/generation_config.h"
+#include "framework/decoding/pipeline.h"
+#include "framework/decoding/search/search_strategy.h"
+
+namespace gengraph {
+
+struct GenerationTiming {
+  double time_to_first_token_s = 0;  // prefill + choosing the first token
+  double total_s = 0;
+  int64_t steps = 0;  // tokens generated per row (forward calls, prefill included)
+};
+
+struct GenerationResult {
+  std::vector<std::vector<Hypothesis>> outputs;  // per input prompt, best first
+  int64_t prompt_length = 0;                     // padded
+  int64_t rows = 0;                              // batch x rows_per_input
+  GenerationTiming timing;
+};
+
+class Generator {
+ public:
+  // `sync` waits for the device (CUDA) so that timings are true; empty on CPU.
+  Generator(GenerationConfig config, std::function<void()> sync = {});
+
+  // prompts: token ids per input, ragged allowed (left-padded here as transformers does).
+  GenerationResult generate(ForwardBackend& backend,
+                            const std::vector<std::vector<int64_t>>& prompts) const;
+  const GenerationConfig& config() const { return config_; }
+
+ private:
+  GenerationConfig config_;
+  std::function<void()> sync_;
+};
+
+}  // namespace gengraph

@@ -1,0 +1,24 @@
+#include "framework/decoding/processors/logits_processor.h"
+
+namespace gengraph {
+
+std::string ProcessorChain::name() const {
+  std::string out = "chain(";
+  for (size_t i = 0; i < members_.size(); ++i) out += (i ? ", " : "") + members_[i]->name();
+  return out + ")";
+}
+
+at::Tensor ProcessorChain::process(const Sequences& seqs, at::Tensor scores) const {
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (!timing_) {
+      scores = members_[i]->process(seqs, std::move(scores));
+      continue;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    scores = members_[i]->process(seqs, std::move(scores));
+    seconds_[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return scores;
+}
+
+}  // namespace gengraph

@@ -1,0 +1,43 @@
+// A logits processor rewrites next-token scores. The chain of processors is itself a processor,
+// and can time each member.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+#include "framework/decoding/sequences.h"
+
+namespace gengraph {
+
+class LogitsProcessor {
+ public:
+  virtual ~LogitsProcessor() = default;
+  virtual std::string name() const = 0;
+  // scores: [rows, vocab] float32 -> [rows, vocab] float32 (may be modified in place)
+  virtual at::Tensor process(const Sequences& seqs, at::Tensor scores) const = 0;
+};
+
+class ProcessorChain final : public LogitsProcessor {
+ public:
+  void add(std::unique_ptr<LogitsProcessor> p) { members_.push_back(std::move(p)); }
+  std::string name() const override;
+  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  bool empty() const { return members_.empty(); }
+  size_t size() const { return members_.size(); }
+  const LogitsProcessor& at(size_t i) const { return *members_.at(i); }
+
+  // When enabled, each member's wall time is accumulated (seconds) in member order.
+  void enable_timing(bool on) { timing_ = on; seconds_.assign(members_.size(), 0.0); }
+  const std::vector<double>& member_seconds() const { return seconds_; }
+
+ private:
+  std::vector<std::unique_ptr<LogitsProcessor>> members_;
+  bool timing_ = false;
+  mutable std::vector<double> seconds_;
+};
+
+}  // namespace gengraph

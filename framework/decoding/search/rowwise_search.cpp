@@ -1,0 +1,43 @@
+#include "framework/decoding/search/rowwise_search.h"
+
+#include <ATen/ATen.h>
+
+namespace gengraph {
+
+void RowwiseSearch::begin(const Sequences& seqs) {
+  const auto opts = seqs.tokens.options();
+  unfinished_ = at::ones({seqs.rows()}, opts.dtype(at::kBool));
+  lengths_ = at::zeros({seqs.rows()}, opts.dtype(at::kLong));
+}
+
+StepDecision RowwiseSearch::step(const at::Tensor& logits, const LogitsProcessor& processors,
+                                 Sequences& seqs, const StoppingCriteria& stop) {
+  const at::Tensor scores = processors.process(seqs, logits);
+  at::Tensor next = choose(scores);  // [rows]
+  if (pad_token_id_) {
+    // Rows that already finished keep receiving padding (transformers does the same).
+    next = at::where(unfinished_, next, at::full_like(next, *pad_token_id_));
+  }
+  seqs.tokens = at::cat({seqs.tokens, next.unsqueeze(1)}, 1);
+  lengths_.add_(unfinished_.to(at::kLong));
+  unfinished_.logical_and_(stop.should_stop(seqs).logical_not());
+  StepDecision d;
+  d.next_tokens = next;
+  d.done = !unfinished_.any().item<bool>();
+  return d;
+}
+
+std::vector<std::vector<Hypothesis>> RowwiseSearch::finalize(const Sequences& seqs) {
+  const at::Tensor tokens = seqs.tokens.to(at::kCPU).contiguous();
+  const at::Tensor lengths = lengths_.to(at::kCPU);
+  std::vector<std::vector<Hypothesis>> out(seqs.rows());
+  for (int64_t r = 0; r < seqs.rows(); ++r) {
+    const int64_t* row = tokens[r].data_ptr<int64_t>() + seqs.prompt_length;
+    out[r].push_back(Hypothesis{std::vector<int64_t>(row, row + lengths[r].item<int64_t>()), {}});
+  }
+  return out;
+}
+
+at::Tensor GreedySearch::choose(const at::Tensor& scores) { return scores.argmax(-1); }
+
+}  // namespace gengraph

@@ -1,0 +1,38 @@
+// Strategies that extend every row independently (greedy, sampling): transformers' _sample loop.
+// A finished row receives pad tokens from then on and its returned length stops growing.
+#pragma once
+
+#include <optional>
+
+#include "framework/decoding/search/search_strategy.h"
+
+namespace gengraph {
+
+class RowwiseSearch : public SearchStrategy {
+ public:
+  explicit RowwiseSearch(std::optional<int64_t> pad_token_id) : pad_token_id_(pad_token_id) {}
+  void begin(const Sequences& seqs) override;
+  StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
+                    const StoppingCriteria& stop) override;
+  std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
+
+ protected:
+  // scores: [rows, vocab] float32, processed -> [rows] int64
+  virtual at::Tensor choose(const at::Tensor& scores) = 0;
+
+ private:
+  std::optional<int64_t> pad_token_id_;
+  at::Tensor unfinished_;  // [rows] bool
+  at::Tensor lengths_;     // [rows] int64, generated tokens counted while unfinished
+};
+
+class GreedySearch final : public RowwiseSearch {
+ public:
+  using RowwiseSearch::RowwiseSearch;
+  std::string name() const override { return "greedy"; }
+
+ protected:
+  at::Tensor choose(const at::Tensor& scores) override;
+};
+
+}  // namespace gengraph

@@ -1,0 +1,59 @@
+// Stopping criteria: each says, per row, whether that row is done after the token just appended.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+#include "framework/decoding/sequences.h"
+
+namespace gengraph {
+
+class StoppingCriterion {
+ public:
+  virtual ~StoppingCriterion() = default;
+  virtual std::string name() const = 0;
+  // -> [rows] bool
+  virtual at::Tensor should_stop(const Sequences& seqs) const = 0;
+};
+
+// Stops every row once the sequence (padded prompt included) reaches max_length tokens.
+class MaxLengthCriterion final : public StoppingCriterion {
+ public:
+  explicit MaxLengthCriterion(int64_t max_length) : max_length_(max_length) {}
+  std::string name() const override { return "max_length"; }
+  at::Tensor should_stop(const Sequences& seqs) const override;
+  int64_t max_length() const { return max_length_; }
+
+ private:
+  int64_t max_length_;
+};
+
+// Stops a row whose last token is one of the EOS ids.
+class EosCriterion final : public StoppingCriterion {
+ public:
+  explicit EosCriterion(std::vector<int64_t> eos_ids) : eos_ids_(std::move(eos_ids)) {}
+  std::string name() const override { return "eos"; }
+  at::Tensor should_stop(const Sequences& seqs) const override;
+
+ private:
+  std::vector<int64_t> eos_ids_;
+  mutable at::Tensor eos_;  // [n_eos] int64 on the sequences' device
+};
+
+class StoppingCriteria {
+ public:
+  void add(std::unique_ptr<StoppingCriterion> c) { members_.push_back(std::move(c)); }
+  // -> [rows] bool: any member says stop
+  at::Tensor should_stop(const Sequences& seqs) const;
+  bool has(const std::string& name) const;
+  size_t size() const { return members_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<StoppingCriterion>> members_;
+};
+
+}  // namespace gengraph

@@ -1,0 +1,60 @@
+#include "framework/model/architectures/ops.h"
+
+#include <cmath>
+#include <map>
+
+#include <ATen/ATen.h>
+
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+Activation parse_activation(const std::string& name, const std::string& source) {
+  static const std::map<std::string, Activation> kNames = {
+      {"gelu_new", Activation::kGeluNew},     {"gelu_pytorch_tanh", Activation::kGeluNew},
+      {"gelu_fast", Activation::kGeluNew},    {"gelu", Activation::kGeluExact},
+      {"relu", Activation::kRelu},            {"silu", Activation::kSilu},
+      {"swish", Activation::kSilu},           {"quick_gelu", Activation::kQuickGelu}};
+  auto it = kNames.find(name);
+  if (it == kNames.end()) {
+    std::vector<std::string> known;
+    for (const auto& [k, v] : kNames) known.push_back(k);
+    throw Error(source + ": unsupported activation '" + name + "'; supported: " + join(known, ", "));
+  }
+  return it->second;
+}
+
+at::Tensor activate(const at::Tensor& x, Activation a) {
+  switch (a) {
+    case Activation::kGeluNew: {
+      // transformers' NewGELUActivation, written as it does, term by term.
+      const double c = std::sqrt(2.0 / M_PI);
+      return 0.5 * x * (1.0 + at::tanh(c * (x + 0.044715 * at::pow(x, 3.0))));
+    }
+    case Activation::kGeluExact:
+      return at::gelu(x);
+    case Activation::kRelu:
+      return at::relu(x);
+    case Activation::kSilu:
+      return at::silu(x);
+    case Activation::kQuickGelu:
+      return x * at::sigmoid(1.702 * x);
+  }
+  return x;
+}
+
+at::Tensor conv1d_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(1);
+  return at::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(sizes);
+}
+
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const at::Tensor& mask, double scale) {
+  const int64_t rows = q.size(0), heads = q.size(1), t = q.size(2), hd = q.size(3);
+  at::Tensor out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale,
+                                                    /*enable_gqa=*/k.size(1) != heads);
+  return out.transpose(1, 2).reshape({rows, t, heads * hd});
+}
+
+}  // namespace gengraph

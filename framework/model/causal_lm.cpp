@@ -1,0 +1,36 @@
+#include "framework/model/causal_lm.h"
+
+#include <ATen/ATen.h>
+
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+at::ScalarType CausalLM::dtype() const { return weights_.begin()->second.scalar_type(); }
+at::Device CausalLM::device() const { return weights_.begin()->second.device(); }
+
+int64_t CausalLM::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : weights_) n += t.numel();
+  return n;
+}
+
+CacheShape CausalLM::cache_shape(int64_t rows, int64_t max_len) const {
+  return CacheShape{config_.num_layers, rows, config_.num_kv_heads, max_len, config_.head_dim};
+}
+
+const at::Tensor& CausalLM::w(const std::string& name) const {
+  auto it = weights_.find(name);
+  if (it == weights_.end()) throw Error("model has no weight '" + name + "'");
+  return it->second;
+}
+
+at::Tensor run_forward_step(const CausalLM& model, KVCache& cache, const at::Tensor& input_ids,
+                            const at::Tensor& positions, const at::Tensor& slots,
+                            const at::Tensor& token_valid) {
+  cache.write_validity(slots, token_valid);
+  const at::Tensor mask = attention_mask(cache.validity(), slots);
+  return model.forward(ForwardBatch{input_ids, positions, slots, mask}, cache);
+}
+
+}  // namespace gengraph

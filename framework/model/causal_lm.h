@@ -1,0 +1,56 @@
+// The model side of a forward step: a causal language model reading and writing a KV cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <ATen/Tensor.h>
+
+#include "framework/cache/kv_cache.h"
+#include "framework/model/model_config.h"
+#include "framework/model/weights.h"
+
+namespace gengraph {
+
+// One forward call over T new tokens per row.
+struct ForwardBatch {
+  at::Tensor input_ids;  // [rows, T] int64
+  at::Tensor positions;  // [rows, T] int64, position ids as transformers computes them
+  at::Tensor slots;      // [T] int64, cache slots these tokens are written to
+  at::Tensor attn_mask;  // [rows, 1, T, L] bool, true where a query may read a cache slot
+};
+
+class CausalLM {
+ public:
+  CausalLM(ModelConfig config, WeightMap weights)
+      : config_(std::move(config)), weights_(std::move(weights)) {}
+  virtual ~CausalLM() = default;
+
+  const ModelConfig& config() const { return config_; }
+  const WeightMap& weights() const { return weights_; }
+  at::ScalarType dtype() const;
+  at::Device device() const;
+  int64_t parameter_count() const;
+  CacheShape cache_shape(int64_t rows, int64_t max_len) const;
+
+  // Runs the decoder over `batch`, writing its keys/values into `cache` (the caller has already
+  // recorded the slots' validity and built attn_mask). Returns the last position's logits,
+  // [rows, vocab], in the model dtype.
+  virtual at::Tensor forward(const ForwardBatch& batch, KVCache& cache) const = 0;
+
+ protected:
+  const at::Tensor& w(const std::string& name) const;
+
+ private:
+  ModelConfig config_;
+  WeightMap weights_;
+};
+
+// One decoding step of any backend: record validity, build the mask, run the model.
+//   token_valid: [rows, T] bool. Returns [rows, vocab] logits.
+at::Tensor run_forward_step(const CausalLM& model, KVCache& cache, const at::Tensor& input_ids,
+                            const at::Tensor& positions, const at::Tensor& slots,
+                            const at::Tensor& token_valid);
+
+}  // namespace gengraph

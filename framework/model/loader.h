@@ -1,0 +1,38 @@
+// Building a model: from a local Hugging Face folder, or from a built-in preset with random
+// weights drawn from a seed (any shape, no files needed).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/model/causal_lm.h"
+
+namespace gengraph {
+
+struct ModelSource {
+  std::string preset;               // a built-in preset name, or
+  std::filesystem::path path;       // a folder with config.json + safetensors
+  nlohmann::json config_overrides;  // config.json keys overriding the preset's (presets only)
+  uint64_t seed = 0;                // random-weight seed (presets only)
+  LoadOptions load;                 // dtype and device
+};
+
+struct LoadedModel {
+  std::shared_ptr<const CausalLM> model;
+  std::string source;                 // "preset:NAME" or the folder
+  nlohmann::json generation_defaults;  // generation_config.json when the folder has one, else null
+  double load_seconds = 0;
+};
+
+LoadedModel load_model(const ModelSource& source);
+
+// Presets of published shapes: config.json documents by name.
+std::vector<std::string> preset_names();
+nlohmann::json preset_config(const std::string& name);
+
+}  // namespace gengraph

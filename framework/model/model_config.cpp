@@ -1,0 +1,133 @@
+#include "framework/model/model_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/model/json_fields.h"
+#include "framework/model/model_registry.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+nlohmann::json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot read '" + path.string() + "': file missing or unreadable");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error("'" + path.string() + "' is not valid JSON: " + e.what());
+  }
+}
+
+ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source) {
+  if (!doc.is_object()) throw Error(source + ": expected a JSON object");
+  if (!doc.contains("model_type") || !doc["model_type"].is_string()) {
+    throw Error(source + ": missing string field 'model_type' (which architecture is this?)");
+  }
+  const Architecture& arch = ModelRegistry::instance().get(doc["model_type"].get<std::string>(), source);
+  ModelConfig c = arch.parse_config(doc, source);
+  c.model_type = arch.model_type;
+  c.source = source;
+  c.validate();
+  return c;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& path) {
+  return parse_model_config(read_json_file(path), path.string());
+}
+
+void ModelConfig::validate() const {
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) throw Error(source + ": " + what);
+  };
+  need(vocab_size > 0 && hidden_size > 0 && num_layers > 0 && num_heads > 0,
+       "vocab size, hidden size, layer and head counts must be positive");
+  need(hidden_size % num_heads == 0 || head_dim > 0,
+       "hidden size " + std::to_string(hidden_size) + " is not divisible by the head count " +
+           std::to_string(num_heads));
+  need(num_kv_heads > 0 && num_heads % num_kv_heads == 0,
+       "head count " + std::to_string(num_heads) + " is not a multiple of the key/value head count " +
+           std::to_string(num_kv_heads));
+  need(max_positions > 0, "the context length (max positions) must be positive");
+  for (auto id : eos_token_ids) {
+    need(id >= 0 && id < vocab_size, "eos_token_id " + std::to_string(id) +
+                                         " is outside the vocabulary [0, " +
+                                         std::to_string(vocab_size) + ")");
+  }
+}
+
+int64_t JsonFields::positive_int(const std::string& key) const {
+  if (!has(key)) fail(key, "a required positive integer (missing)");
+  return positive_int(key, 0);
+}
+
+int64_t JsonFields::positive_int(const std::string& key, int64_t fallback) const {
+  if (!has(key)) return fallback;
+  const auto& v = doc_[key];
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0) fail(key, "a positive integer");
+  return v.get<int64_t>();
+}
+
+double JsonFields::positive_number(const std::string& key, double fallback) const {
+  const double v = number(key, fallback);
+  if (!(v > 0)) fail(key, "a positive number");
+  return v;
+}
+
+double JsonFields::number(const std::string& key, double fallback) const {
+  if (!has(key)) return fallback;
+  if (!doc_[key].is_number()) fail(key, "a number");
+  return doc_[key].get<double>();
+}
+
+bool JsonFields::boolean(const std::string& key, bool fallback) const {
+  if (!has(key)) return fallback;
+  if (!doc_[key].is_boolean()) fail(key, "true or false");
+  return doc_[key].get<bool>();
+}
+
+std::string JsonFields::string(const std::string& key, const std::string& fallback) const {
+  if (!has(key)) return fallback;
+  if (!doc_[key].is_string()) fail(key, "a string");
+  return doc_[key].get<std::string>();
+}
+
+std::optional<int64_t> JsonFields::optional_token(const std::string& key) const {
+  if (!has(key)) return std::nullopt;
+  const auto& v = doc_[key];
+  if (v.is_array() && v.size() == 1 && v[0].is_number_integer()) return v[0].get<int64_t>();
+  if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(key, "a non-negative token id");
+  return v.get<int64_t>();
+}
+
+std::vector<int64_t> JsonFields::token_list(const std::string& key) const {
+  if (!has(key)) return {};
+  const auto& v = doc_[key];
+  std::vector<int64_t> out;
+  if (v.is_number_integer()) {
+    out.push_back(v.get<int64_t>());
+  } else if (v.is_array()) {
+    for (const auto& x : v) {
+      if (!x.is_number_integer()) fail(key, "a token id or a list of token ids");
+      out.push_back(x.get<int64_t>());
+    }
+  } else {
+    fail(key, "a token id or a list of token ids");
+  }
+  for (auto id : out) {
+    if (id < 0) fail(key, "non-negative token ids");
+  }
+  return out;
+}
+
+void JsonFields::fail(const std::string& key, const std::string& expected) const {
+  std::string found = has(key) ? doc_[key].dump() : "nothing";
+  if (found.size() > 80) found = found.substr(0, 77) + "...";
+  throw Error(source_ + ": key '" + key + "': expected " + expected + ", found " + found);
+}
+
+}  // namespace gengraph

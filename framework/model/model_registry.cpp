@@ -1,0 +1,43 @@
+#include "framework/model/model_registry.h"
+
+#include <mutex>
+
+#include "framework/model/causal_lm.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+ModelRegistry& ModelRegistry::instance() {
+  static ModelRegistry registry;
+  return registry;
+}
+
+void ModelRegistry::add(Architecture arch) {
+  if (archs_.count(arch.model_type)) {
+    throw Error("model type '" + arch.model_type + "' is already registered");
+  }
+  archs_.emplace(arch.model_type, std::move(arch));
+}
+
+const Architecture& ModelRegistry::get(const std::string& model_type,
+                                       const std::string& context) const {
+  auto it = archs_.find(model_type);
+  if (it == archs_.end()) {
+    throw Error(context + ": unsupported model_type '" + model_type + "'; supported: " +
+                join(names(), ", "));
+  }
+  return it->second;
+}
+
+std::vector<std::string> ModelRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : archs_) out.push_back(k);
+  return out;
+}
+
+void register_builtin_architectures() {
+  static std::once_flag once;
+  std::call_once(once, [] { ModelRegistry::instance().add(gpt2_architecture()); });
+}
+
+}  // namespace gengraph

@@ -1,0 +1,48 @@
+// Architectures keyed by config.json's model_type. Built-ins are registered explicitly by
+// register_builtin_architectures(); an unknown model_type is refused naming the supported ones.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "framework/model/model_config.h"
+#include "framework/model/weights.h"
+
+namespace gengraph {
+
+class CausalLM;
+
+struct Architecture {
+  std::string model_type;   // config.json "model_type"
+  std::string description;  // one line for listings
+  std::function<ModelConfig(const nlohmann::json& doc, const std::string& source)> parse_config;
+  std::function<std::vector<TensorSpec>(const ModelConfig&)> weight_specs;
+  NameRules names;
+  std::function<std::unique_ptr<CausalLM>(ModelConfig, WeightMap)> build;
+};
+
+class ModelRegistry {
+ public:
+  static ModelRegistry& instance();
+  // Throws when the model_type is already registered.
+  void add(Architecture arch);
+  // Throws naming `context` and listing the supported model types.
+  const Architecture& get(const std::string& model_type, const std::string& context) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, Architecture> archs_;
+};
+
+// Idempotent: registers gpt2 (and any other built-in architecture) once.
+void register_builtin_architectures();
+
+// Defined in each architecture's file.
+Architecture gpt2_architecture();
+
+}  // namespace gengraph

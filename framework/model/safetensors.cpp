@@ -1,0 +1,237 @@
+#include "framework/model/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "framework/model/model_config.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+namespace {
+
+size_t dtype_size(at::ScalarType t) { return c10::elementSize(t); }
+
+[[noreturn]] void fail(const std::filesystem::path& p, const std::string& what) {
+  throw Error("safetensors file '" + p.string() + "': " + what);
+}
+
+}  // namespace
+
+at::ScalarType safetensors_dtype(const std::string& d, const std::string& context) {
+  static const std::map<std::string, at::ScalarType> kTypes = {
+      {"F64", at::kDouble},        {"F32", at::kFloat},         {"F16", at::kHalf},
+      {"BF16", at::kBFloat16},     {"I64", at::kLong},          {"I32", at::kInt},
+      {"I16", at::kShort},         {"I8", at::kChar},           {"U8", at::kByte},
+      {"BOOL", at::kBool},         {"F8_E4M3", at::kFloat8_e4m3fn},
+      {"F8_E5M2", at::kFloat8_e5m2}};
+  auto it = kTypes.find(d);
+  if (it == kTypes.end()) {
+    std::vector<std::string> known;
+    for (const auto& [k, v] : kTypes) known.push_back(k);
+    throw Error(context + ": unsupported dtype '" + d + "', expected one of " + join(known, ", "));
+  }
+  return it->second;
+}
+
+std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
+  std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail(path, "cannot stat");
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    fail(path, "truncated: " + std::to_string(size) + " bytes, a file needs at least the 8-byte header length");
+  }
+  // Private, writable mapping: pages are shared with the page cache until written (never, here).
+  void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (m == MAP_FAILED) fail(path, std::string("mmap failed: ") + std::strerror(errno));
+  f->map_ = m;
+  f->map_size_ = size;
+
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, m, 8);  // little-endian u64 (x86/ARM hosts are little-endian)
+  if (header_len > size - 8) {
+    fail(path, "truncated or corrupt: header length " + std::to_string(header_len) +
+                   " exceeds the " + std::to_string(size - 8) + " bytes after it");
+  }
+  const char* hdr = static_cast<const char*>(m) + 8;
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(hdr, hdr + header_len);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path, std::string("corrupt header (not valid JSON): ") + e.what());
+  }
+  if (!doc.is_object()) fail(path, "corrupt header: expected a JSON object");
+  f->data_start_ = 8 + header_len;
+  const uint64_t data_size = size - f->data_start_;
+
+  std::vector<const TensorEntry*> by_offset;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const std::string ctx = "tensor '" + it.key() + "'";
+    const auto& v = it.value();
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets")) {
+      fail(path, "corrupt header: " + ctx + " must have dtype, shape and data_offsets");
+    }
+    TensorEntry e;
+    e.name = it.key();
+    if (!v["dtype"].is_string()) fail(path, ctx + ": dtype must be a string");
+    e.dtype = v["dtype"].get<std::string>();
+    const auto st_type = safetensors_dtype(e.dtype, "safetensors file '" + path.string() + "': " + ctx);
+    if (!v["shape"].is_array()) fail(path, ctx + ": shape must be an array");
+    uint64_t numel = 1;
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_unsigned()) fail(path, ctx + ": shape entries must be non-negative integers");
+      e.shape.push_back(d.get<int64_t>());
+      numel *= d.get<uint64_t>();
+    }
+    const auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned()) {
+      fail(path, ctx + ": data_offsets must be [begin, end] non-negative integers");
+    }
+    e.begin = off[0].get<uint64_t>();
+    e.end = off[1].get<uint64_t>();
+    if (e.end < e.begin) fail(path, ctx + ": data_offsets end < begin");
+    if (e.end > data_size) {
+      fail(path, ctx + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                     ") out of range: the data section has " + std::to_string(data_size) +
+                     " bytes (file truncated?)");
+    }
+    const uint64_t expected = numel * dtype_size(st_type);
+    if (e.end - e.begin != expected) {
+      fail(path, ctx + ": holds " + std::to_string(e.end - e.begin) + " bytes but dtype " + e.dtype +
+                     " x shape needs " + std::to_string(expected));
+    }
+    f->entries_.emplace(e.name, std::move(e));
+  }
+  for (const auto& [name, e] : f->entries_) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorEntry* a, const TensorEntry* b) { return a->begin < b->begin; });
+  uint64_t cursor = 0;
+  for (const TensorEntry* e : by_offset) {
+    if (e->begin < cursor) {
+      fail(path, "tensor '" + e->name + "' overlaps the previous tensor (data_offsets begin " +
+                     std::to_string(e->begin) + " < " + std::to_string(cursor) + ")");
+    }
+    if (e->begin > cursor) {
+      fail(path, "hole in the data section before tensor '" + e->name + "' (bytes " +
+                     std::to_string(cursor) + " to " + std::to_string(e->begin) + " unindexed)");
+    }
+    cursor = e->end;
+  }
+  if (cursor != data_size) {
+    fail(path, "data section has " + std::to_string(data_size) + " bytes but the tensors index " +
+                   std::to_string(cursor) + " (trailing bytes)");
+  }
+  f->self_ = f;
+  return f;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+at::Tensor SafetensorsFile::view(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) fail(path_, "no tensor named '" + name + "'");
+  const TensorEntry& e = it->second;
+  const auto type = safetensors_dtype(e.dtype, name);
+  char* data = static_cast<char*>(map_) + data_start_ + e.begin;
+  auto keep_alive = self_.lock();
+  if (reinterpret_cast<uintptr_t>(data) % dtype_size(type) != 0) {
+    // Misaligned data: copy into an aligned buffer rather than hand out a misaligned view.
+    auto out = at::empty(e.shape, at::TensorOptions().dtype(type));
+    std::memcpy(out.data_ptr(), data, e.end - e.begin);
+    return out;
+  }
+  return at::from_blob(
+      data, e.shape, [keep_alive](void*) mutable { keep_alive.reset(); },
+      at::TensorOptions().dtype(type));
+}
+
+Checkpoint Checkpoint::open_file(const std::filesystem::path& file) {
+  Checkpoint c;
+  c.files_.push_back(SafetensorsFile::open(file));
+  for (const auto& [name, e] : c.files_[0]->entries()) c.where_[name] = 0;
+  c.description_ = file.string();
+  return c;
+}
+
+Checkpoint Checkpoint::open_folder(const std::filesystem::path& folder) {
+  const auto single = folder / "model.safetensors";
+  const auto index = folder / "model.safetensors.index.json";
+  if (std::filesystem::exists(index)) {
+    const nlohmann::json doc = read_json_file(index);
+    if (!doc.contains("weight_map") || !doc["weight_map"].is_object()) {
+      throw Error("'" + index.string() + "': expected an object 'weight_map' {tensor: file}");
+    }
+    Checkpoint c;
+    std::map<std::string, size_t> file_ids;
+    for (auto it = doc["weight_map"].begin(); it != doc["weight_map"].end(); ++it) {
+      if (!it.value().is_string()) {
+        throw Error("'" + index.string() + "': weight_map['" + it.key() + "'] must be a file name");
+      }
+      const std::string shard = it.value().get<std::string>();
+      if (!file_ids.count(shard)) {
+        const auto shard_path = folder / shard;
+        if (!std::filesystem::exists(shard_path)) {
+          throw Error("'" + index.string() + "' lists shard '" + shard + "' for tensor '" +
+                      it.key() + "', but '" + shard_path.string() + "' does not exist");
+        }
+        file_ids[shard] = c.files_.size();
+        c.files_.push_back(SafetensorsFile::open(shard_path));
+      }
+      const size_t id = file_ids[shard];
+      if (!c.files_[id]->entries().count(it.key())) {
+        throw Error("'" + index.string() + "' places tensor '" + it.key() + "' in '" + shard +
+                    "', which does not contain it");
+      }
+      c.where_[it.key()] = id;
+    }
+    c.description_ = index.string();
+    return c;
+  }
+  if (std::filesystem::exists(single)) return open_file(single);
+  throw Error("model folder '" + folder.string() +
+              "': found neither model.safetensors nor model.safetensors.index.json");
+}
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, id] : where_) out.push_back(name);
+  return out;
+}
+
+const TensorEntry& Checkpoint::entry(const std::string& name) const {
+  return files_.at(where_.at(name))->entries().at(name);
+}
+
+const std::filesystem::path& Checkpoint::file_of(const std::string& name) const {
+  return files_.at(where_.at(name))->path();
+}
+
+at::Tensor Checkpoint::view(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) throw Error(description_ + ": no tensor named '" + name + "'");
+  return files_[it->second]->view(name);
+}
+
+}  // namespace gengraph

@@ -1,0 +1,90 @@
+#include "framework/model/weights.h"
+
+#include <set>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "framework/model/safetensors.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+namespace {
+
+std::string shape_str(at::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+WeightMap load_weights(const Checkpoint& ckpt, const std::vector<TensorSpec>& specs,
+                       const NameRules& rules, const LoadOptions& options) {
+  std::map<std::string, std::string> by_canonical;  // canonical -> checkpoint key
+  std::vector<std::string> unexpected;
+  std::set<std::string> wanted;
+  for (const auto& s : specs) wanted.insert(s.name);
+  for (const auto& key : ckpt.names()) {
+    const std::string canon = rules.canonical ? rules.canonical(key) : key;
+    if (wanted.count(canon)) {
+      by_canonical[canon] = key;
+    } else if (!(rules.ignorable && rules.ignorable(canon))) {
+      unexpected.push_back(key);
+    }
+  }
+  if (!unexpected.empty()) {
+    throw Error(ckpt.description() + ": unexpected tensor(s) for this architecture: " +
+                join(unexpected, ", "));
+  }
+  std::vector<std::string> missing;
+  for (const auto& s : specs) {
+    if (!by_canonical.count(s.name)) missing.push_back(s.name);
+  }
+  if (!missing.empty()) {
+    throw Error(ckpt.description() + ": missing tensor(s): " + join(missing, ", "));
+  }
+  WeightMap out;
+  for (const auto& s : specs) {
+    const std::string& key = by_canonical.at(s.name);
+    const TensorEntry& e = ckpt.entry(key);
+    if (at::IntArrayRef(e.shape) != at::IntArrayRef(s.shape)) {
+      throw Error("'" + ckpt.file_of(key).string() + "': tensor '" + key + "' has shape " +
+                  shape_str(e.shape) + " but the config expects " + shape_str(s.shape));
+    }
+    const auto dt = safetensors_dtype(e.dtype, "tensor '" + key + "'");
+    if (!at::isFloatingType(dt)) {
+      throw Error("'" + ckpt.file_of(key).string() + "': tensor '" + key + "' has dtype " +
+                  e.dtype + ", expected a floating-point type");
+    }
+    at::Tensor view = ckpt.view(key);
+    // Same dtype on CPU keeps the zero-copy view of the mapped file; otherwise one converted copy.
+    out[s.name] = view.to(options.device, options.dtype);
+  }
+  return out;
+}
+
+WeightMap random_weights(const std::vector<TensorSpec>& specs, double std, uint64_t seed,
+                         const LoadOptions& options) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  WeightMap out;
+  const auto cpu = at::TensorOptions().dtype(options.dtype);
+  for (const auto& s : specs) {
+    at::Tensor t;
+    switch (s.init) {
+      case Init::kNormal:
+        t = at::empty(s.shape, cpu).normal_(0.0, std, gen);
+        break;
+      case Init::kZeros:
+        t = at::zeros(s.shape, cpu);
+        break;
+      case Init::kOnes:
+        t = at::ones(s.shape, cpu);
+        break;
+    }
+    out[s.name] = t.to(options.device);
+  }
+  return out;
+}
+
+}  // namespace gengraph

@@ -1,0 +1,29 @@
+// Device helpers that keep CUDA headers out of the rest of the framework.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+namespace gengraph {
+
+bool cuda_available();
+int cuda_device_count();
+// Waits for all work on `device` (no-op on CPU).
+void synchronize(const c10::Device& device);
+// Resets / reads the caching allocator's peak (CUDA only; 0 on CPU).
+void reset_peak_memory(const c10::Device& device);
+int64_t peak_memory_bytes(const c10::Device& device);
+// The process's peak resident set size (bytes).
+int64_t peak_rss_bytes();
+std::string device_description(const c10::Device& device);
+
+// "float32" | "bfloat16" | "float16" -> ScalarType; throws listing the allowed names.
+c10::ScalarType parse_dtype(const std::string& name);
+std::string dtype_name(c10::ScalarType t);
+// "cpu" | "cuda" | "cuda:N" -> Device; throws when CUDA is requested but not present.
+c10::Device parse_device(const std::string& name);
+
+}  // namespace gengraph
