@@ -79,22 +79,23 @@ std::string now_iso8601() {
 
 }  // namespace
 
-GenerationConfig resolve_generation(const ExperimentConfig& c, const nlohmann::json& model_defaults,
-                                    int64_t config_bos, const std::vector<int64_t>& config_eos,
-                                    std::optional<int64_t> config_pad,
+GenerationConfig resolve_generation(const LoadedModel& model, const nlohmann::json& overrides,
+                                    const std::string& source,
                                     std::vector<std::string>* ignored_keys) {
   GenerationConfig g;
-  if (model_defaults.is_object()) {
-    auto ignored = apply_generation_defaults(g, model_defaults, "generation_config.json");
+  if (model.generation_defaults.is_object()) {
+    auto ignored = apply_generation_defaults(g, model.generation_defaults,
+                                             model.source + "/generation_config.json");
     if (ignored_keys) *ignored_keys = ignored;
   } else {
     // transformers builds the generation config from config.json's special tokens.
-    if (config_bos >= 0) g.bos_token_id = config_bos;
-    g.eos_token_id = config_eos;
-    g.pad_token_id = config_pad;
+    const auto& mc = model.model->config();
+    g.bos_token_id = mc.bos_token_id;
+    g.eos_token_id = mc.eos_token_ids;
+    g.pad_token_id = mc.pad_token_id;
   }
-  for (auto it = c.generation.begin(); it != c.generation.end(); ++it) {
-    apply_generation_key(g, it.key(), it.value(), c.file + ": generation");
+  for (auto it = overrides.begin(); it != overrides.end(); ++it) {
+    apply_generation_key(g, it.key(), it.value(), source);
   }
   g.validate();
   return g;
@@ -120,9 +121,8 @@ nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log) {
   const auto& mc = loaded.model->config();
 
   std::vector<std::string> ignored;
-  const GenerationConfig gen = resolve_generation(
-      c, loaded.generation_defaults, mc.bos_token_id.value_or(-1), mc.eos_token_ids,
-      mc.pad_token_id, &ignored);
+  const GenerationConfig gen =
+      resolve_generation(loaded, c.generation, c.file + ": generation", &ignored);
   const auto prompts = make_inputs(c.inputs, mc.vocab_size);
   std::function<void()> sync;
   if (device.is_cuda()) sync = [device] { synchronize(device); };

@@ -14,16 +14,15 @@
 
 namespace gengraph {
 
-struct ResolvedInputs {
-  std::vector<std::vector<int64_t>> prompts;
-};
+struct LoadedModel;
 
 // Generation settings as they apply to this model: transformers' defaults, then the model's
-// generation_config.json (or its config.json special tokens), then the experiment's values.
-GenerationConfig resolve_generation(const ExperimentConfig& c, const nlohmann::json& model_defaults,
-                                    int64_t config_bos, const std::vector<int64_t>& config_eos,
-                                    std::optional<int64_t> config_pad,
-                                    std::vector<std::string>* ignored_keys);
+// generation_config.json (or, without one, its config.json special tokens), then `overrides`
+// (GenerationConfig keys; `source` names them in errors). Keys of generation_config.json that
+// gengraph does not implement are returned in `ignored_keys`.
+GenerationConfig resolve_generation(const LoadedModel& model, const nlohmann::json& overrides,
+                                    const std::string& source,
+                                    std::vector<std::string>* ignored_keys = nullptr);
 
 // `log` receives progress lines; the results document is returned (nothing is written).
 nlohmann::json run_experiment(const ExperimentConfig& config, std::ostream& log);

@@ -1,0 +1,94 @@
+// One suite over every registered backend configuration: tokens identical to the eager reference
+// (growing cache) and logits within tolerance, on CPU. CUDA-only backends skip without a GPU.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "framework/backend/backend_registry.h"
+#include "framework/decoding/generator.h"
+#include "framework/model/loader.h"
+#include "framework/util/device.h"
+#include "tests/test_util.h"
+
+namespace gengraph {
+namespace {
+
+struct Variant {
+  std::string label;
+  std::string backend;
+  std::map<std::string, std::string> options;
+};
+
+// Every backend in the registry with its option variants worth covering.
+std::vector<Variant> variants() {
+  register_builtin_backends();
+  std::vector<Variant> v;
+  for (const auto& name : BackendRegistry::instance().names()) {
+    if (name == "eager") {
+      v.push_back({"eager_growing", "eager", {{"cache", "growing"}}});
+      v.push_back({"eager_static", "eager", {{"cache", "static"}}});
+    } else {
+      v.push_back({name, name, {}});
+    }
+  }
+  return v;
+}
+
+std::shared_ptr<const CausalLM> model_for(const std::string& which) {
+  ModelSource s;
+  if (which == "tiny") {
+    s.preset = "gpt2-tiny";
+    s.seed = 11;
+  } else {
+    s.path = testing::fixtures_dir() + "/models/" + which;
+  }
+  return load_model(s).model;
+}
+
+class BackendConformance : public ::testing::TestWithParam<std::tuple<Variant, std::string>> {};
+
+TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
+  const auto& [variant, which] = GetParam();
+  const auto& info = BackendRegistry::instance().get(variant.backend);
+  if (info.unavailable_reason && !info.unavailable_reason().empty()) {
+    GTEST_SKIP() << variant.backend << ": " << info.unavailable_reason();
+  }
+  const auto model = model_for(which);
+  auto reference = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
+  auto backend = BackendRegistry::instance().create(variant.backend, model,
+                                                    BackendOptions(variant.backend, variant.options));
+  const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
+  GenerationConfig g;
+  g.max_new_tokens = 12;
+  const auto a = Generator(g).generate(*reference, prompts);
+  const auto b = Generator(g).generate(*backend, prompts);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(a.outputs[i][0].tokens, b.outputs[i][0].tokens) << "input " << i;
+  }
+  // Logits of prefill and of one decode step, directly.
+  const auto ids = at::tensor({0, 0, 3, 4, 5, 6}, at::kLong).reshape({2, 3});
+  const auto valid = ids.ne(0);
+  const auto pos = valid.to(at::kLong).cumsum(1).sub(1).clamp_min(0);
+  for (auto* be : {reference.get(), backend.get()}) be->prepare(BatchShape{2, 8});
+  const auto la = reference->prefill(StepInputs{ids, pos, valid, {}});
+  const auto lb = backend->prefill(StepInputs{ids, pos, valid, {}});
+  EXPECT_TRUE(at::allclose(la, lb, 1e-4, 1e-5)) << (la - lb).abs().max().item<float>();
+  const auto next = la.argmax(-1).unsqueeze(1);
+  const auto p2 = pos.select(1, 2).unsqueeze(1) + 1;
+  const auto parents = at::tensor({1, 1}, at::kLong);  // both rows continue row 1: a beam reorder
+  const auto da = reference->decode(StepInputs{next, p2, at::ones({2, 1}, at::kBool), parents});
+  const auto db = backend->decode(StepInputs{next, p2, at::ones({2, 1}, at::kBool), parents});
+  EXPECT_TRUE(at::allclose(da, db, 1e-4, 1e-5)) << (da - db).abs().max().item<float>();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Registry, BackendConformance,
+    ::testing::Combine(::testing::ValuesIn(variants()), ::testing::Values("tiny", "gpt2-a", "gpt2-b")),
+    [](const auto& info) {
+      std::string m = std::get<1>(info.param);
+      std::replace(m.begin(), m.end(), '-', '_');
+      return std::get<0>(info.param).label + "_" + m;
+    });
+
+}  // namespace
+}  // namespace gengraph

@@ -1,0 +1,74 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "experiments/cli.h"
+#include "tests/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::TempDir;
+using testing::write_file;
+
+int cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "gengraph");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return cli_main(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(Cli, RunWritesResultsWithTokensTimingsAndEnvironment) {
+  TempDir dir;
+  write_file(dir / "e.yaml", R"(model: {preset: gpt2-tiny}
+backends: [eager, {name: eager, label: static, options: {cache: static}}]
+inputs: {prompts: [[1, 2, 3], [4, 5]]}
+generation: {max_new_tokens: 4}
+run: {warmup: 0, repeats: 2}
+)");
+  const auto out = dir / "r" / "e.json";
+  ASSERT_EQ(cli({"run", (dir / "e.yaml").string(), "--output", out.string(), "--quiet"}), 0);
+  const auto doc = nlohmann::json::parse(testing::read_file(out));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  for (const auto& r : doc["runs"]) {
+    EXPECT_EQ(r["outputs"].size(), 2u);
+    EXPECT_EQ(r["outputs"][0]["sequences"][0]["tokens"].size(), 4u);
+    EXPECT_EQ(r["timings"]["total_ms"]["values"].size(), 2u);
+    EXPECT_TRUE(r["deterministic_across_repeats"].get<bool>());
+  }
+  EXPECT_EQ(doc["runs"][0]["outputs"], doc["runs"][1]["outputs"]);
+  EXPECT_EQ(doc["environment"]["torch_version"], "2.11.0");
+  EXPECT_FALSE(doc["environment"]["gengraph_commit"].get<std::string>().empty());
+}
+
+TEST(Cli, BadInputExitsNonZeroAndWritesNothing) {
+  TempDir dir;
+  write_file(dir / "e.yaml", "model: {preset: gpt2-tiny}\ninputs: {prompts: [[1, 99999]]}\n");
+  const auto out = dir / "e.json";
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"run", (dir / "e.yaml").string(), "--output", out.string(), "--quiet"}), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("id 99999 is outside the vocabulary"));
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_FALSE(std::filesystem::exists(out.string() + ".tmp"));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"run", (dir / "e.yaml").string(), "--set", "backend=eagr", "--quiet"}), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("unknown backend 'eagr'"));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"frobnicate"}), 2);
+  ::testing::internal::GetCapturedStderr();
+}
+
+TEST(Cli, GenerateAndListings) {
+  TempDir dir;
+  const auto out = dir / "g.json";
+  ASSERT_EQ(cli({"generate", "--model", "gpt2-tiny", "--prompt", "1,2,3", "--max-new-tokens", "3",
+                 "--output", out.string(), "--quiet"}), 0);
+  const auto doc = nlohmann::json::parse(testing::read_file(out));
+  EXPECT_EQ(doc["runs"][0]["outputs"][0]["sequences"][0]["tokens"].size(), 3u);
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(cli({"backends"}), 0);
+  EXPECT_THAT(::testing::internal::GetCapturedStdout(), HasSubstr("eager\tavailable"));
+}
+
+}  // namespace
+}  // namespace gengraph

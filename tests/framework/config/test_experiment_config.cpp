@@ -1,0 +1,123 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "framework/config/experiment_config.h"
+#include "framework/util/error.h"
+#include "tests/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::error_of;
+
+const char* kValid = R"(name: t
+model: {preset: gpt2-tiny, seed: 3, dtype: bfloat16}
+backends:
+  - eager
+  - {name: eager, label: static, options: {cache: static}}
+inputs:
+  prompts: [[1, 2, 3], [4]]
+generation:
+  max_new_tokens: 8
+  eos_token_id: [1, 2]
+run: {warmup: 0, repeats: 2, seed: 5}
+)";
+
+TEST(ExperimentConfig, ParsesEverySection) {
+  const auto c = parse_experiment(kValid, "t.yaml");
+  EXPECT_EQ(c.name, "t");
+  EXPECT_EQ(c.model.preset, "gpt2-tiny");
+  EXPECT_EQ(c.model.seed, 3u);
+  EXPECT_EQ(c.model.dtype, "bfloat16");
+  ASSERT_EQ(c.backends.size(), 2u);
+  EXPECT_EQ(c.backends[1].label, "static");
+  EXPECT_EQ(c.backends[1].options.at("cache"), "static");
+  EXPECT_EQ(c.inputs.prompts, (std::vector<std::vector<int64_t>>{{1, 2, 3}, {4}}));
+  EXPECT_EQ(c.generation["max_new_tokens"], 8);
+  EXPECT_EQ(c.run.repeats, 2);
+  EXPECT_EQ(c.run.seed, 5u);
+}
+
+TEST(ExperimentConfig, SetOverridesApplyBeforeValidation) {
+  const auto c = parse_experiment(kValid, "t.yaml",
+                                  {"generation.max_new_tokens=3", "model.dtype=float32", "run.threads=1",
+                                   "inputs.prompts=[[9, 9]]"});
+  EXPECT_EQ(c.generation["max_new_tokens"], 3);
+  EXPECT_EQ(c.model.dtype, "float32");
+  EXPECT_EQ(c.run.threads, 1);
+  EXPECT_EQ(c.inputs.prompts.size(), 1u);
+  EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"generation.max_new_tokens"}); }),
+              HasSubstr("expected KEY=VALUE"));
+  EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"run.repeats=0"}); }),
+              HasSubstr("run.repeats: expected an integer in [1, 100000], found '0'"));
+}
+
+TEST(ExperimentConfig, SyntheticInputs) {
+  const auto c = parse_experiment(
+      "model: {preset: gpt2-tiny}\ninputs: {synthetic: {batch_size: 4, prompt_length: 32, seed: 1}}\n", "s.yaml");
+  EXPECT_TRUE(c.inputs.synthetic);
+  EXPECT_EQ(c.inputs.batch_size, 4);
+  EXPECT_EQ(c.inputs.prompt_length, 32);
+  EXPECT_EQ(c.name, "s");
+  ASSERT_EQ(c.backends.size(), 1u);
+  EXPECT_EQ(c.backends[0].name, "eager");
+}
+
+struct BadYaml {
+  std::string name;
+  std::string text;
+  std::string expected;
+};
+
+void PrintTo(const BadYaml& b, std::ostream* os) { *os << b.name; }
+
+class ExperimentConfigErrors : public ::testing::TestWithParam<BadYaml> {};
+
+TEST_P(ExperimentConfigErrors, NameFileLineKeyAndValue) {
+  const std::string msg = error_of([] { parse_experiment(GetParam().text, "bad.yaml"); });
+  EXPECT_THAT(msg, HasSubstr("bad.yaml"));
+  EXPECT_THAT(msg, HasSubstr(GetParam().expected));
+}
+
+const std::string kInputs = "inputs: {prompts: [[1, 2]]}\n";
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ExperimentConfigErrors,
+    ::testing::Values(
+        BadYaml{"malformed", "model: {preset: gpt2-tiny\ninputs: [", "malformed YAML"},
+        BadYaml{"malformed_position", "model:\n  preset: a\n   bad: [\n", "bad.yaml:3:"},
+        BadYaml{"unknown_top_key", "model: {preset: gpt2-tiny}\n" + kInputs + "generaton: {}\n",
+                "bad.yaml:3:1: unknown key 'generaton' (did you mean 'generation'?)"},
+        BadYaml{"unknown_model_key", "model: {preset: gpt2-tiny, dtyp: float32}\n" + kInputs,
+                "unknown key 'model.dtyp' (did you mean 'dtype'?)"},
+        BadYaml{"bad_dtype", "model: {preset: gpt2-tiny, dtype: float64}\n" + kInputs,
+                "model.dtype: expected one of float32, bfloat16, float16"},
+        BadYaml{"bad_device", "model: {preset: gpt2-tiny, device: tpu}\n" + kInputs,
+                "model.device: expected cpu, cuda or cuda:N, found 'tpu'"},
+        BadYaml{"preset_and_path", "model: {preset: gpt2-tiny, path: /x}\n" + kInputs,
+                "exactly one of model.preset or model.path"},
+        BadYaml{"no_model", kInputs, "model: expected a model: mapping"},
+        BadYaml{"no_inputs", "model: {preset: gpt2-tiny}\n", "inputs: expected an inputs: mapping"},
+        BadYaml{"negative_token", "model: {preset: gpt2-tiny}\ninputs: {prompts: [[1, -2]]}\n",
+                "inputs.prompts[0][1]: expected a non-negative token id, found '-2'"},
+        BadYaml{"empty_prompt", "model: {preset: gpt2-tiny}\ninputs: {prompts: [[]]}\n",
+                "inputs.prompts[0]: expected at least one token"},
+        BadYaml{"wrong_type", "model: {preset: gpt2-tiny}\n" + kInputs + "run: {repeats: many}\n",
+                "bad.yaml:3:16: run.repeats: expected an integer in [1, 100000], found 'many'"},
+        BadYaml{"generation_unknown", "model: {preset: gpt2-tiny}\n" + kInputs + "generation: {max_new_token: 3}\n",
+                "unknown generation parameter 'max_new_token' (did you mean 'max_new_tokens'?)"},
+        BadYaml{"generation_range", "model: {preset: gpt2-tiny}\n" + kInputs + "generation: {max_new_tokens: 0}\n",
+                "'max_new_tokens': expected an integer >= 1, found 0"},
+        BadYaml{"duplicate_label", "model: {preset: gpt2-tiny}\n" + kInputs + "backends: [eager, eager]\n",
+                "label 'eager' is used twice"},
+        BadYaml{"backend_and_backends", "model: {preset: gpt2-tiny}\n" + kInputs + "backend: eager\nbackends: [eager]\n",
+                "either backend or backends"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(ExperimentConfig, MissingFileIsNamed) {
+  EXPECT_THAT(error_of([] { load_experiment("/no/such.yaml"); }), HasSubstr("/no/such.yaml"));
+}
+
+}  // namespace
+}  // namespace gengraph

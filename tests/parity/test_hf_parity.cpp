@@ -1,0 +1,75 @@
+// Token-exact parity with transformers' generate() (CPU float32), over the cases recorded by
+// tools/make_fixtures.py in tests/fixtures/hf_generate.json, for each cache kind.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "experiments/runner.h"
+#include "framework/backend/backend_registry.h"
+#include "framework/decoding/generator.h"
+#include "framework/model/loader.h"
+#include "tests/test_util.h"
+
+namespace gengraph {
+namespace {
+
+struct ParityCase {
+  nlohmann::json record;
+  std::string cache;
+};
+
+const nlohmann::json& fixtures() {
+  static const nlohmann::json doc = [] {
+    std::ifstream in(testing::fixtures_dir() + "/hf_generate.json");
+    return nlohmann::json::parse(in);
+  }();
+  return doc;
+}
+
+std::vector<ParityCase> all_cases() {
+  std::vector<ParityCase> out;
+  for (const auto& rec : fixtures()["cases"]) {
+    for (const std::string cache : {"growing", "static"}) out.push_back({rec, cache});
+  }
+  return out;
+}
+
+void PrintTo(const ParityCase& c, std::ostream* os) {
+  *os << c.record["name"].get<std::string>() << "/" << c.cache;
+}
+
+class HfParity : public ::testing::TestWithParam<ParityCase> {};
+
+TEST_P(HfParity, SameTokensAsTransformersGenerate) {
+  const auto& rec = GetParam().record;
+  ModelSource src;
+  src.path = testing::fixtures_dir() + "/models/" + rec["model"].get<std::string>();
+  const LoadedModel loaded = load_model(src);
+  const GenerationConfig gen = resolve_generation(loaded, rec["generation"], rec["name"].get<std::string>());
+  register_builtin_backends();
+  auto backend = BackendRegistry::instance().create(
+      "eager", loaded.model, BackendOptions("eager", {{"cache", GetParam().cache}}));
+  const auto prompts = rec["prompts"].get<std::vector<std::vector<int64_t>>>();
+  const auto expected = rec["expected"].get<std::vector<std::vector<int64_t>>>();
+  const GenerationResult r = Generator(gen).generate(*backend, prompts);
+  ASSERT_EQ(r.outputs.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(r.outputs[i].size(), 1u);
+    EXPECT_EQ(r.outputs[i][0].tokens, expected[i]) << "input " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) {
+                           return info.param.record["name"].template get<std::string>() + "_" +
+                                  info.param.cache;
+                         });
+
+TEST(HfParityFixtures, PinnedVersionsAndEnoughCases) {
+  EXPECT_EQ(fixtures()["transformers_version"], "5.17.0");
+  EXPECT_EQ(fixtures()["torch_version"], "2.11.0");
+  EXPECT_GE(fixtures()["cases"].size(), 8u);
+}
+
+}  // namespace
+}  // namespace gengraph

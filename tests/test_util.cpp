@@ -1,0 +1,71 @@
+#include "tests/test_util.h"
+
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+namespace gengraph::testing {
+
+TempDir::TempDir() {
+  std::random_device rd;
+  path_ = std::filesystem::temp_directory_path() / ("gengraph-test-" + std::to_string(rd()));
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string safetensors_bytes(const nlohmann::json& header, const std::string& data) {
+  std::string h = header.dump();
+  while (h.size() % 8) h += ' ';
+  const uint64_t n = h.size();
+  std::string out(reinterpret_cast<const char*>(&n), 8);
+  return out + h + data;
+}
+
+namespace {
+std::string st_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "F32";
+    case at::kHalf: return "F16";
+    case at::kBFloat16: return "BF16";
+    case at::kLong: return "I64";
+    default: return "F64";
+  }
+}
+}  // namespace
+
+void write_safetensors(const std::filesystem::path& path,
+                       const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  std::string data;
+  for (const auto& [name, t0] : tensors) {
+    const at::Tensor t = t0.contiguous();
+    const size_t begin = data.size();
+    data.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
+    header[name] = {{"dtype", st_dtype(t.scalar_type())},
+                    {"shape", t.sizes().vec()},
+                    {"data_offsets", {begin, data.size()}}};
+  }
+  write_file(path, safetensors_bytes(header, data));
+}
+
+std::string fixtures_dir() { return GENGRAPH_FIXTURES_DIR; }
+
+}  // namespace gengraph::testing

@@ -1,0 +1,48 @@
+// Helpers shared by the tests: temporary folders and hand-made safetensors files.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <ATen/Tensor.h>
+#include <nlohmann/json.hpp>
+
+namespace gengraph::testing {
+
+// A fresh empty folder under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+void write_file(const std::filesystem::path& path, const std::string& bytes);
+std::string read_file(const std::filesystem::path& path);
+
+// Raw safetensors bytes from a header document and a data section.
+std::string safetensors_bytes(const nlohmann::json& header, const std::string& data);
+// A valid safetensors file holding `tensors` (contiguous CPU tensors) in their own dtypes.
+void write_safetensors(const std::filesystem::path& path,
+                       const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+
+std::string fixtures_dir();
+
+// The message of the gengraph::Error that `f` throws, or "<no error>".
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+}  // namespace gengraph::testing

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Regenerates gengraph's parity fixtures from the pinned transformers version.
+
+Makes small random GPT-2 models with fixed seeds (saved with save_pretrained: config.json,
+generation_config.json, safetensors — single file, sharded, float16 storage) and records what
+transformers' generate() returns for them on CPU float32. The C++ parity tests compare gengraph's
+tokens to these exactly. Never edit the output by hand: run
+
+    .venv/bin/python tools/make_fixtures.py            # rewrite tests/fixtures
+    .venv/bin/python tools/make_fixtures.py --check    # regenerate in a temp dir and compare
+
+--check exits non-zero when the committed fixtures differ from what the pinned versions produce.
+"""
+import argparse
+import filecmp
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+hf_logging.disable_progress_bar()
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_cases import MODELS, cases  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_OUT = os.path.join(ROOT, "tests", "fixtures")
+
+
+def make_model(spec, out_dir):
+    """Builds a random GPT-2 from a seed and saves it as transformers would."""
+    torch.manual_seed(spec["seed"])
+    config = GPT2Config(**spec["config"])
+    model = GPT2LMHeadModel(config).eval()
+    if spec.get("storage_dtype") == "float16":
+        model = model.to(torch.float16)
+    path = os.path.join(out_dir, "models", spec["name"])
+    model.save_pretrained(path, safe_serialization=True, max_shard_size=spec.get("max_shard_size", "5GB"))
+    return path
+
+
+def load_for_oracle(path):
+    return GPT2LMHeadModel.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
+
+
+def left_pad(prompts, pad):
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+def effective_eos(model, gen):
+    eos = gen.get("eos_token_id", model.generation_config.eos_token_id)
+    if eos is None:
+        return []
+    return [eos] if isinstance(eos, int) else list(eos)
+
+
+def resolve_auto_eos(model, case, gen):
+    """Replaces "auto:ROW,STEP" eos entries by the token greedy search emits there."""
+    eos = gen.get("eos_token_id")
+    items = eos if isinstance(eos, list) else [eos]
+    if not any(isinstance(e, str) for e in items):
+        return gen
+    ids, mask = left_pad(case["prompts"], 0)
+    probe = {k: v for k, v in gen.items() if k not in ("eos_token_id", "pad_token_id")}
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, eos_token_id=None, pad_token_id=0, **probe)
+    resolved = []
+    for e in items:
+        if isinstance(e, str):
+            row, step = (int(x) for x in e.split(":")[1].split(","))
+            e = int(out[row, ids.shape[1] + step])
+        resolved.append(e)
+    gen["eos_token_id"] = resolved if isinstance(eos, list) else resolved[0]
+    return gen
+
+
+def run_case(model, case):
+    gen = resolve_auto_eos(model, case, dict(case["generation"]))
+    eos = effective_eos(model, gen)
+    pad = gen.get("pad_token_id", model.generation_config.pad_token_id)
+    if pad is None:
+        pad = eos[0] if eos else 0
+    ids, mask = left_pad(case["prompts"], pad)
+    torch.manual_seed(case.get("seed", 0))
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, return_dict_in_generate=True,
+                             output_scores=True, **gen)
+    seqs = out.sequences[:, ids.shape[1]:].tolist()
+    expected = []
+    for row in seqs:
+        cut = row
+        for j, t in enumerate(row):
+            if t in eos:
+                cut = row[: j + 1]
+                break
+        expected.append(cut)
+    record = {"name": case["name"], "model": case["model"], "prompts": case["prompts"],
+              "generation": gen, "seed": case.get("seed", 0), "expected": expected}
+    return record
+
+
+def generate(out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    torch.set_num_threads(1)
+    paths = {spec["name"]: make_model(spec, out_dir) for spec in MODELS}
+    records = []
+    for case in cases():
+        model = load_for_oracle(paths[case["model"]])
+        records.append(run_case(model, case))
+    doc = {"transformers_version": transformers.__version__, "torch_version": torch.__version__.split("+")[0],
+           "cases": records}
+    with open(os.path.join(out_dir, "hf_generate.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    return doc
+
+
+def compare_trees(a, b):
+    """Lists files that differ between two fixture trees."""
+    problems = []
+    for dirpath, _, files in os.walk(a):
+        for name in files:
+            pa = os.path.join(dirpath, name)
+            pb = os.path.join(b, os.path.relpath(pa, a))
+            if not os.path.exists(pb):
+                problems.append(f"missing from the committed fixtures: {os.path.relpath(pa, a)}")
+            elif not filecmp.cmp(pa, pb, shallow=False):
+                problems.append(f"differs: {os.path.relpath(pa, a)}")
+    for dirpath, _, files in os.walk(b):
+        for name in files:
+            pb = os.path.join(dirpath, name)
+            if not os.path.exists(os.path.join(a, os.path.relpath(pb, b))):
+                problems.append(f"not produced by the generator (stale?): {os.path.relpath(pb, b)}")
+    return problems
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=DEFAULT_OUT, help="fixture folder (default tests/fixtures)")
+    ap.add_argument("--check", action="store_true", help="regenerate into a temp dir and compare")
+    args = ap.parse_args()
+    if transformers.__version__ != "5.17.0":
+        sys.exit(f"make_fixtures: transformers {transformers.__version__} found; fixtures are pinned to 5.17.0")
+    if not args.check:
+        if os.path.isdir(args.out):
+            shutil.rmtree(os.path.join(args.out, "models"), ignore_errors=True)
+        doc = generate(args.out)
+        print(f"wrote {len(doc['cases'])} cases and {len(MODELS)} models to {args.out}")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        doc = generate(tmp)
+        problems = compare_trees(tmp, args.out)
+    if problems:
+        print("fixtures are NOT reproducible from tools/make_fixtures.py:", *problems, sep="\n  ")
+        sys.exit(1)
+    print(f"fixtures reproducible: {len(doc['cases'])} cases, {len(MODELS)} models match byte for byte")
+
+
+if __name__ == "__main__":
+    main()
