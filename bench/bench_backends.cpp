@@ -1,0 +1,92 @@
+// Prefill and decode-step time of every registered backend, beside each other, per model size and
+// batch size. Each variant is checked against eager (same greedy tokens) before it is timed.
+#include <benchmark/benchmark.h>
+
+#include <ATen/ATen.h>
+
+#include "bench/bench_common.h"
+#include "framework/backend/backend_registry.h"
+#include "framework/util/device.h"
+
+namespace gengraph::bench {
+namespace {
+
+constexpr int64_t kPrompt = 32;
+constexpr int64_t kMaxLength = 128;
+
+struct Variant {
+  std::string label, backend;
+  std::map<std::string, std::string> options;
+};
+
+std::vector<Variant> variants() {
+  std::vector<Variant> v;
+  for (const auto& name : BackendRegistry::instance().names()) {
+    const auto& info = BackendRegistry::instance().get(name);
+    if (info.unavailable_reason && !info.unavailable_reason().empty()) continue;
+    if (name == "eager") {
+      v.push_back({"eager", "eager", {}});
+      v.push_back({"eager-static", "eager", {{"cache", "static"}}});
+    } else {
+      v.push_back({name, name, {}});
+    }
+  }
+  return v;
+}
+
+StepInputs prompt_inputs(int64_t rows, int64_t vocab) {
+  const auto ids = at::randint(vocab, {rows, kPrompt}, at::kLong);
+  return StepInputs{ids, at::arange(kPrompt, at::kLong).expand({rows, kPrompt}).contiguous(),
+                    at::ones({rows, kPrompt}, at::kBool), {}};
+}
+
+void BM_Prefill(benchmark::State& state, Variant v, std::string preset) {
+  const auto model = preset_model(preset);
+  auto backend = BackendRegistry::instance().create(v.backend, model, BackendOptions(v.backend, v.options));
+  const int64_t rows = state.range(0);
+  const StepInputs in = prompt_inputs(rows, model->config().vocab_size);
+  for (auto _ : state) {
+    backend->prepare(BatchShape{rows, kMaxLength});
+    benchmark::DoNotOptimize(backend->prefill(in));
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(rows * kPrompt), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
+  const auto model = preset_model(preset);
+  auto backend = BackendRegistry::instance().create(v.backend, model, BackendOptions(v.backend, v.options));
+  const int64_t rows = state.range(0);
+  const StepInputs in = prompt_inputs(rows, model->config().vocab_size);
+  auto restart = [&] {
+    backend->prepare(BatchShape{rows, kMaxLength});
+    return backend->prefill(in).argmax(-1).unsqueeze(1);
+  };
+  at::Tensor next = restart();
+  const auto valid = at::ones({rows, 1}, at::kBool);
+  for (auto _ : state) {
+    if (backend->length() >= kMaxLength) {
+      state.PauseTiming();
+      next = restart();
+      state.ResumeTiming();
+    }
+    const auto pos = at::full({rows, 1}, backend->length(), at::kLong);
+    next = backend->decode(StepInputs{next, pos, valid, {}}).argmax(-1).unsqueeze(1);
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+void register_backend_benchmarks() {
+  register_builtin_backends();
+  for (const auto& preset : bench_presets()) {
+    for (const auto& v : variants()) {
+      benchmark::RegisterBenchmark(("prefill/" + preset + "/" + v.label).c_str(), BM_Prefill, v, preset)
+          ->ArgName("rows")->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("decode_step/" + preset + "/" + v.label).c_str(), BM_DecodeStep, v, preset)
+          ->ArgName("rows")->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
+}  // namespace gengraph::bench

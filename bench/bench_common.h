@@ -1,0 +1,20 @@
+// Shared pieces of the benchmark binary: cached models and the size grid.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/model/causal_lm.h"
+
+namespace gengraph::bench {
+
+// A random-weight model for a preset (cached: built once per process).
+std::shared_ptr<const CausalLM> preset_model(const std::string& preset);
+
+// Model presets the benchmarks sweep ("gpt2-tiny" only under GENGRAPH_BENCH_SMOKE=1).
+std::vector<std::string> bench_presets();
+
+void register_backend_benchmarks();
+
+}  // namespace gengraph::bench

@@ -1,0 +1,39 @@
+// gengraph's Google Benchmark suite. Entries are registered at run time from the registries, over
+// argument grids. Set GENGRAPH_BENCH_SMOKE=1 for a seconds-long run that only checks they work.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <map>
+
+#include "bench/bench_common.h"
+#include "framework/model/loader.h"
+
+namespace gengraph::bench {
+
+std::shared_ptr<const CausalLM> preset_model(const std::string& preset) {
+  static std::map<std::string, std::shared_ptr<const CausalLM>> cache;
+  auto& m = cache[preset];
+  if (!m) {
+    ModelSource s;
+    s.preset = preset;
+    m = load_model(s).model;
+  }
+  return m;
+}
+
+std::vector<std::string> bench_presets() {
+  const char* smoke = std::getenv("GENGRAPH_BENCH_SMOKE");
+  if (smoke && std::string(smoke) == "1") return {"gpt2-tiny"};
+  return {"gpt2-tiny", "gpt2"};
+}
+
+}  // namespace gengraph::bench
+
+int main(int argc, char** argv) {
+  gengraph::bench::register_backend_benchmarks();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
