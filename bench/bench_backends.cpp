@@ -6,7 +6,7 @@
 
 #include "bench/bench_common.h"
 #include "framework/backend/backend_registry.h"
-#include "framework/util/device.h"
+#include "framework/decoding/generator.h"
 
 namespace gengraph::bench {
 namespace {
@@ -34,6 +34,24 @@ std::vector<Variant> variants() {
   return v;
 }
 
+// Empty when `v` generates the same greedy tokens as eager on this model; else what differs.
+std::string check_against_eager(const Variant& v, const std::shared_ptr<const CausalLM>& model) {
+  auto& registry = BackendRegistry::instance();
+  auto reference = registry.create("eager", model, BackendOptions("eager", {}));
+  auto backend = registry.create(v.backend, model, BackendOptions(v.backend, v.options));
+  GenerationConfig g;
+  g.max_new_tokens = 8;
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3, 4, 5}, {6, 7}};
+  const auto a = Generator(g).generate(*reference, prompts);
+  const auto b = Generator(g).generate(*backend, prompts);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (a.outputs[i][0].tokens != b.outputs[i][0].tokens) {
+      return v.label + " differs from eager on input " + std::to_string(i);
+    }
+  }
+  return "";
+}
+
 StepInputs prompt_inputs(int64_t rows, int64_t vocab) {
   const auto ids = at::randint(vocab, {rows, kPrompt}, at::kLong);
   return StepInputs{ids, at::arange(kPrompt, at::kLong).expand({rows, kPrompt}).contiguous(),
@@ -42,6 +60,7 @@ StepInputs prompt_inputs(int64_t rows, int64_t vocab) {
 
 void BM_Prefill(benchmark::State& state, Variant v, std::string preset) {
   const auto model = preset_model(preset);
+  if (const auto why = check_against_eager(v, model); !why.empty()) return state.SkipWithError(why.c_str());
   auto backend = BackendRegistry::instance().create(v.backend, model, BackendOptions(v.backend, v.options));
   const int64_t rows = state.range(0);
   const StepInputs in = prompt_inputs(rows, model->config().vocab_size);
@@ -54,6 +73,7 @@ void BM_Prefill(benchmark::State& state, Variant v, std::string preset) {
 
 void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
   const auto model = preset_model(preset);
+  if (const auto why = check_against_eager(v, model); !why.empty()) return state.SkipWithError(why.c_str());
   auto backend = BackendRegistry::instance().create(v.backend, model, BackendOptions(v.backend, v.options));
   const int64_t rows = state.range(0);
   const StepInputs in = prompt_inputs(rows, model->config().vocab_size);
