@@ -51,7 +51,7 @@ TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_pre
 if [ ! -f "$BUILD/build.ninja" ] || ! grep -q "$TORCH_PREFIX" "$BUILD/CMakeCache.txt" 2>/dev/null; then
   log "configuring $BUILD"
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython3_EXECUTABLE="$VENV/bin/python" >/dev/null
+        -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" >/dev/null
 fi
 log "building (${*:-all targets})"
 if (($#)); then
