@@ -26,23 +26,31 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 hf_logging.disable_progress_bar()
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fixture_cases import MODELS, cases  # noqa: E402
+import fixture_cases  # noqa: E402  (decoding matrix on GPT-2)
+import fixture_cases_arch  # noqa: E402  (one entry per further architecture)
+
+MODELS = fixture_cases.MODELS + fixture_cases_arch.MODELS
+
+
+def cases():
+    return fixture_cases.cases() + fixture_cases_arch.cases()
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(ROOT, "tests", "fixtures")
 
 
 def make_model(spec, out_dir):
-    """Builds a random GPT-2 from a seed and saves it as transformers would."""
+    """Builds a random model of spec["model_type"] (default gpt2) from a seed and saves it as
+    transformers would."""
     torch.manual_seed(spec["seed"])
-    config = GPT2Config(**spec["config"])
-    model = GPT2LMHeadModel(config).eval()
+    config = AutoConfig.for_model(spec.get("model_type", "gpt2"), **spec["config"])
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
     if spec.get("storage_dtype") == "float16":
         model = model.to(torch.float16)
     path = os.path.join(out_dir, "models", spec["name"])
@@ -51,7 +59,7 @@ def make_model(spec, out_dir):
 
 
 def load_for_oracle(path):
-    return GPT2LMHeadModel.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
 
 
 def left_pad(prompts, pad):
