@@ -23,26 +23,96 @@ MODELS = [
 RAGGED = [[3, 14, 15, 92, 65], [35, 89], [79, 32, 38, 46]]
 
 
-def cases():
+RAGGED_B = [[7, 8, 9, 10, 11, 12], [100], [42, 43, 44]]
+RAGGED_C = [[9, 10, 11], [12], [60, 61, 62, 63, 64]]
+
+
+def case(name, model, prompts, generation, seed=0):
+    return {"name": name, "model": model, "prompts": prompts, "generation": generation, "seed": seed}
+
+
+def greedy_cases():
     return [
-        {"name": "greedy_single", "model": "gpt2-a", "prompts": [[3, 14, 15, 92, 65]],
-         "generation": {"max_new_tokens": 10}},
-        {"name": "greedy_left_padding", "model": "gpt2-a", "prompts": RAGGED,
-         "generation": {"max_new_tokens": 12}},
-        {"name": "greedy_eos_mid_sequence", "model": "gpt2-a", "prompts": RAGGED,
-         "generation": {"max_new_tokens": 12, "eos_token_id": "auto:1,4"}},
-        {"name": "greedy_long_prompt", "model": "gpt2-a",
-         "prompts": [list(range(5, 45)), list(range(50, 60))],
-         "generation": {"max_new_tokens": 20}},
-        {"name": "greedy_sharded_untied", "model": "gpt2-b",
-         "prompts": [[7, 8, 9, 10, 11, 12], [100], [42, 43, 44]],
-         "generation": {"max_new_tokens": 15}},
-        {"name": "greedy_two_eos_ids", "model": "gpt2-b",
-         "prompts": [[7, 8, 9, 10, 11, 12], [100], [42, 43, 44]],
-         "generation": {"max_new_tokens": 15, "eos_token_id": ["auto:0,3", "auto:2,6"],
-                        "pad_token_id": 3}},
-        {"name": "greedy_default_length", "model": "gpt2-c", "prompts": [[9, 10, 11], [12]],
-         "generation": {}},
-        {"name": "greedy_max_length", "model": "gpt2-c", "prompts": [[9, 10, 11, 12, 13, 14], [60, 61]],
-         "generation": {"max_length": 14}},
+        case("greedy_single", "gpt2-a", [[3, 14, 15, 92, 65]], {"max_new_tokens": 10}),
+        case("greedy_left_padding", "gpt2-a", RAGGED, {"max_new_tokens": 12}),
+        case("greedy_eos_mid_sequence", "gpt2-a", RAGGED, {"max_new_tokens": 12, "eos_token_id": "auto:1,4"}),
+        case("greedy_long_prompt", "gpt2-a", [list(range(5, 45)), list(range(50, 60))], {"max_new_tokens": 20}),
+        case("greedy_sharded_untied", "gpt2-b", RAGGED_B, {"max_new_tokens": 15}),
+        case("greedy_two_eos_ids", "gpt2-b", RAGGED_B,
+             {"max_new_tokens": 15, "eos_token_id": ["auto:0,3", "auto:2,6"], "pad_token_id": 3}),
+        case("greedy_default_length", "gpt2-c", [[9, 10, 11], [12]], {}),
+        case("greedy_max_length", "gpt2-c", [[9, 10, 11, 12, 13, 14], [60, 61]], {"max_length": 14}),
     ]
+
+
+def processor_cases():
+    """Greedy search through each logits processor (warpers need sampling: see sampling_cases)."""
+    return [
+        case("proc_repetition_ngram", "gpt2-a", RAGGED,
+             {"max_new_tokens": 14, "repetition_penalty": 1.5, "no_repeat_ngram_size": 2}),
+        case("proc_repetition_below_one", "gpt2-c", RAGGED_C, {"max_new_tokens": 10, "repetition_penalty": 0.7}),
+        case("proc_bad_words_sequence_bias", "gpt2-a", RAGGED,
+             {"max_new_tokens": 12, "bad_words_ids": [[73], [36, 36], [2]],
+              "sequence_bias": [[[55], -4.0], [[46, 36], 5.0], [[65, 65, 43], -2.5]]}),
+        case("proc_min_length", "gpt2-a", RAGGED, {"max_new_tokens": 12, "eos_token_id": "auto:1,1", "min_length": 9}),
+        case("proc_min_new_tokens", "gpt2-b", RAGGED_B,
+             {"max_new_tokens": 12, "eos_token_id": "auto:2,1", "min_new_tokens": 5}),
+        case("proc_suppress_tokens", "gpt2-b", RAGGED_B,
+             {"max_new_tokens": 10, "suppress_tokens": [146, 12], "begin_suppress_tokens": [11, 118]}),
+        case("proc_forced_bos_eos", "gpt2-c", [[9], [12]],
+             {"max_new_tokens": 8, "forced_bos_token_id": 40, "forced_eos_token_id": [41, 42]}),
+        case("proc_exponential_decay", "gpt2-b", RAGGED_B,
+             {"max_new_tokens": 15, "eos_token_id": "auto:1,9", "exponential_decay_length_penalty": [2, 1.8]}),
+        case("proc_invalid_values_renormalize", "gpt2-c", RAGGED_C,
+             {"max_new_tokens": 8, "remove_invalid_values": True, "renormalize_logits": True,
+              "repetition_penalty": 1.2}),
+    ]
+
+
+def sampling_cases():
+    return [
+        case("sample_default_top_k", "gpt2-a", RAGGED, {"max_new_tokens": 12, "do_sample": True}, seed=1),
+        case("sample_temperature", "gpt2-b", RAGGED_B,
+             {"max_new_tokens": 12, "do_sample": True, "temperature": 0.7}, seed=2),
+        case("sample_top_p", "gpt2-c", RAGGED_C,
+             {"max_new_tokens": 12, "do_sample": True, "top_k": 0, "top_p": 0.8}, seed=3),
+        case("sample_min_p", "gpt2-a", RAGGED, {"max_new_tokens": 12, "do_sample": True, "min_p": 0.1}, seed=4),
+        case("sample_typical", "gpt2-b", RAGGED_B,
+             {"max_new_tokens": 12, "do_sample": True, "typical_p": 0.9, "top_k": 0}, seed=5),
+        case("sample_epsilon", "gpt2-c", RAGGED_C,
+             {"max_new_tokens": 12, "do_sample": True, "epsilon_cutoff": 0.02}, seed=6),
+        case("sample_eta", "gpt2-a", RAGGED, {"max_new_tokens": 12, "do_sample": True, "eta_cutoff": 0.01}, seed=7),
+        case("sample_return_sequences", "gpt2-b", RAGGED_B,
+             {"max_new_tokens": 10, "do_sample": True, "num_return_sequences": 3, "eos_token_id": "auto:0,2"},
+             seed=8),
+        case("sample_combined", "gpt2-c", RAGGED_C,
+             {"max_new_tokens": 14, "do_sample": True, "temperature": 1.3, "top_k": 20, "top_p": 0.9,
+              "repetition_penalty": 1.2, "no_repeat_ngram_size": 3}, seed=9),
+    ]
+
+
+def beam_cases():
+    return [
+        case("beam4_defaults", "gpt2-a", RAGGED, {"max_new_tokens": 10, "num_beams": 4}),
+        case("beam3_return3_early_true", "gpt2-b", RAGGED_B,
+             {"max_new_tokens": 12, "num_beams": 3, "num_return_sequences": 3, "early_stopping": True,
+              "length_penalty": 0.5, "eos_token_id": "auto:1,2"}),
+        case("beam4_never_lp2", "gpt2-c", RAGGED_C,
+             {"max_new_tokens": 10, "num_beams": 4, "early_stopping": "never", "length_penalty": 2.0,
+              "eos_token_id": "auto:0,3"}),
+        case("beam2_two_eos", "gpt2-a", RAGGED,
+             {"max_new_tokens": 12, "num_beams": 2, "num_return_sequences": 2,
+              "eos_token_id": ["auto:0,2", "auto:2,4"]}),
+        case("beam4_false_negative_lp", "gpt2-b", RAGGED_B,
+             {"max_new_tokens": 12, "num_beams": 4, "length_penalty": -0.5, "no_repeat_ngram_size": 2,
+              "eos_token_id": "auto:2,3"}),
+        case("beam_sample3", "gpt2-c", RAGGED_C,
+             {"max_new_tokens": 10, "num_beams": 3, "do_sample": True, "num_return_sequences": 2,
+              "eos_token_id": "auto:1,2"}, seed=11),
+        case("beam_sample_top_k", "gpt2-a", RAGGED,
+             {"max_new_tokens": 10, "num_beams": 2, "do_sample": True, "top_k": 5, "temperature": 0.8}, seed=12),
+    ]
+
+
+def cases():
+    return greedy_cases() + processor_cases() + sampling_cases() + beam_cases()

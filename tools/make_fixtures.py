@@ -80,15 +80,15 @@ def effective_eos(model, gen):
 
 
 def resolve_auto_eos(model, case, gen):
-    """Replaces "auto:ROW,STEP" eos entries by the token greedy search emits there."""
+    """Replaces "auto:ROW,STEP" eos entries by the token plain greedy search emits there."""
     eos = gen.get("eos_token_id")
     items = eos if isinstance(eos, list) else [eos]
     if not any(isinstance(e, str) for e in items):
         return gen
     ids, mask = left_pad(case["prompts"], 0)
-    probe = {k: v for k, v in gen.items() if k not in ("eos_token_id", "pad_token_id")}
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, eos_token_id=None, pad_token_id=0, **probe)
+        out = model.generate(input_ids=ids, attention_mask=mask, eos_token_id=None, pad_token_id=0,
+                             max_new_tokens=gen.get("max_new_tokens", 20))
     resolved = []
     for e in items:
         if isinstance(e, str):
@@ -99,6 +99,13 @@ def resolve_auto_eos(model, case, gen):
     return gen
 
 
+def cut_at_eos(row, eos):
+    for j, t in enumerate(row):
+        if t in eos:
+            return row[: j + 1]
+    return row
+
+
 def run_case(model, case):
     gen = resolve_auto_eos(model, case, dict(case["generation"]))
     eos = effective_eos(model, gen)
@@ -106,22 +113,25 @@ def run_case(model, case):
     if pad is None:
         pad = eos[0] if eos else 0
     ids, mask = left_pad(case["prompts"], pad)
-    torch.manual_seed(case.get("seed", 0))
+    seed = case.get("seed", 0)
+    torch.manual_seed(seed)
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, return_dict_in_generate=True,
                              output_scores=True, **gen)
-    seqs = out.sequences[:, ids.shape[1]:].tolist()
-    expected = []
-    for row in seqs:
-        cut = row
-        for j, t in enumerate(row):
-            if t in eos:
-                cut = row[: j + 1]
-                break
-        expected.append(cut)
-    record = {"name": case["name"], "model": case["model"], "prompts": case["prompts"],
-              "generation": gen, "seed": case.get("seed", 0), "expected": expected}
-    return record
+    prompt_len = ids.shape[1]
+    seqs = out.sequences.tolist()
+    per_input = len(seqs) // len(case["prompts"])
+    hyps = []
+    for i, row in enumerate(seqs):
+        if gen.get("num_beams", 1) > 1:
+            # A returned hypothesis is as long as its beam history (transformers pads the rest).
+            n = int((out.beam_indices[i] != -1).sum())
+            hyps.append({"tokens": row[prompt_len:prompt_len + n], "score": float(out.sequences_scores[i])})
+        else:
+            hyps.append({"tokens": cut_at_eos(row[prompt_len:], eos), "score": None})
+    expected = [hyps[i * per_input:(i + 1) * per_input] for i in range(len(case["prompts"]))]
+    return {"name": case["name"], "model": case["model"], "prompts": case["prompts"],
+            "generation": gen, "seed": seed, "expected": expected}
 
 
 def generate(out_dir):

@@ -1,6 +1,8 @@
 #include "framework/decoding/generation_config.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -9,47 +11,205 @@
 namespace gengraph {
 namespace {
 
+using Json = nlohmann::json;
+
 [[noreturn]] void bad(const std::string& source, const std::string& key, const std::string& expected,
-                      const nlohmann::json& found) {
+                      const Json& found) {
   throw Error(source + ": '" + key + "': expected " + expected + ", found " + found.dump());
 }
 
-int64_t as_int(const nlohmann::json& v, const std::string& source, const std::string& key,
-               int64_t min) {
-  if (!v.is_number_integer() || v.get<int64_t>() < min) {
-    bad(source, key, "an integer >= " + std::to_string(min), v);
+struct Reader {
+  const std::string& source;
+  const std::string& key;
+  const Json& v;
+
+  int64_t integer(int64_t min) const {
+    if (!v.is_number_integer() || v.get<int64_t>() < min) {
+      bad(source, key, "an integer >= " + std::to_string(min), v);
+    }
+    return v.get<int64_t>();
   }
-  return v.get<int64_t>();
+  std::optional<int64_t> opt_integer(int64_t min) const {
+    if (v.is_null()) return std::nullopt;
+    return integer(min);
+  }
+  double number(const std::string& expected, const std::function<bool(double)>& ok) const {
+    if (!v.is_number() || !ok(v.get<double>())) bad(source, key, expected, v);
+    return v.get<double>();
+  }
+  bool boolean() const {
+    if (!v.is_boolean()) bad(source, key, "true or false", v);
+    return v.get<bool>();
+  }
+  static int64_t token_of(const Json& x, const std::string& source, const std::string& key) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0) bad(source, key, "non-negative token ids", x);
+    return x.get<int64_t>();
+  }
+  std::optional<int64_t> token() const {
+    if (v.is_null()) return std::nullopt;
+    if (v.is_array() && v.size() == 1) return token_of(v[0], source, key);
+    return token_of(v, source, key);
+  }
+  std::vector<int64_t> tokens() const {
+    if (v.is_null()) return {};
+    if (v.is_number()) return {token_of(v, source, key)};
+    if (!v.is_array()) bad(source, key, "a token id or a list of token ids", v);
+    std::vector<int64_t> out;
+    for (const auto& x : v) out.push_back(token_of(x, source, key));
+    return out;
+  }
+  std::vector<std::vector<int64_t>> token_lists() const {
+    if (v.is_null()) return {};
+    if (!v.is_array() || v.empty()) bad(source, key, "a non-empty list of token-id lists", v);
+    std::vector<std::vector<int64_t>> out;
+    for (const auto& seq : v) {
+      if (!seq.is_array() || seq.empty()) bad(source, key, "non-empty lists of token ids", seq);
+      out.emplace_back();
+      for (const auto& x : seq) out.back().push_back(token_of(x, source, key));
+    }
+    return out;
+  }
+};
+
+using Setter = std::function<void(GenerationConfig&, const Reader&)>;
+
+bool positive(double x) { return x > 0; }
+bool unit_open_closed(double x) { return x > 0 && x <= 1; }
+bool unit_closed(double x) { return x >= 0 && x <= 1; }
+bool unit_half_open(double x) { return x >= 0 && x < 1; }
+bool any_number(double) { return true; }
+
+const std::map<std::string, Setter>& setters() {
+  static const std::map<std::string, Setter> kSetters = {
+      {"max_new_tokens", [](auto& c, const Reader& r) { c.max_new_tokens = r.opt_integer(1); }},
+      {"max_length", [](auto& c, const Reader& r) { c.max_length = r.opt_integer(1); }},
+      {"min_length", [](auto& c, const Reader& r) { c.min_length = r.v.is_null() ? 0 : r.integer(0); }},
+      {"min_new_tokens", [](auto& c, const Reader& r) { c.min_new_tokens = r.opt_integer(0); }},
+      {"max_time",
+       [](auto& c, const Reader& r) {
+         c.max_time = r.v.is_null() ? std::nullopt
+                                    : std::optional<double>(r.number("a positive number of seconds", positive));
+       }},
+      {"do_sample", [](auto& c, const Reader& r) { c.do_sample = r.boolean(); }},
+      {"num_beams", [](auto& c, const Reader& r) { c.num_beams = r.integer(1); }},
+      {"num_beam_groups", [](auto& c, const Reader& r) { c.num_beam_groups = r.integer(1); }},
+      {"diversity_penalty",
+       [](auto& c, const Reader& r) { c.diversity_penalty = r.number("a number >= 0", [](double x) { return x >= 0; }); }},
+      {"length_penalty", [](auto& c, const Reader& r) { c.length_penalty = r.number("a number", any_number); }},
+      {"early_stopping",
+       [](auto& c, const Reader& r) {
+         if (r.v.is_boolean()) {
+           c.early_stopping = r.v.get<bool>() ? EarlyStopping::kTrue : EarlyStopping::kFalse;
+         } else if (r.v.is_string() && r.v.get<std::string>() == "never") {
+           c.early_stopping = EarlyStopping::kNever;
+         } else {
+           bad(r.source, r.key, "true, false or \"never\"", r.v);
+         }
+       }},
+      {"num_return_sequences", [](auto& c, const Reader& r) { c.num_return_sequences = r.integer(1); }},
+      {"temperature", [](auto& c, const Reader& r) { c.temperature = r.number("a number > 0", positive); }},
+      {"top_k", [](auto& c, const Reader& r) { c.top_k = r.v.is_null() ? 0 : r.integer(0); }},
+      {"top_p", [](auto& c, const Reader& r) { c.top_p = r.number("a number in (0, 1]", unit_open_closed); }},
+      {"min_p",
+       [](auto& c, const Reader& r) {
+         c.min_p = r.v.is_null() ? std::nullopt : std::optional<double>(r.number("a number in [0, 1]", unit_closed));
+       }},
+      {"typical_p", [](auto& c, const Reader& r) { c.typical_p = r.number("a number in (0, 1]", unit_open_closed); }},
+      {"epsilon_cutoff", [](auto& c, const Reader& r) { c.epsilon_cutoff = r.number("a number in [0, 1)", unit_half_open); }},
+      {"eta_cutoff", [](auto& c, const Reader& r) { c.eta_cutoff = r.number("a number in [0, 1)", unit_half_open); }},
+      {"repetition_penalty", [](auto& c, const Reader& r) { c.repetition_penalty = r.number("a number > 0", positive); }},
+      {"frequency_penalty", [](auto& c, const Reader& r) { c.frequency_penalty = r.number("a number", any_number); }},
+      {"presence_penalty", [](auto& c, const Reader& r) { c.presence_penalty = r.number("a number", any_number); }},
+      {"no_repeat_ngram_size", [](auto& c, const Reader& r) { c.no_repeat_ngram_size = r.v.is_null() ? 0 : r.integer(0); }},
+      {"bad_words_ids", [](auto& c, const Reader& r) { c.bad_words_ids = r.token_lists(); }},
+      {"sequence_bias",
+       [](auto& c, const Reader& r) {
+         c.sequence_bias.clear();
+         if (r.v.is_null()) return;
+         if (!r.v.is_array() || r.v.empty()) bad(r.source, r.key, "a list of [[token ids], bias] pairs", r.v);
+         for (const auto& pair : r.v) {
+           if (!pair.is_array() || pair.size() != 2 || !pair[0].is_array() || pair[0].empty() ||
+               !pair[1].is_number()) {
+             bad(r.source, r.key, "[[token ids], bias] pairs", pair);
+           }
+           std::vector<int64_t> ids;
+           for (const auto& x : pair[0]) ids.push_back(Reader::token_of(x, r.source, r.key));
+           c.sequence_bias.emplace_back(ids, pair[1].get<double>());
+         }
+       }},
+      {"logit_bias",
+       [](auto& c, const Reader& r) {
+         c.logit_bias.clear();
+         if (r.v.is_null()) return;
+         if (!r.v.is_object()) bad(r.source, r.key, "a mapping {token id: bias}", r.v);
+         for (auto it = r.v.begin(); it != r.v.end(); ++it) {
+           size_t used = 0;
+           int64_t id = -1;
+           try {
+             id = std::stoll(it.key(), &used);
+           } catch (const std::exception&) {
+             used = 0;
+           }
+           if (used != it.key().size() || id < 0 || !it.value().is_number()) {
+             bad(r.source, r.key, "token id keys with numeric biases", Json{{it.key(), it.value()}});
+           }
+           c.logit_bias.emplace_back(id, it.value().get<double>());
+         }
+       }},
+      {"suppress_tokens", [](auto& c, const Reader& r) { c.suppress_tokens = r.tokens(); }},
+      {"begin_suppress_tokens", [](auto& c, const Reader& r) { c.begin_suppress_tokens = r.tokens(); }},
+      {"forced_bos_token_id", [](auto& c, const Reader& r) { c.forced_bos_token_id = r.token(); }},
+      {"forced_eos_token_id", [](auto& c, const Reader& r) { c.forced_eos_token_id = r.tokens(); }},
+      {"exponential_decay_length_penalty",
+       [](auto& c, const Reader& r) {
+         if (r.v.is_null()) {
+           c.exponential_decay_length_penalty.reset();
+           return;
+         }
+         if (!r.v.is_array() || r.v.size() != 2 || !r.v[0].is_number_integer() || r.v[0].get<int64_t>() < 0 ||
+             !r.v[1].is_number() || !(r.v[1].get<double>() > 0)) {
+           bad(r.source, r.key, "[start index >= 0, decay factor > 0]", r.v);
+         }
+         c.exponential_decay_length_penalty = std::make_pair(r.v[0].get<int64_t>(), r.v[1].get<double>());
+       }},
+      {"remove_invalid_values", [](auto& c, const Reader& r) { c.remove_invalid_values = r.boolean(); }},
+      {"renormalize_logits", [](auto& c, const Reader& r) { c.renormalize_logits = r.boolean(); }},
+      {"processors",
+       [](auto& c, const Reader& r) {
+         c.processors.clear();
+         if (r.v.is_null()) return;
+         if (!r.v.is_array()) bad(r.source, r.key, "a list of {name: ..., <parameters>}", r.v);
+         for (const auto& item : r.v) {
+           if (item.is_string()) {
+             c.processors.push_back({item.get<std::string>(), Json::object()});
+             continue;
+           }
+           if (!item.is_object() || !item.contains("name") || !item["name"].is_string()) {
+             bad(r.source, r.key, "entries with a 'name'", item);
+           }
+           Json params = item;
+           params.erase("name");
+           c.processors.push_back({item["name"].get<std::string>(), params});
+         }
+       }},
+      {"stop_sequences", [](auto& c, const Reader& r) { c.stop_sequences = r.token_lists(); }},
+      {"eos_token_id", [](auto& c, const Reader& r) { c.eos_token_id = r.tokens(); }},
+      {"pad_token_id", [](auto& c, const Reader& r) { c.pad_token_id = r.token(); }},
+      {"bos_token_id", [](auto& c, const Reader& r) { c.bos_token_id = r.token(); }},
+  };
+  return kSetters;
 }
 
-bool as_bool(const nlohmann::json& v, const std::string& source, const std::string& key) {
-  if (!v.is_boolean()) bad(source, key, "true or false", v);
-  return v.get<bool>();
-}
-
-std::optional<int64_t> as_token(const nlohmann::json& v, const std::string& source,
-                                const std::string& key) {
-  if (v.is_null()) return std::nullopt;
-  if (v.is_array() && v.size() == 1) return as_int(v[0], source, key, 0);
-  return as_int(v, source, key, 0);
-}
-
-std::vector<int64_t> as_tokens(const nlohmann::json& v, const std::string& source,
-                               const std::string& key) {
-  if (v.is_null()) return {};
-  if (v.is_number()) return {as_int(v, source, key, 0)};
-  if (!v.is_array()) bad(source, key, "a token id or a list of token ids", v);
-  std::vector<int64_t> out;
-  for (const auto& x : v) out.push_back(as_int(x, source, key, 0));
-  return out;
-}
+[[noreturn]] void invalid(const std::string& what) { throw Error("generation: " + what); }
 
 }  // namespace
 
 const std::vector<std::string>& generation_keys() {
-  static const std::vector<std::string> kKeys = {
-      "max_new_tokens", "max_length",   "do_sample",    "num_beams", "num_return_sequences",
-      "eos_token_id",   "pad_token_id", "bos_token_id"};
+  static const std::vector<std::string> kKeys = [] {
+    std::vector<std::string> k;
+    for (const auto& [name, s] : setters()) k.push_back(name);
+    return k;
+  }();
   return kKeys;
 }
 
@@ -60,38 +220,23 @@ bool is_generation_metadata_key(const std::string& key) {
          key == "decoder_start_token_id";
 }
 
-void apply_generation_key(GenerationConfig& c, const std::string& key, const nlohmann::json& v,
+void apply_generation_key(GenerationConfig& c, const std::string& key, const Json& v,
                           const std::string& source) {
-  if (key == "max_new_tokens") {
-    c.max_new_tokens = v.is_null() ? std::nullopt : std::optional<int64_t>(as_int(v, source, key, 1));
-  } else if (key == "max_length") {
-    c.max_length = v.is_null() ? std::nullopt : std::optional<int64_t>(as_int(v, source, key, 1));
-  } else if (key == "do_sample") {
-    c.do_sample = as_bool(v, source, key);
-  } else if (key == "num_beams") {
-    c.num_beams = as_int(v, source, key, 1);
-  } else if (key == "num_return_sequences") {
-    c.num_return_sequences = as_int(v, source, key, 1);
-  } else if (key == "eos_token_id") {
-    c.eos_token_id = as_tokens(v, source, key);
-  } else if (key == "pad_token_id") {
-    c.pad_token_id = as_token(v, source, key);
-  } else if (key == "bos_token_id") {
-    c.bos_token_id = as_token(v, source, key);
-  } else {
+  auto it = setters().find(key);
+  if (it == setters().end()) {
     throw Error(source + ": unknown generation parameter '" + key + "'" +
                 did_you_mean(key, generation_keys()) + "; known: " + join(generation_keys(), ", "));
   }
+  it->second(c, Reader{source, key, v});
 }
 
-std::vector<std::string> apply_generation_defaults(GenerationConfig& c, const nlohmann::json& doc,
+std::vector<std::string> apply_generation_defaults(GenerationConfig& c, const Json& doc,
                                                    const std::string& source) {
   if (!doc.is_object()) throw Error(source + ": expected a JSON object");
   std::vector<std::string> ignored;
-  const auto& known = generation_keys();
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (is_generation_metadata_key(it.key())) continue;
-    if (std::find(known.begin(), known.end(), it.key()) == known.end()) {
+    if (!setters().count(it.key())) {
       ignored.push_back(it.key());
       continue;
     }
@@ -101,17 +246,42 @@ std::vector<std::string> apply_generation_defaults(GenerationConfig& c, const nl
 }
 
 void GenerationConfig::validate() const {
-  if (do_sample) {
-    throw Error("generation: 'do_sample': true is not supported yet (only greedy search); "
-                "set do_sample: false");
+  if (num_beam_groups > 1) {
+    invalid("diverse beam search ('num_beam_groups' > 1) is not implemented yet");
   }
-  if (num_beams != 1) {
-    throw Error("generation: 'num_beams': expected 1 (beam search is not supported yet), found " +
-                std::to_string(num_beams));
+  const std::string beams = std::to_string(num_beams);
+  if (num_beams == 1 && num_beam_groups > 1) {
+    invalid("'num_beam_groups' (" + std::to_string(num_beam_groups) + ") needs num_beams > 1");
   }
-  if (num_return_sequences > num_beams) {
-    throw Error("generation: 'num_return_sequences' (" + std::to_string(num_return_sequences) +
-                ") must not exceed num_beams (" + std::to_string(num_beams) + ")");
+  if (num_beams % num_beam_groups != 0) {
+    invalid("'num_beams' (" + beams + ") must be divisible by 'num_beam_groups' (" +
+            std::to_string(num_beam_groups) + ")");
+  }
+  if (num_beam_groups > 1 && do_sample) {
+    invalid("diverse beam search ('num_beam_groups' > 1) cannot sample; set do_sample: false");
+  }
+  if (diversity_penalty > 0 && num_beam_groups == 1) {
+    invalid("'diversity_penalty' has no effect without 'num_beam_groups' > 1");
+  }
+  if (num_beams > 1 && num_return_sequences > num_beams) {
+    invalid("'num_return_sequences' (" + std::to_string(num_return_sequences) +
+            ") must not exceed num_beams (" + beams + ")");
+  }
+  if (num_beams == 1 && !do_sample && num_return_sequences > 1) {
+    invalid("greedy search returns one sequence; 'num_return_sequences' > 1 needs do_sample: true or "
+            "num_beams > 1");
+  }
+  if (!processors.empty() && sets_processor_parameters()) {
+    invalid("'processors' replaces the chain built from processor parameters (temperature, top_k, "
+            "...); set those inside the list, not beside it");
+  }
+  // Without an EOS id there is nothing for these to suppress; transformers drops them silently.
+  if (eos_token_id.empty() && min_length > 0) invalid("'min_length' needs an 'eos_token_id'");
+  if (eos_token_id.empty() && min_new_tokens.value_or(0) > 0) {
+    invalid("'min_new_tokens' needs an 'eos_token_id'");
+  }
+  if (eos_token_id.empty() && exponential_decay_length_penalty) {
+    invalid("'exponential_decay_length_penalty' needs an 'eos_token_id'");
   }
 }
 
@@ -138,18 +308,78 @@ void GenerationConfig::validate_for_vocab(int64_t vocab) const {
   for (auto id : eos_token_id) check("eos_token_id", id);
   if (pad_token_id) check("pad_token_id", *pad_token_id);
   if (bos_token_id) check("bos_token_id", *bos_token_id);
+  if (forced_bos_token_id) check("forced_bos_token_id", *forced_bos_token_id);
+  for (auto id : forced_eos_token_id) check("forced_eos_token_id", id);
+  for (auto id : suppress_tokens) check("suppress_tokens", id);
+  for (auto id : begin_suppress_tokens) check("begin_suppress_tokens", id);
+  for (const auto& s : bad_words_ids) for (auto id : s) check("bad_words_ids", id);
+  for (const auto& [s, b] : sequence_bias) for (auto id : s) check("sequence_bias", id);
+  for (const auto& [id, b] : logit_bias) check("logit_bias", id);
+  for (const auto& s : stop_sequences) for (auto id : s) check("stop_sequences", id);
 }
 
-nlohmann::json GenerationConfig::to_json() const {
-  nlohmann::json j;
-  j["max_new_tokens"] = max_new_tokens ? nlohmann::json(*max_new_tokens) : nlohmann::json();
-  j["max_length"] = max_length ? nlohmann::json(*max_length) : nlohmann::json();
+bool GenerationConfig::sets_processor_parameters() const {
+  return temperature != 1.0 || top_k != 50 || top_p != 1.0 || min_p || typical_p != 1.0 ||
+         epsilon_cutoff != 0.0 || eta_cutoff != 0.0 || repetition_penalty != 1.0 ||
+         frequency_penalty != 0.0 || presence_penalty != 0.0 || no_repeat_ngram_size != 0 ||
+         !bad_words_ids.empty() || !sequence_bias.empty() || !logit_bias.empty() ||
+         !suppress_tokens.empty() || !begin_suppress_tokens.empty() || forced_bos_token_id ||
+         !forced_eos_token_id.empty() || exponential_decay_length_penalty ||
+         remove_invalid_values || renormalize_logits || min_length != 0 || min_new_tokens;
+}
+
+Json GenerationConfig::to_json() const {
+  auto opt = [](const auto& o) { return o ? Json(*o) : Json(); };
+  Json j;
+  j["max_new_tokens"] = opt(max_new_tokens);
+  j["max_length"] = opt(max_length);
+  j["min_length"] = min_length;
+  j["min_new_tokens"] = opt(min_new_tokens);
+  j["max_time"] = opt(max_time);
   j["do_sample"] = do_sample;
   j["num_beams"] = num_beams;
+  j["num_beam_groups"] = num_beam_groups;
+  j["diversity_penalty"] = diversity_penalty;
+  j["length_penalty"] = length_penalty;
+  j["early_stopping"] = early_stopping == EarlyStopping::kNever ? Json("never")
+                                                                 : Json(early_stopping == EarlyStopping::kTrue);
   j["num_return_sequences"] = num_return_sequences;
+  j["temperature"] = temperature;
+  j["top_k"] = top_k;
+  j["top_p"] = top_p;
+  j["min_p"] = opt(min_p);
+  j["typical_p"] = typical_p;
+  j["epsilon_cutoff"] = epsilon_cutoff;
+  j["eta_cutoff"] = eta_cutoff;
+  j["repetition_penalty"] = repetition_penalty;
+  j["frequency_penalty"] = frequency_penalty;
+  j["presence_penalty"] = presence_penalty;
+  j["no_repeat_ngram_size"] = no_repeat_ngram_size;
+  j["bad_words_ids"] = bad_words_ids;
+  j["sequence_bias"] = Json::array();
+  for (const auto& [ids, b] : sequence_bias) j["sequence_bias"].push_back({ids, b});
+  j["logit_bias"] = Json::object();
+  for (const auto& [id, b] : logit_bias) j["logit_bias"][std::to_string(id)] = b;
+  j["suppress_tokens"] = suppress_tokens;
+  j["begin_suppress_tokens"] = begin_suppress_tokens;
+  j["forced_bos_token_id"] = opt(forced_bos_token_id);
+  j["forced_eos_token_id"] = forced_eos_token_id;
+  j["exponential_decay_length_penalty"] =
+      exponential_decay_length_penalty
+          ? Json{exponential_decay_length_penalty->first, exponential_decay_length_penalty->second}
+          : Json();
+  j["remove_invalid_values"] = remove_invalid_values;
+  j["renormalize_logits"] = renormalize_logits;
+  j["processors"] = Json::array();
+  for (const auto& p : processors) {
+    Json e = p.params;
+    e["name"] = p.name;
+    j["processors"].push_back(e);
+  }
+  j["stop_sequences"] = stop_sequences;
   j["eos_token_id"] = eos_token_id;
-  j["pad_token_id"] = pad_token_id ? nlohmann::json(*pad_token_id) : nlohmann::json();
-  j["bos_token_id"] = bos_token_id ? nlohmann::json(*bos_token_id) : nlohmann::json();
+  j["pad_token_id"] = opt(pad_token_id);
+  j["bos_token_id"] = opt(bos_token_id);
   return j;
 }
 

@@ -1,38 +1,88 @@
-// Generation parameters, named and defaulted as in transformers' GenerationConfig, so that a
-// model's generation_config.json and a YAML `generation:` block mean the same thing here.
+// Generation parameters, named and defaulted as in transformers' GenerationConfig (5.17), so that a
+// model's generation_config.json and a YAML `generation:` block mean the same thing here. A few
+// gengraph extensions (marked below) have no transformers counterpart.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 namespace gengraph {
+
+enum class EarlyStopping { kFalse, kTrue, kNever };
+
+// One entry of an explicit processor list: a registered processor name and its parameters.
+struct ProcessorSpec {
+  std::string name;
+  nlohmann::json params = nlohmann::json::object();
+};
 
 struct GenerationConfig {
   // Length. max_new_tokens wins over max_length (which counts the padded prompt); with neither,
   // transformers 5 generates 20 new tokens, capped at the model's context.
   std::optional<int64_t> max_new_tokens;
   std::optional<int64_t> max_length;
+  int64_t min_length = 0;
+  std::optional<int64_t> min_new_tokens;
+  std::optional<double> max_time;  // seconds
 
   // Search.
   bool do_sample = false;
   int64_t num_beams = 1;
+  int64_t num_beam_groups = 1;  // diverse beam search (out of transformers' core since 5.x)
+  double diversity_penalty = 0.0;
+  double length_penalty = 1.0;
+  EarlyStopping early_stopping = EarlyStopping::kFalse;
   int64_t num_return_sequences = 1;
+
+  // Logits processors and warpers (warpers act only when do_sample).
+  double temperature = 1.0;
+  int64_t top_k = 50;
+  double top_p = 1.0;
+  std::optional<double> min_p;
+  double typical_p = 1.0;
+  double epsilon_cutoff = 0.0;
+  double eta_cutoff = 0.0;
+  double repetition_penalty = 1.0;
+  double frequency_penalty = 0.0;  // gengraph extension (OpenAI/vLLM semantics)
+  double presence_penalty = 0.0;   // gengraph extension (OpenAI/vLLM semantics)
+  int64_t no_repeat_ngram_size = 0;
+  std::vector<std::vector<int64_t>> bad_words_ids;
+  std::vector<std::pair<std::vector<int64_t>, double>> sequence_bias;
+  std::vector<std::pair<int64_t, double>> logit_bias;  // gengraph extension: token -> added bias
+  std::vector<int64_t> suppress_tokens;
+  std::vector<int64_t> begin_suppress_tokens;
+  std::optional<int64_t> forced_bos_token_id;
+  std::vector<int64_t> forced_eos_token_id;
+  std::optional<std::pair<int64_t, double>> exponential_decay_length_penalty;  // (start, factor)
+  bool remove_invalid_values = false;
+  bool renormalize_logits = false;
+
+  // gengraph extension: an explicit processor chain in any order, replacing the one transformers
+  // would build from the parameters above (which must then stay at their defaults).
+  std::vector<ProcessorSpec> processors;
+
+  // Stopping (gengraph extension: token-id sequences; transformers' stop_strings need text).
+  std::vector<std::vector<int64_t>> stop_sequences;
 
   // Special tokens.
   std::vector<int64_t> eos_token_id;
   std::optional<int64_t> pad_token_id;
   std::optional<int64_t> bos_token_id;
 
-  // Throws gengraph::Error naming the key, the value and the allowed range.
+  // Throws gengraph::Error naming the key, the value and the allowed range, for values and for
+  // combinations (num_return_sequences > num_beams, num_beams % num_beam_groups, ...).
   void validate() const;
   // The total length (padded prompt + new tokens) as transformers resolves it.
   int64_t resolve_max_length(int64_t prompt_length, int64_t max_positions) const;
-  // Checks token ids against the vocabulary.
+  // Checks every token id against the vocabulary.
   void validate_for_vocab(int64_t vocab_size) const;
+  // True when any logits-processor parameter differs from its default.
+  bool sets_processor_parameters() const;
   nlohmann::json to_json() const;
 };
 

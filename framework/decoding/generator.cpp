@@ -54,7 +54,7 @@ GenerationResult Generator::generate(ForwardBackend& backend,
                 std::to_string(mc.max_positions) + " positions (" + mc.source + ")");
   }
 
-  Pipeline pipe = build_pipeline(config_, max_length);
+  Pipeline pipe = build_pipeline(config_, PipelineShape{max_length, prompt_len, mc.vocab_size});
   const int64_t batch = static_cast<int64_t>(prompts.size());
   const int64_t per_input = pipe.strategy->rows_per_input();
   const int64_t rows = batch * per_input;

@@ -1,6 +1,9 @@
 #include "framework/decoding/pipeline.h"
 
+#include "framework/decoding/processors/processor_factory.h"
+#include "framework/decoding/search/beam_search.h"
 #include "framework/decoding/search/rowwise_search.h"
+#include "framework/util/error.h"
 
 namespace gengraph {
 
@@ -10,15 +13,55 @@ int64_t effective_pad_token(const GenerationConfig& c) {
   return 0;
 }
 
-Pipeline build_pipeline(const GenerationConfig& c, int64_t max_length) {
+int64_t rows_per_input(const GenerationConfig& c) {
+  if (c.num_beams > 1) return c.num_beams;
+  return c.do_sample ? c.num_return_sequences : 1;
+}
+
+Pipeline build_pipeline(const GenerationConfig& c, const PipelineShape& shape) {
   Pipeline p;
-  p.stopping.add(std::make_unique<MaxLengthCriterion>(max_length));
-  std::optional<int64_t> finished_pad;
-  if (!c.eos_token_id.empty()) {
-    p.stopping.add(std::make_unique<EosCriterion>(c.eos_token_id));
-    finished_pad = effective_pad_token(c);
+  const int64_t n_eos = static_cast<int64_t>(c.eos_token_id.size());
+  ProcessorContext ctx;
+  ctx.vocab_size = shape.vocab_size;
+  ctx.eos = c.eos_token_id;
+  ctx.max_length = shape.max_length;
+  ctx.prompt_length = shape.prompt_length;
+  ctx.min_tokens_to_keep = (c.do_sample && c.num_beams > 1) ? std::max<int64_t>(2, n_eos + 1) : 1;
+  if (c.processors.empty()) {
+    add_processors_from_config(p.processors, c, ctx);
+  } else {
+    add_processors_from_list(p.processors, c.processors, ctx);
   }
-  p.strategy = std::make_unique<GreedySearch>(finished_pad);
+
+  p.stopping.add(std::make_unique<MaxLengthCriterion>(shape.max_length));
+  if (c.max_time) p.stopping.add(std::make_unique<MaxTimeCriterion>(*c.max_time));
+  if (!c.stop_sequences.empty()) p.stopping.add(std::make_unique<StopSequencesCriterion>(c.stop_sequences));
+  if (!c.eos_token_id.empty()) p.stopping.add(std::make_unique<EosCriterion>(c.eos_token_id));
+
+  if (c.num_beam_groups > 1) {
+    throw Error("generation: diverse beam search ('num_beam_groups' > 1) is not implemented yet");
+  }
+  if (c.num_beams > 1) {
+    BeamSearchOptions o;
+    o.num_beams = c.num_beams;
+    o.length_penalty = c.length_penalty;
+    o.early_stopping = c.early_stopping;
+    o.num_return_sequences = c.num_return_sequences;
+    o.do_sample = c.do_sample;
+    o.n_eos = n_eos;
+    o.max_length = shape.max_length;
+    o.fill_token = n_eos ? effective_pad_token(c) : -1;
+    p.strategy = std::make_unique<BeamSearch>(o);
+    return p;
+  }
+  // Finished rows receive padding only when something (EOS, stop sequences) can finish them early.
+  std::optional<int64_t> finished_pad;
+  if (!c.eos_token_id.empty() || !c.stop_sequences.empty()) finished_pad = effective_pad_token(c);
+  if (c.do_sample) {
+    p.strategy = std::make_unique<SampleSearch>(finished_pad, c.num_return_sequences);
+  } else {
+    p.strategy = std::make_unique<GreedySearch>(finished_pad);
+  }
   return p;
 }
 

@@ -40,4 +40,8 @@ std::vector<std::vector<Hypothesis>> RowwiseSearch::finalize(const Sequences& se
 
 at::Tensor GreedySearch::choose(const at::Tensor& scores) { return scores.argmax(-1); }
 
+at::Tensor SampleSearch::choose(const at::Tensor& scores) {
+  return at::multinomial(at::softmax(scores, -1), 1).squeeze(1);
+}
+
 }  // namespace gengraph

@@ -35,4 +35,20 @@ class GreedySearch final : public RowwiseSearch {
   at::Tensor choose(const at::Tensor& scores) override;
 };
 
+// transformers' multinomial sampling: softmax of the processed scores, then one draw per row from
+// the default generator (seeded runs reproduce transformers' draws; see docs/parity.md).
+class SampleSearch final : public RowwiseSearch {
+ public:
+  SampleSearch(std::optional<int64_t> pad_token_id, int64_t num_return_sequences)
+      : RowwiseSearch(pad_token_id), per_input_(num_return_sequences) {}
+  std::string name() const override { return "sample"; }
+  int64_t rows_per_input() const override { return per_input_; }
+
+ protected:
+  at::Tensor choose(const at::Tensor& scores) override;
+
+ private:
+  int64_t per_input_;
+};
+
 }  // namespace gengraph

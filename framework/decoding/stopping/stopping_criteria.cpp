@@ -16,6 +16,26 @@ at::Tensor EosCriterion::should_stop(const Sequences& seqs) const {
   return at::isin(seqs.tokens.select(1, seqs.length() - 1), eos_);
 }
 
+MaxTimeCriterion::MaxTimeCriterion(double seconds)
+    : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
+
+at::Tensor MaxTimeCriterion::should_stop(const Sequences& seqs) const {
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  return at::full({seqs.rows()}, elapsed > seconds_, seqs.tokens.options().dtype(at::kBool));
+}
+
+at::Tensor StopSequencesCriterion::should_stop(const Sequences& seqs) const {
+  at::Tensor stop = at::zeros({seqs.rows()}, seqs.tokens.options().dtype(at::kBool));
+  for (const auto& s : sequences_) {
+    const int64_t n = static_cast<int64_t>(s.size());
+    if (n > seqs.length()) continue;
+    const at::Tensor want = at::tensor(s, at::kLong).to(seqs.tokens.device());
+    stop.logical_or_(seqs.tokens.narrow(1, seqs.length() - n, n).eq(want).all(1));
+  }
+  return stop;
+}
+
 at::Tensor StoppingCriteria::should_stop(const Sequences& seqs) const {
   at::Tensor stop = at::zeros({seqs.rows()}, seqs.tokens.options().dtype(at::kBool));
   for (const auto& m : members_) stop.logical_or_(m->should_stop(seqs));

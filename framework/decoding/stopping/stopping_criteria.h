@@ -1,6 +1,7 @@
 // Stopping criteria: each says, per row, whether that row is done after the token just appended.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,6 +43,30 @@ class EosCriterion final : public StoppingCriterion {
  private:
   std::vector<int64_t> eos_ids_;
   mutable at::Tensor eos_;  // [n_eos] int64 on the sequences' device
+};
+
+// Stops every row once `seconds` have passed since the criterion was built (transformers' max_time).
+class MaxTimeCriterion final : public StoppingCriterion {
+ public:
+  explicit MaxTimeCriterion(double seconds);
+  std::string name() const override { return "max_time"; }
+  at::Tensor should_stop(const Sequences& seqs) const override;
+
+ private:
+  double seconds_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Stops a row whose tokens end with one of the stop sequences (gengraph extension: token ids).
+class StopSequencesCriterion final : public StoppingCriterion {
+ public:
+  explicit StopSequencesCriterion(std::vector<std::vector<int64_t>> sequences)
+      : sequences_(std::move(sequences)) {}
+  std::string name() const override { return "stop_sequences"; }
+  at::Tensor should_stop(const Sequences& seqs) const override;
+
+ private:
+  std::vector<std::vector<int64_t>> sequences_;
 };
 
 class StoppingCriteria {

@@ -1,0 +1,135 @@
+#include "framework/decoding/processors/constraints.h"
+
+#include <limits>
+#include <map>
+
+#include <ATen/ATen.h>
+
+#include "framework/util/error.h"
+
+namespace gengraph {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+void check_vocab(const std::vector<int64_t>& ids, int64_t vocab, const std::string& what) {
+  for (auto id : ids) {
+    if (id < 0 || id >= vocab) {
+      throw Error(what + ": token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                  std::to_string(vocab) + ")");
+    }
+  }
+}
+
+// [vocab] bool, true at `ids`
+at::Tensor vocab_mask(const std::vector<int64_t>& ids, int64_t vocab, const at::Device& device) {
+  return at::isin(at::arange(vocab, at::TensorOptions().dtype(at::kLong).device(device)),
+                  at::tensor(ids, at::kLong).to(device));
+}
+
+}  // namespace
+
+SequenceBias::SequenceBias(std::vector<std::pair<std::vector<int64_t>, double>> biases, int64_t vocab) {
+  // transformers keeps a dict keyed by the sequence: a repeated sequence keeps its last bias, at
+  // its first position.
+  std::vector<std::vector<int64_t>> order;
+  std::map<std::vector<int64_t>, double> by_seq;
+  for (auto& [seq, bias] : biases) {
+    check_vocab(seq, vocab, "sequence_bias");
+    if (!by_seq.count(seq)) order.push_back(seq);
+    by_seq[seq] = bias;
+  }
+  for (const auto& seq : order) {
+    if (seq.size() == 1) {
+      single_.emplace_back(seq[0], by_seq[seq]);
+    } else {
+      multi_.emplace_back(seq, by_seq[seq]);
+    }
+  }
+}
+
+at::Tensor SequenceBias::process(const Sequences& seqs, at::Tensor scores) const {
+  const int64_t vocab = scores.size(-1);
+  if (!single_bias_.defined() || single_bias_.device() != scores.device()) {
+    std::vector<float> dense(vocab, 0.0f);
+    for (const auto& [id, b] : single_) dense[id] = static_cast<float>(b);
+    single_bias_ = at::tensor(dense, at::kFloat).to(scores.device());
+  }
+  at::Tensor bias = at::zeros_like(scores) + single_bias_;
+  const at::Tensor& ids = seqs.tokens;
+  for (const auto& [seq, b] : multi_) {
+    const int64_t prefix = static_cast<int64_t>(seq.size()) - 1;
+    if (static_cast<int64_t>(seq.size()) > ids.size(1)) continue;
+    const at::Tensor want = at::tensor(std::vector<int64_t>(seq.begin(), seq.end() - 1), at::kLong).to(ids.device());
+    const at::Tensor match = ids.narrow(1, ids.size(1) - prefix, prefix).eq(want).prod(1).to(at::kBool);  // [rows]
+    bias.select(1, seq.back()).add_(at::where(match, at::scalar_tensor(b, scores.options()),
+                                              at::scalar_tensor(0.0, scores.options())));
+  }
+  return scores + bias;
+}
+
+namespace {
+std::vector<std::pair<std::vector<int64_t>, double>> bad_word_biases(
+    const std::vector<std::vector<int64_t>>& bad, const std::vector<int64_t>& eos) {
+  std::vector<std::pair<std::vector<int64_t>, double>> out;
+  for (const auto& seq : bad) {
+    const bool is_eos = seq.size() == 1 && std::find(eos.begin(), eos.end(), seq[0]) != eos.end();
+    if (!is_eos) out.emplace_back(seq, -kInf);
+  }
+  return out;
+}
+}  // namespace
+
+BadWords::BadWords(const std::vector<std::vector<int64_t>>& bad, const std::vector<int64_t>& eos, int64_t vocab)
+    : SequenceBias(bad_word_biases(bad, eos), vocab) {}
+
+LogitBias::LogitBias(std::vector<std::pair<int64_t, double>> bias, int64_t vocab) : bias_(std::move(bias)) {
+  for (const auto& [id, b] : bias_) check_vocab({id}, vocab, "logit_bias");
+}
+
+at::Tensor LogitBias::process(const Sequences&, at::Tensor scores) const {
+  if (!dense_.defined() || dense_.device() != scores.device()) {
+    std::vector<float> dense(scores.size(-1), 0.0f);
+    for (const auto& [id, b] : bias_) dense[id] += static_cast<float>(b);
+    dense_ = at::tensor(dense, at::kFloat).to(scores.device());
+  }
+  return scores + dense_;
+}
+
+SuppressTokens::SuppressTokens(std::vector<int64_t> tokens, std::optional<int64_t> at_length, bool relative)
+    : tokens_(std::move(tokens)), at_length_(at_length), relative_(relative) {}
+
+at::Tensor SuppressTokens::process(const Sequences& seqs, at::Tensor scores) const {
+  if (at_length_) {
+    const int64_t trigger = *at_length_ + (relative_ ? seqs.prompt_length : 0);
+    if (seqs.length() != trigger) return scores;
+  }
+  if (!mask_.defined() || mask_.device() != scores.device()) {
+    mask_ = vocab_mask(tokens_, scores.size(-1), scores.device());
+  }
+  return at::where(mask_, at::scalar_tensor(-kInf, scores.options()), scores);
+}
+
+ForceTokens::ForceTokens(std::string name, std::vector<int64_t> tokens, int64_t at_length)
+    : name_(std::move(name)), tokens_(std::move(tokens)), at_length_(at_length) {}
+
+at::Tensor ForceTokens::process(const Sequences& seqs, at::Tensor scores) const {
+  if (seqs.length() != at_length_) return scores;
+  at::Tensor out = at::full_like(scores, -kInf);
+  out.index_fill_(1, at::tensor(tokens_, at::kLong).to(scores.device()), 0.0);
+  return out;
+}
+
+MinLength::MinLength(int64_t min, std::vector<int64_t> eos, bool new_only)
+    : min_(min), eos_(std::move(eos)), new_only_(new_only) {
+  if (eos_.empty()) throw Error(name() + ": needs an eos_token_id");
+}
+
+at::Tensor MinLength::process(const Sequences& seqs, at::Tensor scores) const {
+  const int64_t len = new_only_ ? seqs.generated() : seqs.length();
+  if (len >= min_) return scores;
+  const at::Tensor mask = vocab_mask(eos_, scores.size(-1), scores.device());
+  return at::where(mask, at::scalar_tensor(-kInf, scores.options()), scores);
+}
+
+}  // namespace gengraph

@@ -1,0 +1,71 @@
+#include "framework/decoding/processors/penalties.h"
+
+#include <cmath>
+#include <limits>
+
+#include <ATen/ATen.h>
+
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+RepetitionPenalty::RepetitionPenalty(double penalty) : penalty_(penalty) {
+  if (!(penalty > 0)) throw Error("repetition_penalty: expected a number > 0, found " + std::to_string(penalty));
+}
+
+at::Tensor RepetitionPenalty::process(const Sequences& seqs, at::Tensor scores) const {
+  const at::Tensor& ids = seqs.tokens;  // [rows, len]
+  at::Tensor s = scores.gather(1, ids);
+  s = at::where(s.lt(0), s * penalty_, s / penalty_);
+  return scores.scatter(1, ids, s);
+}
+
+FrequencyPresencePenalty::FrequencyPresencePenalty(double frequency, double presence)
+    : frequency_(frequency), presence_(presence) {}
+
+at::Tensor FrequencyPresencePenalty::process(const Sequences& seqs, at::Tensor scores) const {
+  if (seqs.generated() == 0) return scores;
+  const at::Tensor generated = seqs.tokens.narrow(1, seqs.prompt_length, seqs.generated());
+  const at::Tensor counts = at::zeros_like(scores).scatter_add_(
+      1, generated, at::ones(generated.sizes(), scores.options()));  // [rows, vocab]
+  return scores - counts * frequency_ - counts.gt(0).to(scores.scalar_type()) * presence_;
+}
+
+NoRepeatNGram::NoRepeatNGram(int64_t n) : n_(n) {
+  if (n <= 0) throw Error("no_repeat_ngram_size: expected an integer > 0, found " + std::to_string(n));
+}
+
+at::Tensor NoRepeatNGram::process(const Sequences& seqs, at::Tensor scores) const {
+  const at::Tensor& ids = seqs.tokens;  // [rows, len]
+  const int64_t len = ids.size(1);
+  if (len < n_) return scores;
+  const int64_t vocab = scores.size(-1);
+  const at::Tensor prefix = ids.narrow(1, len + 1 - n_, n_ - 1);   // [rows, n-1]
+  const at::Tensor windows = ids.unfold(1, n_, 1);                 // [rows, len-n+1, n]
+  const at::Tensor matches =
+      windows.narrow(-1, 0, n_ - 1).eq(prefix.unsqueeze(1)).all(-1);  // [rows, len-n+1]
+  at::Tensor banned = at::zeros({scores.size(0), vocab + 1}, scores.options().dtype(at::kBool));
+  banned.scatter_(1, at::where(matches, windows.select(-1, n_ - 1), at::full_like(matches, vocab, at::kLong)),
+                  true);
+  return scores.masked_fill(banned.narrow(1, 0, vocab), -std::numeric_limits<double>::infinity());
+}
+
+ExponentialDecayLengthPenalty::ExponentialDecayLengthPenalty(int64_t start, double factor,
+                                                             std::vector<int64_t> eos)
+    : start_(start), factor_(factor), eos_(std::move(eos)) {
+  if (eos_.empty()) throw Error("exponential_decay_length_penalty: needs an eos_token_id");
+}
+
+at::Tensor ExponentialDecayLengthPenalty::process(const Sequences& seqs, at::Tensor scores) const {
+  const int64_t regulation_start = start_ + seqs.prompt_length;
+  const int64_t cur_len = seqs.length();
+  if (cur_len <= regulation_start) return scores;
+  const at::Tensor eos = at::tensor(eos_, at::kLong).to(scores.device());
+  const at::Tensor penalty =
+      at::abs(scores.index_select(1, eos)) * (std::pow(factor_, static_cast<double>(cur_len - regulation_start)) - 1);
+  at::Tensor penalties = at::zeros_like(scores);
+  penalties.index_copy_(1, eos, penalty);
+  return scores + penalties;
+}
+
+}  // namespace gengraph

@@ -1,0 +1,123 @@
+#include "framework/decoding/search/beam_search.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+namespace gengraph {
+namespace {
+
+constexpr double kBlocked = -1.0e9;  // transformers' score for impossible beams
+
+// x[b, idx[b, j], ...] for 2-D or 3-D x.   idx: [B, J]
+at::Tensor gather_beams(const at::Tensor& x, const at::Tensor& idx) {
+  at::Tensor i = idx;
+  while (i.dim() < x.dim()) i = i.unsqueeze(-1);
+  return at::take_along_dim(x, i, 1);
+}
+
+}  // namespace
+
+BeamSearch::BeamSearch(BeamSearchOptions options) : options_(options) {}
+
+void BeamSearch::begin(const Sequences& seqs) {
+  const int64_t nb = options_.num_beams;
+  batch_ = seqs.rows() / nb;
+  prompt_len_ = seqs.prompt_length;
+  candidates_ = std::max<int64_t>(2, 1 + options_.n_eos) * nb;
+  const auto f = seqs.tokens.options().dtype(at::kFloat);
+  running_scores_ = at::zeros({batch_, nb}, f);
+  running_scores_.narrow(1, 1, nb - 1).fill_(kBlocked);
+  fin_tokens_ = at::full({batch_, nb, options_.max_length}, options_.fill_token, seqs.tokens.options());
+  fin_scores_ = at::full({batch_, nb}, kBlocked, f);
+  fin_lengths_ = at::zeros({batch_, nb}, seqs.tokens.options());
+  is_finished_ = at::zeros({batch_, nb}, f.dtype(at::kBool));
+  improvable_ = at::ones({batch_, 1}, f.dtype(at::kBool));
+  top_mask_ = at::cat({at::ones({nb}, f.dtype(at::kBool)), at::zeros({candidates_ - nb}, f.dtype(at::kBool))});
+}
+
+StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
+                              const StoppingCriteria& stop) {
+  const int64_t nb = options_.num_beams, b = batch_, k = candidates_, vocab = logits.size(-1);
+  const int64_t cur_len = seqs.length();
+  const bool early_true = options_.early_stopping == EarlyStopping::kTrue;
+
+  // Processors see log-probabilities of the running beams, as in transformers.
+  const at::Tensor log_probs = processors.process(seqs, at::log_softmax(logits, -1));  // [B*nb, V]
+  const at::Tensor acc =
+      (log_probs.view({b, nb, vocab}) + running_scores_.unsqueeze(-1)).view({b, nb * vocab});
+  at::Tensor top_scores, top_idx;  // [B, K]
+  if (options_.do_sample) {
+    top_idx = at::multinomial(at::softmax(acc, -1), k);
+    top_scores = acc.gather(1, top_idx);
+  } else {
+    std::tie(top_scores, top_idx) = at::topk(acc, k);
+  }
+  const at::Tensor beam = top_idx.div(vocab, "floor");  // [B, K] source beam
+  const at::Tensor token = top_idx.remainder(vocab);    // [B, K]
+  const at::Tensor running = seqs.tokens.view({b, nb, cur_len});
+  const at::Tensor cand = at::cat({gather_beams(running, beam), token.unsqueeze(-1)}, 2);  // [B, K, L+1]
+  const at::Tensor hits =
+      stop.should_stop(Sequences{cand.view({b * k, cur_len + 1}), seqs.prompt_valid, seqs.prompt_length})
+          .view({b, k});  // [B, K]
+
+  // The best num_beams candidates that did not stop keep running.
+  const at::Tensor running_candidates = top_scores + hits.to(at::kFloat) * kBlocked;
+  const at::Tensor next = std::get<1>(at::topk(running_candidates, nb));  // [B, nb]
+  const at::Tensor next_running = gather_beams(cand, next);                // [B, nb, L+1]
+  running_scores_ = gather_beams(running_candidates, next);
+  const at::Tensor parent = gather_beams(beam, next);  // [B, nb]
+
+  // Candidates among the top num_beams that stopped join the finished pool.
+  const at::Tensor just_finished = hits.logical_and(top_mask_.unsqueeze(0));
+  at::Tensor fin = top_scores / std::pow(static_cast<double>(cur_len + 1 - prompt_len_), options_.length_penalty);
+  if (early_true) fin = fin + is_finished_.all(-1, /*keepdim=*/true).to(at::kFloat) * kBlocked;
+  fin = fin + improvable_.logical_not().to(at::kFloat) * kBlocked;
+  fin = fin + just_finished.logical_not().to(at::kFloat) * kBlocked;
+  const at::Tensor merged_scores = at::cat({fin_scores_, fin}, 1);  // [B, nb+K]
+  const at::Tensor keep = std::get<1>(at::topk(merged_scores, nb));
+  const at::Tensor cand_padded =
+      at::cat({cand, at::full({b, k, options_.max_length - cur_len - 1}, options_.fill_token, cand.options())}, 2);
+  fin_tokens_ = gather_beams(at::cat({fin_tokens_, cand_padded}, 1), keep);
+  fin_scores_ = gather_beams(merged_scores, keep);
+  fin_lengths_ = gather_beams(at::cat({fin_lengths_, at::full({b, k}, cur_len + 1 - prompt_len_, fin_lengths_.options())}, 1), keep);
+  is_finished_ = gather_beams(at::cat({is_finished_, just_finished}, 1), keep);
+
+  // Could a running beam still beat the worst finished one? (transformers' heuristic)
+  const int64_t new_len = cur_len + 1;
+  const double best_len = (options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0)
+                              ? static_cast<double>(options_.max_length - prompt_len_)
+                              : static_cast<double>(new_len - prompt_len_);
+  const at::Tensor best_possible = running_scores_.narrow(1, 0, 1) / std::pow(best_len, options_.length_penalty);
+  const at::Tensor worst_finished =
+      at::where(is_finished_, std::get<0>(fin_scores_.min(1, /*keepdim=*/true)),
+                at::scalar_tensor(kBlocked, fin_scores_.options()));
+  improvable_ = improvable_.logical_and(best_possible.gt(worst_finished).any(-1, /*keepdim=*/true));
+
+  seqs.tokens = next_running.reshape({b * nb, new_len});
+  StepDecision d;
+  d.next_tokens = next_running.select(2, cur_len).reshape({b * nb});
+  d.parent_rows = (parent + at::arange(b, parent.options()).unsqueeze(1) * nb).reshape({b * nb});
+  const bool can_improve = improvable_.any().item<bool>();
+  const bool all_full = early_true && is_finished_.all().item<bool>();
+  const bool all_hit = hits.all().item<bool>();
+  d.done = !(can_improve && !all_full && !all_hit);
+  return d;
+}
+
+std::vector<std::vector<Hypothesis>> BeamSearch::finalize(const Sequences&) {
+  const at::Tensor tokens = fin_tokens_.to(at::kCPU).contiguous();
+  const at::Tensor scores = fin_scores_.to(at::kCPU).to(at::kDouble);
+  const at::Tensor lengths = fin_lengths_.to(at::kCPU);
+  std::vector<std::vector<Hypothesis>> out(batch_);
+  for (int64_t i = 0; i < batch_; ++i) {
+    for (int64_t j = 0; j < options_.num_return_sequences; ++j) {
+      const int64_t* row = tokens[i][j].data_ptr<int64_t>() + prompt_len_;
+      const int64_t n = lengths[i][j].item<int64_t>();
+      out[i].push_back(Hypothesis{std::vector<int64_t>(row, row + n), scores[i][j].item<double>()});
+    }
+  }
+  return out;
+}
+
+}  // namespace gengraph

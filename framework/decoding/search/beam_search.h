@@ -1,0 +1,46 @@
+// Beam search and beam sampling, vectorised over the batch as transformers 5.17's _beam_search:
+// K = max(2, 1 + n_eos) * num_beams candidates per input each step (top-K, or drawn without
+// replacement when sampling), the best num_beams unfinished candidates continue, and candidates
+// that hit a stopping criterion among the top num_beams enter the finished pool scored
+// sum_logprobs / generated_length ** length_penalty, subject to early_stopping.
+#pragma once
+
+#include "framework/decoding/generation_config.h"
+#include "framework/decoding/search/search_strategy.h"
+
+namespace gengraph {
+
+struct BeamSearchOptions {
+  int64_t num_beams = 1;
+  double length_penalty = 1.0;
+  EarlyStopping early_stopping = EarlyStopping::kFalse;
+  int64_t num_return_sequences = 1;
+  bool do_sample = false;
+  int64_t n_eos = 0;
+  int64_t max_length = 0;  // resolved total length
+  int64_t fill_token = -1;  // transformers: (pad or eos[0]) if eos is set, else -1
+};
+
+class BeamSearch final : public SearchStrategy {
+ public:
+  explicit BeamSearch(BeamSearchOptions options);
+  std::string name() const override { return options_.do_sample ? "beam_sample" : "beam_search"; }
+  int64_t rows_per_input() const override { return options_.num_beams; }
+  void begin(const Sequences& seqs) override;
+  StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
+                    const StoppingCriteria& stop) override;
+  std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
+
+ private:
+  BeamSearchOptions options_;
+  int64_t batch_ = 0, prompt_len_ = 0, candidates_ = 0;
+  at::Tensor running_scores_;  // [B, nb] float32
+  at::Tensor fin_tokens_;      // [B, nb, max_length] int64, finished hypotheses
+  at::Tensor fin_scores_;      // [B, nb] float32
+  at::Tensor fin_lengths_;     // [B, nb] int64, generated tokens of each finished hypothesis
+  at::Tensor is_finished_;     // [B, nb] bool
+  at::Tensor improvable_;      // [B, 1] bool (transformers' is_early_stop_heuristic_unsatisfied)
+  at::Tensor top_mask_;        // [K] bool, the first num_beams candidates
+};
+
+}  // namespace gengraph
