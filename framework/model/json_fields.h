@@ -13,7 +13,9 @@ namespace gengraph {
 
 class JsonFields {
  public:
-  JsonFields(const nlohmann::json& doc, std::string source) : doc_(doc), source_(std::move(source)) {}
+  // `prefix` names a nested object in errors ("rope_parameters." gives "rope_parameters.factor").
+  JsonFields(const nlohmann::json& doc, std::string source, std::string prefix = "")
+      : doc_(doc), source_(std::move(source)), prefix_(std::move(prefix)) {}
 
   bool has(const std::string& key) const { return doc_.contains(key) && !doc_[key].is_null(); }
   int64_t positive_int(const std::string& key) const;
@@ -30,6 +32,7 @@ class JsonFields {
  private:
   const nlohmann::json& doc_;
   std::string source_;
+  std::string prefix_;
 };
 
 }  // namespace gengraph

@@ -26,6 +26,30 @@ const std::map<std::string, nlohmann::json>& presets() {
       {"gpt2-large",
        {{"model_type", "gpt2"}, {"vocab_size", 50257}, {"n_positions", 1024}, {"n_embd", 1280},
         {"n_layer", 36}, {"n_head", 20}, {"bos_token_id", 50256}, {"eos_token_id", 50256}}},
+      // GPT-J: a small random one, and the published GPT-J-6B shape (EleutherAI/gpt-j-6b).
+      {"gptj-tiny",
+       {{"model_type", "gptj"}, {"vocab_size", 1024}, {"n_positions", 256}, {"n_embd", 64},
+        {"n_layer", 2}, {"n_head", 4}, {"rotary_dim", 8}, {"bos_token_id", 0},
+        {"eos_token_id", 0}}},
+      {"gptj-6b",
+       {{"model_type", "gptj"}, {"vocab_size", 50400}, {"n_positions", 2048}, {"n_embd", 4096},
+        {"n_layer", 28}, {"n_head", 16}, {"rotary_dim", 64}, {"n_inner", nullptr},
+        {"activation_function", "gelu_new"}, {"layer_norm_epsilon", 1e-5},
+        {"tie_word_embeddings", false}, {"bos_token_id", 50256}, {"eos_token_id", 50256}}},
+      // LLaMA: a small random one with grouped-query attention, and the published
+      // Meta-Llama-3-8B shape.
+      {"llama-tiny",
+       {{"model_type", "llama"}, {"vocab_size", 1024}, {"max_position_embeddings", 256},
+        {"hidden_size", 64}, {"intermediate_size", 160}, {"num_hidden_layers", 2},
+        {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-5},
+        {"tie_word_embeddings", false}, {"bos_token_id", 0}, {"eos_token_id", 0}}},
+      {"llama-3-8b",
+       {{"model_type", "llama"}, {"vocab_size", 128256}, {"max_position_embeddings", 8192},
+        {"hidden_size", 4096}, {"intermediate_size", 14336}, {"num_hidden_layers", 32},
+        {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"hidden_act", "silu"},
+        {"rms_norm_eps", 1e-5}, {"rope_theta", 500000.0}, {"rope_scaling", nullptr},
+        {"attention_bias", false}, {"mlp_bias", false}, {"tie_word_embeddings", false},
+        {"bos_token_id", 128000}, {"eos_token_id", 128001}}},
   };
   return kPresets;
 }

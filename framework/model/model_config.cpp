@@ -53,10 +53,36 @@ void ModelConfig::validate() const {
        "head count " + std::to_string(num_heads) + " is not a multiple of the key/value head count " +
            std::to_string(num_kv_heads));
   need(max_positions > 0, "the context length (max positions) must be positive");
+  need(head_dim > 0, "the head size (head_dim) must be positive");
+  need(rotary_dim >= 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0,
+       "rotary_dim " + std::to_string(rotary_dim) + " must be even and at most the head size " +
+           std::to_string(head_dim));
+  if (rotary_dim > 0) validate_rope();
+  need(sliding_window >= 0, "sliding_window must not be negative");
+  need(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_layers,
+       "sliding_layers has " + std::to_string(sliding_layers.size()) + " entries for " +
+           std::to_string(num_layers) + " layers");
+  need(sliding_window > 0 || sliding_layers.empty(),
+       "sliding layers need a positive sliding_window");
   for (auto id : eos_token_ids) {
     need(id >= 0 && id < vocab_size, "eos_token_id " + std::to_string(id) +
                                          " is outside the vocabulary [0, " +
                                          std::to_string(vocab_size) + ")");
+  }
+}
+
+void ModelConfig::validate_rope() const {
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) throw Error(source + ": rope: " + what);
+  };
+  need(rope.type == "default" || rope.type == "linear" || rope.type == "llama3",
+       "unsupported rope_type '" + rope.type + "'; supported: default, linear, llama3");
+  need(rope.theta > 0, "rope_theta must be positive");
+  need(rope.factor > 0, "factor must be positive");
+  if (rope.type == "llama3") {
+    need(rope.original_max_positions > 0, "original_max_position_embeddings must be positive");
+    need(rope.low_freq_factor > 0 && rope.high_freq_factor > rope.low_freq_factor,
+         "llama3 needs 0 < low_freq_factor < high_freq_factor");
   }
 }
 
@@ -127,7 +153,7 @@ std::vector<int64_t> JsonFields::token_list(const std::string& key) const {
 void JsonFields::fail(const std::string& key, const std::string& expected) const {
   std::string found = has(key) ? doc_[key].dump() : "nothing";
   if (found.size() > 80) found = found.substr(0, 77) + "...";
-  throw Error(source_ + ": key '" + key + "': expected " + expected + ", found " + found);
+  throw Error(source_ + ": key '" + prefix_ + key + "': expected " + expected + ", found " + found);
 }
 
 }  // namespace gengraph

@@ -11,6 +11,17 @@
 
 namespace gengraph {
 
+// Rotary position embedding parameters as transformers 5.17 standardizes them (config.json
+// "rope_parameters", or the older "rope_scaling" plus a top-level "rope_theta").
+struct RopeConfig {
+  std::string type = "default";        // rope_type: "default", "linear" or "llama3"
+  double theta = 10000.0;              // rope_theta, the base wavelength
+  double factor = 1.0;                 // "linear" and "llama3": how much the context was stretched
+  double low_freq_factor = 1.0;        // "llama3" only
+  double high_freq_factor = 4.0;       // "llama3" only
+  int64_t original_max_positions = 0;  // "llama3": original_max_position_embeddings
+};
+
 struct ModelConfig {
   std::string model_type;  // config.json "model_type", the model registry key
   std::string source;      // where it came from (file path or "preset:NAME"), for error messages
@@ -32,12 +43,31 @@ struct ModelConfig {
   bool scale_attn_weights = true;
   bool scale_attn_by_inverse_layer_idx = false;
 
+  // Rotary position embeddings (GPT-J, LLaMA family). rotary_dim counts the leading dimensions of
+  // each head that rotate: GPT-J's rotary_dim, head_dim for the LLaMA family, 0 without rotary.
+  int64_t rotary_dim = 0;
+  RopeConfig rope;
+
+  // Which projections carry a bias (LLaMA family): q/k/v (LLaMA attention_bias, always on for
+  // Qwen2), the attention output o_proj (LLaMA attention_bias, off for Qwen2), and the three MLP
+  // projections (LLaMA mlp_bias).
+  bool qkv_bias = false;
+  bool out_proj_bias = false;
+  bool mlp_bias = false;
+
+  // Sliding-window attention (Mistral, Qwen2): a query at cache slot i reads slots j with
+  // i - j < sliding_window, in the layers marked in sliding_layers (one entry per layer, or empty
+  // when no layer slides). 0 = no window.
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers;
+
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> pad_token_id;
   std::vector<int64_t> eos_token_ids;
 
   // Throws gengraph::Error naming `source` and the field when the numbers are inconsistent.
   void validate() const;
+  void validate_rope() const;
 };
 
 // Reads config.json at `path` and parses it with the parser registered for its model_type.

@@ -37,7 +37,14 @@ std::vector<std::string> ModelRegistry::names() const {
 
 void register_builtin_architectures() {
   static std::once_flag once;
-  std::call_once(once, [] { ModelRegistry::instance().add(gpt2_architecture()); });
+  std::call_once(once, [] {
+    auto& registry = ModelRegistry::instance();
+    registry.add(gpt2_architecture());
+    registry.add(gptj_architecture());
+    registry.add(llama_architecture());
+    registry.add(mistral_architecture());
+    registry.add(qwen2_architecture());
+  });
 }
 
 }  // namespace gengraph

@@ -39,10 +39,14 @@ class ModelRegistry {
   std::map<std::string, Architecture> archs_;
 };
 
-// Idempotent: registers gpt2 (and any other built-in architecture) once.
+// Idempotent: registers the built-in architectures (gpt2, gptj, llama, mistral, qwen2) once.
 void register_builtin_architectures();
 
-// Defined in each architecture's file.
+// Defined in each architecture's file (llama.cpp defines the whole LLaMA family).
 Architecture gpt2_architecture();
+Architecture gptj_architecture();
+Architecture llama_architecture();
+Architecture mistral_architecture();
+Architecture qwen2_architecture();
 
 }  // namespace gengraph
