@@ -43,6 +43,20 @@ if [ "$(readlink "$ROOT/.venv" 2>/dev/null)" != "$VENV" ]; then
   ln -s "$VENV" "$ROOT/.venv"
 fi
 
+# The group-beam-search oracle (transformers 4.55.4, see tools/requirements-groupbeam.txt).
+GB_REQ="$ROOT/tools/requirements-groupbeam.txt"
+GB="$CACHE/groupbeam-$(sha256sum "$GB_REQ" | cut -c1-12)"
+if [ ! -f "$GB/.complete" ]; then
+  log "installing the group-beam-search oracle into $GB"
+  rm -rf "$GB"
+  "$VENV/bin/pip" install -q --no-deps --target "$GB" -r "$GB_REQ"
+  touch "$GB/.complete"
+fi
+if [ "$(readlink "$ROOT/.oracle-groupbeam" 2>/dev/null)" != "$GB" ]; then
+  rm -rf "$ROOT/.oracle-groupbeam"
+  ln -s "$GB" "$ROOT/.oracle-groupbeam"
+fi
+
 # --- 3. Configure and build -----------------------------------------------------------------------
 export CCACHE_BASEDIR="$ROOT"  # relative paths in the cache key: another clone hits the same cache
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"

@@ -114,5 +114,23 @@ def beam_cases():
     ]
 
 
+def group_beam_cases():
+    """Diverse beam search, recorded with transformers 4.55.4 (it left the core in 5.x)."""
+    return [
+        case("group_beam4x2_diversity", "gpt2-a", RAGGED,
+             {"max_new_tokens": 10, "num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 1.5,
+              "num_return_sequences": 4}),
+        case("group_beam6x3_eos", "gpt2-b", RAGGED_B,
+             {"max_new_tokens": 12, "num_beams": 6, "num_beam_groups": 3, "diversity_penalty": 0.8,
+              "num_return_sequences": 3, "eos_token_id": "auto:1,2", "length_penalty": 0.7}),
+        case("group_beam4x4_early_true", "gpt2-c", RAGGED_C,
+             {"max_new_tokens": 10, "num_beams": 4, "num_beam_groups": 4, "diversity_penalty": 2.0,
+              "early_stopping": True, "eos_token_id": "auto:0,3", "repetition_penalty": 1.3}),
+        case("group_beam4x2_never", "gpt2-a", RAGGED,
+             {"max_new_tokens": 8, "num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 0.5,
+              "early_stopping": "never", "eos_token_id": "auto:2,1", "num_return_sequences": 2}),
+    ]
+
+
 def cases():
-    return greedy_cases() + processor_cases() + sampling_cases() + beam_cases()
+    return greedy_cases() + processor_cases() + sampling_cases() + beam_cases() + group_beam_cases()

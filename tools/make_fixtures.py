@@ -16,6 +16,7 @@ import filecmp
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -106,14 +107,33 @@ def cut_at_eos(row, eos):
     return row
 
 
-def run_case(model, case):
+def run_groupbeam_case(path, case, gen, pad):
+    """Diverse beam search: recorded with transformers 4.55.4 (see tools/groupbeam_oracle.py)."""
+    oracle_path = os.path.join(ROOT, ".oracle-groupbeam")
+    if not os.path.isdir(oracle_path):
+        sys.exit("make_fixtures: .oracle-groupbeam is missing; run scripts/setup.sh first")
+    env = dict(os.environ, PYTHONPATH=oracle_path)
+    req = {"model": path, "prompts": case["prompts"], "pad": pad, "generation": gen}
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "groupbeam_oracle.py")],
+                         input=json.dumps(req), capture_output=True, text=True, env=env, check=False)
+    if res.returncode != 0:
+        sys.exit(f"make_fixtures: group beam oracle failed for {case['name']}:\n{res.stderr}")
+    return json.loads(res.stdout)
+
+
+def run_case(model, case, path):
     gen = resolve_auto_eos(model, case, dict(case["generation"]))
     eos = effective_eos(model, gen)
     pad = gen.get("pad_token_id", model.generation_config.pad_token_id)
     if pad is None:
         pad = eos[0] if eos else 0
-    ids, mask = left_pad(case["prompts"], pad)
     seed = case.get("seed", 0)
+    if gen.get("num_beam_groups", 1) > 1:
+        res = run_groupbeam_case(path, case, gen, pad)
+        return {"name": case["name"], "model": case["model"], "prompts": case["prompts"],
+                "generation": gen, "seed": seed, "expected": res["expected"],
+                "oracle": "transformers " + res["transformers_version"]}
+    ids, mask = left_pad(case["prompts"], pad)
     torch.manual_seed(seed)
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, return_dict_in_generate=True,
@@ -141,7 +161,7 @@ def generate(out_dir):
     records = []
     for case in cases():
         model = load_for_oracle(paths[case["model"]])
-        records.append(run_case(model, case))
+        records.append(run_case(model, case, paths[case["model"]]))
     doc = {"transformers_version": transformers.__version__, "torch_version": torch.__version__.split("+")[0],
            "cases": records}
     with open(os.path.join(out_dir, "hf_generate.json"), "w") as f:

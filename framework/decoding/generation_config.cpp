@@ -246,9 +246,6 @@ std::vector<std::string> apply_generation_defaults(GenerationConfig& c, const Js
 }
 
 void GenerationConfig::validate() const {
-  if (num_beam_groups > 1) {
-    invalid("diverse beam search ('num_beam_groups' > 1) is not implemented yet");
-  }
   const std::string beams = std::to_string(num_beams);
   if (num_beams == 1 && num_beam_groups > 1) {
     invalid("'num_beam_groups' (" + std::to_string(num_beam_groups) + ") needs num_beams > 1");

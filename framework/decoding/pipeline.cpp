@@ -2,6 +2,7 @@
 
 #include "framework/decoding/processors/processor_factory.h"
 #include "framework/decoding/search/beam_search.h"
+#include "framework/decoding/search/group_beam_search.h"
 #include "framework/decoding/search/rowwise_search.h"
 #include "framework/util/error.h"
 
@@ -39,7 +40,27 @@ Pipeline build_pipeline(const GenerationConfig& c, const PipelineShape& shape) {
   if (!c.eos_token_id.empty()) p.stopping.add(std::make_unique<EosCriterion>(c.eos_token_id));
 
   if (c.num_beam_groups > 1) {
-    throw Error("generation: diverse beam search ('num_beam_groups' > 1) is not implemented yet");
+    GroupBeamSearchOptions o;
+    o.num_beams = c.num_beams;
+    o.num_beam_groups = c.num_beam_groups;
+    o.length_penalty = c.length_penalty;
+    o.early_stopping = c.early_stopping;
+    o.num_return_sequences = c.num_return_sequences;
+    o.eos = c.eos_token_id;
+    o.pad_token = effective_pad_token(c);
+    o.max_length = shape.max_length;
+    auto state = std::make_shared<DiverseBeamState>();
+    if (c.diversity_penalty > 0) {
+      // transformers 4.55 placed the Hamming-diversity processor right after sequence_bias.
+      size_t at = 0;
+      while (at < p.processors.size() &&
+             (p.processors.at(at).name() == "sequence_bias" || p.processors.at(at).name() == "logit_bias")) {
+        ++at;
+      }
+      p.processors.insert(at, std::make_unique<HammingDiversity>(state, c.diversity_penalty));
+    }
+    p.strategy = std::make_unique<GroupBeamSearch>(o, state);
+    return p;
   }
   if (c.num_beams > 1) {
     BeamSearchOptions o;

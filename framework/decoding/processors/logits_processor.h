@@ -24,6 +24,9 @@ class LogitsProcessor {
 class ProcessorChain final : public LogitsProcessor {
  public:
   void add(std::unique_ptr<LogitsProcessor> p) { members_.push_back(std::move(p)); }
+  void insert(size_t index, std::unique_ptr<LogitsProcessor> p) {
+    members_.insert(members_.begin() + static_cast<std::ptrdiff_t>(index), std::move(p));
+  }
   std::string name() const override;
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
   bool empty() const { return members_.empty(); }

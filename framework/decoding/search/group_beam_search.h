@@ -1,0 +1,83 @@
+// Diverse (group) beam search (Vijayakumar et al. 2016), as transformers 4.55 implemented it before
+// moving it out of its core: num_beams split into num_beam_groups groups searched one after the
+// other each step; a group's scores are lowered by diversity_penalty x how often earlier groups
+// chose each token this step (Hamming diversity). Each (input, group) keeps its own finished
+// hypotheses; the returned sequences are the best over all groups.
+#pragma once
+
+#include <memory>
+
+#include "framework/decoding/generation_config.h"
+#include "framework/decoding/search/search_strategy.h"
+
+namespace gengraph {
+
+// What the Hamming-diversity processor needs from the strategy during a group's step.
+struct DiverseBeamState {
+  at::Tensor current_tokens;  // [B * num_beams] int64: tokens chosen so far this step
+  int64_t group = 0;          // the group being processed
+  int64_t num_beams = 1;
+  int64_t group_size = 1;
+};
+
+// transformers' HammingDiversityLogitsProcessor: scores of group g's rows minus
+// penalty x (count of each token among groups 0..g-1 of the same input this step).
+class HammingDiversity final : public LogitsProcessor {
+ public:
+  HammingDiversity(std::shared_ptr<const DiverseBeamState> state, double penalty)
+      : state_(std::move(state)), penalty_(penalty) {}
+  std::string name() const override { return "hamming_diversity"; }
+  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+
+ private:
+  std::shared_ptr<const DiverseBeamState> state_;
+  double penalty_;
+};
+
+struct GroupBeamSearchOptions {
+  int64_t num_beams = 2;
+  int64_t num_beam_groups = 2;
+  double length_penalty = 1.0;
+  EarlyStopping early_stopping = EarlyStopping::kFalse;
+  int64_t num_return_sequences = 1;
+  std::vector<int64_t> eos;
+  int64_t pad_token = 0;  // appended by groups that are done (transformers needs one)
+  int64_t max_length = 0;
+};
+
+class GroupBeamSearch final : public SearchStrategy {
+ public:
+  GroupBeamSearch(GroupBeamSearchOptions options, std::shared_ptr<DiverseBeamState> state);
+  std::string name() const override { return "group_beam_search"; }
+  int64_t rows_per_input() const override { return options_.num_beams; }
+  void begin(const Sequences& seqs) override;
+  StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
+                    const StoppingCriteria& stop) override;
+  std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
+
+ private:
+  struct Finished {
+    double score;
+    std::vector<int64_t> tokens;  // generated tokens, EOS included when it ended with one
+  };
+  // transformers' BeamHypotheses: at most group_size entries, the worst evicted.
+  struct Pool {
+    std::vector<Finished> beams;
+    double worst = 1e9;
+    bool done = false;
+  };
+  void add(Pool& pool, double sum_logprobs, std::vector<int64_t> tokens, int64_t generated_len) const;
+  bool is_done(const Pool& pool, double best_sum_logprobs, int64_t cur_len) const;
+  // One group's candidates -> next scores/tokens/source rows; [B, gs] each, on the CPU.
+  void select_group(int64_t g, const at::Tensor& top_scores, const at::Tensor& top_tokens,
+                    const at::Tensor& top_beams, const at::Tensor& group_tokens, int64_t cur_len,
+                    at::Tensor& next_scores, at::Tensor& next_tokens, at::Tensor& next_rows);
+
+  GroupBeamSearchOptions options_;
+  std::shared_ptr<DiverseBeamState> state_;
+  int64_t batch_ = 0, prompt_len_ = 0, group_size_ = 1;
+  at::Tensor beam_scores_;  // [B * num_beams] float32
+  std::vector<Pool> pools_;  // [B * groups], index b * groups + g
+};
+
+}  // namespace gengraph

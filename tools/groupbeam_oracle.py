@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Runs diverse (group) beam search with transformers 4.55.4, the last release that had it in its
+core. Called by make_fixtures.py with PYTHONPATH pointing at that release (see
+tools/requirements-groupbeam.txt); reads one JSON request on stdin and writes the result on stdout.
+
+Request: {"model": PATH, "prompts": [[ids]], "pad": ID, "generation": {...}}
+Result:  {"transformers_version": ..., "expected": [[{"tokens": [...], "score": x}, ...] per input]}
+"""
+import json
+import os
+import sys
+import warnings
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+
+def main():
+    req = json.load(sys.stdin)
+    torch.set_num_threads(1)
+    # Eager attention: 4.55's GPT-2 sdpa path ignores scale_attn_by_inverse_layer_idx (its eager
+    # path and 5.17's sdpa path agree to 5e-7 on such a model), so eager is the faithful oracle.
+    model = AutoModelForCausalLM.from_pretrained(req["model"], torch_dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    prompts, pad, gen = req["prompts"], req["pad"], req["generation"]
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, return_dict_in_generate=True,
+                             output_scores=True, **gen)
+    eos = gen.get("eos_token_id", model.generation_config.eos_token_id)
+    eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+    rows = out.sequences[:, width:].tolist()
+    per_input = len(rows) // len(prompts)
+    hyps = []
+    for i, row in enumerate(rows):
+        # The returned sequence ends at its (appended) EOS; shorter ones are padded after it.
+        n = len(row)
+        for j, t in enumerate(row):
+            if t in eos:
+                n = j + 1
+                break
+        hyps.append({"tokens": row[:n], "score": float(out.sequences_scores[i])})
+    json.dump({"transformers_version": transformers.__version__,
+               "expected": [hyps[i * per_input:(i + 1) * per_input] for i in range(len(prompts))]},
+              sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
