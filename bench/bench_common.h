@@ -12,9 +12,16 @@ namespace gengraph::bench {
 // A random-weight model for a preset (cached: built once per process).
 std::shared_ptr<const CausalLM> preset_model(const std::string& preset);
 
+// True under GENGRAPH_BENCH_SMOKE=1: the CI smoke run, which shrinks every grid.
+bool bench_smoke();
+
 // Model presets the benchmarks sweep ("gpt2-tiny" only under GENGRAPH_BENCH_SMOKE=1).
 std::vector<std::string> bench_presets();
 
 void register_backend_benchmarks();
+
+// processor/<name>, processor/chain_sampling_default and strategy_step/<strategy> on CPU, over
+// vocab x rows (bench/bench_decoding.cpp).
+void register_decoding_benchmarks();
 
 }  // namespace gengraph::bench

@@ -21,9 +21,13 @@ std::shared_ptr<const CausalLM> preset_model(const std::string& preset) {
   return m;
 }
 
-std::vector<std::string> bench_presets() {
+bool bench_smoke() {
   const char* smoke = std::getenv("GENGRAPH_BENCH_SMOKE");
-  if (smoke && std::string(smoke) == "1") return {"gpt2-tiny"};
+  return smoke && std::string(smoke) == "1";
+}
+
+std::vector<std::string> bench_presets() {
+  if (bench_smoke()) return {"gpt2-tiny"};
   return {"gpt2-tiny", "gpt2"};
 }
 
@@ -31,6 +35,7 @@ std::vector<std::string> bench_presets() {
 
 int main(int argc, char** argv) {
   gengraph::bench::register_backend_benchmarks();
+  gengraph::bench::register_decoding_benchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
