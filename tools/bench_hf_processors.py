@@ -1,0 +1,546 @@
+#!/usr/bin/env python3
+"""transformers' own logits processors and search steps, timed on the shapes of gengraph's
+processor/ and strategy_step/ benchmarks (bench/bench_decoding.cpp), and the comparison of the two.
+
+Run (writes JSON; entry names match gengraph_bench's):
+    OMP_NUM_THREADS=1 .venv/bin/python tools/bench_hf_processors.py --clock thread_cpu --out hf.json
+Compare with gengraph_bench's --benchmark_out JSON from the same machine, thread count and clock
+(prints a markdown table; docs/decoding-benchmarks.md has the full recipe):
+    .venv/bin/python tools/bench_hf_processors.py --compare gengraph.json --hf hf.json --md table.md
+
+Each case is timed as timeit does: `number` calls per repeat (calibrated so a repeat lasts at least
+--min-time seconds of timed calls), per-call time per repeat, median over --repeats. Only the call
+itself is timed: refreshing the input scores (only for a processor that edits them in place) and
+restarting a finished search are not.
+--clock thread_cpu times the calls in this thread's CPU time (as GENGRAPH_BENCH_CLOCK=thread_cpu
+does for gengraph_bench): steadier on a shared machine, meaningful only with one torch thread.
+
+Processors are called directly (one class), the sampling chain through LogitsProcessorList as
+generate() does. Search steps are the body of transformers 5.17's GenerationMixin._sample and
+_beam_search loops after the forward pass, transcribed with their own helpers (the beam helpers
+are GenerationMixin's, called unbound) and their own stopping criteria classes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+import time
+from typing import Callable
+
+PROMPT = 64  # history: 64 prompt tokens ...
+GENERATED = 64  # ... and 64 generated ones
+MAX_NEW = 128  # search steps restart after this many steps
+EOS = 50256  # GPT-2's <|endoftext|>; inside both vocabularies
+SEED = 0
+
+
+# --- the cases ------------------------------------------------------------------------------------
+
+
+def hf_processors() -> dict[str, tuple[Callable[[], object], str]]:
+    """gengraph processor name -> (factory of transformers' equivalent, note). Same parameters as
+    processor_params() in bench/bench_decoding.cpp."""
+    from transformers.generation import logits_process as lp
+
+    return {
+        "sequence_bias": (
+            lambda: lp.SequenceBiasLogitsProcessor(
+                [[[11], 2.0], [[12, 13], -1.5], [[14, 15, 16], 1.0], [[17, 18], -2.0]]
+            ),
+            "",
+        ),
+        "logit_bias": (
+            lambda: lp.SequenceBiasLogitsProcessor([[[11], 2.0], [[12], -1.5], [[13], 1.0], [[14], -100.0]]),
+            "transformers has no logit_bias: SequenceBias with one-token sequences",
+        ),
+        "repetition_penalty": (lambda: lp.RepetitionPenaltyLogitsProcessor(1.2), ""),
+        "no_repeat_ngram": (lambda: lp.NoRepeatNGramLogitsProcessor(3), ""),
+        "bad_words": (lambda: lp.NoBadWordsLogitsProcessor([[11], [12, 13], [14, 15, 16], [17, 18]], EOS), ""),
+        "min_length": (lambda: lp.MinLengthLogitsProcessor(256, EOS), ""),
+        "min_new_tokens": (lambda: lp.MinNewTokensLengthLogitsProcessor(PROMPT, 128, EOS), ""),
+        "forced_bos": (lambda: lp.ForcedBOSTokenLogitsProcessor(0), "inactive at this length"),
+        "forced_eos": (lambda: lp.ForcedEOSTokenLogitsProcessor(PROMPT + GENERATED + 1, EOS), ""),
+        "remove_invalid_values": (lambda: lp.InfNanRemoveLogitsProcessor(), ""),
+        "exponential_decay_length_penalty": (lambda: lp.ExponentialDecayLengthPenalty((10, 1.05), EOS, PROMPT), ""),
+        "suppress_tokens": (lambda: lp.SuppressTokensLogitsProcessor(list(range(11, 21))), ""),
+        "begin_suppress_tokens": (
+            lambda: lp.SuppressTokensAtBeginLogitsProcessor([220, EOS], PROMPT),
+            "inactive at this length",
+        ),
+        "temperature": (lambda: lp.TemperatureLogitsWarper(0.7), ""),
+        "top_k": (lambda: lp.TopKLogitsWarper(50), ""),
+        "top_p": (lambda: lp.TopPLogitsWarper(0.9), ""),
+        "min_p": (lambda: lp.MinPLogitsWarper(0.05), ""),
+        "typical_p": (lambda: lp.TypicalLogitsWarper(0.9), ""),
+        "epsilon_cutoff": (lambda: lp.EpsilonLogitsWarper(3e-4), ""),
+        "eta_cutoff": (lambda: lp.EtaLogitsWarper(3e-4), ""),
+        "renormalize": (lambda: lp.LogitNormalization(), ""),
+        "chain_sampling_default": (
+            lambda: lp.LogitsProcessorList(
+                [
+                    lp.RepetitionPenaltyLogitsProcessor(1.2),
+                    lp.TemperatureLogitsWarper(0.7),
+                    lp.TopKLogitsWarper(50),
+                    lp.TopPLogitsWarper(0.9),
+                ]
+            ),
+            "through LogitsProcessorList",
+        ),
+    }
+
+
+# gengraph processors without a transformers class (shown as such in the comparison).
+NO_HF_COUNTERPART = {"frequency_presence_penalty": "gengraph extension, no transformers class"}
+
+STRATEGIES = {"greedy": (1, False), "sample": (1, True), "beam4": (4, False), "beam_sample4": (4, True)}
+
+
+def grids(smoke: bool) -> tuple[list[int], list[int], list[int]]:
+    """(vocab sizes, rows, rows of the entries compared with decode_step/gpt2), as the C++ grid."""
+    if smoke:
+        return [50257], [1, 4], [1, 4]
+    return [50257, 151936], [1, 4, 16, 64], [1, 4, 8, 16, 64]
+
+
+# --- search steps -----------------------------------------------------------------------------------
+
+
+class RowwiseStep:
+    """transformers 5.17 GenerationMixin._sample, the loop body after the forward pass."""
+
+    def __init__(self, rows: int, vocab: int, sample: bool, logits):
+        import torch
+        from transformers.generation.logits_process import LogitsProcessorList
+        from transformers.generation.stopping_criteria import (
+            EosTokenCriteria,
+            MaxLengthCriteria,
+            StoppingCriteriaList,
+        )
+        from transformers.generation.utils import StopCheck
+
+        self.torch, self.rows, self.vocab, self.sample, self.logits = torch, rows, vocab, sample, logits
+        self.processors = LogitsProcessorList()
+        self.stopping = StoppingCriteriaList([MaxLengthCriteria(PROMPT + MAX_NEW), EosTokenCriteria(EOS)])
+        self.stop_check = StopCheck()
+        self.pad_token_id = torch.tensor(EOS)  # GPT-2: no pad, so generate() pads with EOS
+        self.restart()
+
+    def restart(self):
+        torch = self.torch
+        self.input_ids = torch.randint(self.vocab, (self.rows, PROMPT))
+        self.unfinished_sequences = torch.ones(self.rows, dtype=torch.long)
+        self.this_peer_finished = False
+
+    def finished(self) -> bool:
+        return self.this_peer_finished or self.input_ids.shape[1] >= PROMPT + MAX_NEW
+
+    def step(self):
+        torch = self.torch
+        next_token_scores = self.processors(self.input_ids, self.logits)
+        if self.sample:
+            probs = torch.nn.functional.softmax(next_token_scores, dim=-1)
+            next_tokens = torch.multinomial(probs, num_samples=1).squeeze(1)
+        else:
+            next_tokens = torch.argmax(next_token_scores, dim=-1)
+        unfinished = self.unfinished_sequences
+        next_tokens = next_tokens * unfinished + self.pad_token_id * (1 - unfinished)
+        self.input_ids = torch.cat([self.input_ids, next_tokens[:, None]], dim=-1)
+        self.unfinished_sequences = unfinished & ~self.stopping(self.input_ids, None)
+        self.this_peer_finished = self.stop_check(self.unfinished_sequences, next_tokens, self.input_ids.shape[1])
+
+
+class BeamStep:
+    """transformers 5.17 GenerationMixin._beam_search, the loop body after the forward pass (cache
+    reordering excluded: that is the model's side), with GenerationMixin's own helpers."""
+
+    def __init__(self, rows: int, vocab: int, sample: bool, num_beams: int, logits):
+        import torch
+        from transformers.generation.logits_process import LogitsProcessorList
+        from transformers.generation.stopping_criteria import (
+            EosTokenCriteria,
+            MaxLengthCriteria,
+            StoppingCriteriaList,
+        )
+        from transformers.generation.utils import GenerationMixin
+
+        self.torch, self.G = torch, GenerationMixin
+        self.rows, self.vocab, self.sample, self.num_beams, self.logits = rows, vocab, sample, num_beams, logits
+        self.batch = rows // num_beams
+        self.max_length = PROMPT + MAX_NEW
+        self.processors = LogitsProcessorList()
+        self.stopping = StoppingCriteriaList([MaxLengthCriteria(self.max_length), EosTokenCriteria(EOS)])
+        self.beams_to_keep = max(2, 1 + 1) * num_beams  # one EOS id
+        self.top_num_beam_mask = torch.cat(
+            (torch.ones(num_beams, dtype=torch.bool), torch.zeros(self.beams_to_keep - num_beams, dtype=torch.bool))
+        )
+        self.restart()
+
+    def restart(self):
+        torch, G, b, nb = self.torch, self.G, self.batch, self.num_beams
+        input_ids = torch.randint(self.vocab, (self.rows, PROMPT))
+        self.cur_len = self.prompt_len = PROMPT
+        self.running_sequences = torch.full((b, nb, self.max_length), EOS, dtype=torch.int64)
+        self.running_sequences[:, :, : self.cur_len] = G._unflatten_beam_dim(input_ids, b, nb)
+        self.sequences = self.running_sequences.detach().clone()
+        self.running_beam_scores = torch.zeros((b, nb), dtype=torch.float)
+        self.running_beam_scores[:, 1:] = -1e9
+        self.beam_scores = torch.full((b, nb), fill_value=-1e9, dtype=torch.float)
+        self.is_sent_finished = torch.zeros((b, nb), dtype=torch.bool)
+        self.is_early_stop_heuristic_unsatisfied = torch.ones((b, 1), dtype=torch.bool)
+        self.running_beam_indices = torch.full((b, nb, self.max_length - self.cur_len), -1, dtype=torch.int32)
+        self.beam_indices = self.running_beam_indices.detach().clone()
+        self.flat_running_sequences = input_ids
+        self.first = True
+        self.this_peer_finished = False
+
+    def finished(self) -> bool:
+        return self.this_peer_finished or self.cur_len >= self.max_length
+
+    def step(self):
+        torch, G, b, nb, vocab = self.torch, self.G, self.batch, self.num_beams, self.vocab
+        cur_len = self.cur_len
+        if not self.first:
+            self.flat_running_sequences = G._flatten_beam_dim(self.running_sequences[:, :, :cur_len])
+        self.first = False
+        log_probs = torch.nn.functional.log_softmax(self.logits, dim=-1)
+        log_probs = self.processors(self.flat_running_sequences, log_probs)
+        log_probs = G._unflatten_beam_dim(log_probs, b, nb)
+        log_probs = log_probs + self.running_beam_scores[:, :, None]
+        log_probs = torch.reshape(log_probs, (b, nb * vocab))
+        topk_log_probs, topk_running_sequences, topk_running_beam_indices = G._get_top_k_continuations(
+            G,
+            accumulated_log_probs=log_probs,
+            running_sequences=self.running_sequences,
+            running_beam_indices=self.running_beam_indices,
+            cur_len=cur_len,
+            decoder_prompt_len=self.prompt_len,
+            do_sample=self.sample,
+            beams_to_keep=self.beams_to_keep,
+            num_beams=nb,
+            vocab_size=vocab,
+            batch_size=b,
+        )
+        hits = self.stopping(G._flatten_beam_dim(topk_running_sequences[:, :, : cur_len + 1]), None)
+        hits = G._unflatten_beam_dim(hits, b, self.beams_to_keep)
+        self.running_sequences, self.running_beam_scores, self.running_beam_indices = (
+            G._get_running_beams_for_next_iteration(
+                G,
+                topk_log_probs=topk_log_probs,
+                topk_running_sequences=topk_running_sequences,
+                topk_running_beam_indices=topk_running_beam_indices,
+                next_token_hits_stopping_criteria=hits,
+                num_beams=nb,
+            )
+        )
+        self.sequences, self.beam_scores, self.beam_indices, self.is_sent_finished = G._update_finished_beams(
+            G,
+            sequences=self.sequences,
+            topk_running_sequences=topk_running_sequences,
+            beam_scores=self.beam_scores,
+            topk_log_probs=topk_log_probs,
+            beam_indices=self.beam_indices,
+            topk_running_beam_indices=topk_running_beam_indices,
+            is_early_stop_heuristic_unsatisfied=self.is_early_stop_heuristic_unsatisfied,
+            is_sent_finished=self.is_sent_finished,
+            next_token_hits_stopping_criteria=hits,
+            top_num_beam_mask=self.top_num_beam_mask,
+            num_beams=nb,
+            cur_len=cur_len,
+            decoder_prompt_len=self.prompt_len,
+            length_penalty=1.0,
+            early_stopping=False,
+        )
+        self.cur_len = cur_len = cur_len + 1
+        self.is_early_stop_heuristic_unsatisfied = G._check_early_stop_heuristic(
+            is_early_stop_heuristic_unsatisfied=self.is_early_stop_heuristic_unsatisfied,
+            running_beam_scores=self.running_beam_scores,
+            beam_scores=self.beam_scores,
+            is_sent_finished=self.is_sent_finished,
+            cur_len=cur_len,
+            max_length=self.max_length,
+            decoder_prompt_len=self.prompt_len,
+            early_stopping=False,
+            length_penalty=1.0,
+        )
+        self.this_peer_finished = not G._beam_search_has_unfinished_sequences(
+            self.is_early_stop_heuristic_unsatisfied, self.is_sent_finished, hits, False
+        )
+
+
+# --- timing -----------------------------------------------------------------------------------------
+
+
+def time_case(prepare: Callable[[], None], call: Callable[[], object], min_time: float, repeats: int, clock):
+    """Median over `repeats` of the per-call time (seconds) of `number` calls, `prepare` untimed."""
+
+    def batch(number: int) -> float:
+        total = 0.0
+        for _ in range(number):
+            prepare()
+            t0 = clock()
+            out = call()
+            total += clock() - t0
+            del out
+        return total
+
+    batch(1)  # warm-up (lazy initialisation in some processors)
+    number = 1
+    while (total := batch(number)) < min_time:
+        number = max(number * 2, int(number * min_time / max(total, 1e-9) * 1.1))
+    per_call = [batch(number) / number for _ in range(repeats)]
+    return statistics.median(per_call), number, per_call
+
+
+def run(args) -> int:
+    import torch
+    import transformers
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    clock = time.thread_time if args.clock == "thread_cpu" else time.perf_counter
+    vocabs, rows_grid, rows_grid_8 = grids(args.smoke)
+    if args.vocab:
+        vocabs = args.vocab
+    pattern = re.compile(args.filter) if args.filter else None
+    results = []
+
+    def record(name: str, prepare, call, note: str = "", changed: int | None = None):
+        median, number, per_call = time_case(prepare, call, args.min_time, args.repeats, clock)
+        r = {"name": name, "us": median * 1e6, "number": number, "repeats_us": [t * 1e6 for t in per_call]}
+        r.update({"note": note} if note else {})
+        r.update({"changed": changed} if changed is not None else {})
+        results.append(r)
+        print(f"{name:64s} {median * 1e6:12.1f} us  (x{number})", file=sys.stderr, flush=True)
+
+    for name, (factory, note) in hf_processors().items():
+        for vocab in vocabs:
+            for rows in rows_grid_8 if name == "chain_sampling_default" else rows_grid:
+                full = f"processor/{name}/vocab:{vocab}/rows:{rows}"
+                if pattern and not pattern.search(full):
+                    continue
+                torch.manual_seed(SEED)
+                logits = torch.randn(rows, vocab)  # [rows, vocab] float32, as the C++ entry
+                input_ids = torch.randint(vocab, (rows, PROMPT + GENERATED))  # [rows, 128]
+                scores = logits.clone()
+                proc = factory()
+                # As the C++ entry, untimed: how many scores change; refresh the input only if edited.
+                changed = int(proc(input_ids, scores).ne(logits).sum())
+                edits_input = not torch.equal(scores, logits)
+                refresh = (lambda: scores.copy_(logits)) if edits_input else (lambda: None)
+                record(full, refresh, lambda: proc(input_ids, scores), note, changed)
+
+    for label, (beams, sample) in STRATEGIES.items():
+        for vocab in vocabs:
+            for rows in rows_grid_8 if beams == 1 else rows_grid:
+                if rows < beams or rows % beams:
+                    continue
+                full = f"strategy_step/{label}/vocab:{vocab}/rows:{rows}"
+                if pattern and not pattern.search(full):
+                    continue
+                torch.manual_seed(SEED)
+                logits = torch.randn(rows, vocab)
+                logits[:, EOS] = -1e4  # EOS never wins: rows run to max_length
+                s = RowwiseStep(rows, vocab, sample, logits) if beams == 1 else BeamStep(rows, vocab, sample, beams, logits)
+
+                def prepare(s=s):
+                    if s.finished():
+                        s.restart()
+
+                record(full, prepare, s.step)
+
+    doc = {
+        "threads": torch.get_num_threads(),
+        "clock": args.clock,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "min_time_s": args.min_time,
+        "repeats": args.repeats,
+        "results": results,
+    }
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"wrote {args.out} ({len(results)} cases, {doc['threads']} threads)", file=sys.stderr)
+    return 0
+
+
+# --- comparison -------------------------------------------------------------------------------------
+
+_UNIT_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+
+
+def load_gengraph(paths: list[str], time_key: str = "real_time") -> tuple[dict[str, dict], dict]:
+    """Google Benchmark JSONs -> ({entry name: {"us": median of time_key, "changed": counter}},
+    first context). Without repetitions, the mean of the iteration entries. With manual time,
+    real_time is the timed calls' clock; cpu_time is the process CPU time of the whole loop."""
+    medians, runs, entries, context = {}, {}, {}, {}
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        context = context or doc.get("context", {})
+        for b in doc["benchmarks"]:
+            if b.get("error_occurred"):
+                continue
+            name = re.sub(r"/(manual_time|real_time)$", "", b.get("run_name", b["name"]))
+            us = b[time_key] * _UNIT_US[b.get("time_unit", "ns")]
+            if b.get("run_type") == "aggregate":
+                if b.get("aggregate_name") == "median":
+                    medians[name] = us
+                continue
+            runs.setdefault(name, []).append(us)
+            entries[name] = {"changed": b["changed"]} if "changed" in b else {}
+    for name, values in runs.items():
+        entries[name]["us"] = medians.get(name, statistics.mean(values))
+    return entries, context
+
+
+def load_hf(paths: list[str]) -> tuple[dict[str, dict], dict]:
+    """This script's JSONs -> ({name: result}, first header)."""
+    results, header = {}, {}
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        header = header or {k: v for k, v in doc.items() if k != "results"}
+        results.update({r["name"]: r for r in doc["results"]})
+    return results, header
+
+
+def split_name(name: str) -> tuple[str, int, int]:
+    m = re.match(r"^(?:processor|strategy_step)/([^/]+)/vocab:(\d+)/rows:(\d+)$", name)
+    return (m.group(1), int(m.group(2)), int(m.group(3))) if m else ("", 0, 0)
+
+
+def names_of(kind: str, gg: dict[str, dict]) -> list[str]:
+    return sorted((n for n in gg if n.startswith(kind + "/") and split_name(n)[0]), key=split_name)
+
+
+def fmt(us: float | None) -> str:
+    if us is None:
+        return "—"
+    return f"{us:,.0f}" if us >= 100 else f"{us:.1f}"
+
+
+def ratio_table(kind: str, gg: dict[str, dict], hf: dict[str, dict]) -> list[str]:
+    """One line per entry; for processors, the scores each changed (a check that both do the same)."""
+    changed = kind == "processor"
+    out = [
+        f"| {kind} | vocab | rows | gengraph µs | transformers µs | gengraph / transformers"
+        + (" | scores changed (gengraph / transformers)" if changed else "")
+        + " | note |",
+        "|---|---:|---:|---:|---:|---:|" + ("---:|" if changed else "") + "---|",
+    ]
+    for name in names_of(kind, gg):
+        proc, vocab, rows = split_name(name)
+        g, h = gg[name], hf.get(name, {})
+        ratio = f"{g['us'] / h['us']:.2f}" if h else "—"
+        note = h.get("note") or NO_HF_COUNTERPART.get(proc, "" if h else "no transformers run")
+        cells = [proc, str(vocab), str(rows), fmt(g["us"]), fmt(h.get("us")), ratio]
+        if changed:
+            a, b = g.get("changed"), h.get("changed")
+            cells.append(f"{a:.0f} / {b}" if a is not None and b is not None else "—")
+            if a is not None and b is not None and int(a) != b:
+                note = (note + "; " if note else "") + "**changed counts differ**"
+        out.append("| " + " | ".join(cells + [note]) + " |")
+    return out
+
+
+def summary(gg: dict[str, dict], hf: dict[str, dict]) -> list[str]:
+    out = [
+        "| entries | vocab | n | geometric mean of gengraph / transformers | min | max |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind in ("processor", "strategy_step"):
+        for vocab in sorted({split_name(n)[1] for n in names_of(kind, gg)}):
+            ratios = [gg[n]["us"] / hf[n]["us"] for n in names_of(kind, gg) if split_name(n)[1] == vocab and n in hf]
+            if ratios:
+                gm = math.exp(statistics.mean(math.log(r) for r in ratios))
+                out.append(f"| {kind} | {vocab} | {len(ratios)} | {gm:.2f} | {min(ratios):.2f} | {max(ratios):.2f} |")
+    return out
+
+
+def decode_fraction(gg: dict[str, dict], hf: dict[str, dict], decode: dict[str, dict], prefix: str) -> list[str]:
+    """The sampling chain (and chain + sample step) as a fraction of one decode step, vocab 50257."""
+    out = [
+        "| rows | decode step µs | gengraph chain µs | chain / step | chain + sample step / step "
+        "| transformers chain / step | transformers chain + sample step / step |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    chains = [n for n in names_of("processor", gg) if n.startswith("processor/chain_sampling_default/vocab:50257/")]
+    for chain in chains:
+        rows = split_name(chain)[2]
+        sample = f"strategy_step/sample/vocab:50257/rows:{rows}"
+        step = decode.get(f"{prefix}/rows:{rows}", {}).get("us")
+        if step is None:
+            out.append(f"| {rows} | no {prefix} entry at this rows | {fmt(gg[chain]['us'])} | — | — | — | — |")
+            continue
+
+        def frac(src: dict[str, dict], *names: str) -> str:
+            vals = [src.get(n, {}).get("us") for n in names]
+            return "—" if None in vals else f"{sum(vals) / step:.1%}"
+
+        out.append(
+            f"| {rows} | {fmt(step)} | {fmt(gg[chain]['us'])} | {frac(gg, chain)} | {frac(gg, chain, sample)} "
+            f"| {frac(hf, chain)} | {frac(hf, chain, sample)} |"
+        )
+    return out
+
+
+def compare(args) -> int:
+    gg, context = load_gengraph(args.compare)
+    hf, hf_doc = load_hf(args.hf)
+    lines = []
+    gg_threads, gg_clock = context.get("torch_num_threads"), context.get("decoding_clock", "wall")
+    hf_clock = hf_doc.get("clock", "wall")
+    if gg_threads is not None and str(gg_threads) != str(hf_doc["threads"]):
+        lines.append(f"**Warning:** gengraph ran with {gg_threads} threads, transformers with {hf_doc['threads']}.\n")
+    if gg_clock != hf_clock:
+        lines.append(f"**Warning:** gengraph timed on the {gg_clock} clock, transformers on the {hf_clock} clock.\n")
+    if "thread_cpu" in (gg_clock, hf_clock) and (str(gg_threads) != "1" or hf_doc["threads"] != 1):
+        lines.append("**Warning:** the thread_cpu clock misses the work of other threads: use one thread.\n")
+    # The decode step (bench_backends.cpp) is wall-timed; on the thread_cpu clock, compare with its
+    # process CPU time instead (the same thing with one thread, less the time other processes took).
+    decode_key = "cpu_time" if gg_clock == "thread_cpu" else "real_time"
+    decode, _ = load_gengraph(args.compare, decode_key)
+    lines.append(
+        f"Threads: gengraph {gg_threads}, transformers {hf_doc['threads']} (torch {hf_doc['torch']}, "
+        f"transformers {hf_doc['transformers']}). Clock: {gg_clock} (decode step: {decode_key}). "
+        "Times are medians, in µs.\n"
+    )
+    lines += ["### Summary", ""] + summary(gg, hf) + [""]
+    lines += [f"### Sampling chain against one decode step ({args.decode_entry}, vocab 50257)", ""]
+    lines += decode_fraction(gg, hf, decode, args.decode_entry) + [""]
+    lines += ["### Processors", ""] + ratio_table("processor", gg, hf) + [""]
+    lines += ["### Strategy steps", ""] + ratio_table("strategy_step", gg, hf) + [""]
+    text = "\n".join(lines)
+    print(text)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(text)
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="hf_processors.json", help="JSON written by a run")
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: torch's, i.e. OMP_NUM_THREADS)")
+    p.add_argument("--smoke", action="store_true", help="the GENGRAPH_BENCH_SMOKE=1 grid: vocab 50257, rows 1 and 4")
+    p.add_argument("--vocab", type=int, nargs="*", help="restrict the vocabulary sizes")
+    p.add_argument("--filter", help="regular expression on the entry names")
+    # As gengraph_bench --benchmark_min_time=0.2 --benchmark_repetitions=3 (median of the repeats).
+    p.add_argument("--min-time", type=float, default=0.2, help="seconds of timed calls per repeat")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--clock", choices=["wall", "thread_cpu"], default="wall", help="clock of the timed calls")
+    p.add_argument("--compare", metavar="GENGRAPH_JSON", nargs="+", help="compare gengraph_bench --benchmark_out JSONs ...")
+    p.add_argument("--hf", nargs="+", default=["hf_processors.json"], help="... with these runs' JSONs")
+    p.add_argument("--md", help="also write the comparison (markdown) here")
+    p.add_argument("--decode-entry", default="decode_step/gpt2/eager", help="decode-step entry (without /rows:N)")
+    args = p.parse_args()
+    return compare(args) if args.compare else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
