@@ -2,13 +2,17 @@
 #include <mutex>
 
 #include "backends/eager/eager_backend.h"
+#include "backends/trace/trace_backend.h"
 #include "framework/backend/backend_registry.h"
 
 namespace gengraph {
 
 void register_builtin_backends() {
   static std::once_flag once;
-  std::call_once(once, [] { BackendRegistry::instance().add(eager_backend_info()); });
+  std::call_once(once, [] {
+    BackendRegistry::instance().add(eager_backend_info());
+    BackendRegistry::instance().add(trace_backend_info());
+  });
 }
 
 }  // namespace gengraph

@@ -24,16 +24,12 @@ void GrowingCache::reorder(const at::Tensor& parent_rows) {
   valid_ = valid_.index_select(0, parent_rows);
 }
 
-StaticCache::StaticCache(const CacheShape& s, const at::TensorOptions& options) {
-  for (int64_t l = 0; l < s.layers; ++l) {
-    keys_.push_back(at::zeros({s.rows, s.kv_heads, s.max_len, s.head_dim}, options));
-    values_.push_back(at::zeros({s.rows, s.kv_heads, s.max_len, s.head_dim}, options));
-  }
-  valid_ = at::zeros({s.rows, s.max_len}, options.dtype(at::kBool));
-}
+StaticCache::StaticCache(const CacheShape& s, const at::TensorOptions& options)
+    : keys_(at::zeros({s.layers, s.rows, s.kv_heads, s.max_len, s.head_dim}, options)),
+      values_(at::zeros({s.layers, s.rows, s.kv_heads, s.max_len, s.head_dim}, options)),
+      valid_(at::zeros({s.rows, s.max_len}, options.dtype(at::kBool))) {}
 
-StaticCache::StaticCache(std::vector<at::Tensor> keys, std::vector<at::Tensor> values,
-                         at::Tensor valid)
+StaticCache::StaticCache(at::Tensor keys, at::Tensor values, at::Tensor valid)
     : keys_(std::move(keys)), values_(std::move(values)), valid_(std::move(valid)) {}
 
 void StaticCache::write_validity(const at::Tensor& slots, const at::Tensor& token_valid) {
@@ -43,8 +39,8 @@ void StaticCache::write_validity(const at::Tensor& slots, const at::Tensor& toke
 std::pair<at::Tensor, at::Tensor> StaticCache::update(int64_t layer, const at::Tensor& k_new,
                                                       const at::Tensor& v_new,
                                                       const at::Tensor& slots) {
-  auto& k = keys_.at(layer);
-  auto& v = values_.at(layer);
+  at::Tensor k = keys_.select(0, layer);  // views: writes land in the stacked buffers
+  at::Tensor v = values_.select(0, layer);
   k.index_copy_(2, slots, k_new);
   v.index_copy_(2, slots, v_new);
   return {k, v};
@@ -52,8 +48,8 @@ std::pair<at::Tensor, at::Tensor> StaticCache::update(int64_t layer, const at::T
 
 void StaticCache::reorder(const at::Tensor& parent_rows) {
   // In place, so the buffers keep their addresses (a captured graph reads them by address).
-  for (auto& k : keys_) k.copy_(k.index_select(0, parent_rows));
-  for (auto& v : values_) v.copy_(v.index_select(0, parent_rows));
+  keys_.copy_(keys_.index_select(1, parent_rows));
+  values_.copy_(values_.index_select(1, parent_rows));
   valid_.copy_(valid_.index_select(0, parent_rows));
 }
 

@@ -1,8 +1,8 @@
 // Key/value caches. Two kinds share one interface so that every architecture works with both:
 //  - GrowingCache: appends along the sequence axis (concatenation); attention reads only what was
 //    written. The natural eager choice.
-//  - StaticCache: preallocated [rows, kv_heads, max_len, head_dim] per layer, written in place with
-//    index_copy_ at slots given as a tensor. Shapes never change, which is what a trace or a CUDA
+//  - StaticCache: preallocated [layers, rows, kv_heads, max_len, head_dim] for keys and for values,
+//    written in place with index_copy_ at slots given as a tensor. Shapes never change, which is what a trace or a CUDA
 //    graph needs; unwritten slots are masked out by the validity mask.
 // Both track which cache slots hold real tokens (left padding does not), so attention can mask them.
 #pragma once
@@ -66,8 +66,9 @@ class GrowingCache final : public KVCache {
 class StaticCache final : public KVCache {
  public:
   StaticCache(const CacheShape& shape, const at::TensorOptions& options);
-  // Wraps existing buffers (a traced graph's inputs): keys/values [rows, kv, max_len, hd] per layer.
-  StaticCache(std::vector<at::Tensor> keys, std::vector<at::Tensor> values, at::Tensor valid);
+  // Wraps existing buffers (a traced graph's inputs), written in place:
+  //   keys, values: [layers, rows, kv_heads, max_len, head_dim]; valid: [rows, max_len] bool
+  StaticCache(at::Tensor keys, at::Tensor values, at::Tensor valid);
 
   void write_validity(const at::Tensor& slots, const at::Tensor& token_valid) override;
   std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k_new,
@@ -78,14 +79,15 @@ class StaticCache final : public KVCache {
   // Marks every slot invalid so the buffers can serve a new batch without reallocation.
   void reset();
 
-  const std::vector<at::Tensor>& keys() const { return keys_; }
-  const std::vector<at::Tensor>& values() const { return values_; }
+  const at::Tensor& keys() const { return keys_; }
+  const at::Tensor& values() const { return values_; }
+  int64_t rows() const { return valid_.size(0); }
   int64_t max_len() const { return valid_.size(1); }
 
  private:
-  std::vector<at::Tensor> keys_;    // per layer [rows, kv_heads, max_len, head_dim]
-  std::vector<at::Tensor> values_;  // per layer [rows, kv_heads, max_len, head_dim]
-  at::Tensor valid_;                // [rows, max_len] bool
+  at::Tensor keys_;    // [layers, rows, kv_heads, max_len, head_dim]
+  at::Tensor values_;  // [layers, rows, kv_heads, max_len, head_dim]
+  at::Tensor valid_;   // [rows, max_len] bool
 };
 
 // The attention mask for T queries written at `slots` over a cache with validity `valid`:

@@ -60,10 +60,25 @@ TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
   const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
   GenerationConfig g;
   g.max_new_tokens = 12;
-  const auto a = Generator(g).generate(*reference, prompts);
-  const auto b = Generator(g).generate(*backend, prompts);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    EXPECT_EQ(a.outputs[i][0].tokens, b.outputs[i][0].tokens) << "input " << i;
+  // Greedy, seeded sampling and beam search (the beam reorder runs inside decode).
+  GenerationConfig sample = g;
+  sample.do_sample = true;
+  sample.top_k = 20;
+  GenerationConfig beam = g;
+  beam.num_beams = 3;
+  beam.num_return_sequences = 2;
+  for (const auto& [what, config] : {std::pair{"greedy", g}, std::pair{"sample", sample}, std::pair{"beam", beam}}) {
+    at::manual_seed(17);
+    const auto a = Generator(config).generate(*reference, prompts);
+    at::manual_seed(17);
+    const auto b = Generator(config).generate(*backend, prompts);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(a.outputs[i].size(), b.outputs[i].size());
+      for (size_t j = 0; j < a.outputs[i].size(); ++j) {
+        EXPECT_EQ(a.outputs[i][j].tokens, b.outputs[i][j].tokens) << what << " input " << i << " sequence " << j;
+        if (a.outputs[i][j].score) EXPECT_NEAR(*a.outputs[i][j].score, *b.outputs[i][j].score, 1e-4) << what;
+      }
+    }
   }
   // Logits of prefill and of one decode step, directly.
   const auto ids = at::tensor({0, 0, 3, 4, 5, 6}, at::kLong).reshape({2, 3});

@@ -1,0 +1,170 @@
+#include "backends/trace/trace_backend.h"
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/passes/tensorexpr_fuser.h>
+#include <torch/csrc/jit/codegen/fuser/interface.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
+#include "backends/trace/traced_step.h"
+#include "framework/model/causal_lm.h"
+#include "framework/util/device.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Settings {
+  TraceOptions trace;
+  int64_t profiling_runs = 1;
+  std::string cache_dir;
+  std::string file;
+};
+
+class TraceBackend final : public ForwardBackend {
+ public:
+  TraceBackend(std::shared_ptr<const CausalLM> model, Settings s)
+      : ForwardBackend(std::move(model)), s_(std::move(s)) {
+    if (!s_.cache_dir.empty()) fingerprint_ = model_fingerprint(this->model());
+  }
+
+  std::string name() const override { return "trace"; }
+
+  BackendReport report() const override {
+    return {{"trace_seconds", trace_s_}, {"warmup_seconds", warmup_s_}, {"traces_built", double(built_)},
+            {"traces_loaded", double(loaded_)}, {"freeze", s_.trace.freeze ? 1.0 : 0.0},
+            {"optimize_for_inference", s_.trace.optimize_for_inference ? 1.0 : 0.0},
+            {"profiling_runs", double(s_.profiling_runs)}};
+  }
+
+ protected:
+  void do_prepare(const BatchShape& shape) override {
+    if (keys_.defined() && keys_.size(1) == shape.rows && valid_.size(1) == shape.max_length) {
+      valid_.fill_(false);
+      return;
+    }
+    const auto& c = model().config();
+    const auto f = at::TensorOptions().dtype(model().dtype()).device(model().device());
+    keys_ = at::zeros({c.num_layers, shape.rows, c.num_kv_heads, shape.max_length, c.head_dim}, f);
+    values_ = at::zeros_like(keys_);
+    valid_ = at::zeros({shape.rows, shape.max_length}, f.dtype(at::kBool));
+  }
+
+  at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
+    current_ = &step_for(in.input_ids.size(1));
+    auto run = [&] {
+      return current_->prefill(in.input_ids, in.positions, slots, in.token_valid, valid_, keys_, values_);
+    };
+    // Prefill rewrites the same slots with the same values, so warm-up calls are harmless.
+    if (warm_prefill_.insert(current_).second) warm_up(run);
+    return run();
+  }
+
+  at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {
+    if (in.parent_rows.defined()) {
+      keys_.copy_(keys_.index_select(1, in.parent_rows));
+      values_.copy_(values_.index_select(1, in.parent_rows));
+      valid_.copy_(valid_.index_select(0, in.parent_rows));
+    }
+    auto run = [&] {
+      return current_->decode(in.input_ids, in.positions, slots, in.token_valid, valid_, keys_, values_);
+    };
+    if (warm_decode_.insert(current_).second) warm_up(run);
+    return run();
+  }
+
+ private:
+  template <typename F>
+  void warm_up(F&& run) {
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < s_.profiling_runs; ++i) run();
+    synchronize(model().device());
+    warmup_s_ += since(t0);
+  }
+
+  TracedStep& step_for(int64_t prompt_length) {
+    const auto key = std::make_tuple(shape().rows, prompt_length, shape().max_length);
+    auto it = steps_.find(key);
+    if (it != steps_.end()) return it->second;
+    TraceMeta meta = expected_meta(model(), shape().rows, prompt_length, shape().max_length);
+    const auto t0 = Clock::now();
+    if (!s_.file.empty()) {
+      meta.model_fingerprint.clear();  // a Python trace carries its own weights
+      it = steps_.emplace(key, TracedStep::load(s_.file, model().device(), meta)).first;
+      ++loaded_;
+    } else if (!s_.cache_dir.empty()) {
+      meta.model_fingerprint = fingerprint_;
+      const std::filesystem::path path =
+          std::filesystem::path(s_.cache_dir) /
+          (fingerprint_ + "-r" + std::to_string(meta.rows) + "-p" + std::to_string(prompt_length) + "-m" +
+           std::to_string(meta.max_length) + "-" + meta.dtype + "-" + model().device().str() +
+           (s_.trace.freeze ? "-frozen" : "") + (s_.trace.optimize_for_inference ? "-ofi" : "") + ".pt");
+      if (std::filesystem::exists(path)) {
+        it = steps_.emplace(key, TracedStep::load(path, model().device(), meta)).first;
+        ++loaded_;
+      } else {
+        it = steps_.emplace(key, TracedStep::trace(model(), meta, s_.trace)).first;
+        it->second.save(path);
+        ++built_;
+      }
+    } else {
+      it = steps_.emplace(key, TracedStep::trace(model(), meta, s_.trace)).first;
+      ++built_;
+    }
+    trace_s_ += since(t0);
+    return it->second;
+  }
+
+  Settings s_;
+  std::string fingerprint_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, TracedStep> steps_;  // (rows, prompt, max_length)
+  TracedStep* current_ = nullptr;
+  std::set<const TracedStep*> warm_prefill_, warm_decode_;
+  at::Tensor keys_, values_;  // [layers, rows, kv_heads, max_length, head_dim]
+  at::Tensor valid_;          // [rows, max_length] bool
+  double trace_s_ = 0, warmup_s_ = 0;
+  int64_t built_ = 0, loaded_ = 0;
+};
+
+}  // namespace
+
+BackendInfo trace_backend_info() {
+  BackendInfo info;
+  info.name = "trace";
+  info.description =
+      "TorchScript trace of the step over a static cache; options freeze, optimize_for_inference, fuser, "
+      "profiling_runs, cache_dir, file";
+  info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
+    Settings s;
+    s.trace.freeze = o.get_bool("freeze", true);
+    s.trace.optimize_for_inference = o.get_bool("optimize_for_inference", false);
+    const std::string fuser = o.get_string("fuser", "default", {"default", "none", "te"});
+    s.profiling_runs = o.get_int("profiling_runs", 1, 0, 100);
+    s.cache_dir = o.get_string("cache_dir", "");
+    s.file = o.get_string("file", "");
+    if (!s.file.empty() && !s.cache_dir.empty()) {
+      throw Error("backend 'trace': options 'file' and 'cache_dir' exclude each other");
+    }
+    if (!s.file.empty() && !std::filesystem::exists(s.file)) {
+      throw Error("backend 'trace' option 'file': '" + s.file + "' does not exist");
+    }
+    // LibTorch keeps these process-wide; the backend sets them only when asked to.
+    if (fuser == "none") torch::jit::setTensorExprFuserEnabled(false);
+    if (fuser == "te") {
+      torch::jit::setTensorExprFuserEnabled(true);
+      torch::jit::overrideCanFuseOnCPU(true);
+    }
+    if (s.profiling_runs > 0) torch::jit::getNumProfiledRuns() = static_cast<size_t>(s.profiling_runs);
+    return std::make_unique<TraceBackend>(std::move(model), std::move(s));
+  };
+  return info;
+}
+
+}  // namespace gengraph

@@ -1,0 +1,253 @@
+#include "backends/trace/traced_step.h"
+
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/csrc/jit/serialization/import.h>
+
+#include "framework/cache/kv_cache.h"
+#include "framework/model/causal_lm.h"
+#include "framework/util/device.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+namespace {
+
+const std::vector<std::string> kArgs = {"input_ids", "positions", "slots", "token_valid",
+                                        "valid",     "keys",      "values"};
+
+std::string shape_str(at::IntArrayRef s) {
+  std::ostringstream o;
+  o << s;
+  return o.str();
+}
+
+// Traces one step (T tokens per row) of `model` into method `name` of `m`.
+void trace_method(torch::jit::Module& m, const std::string& name, const CausalLM& model,
+                  std::vector<at::Tensor> args) {
+  torch::jit::Stack inputs(args.begin(), args.end());
+  auto step = [&model](torch::jit::Stack in) -> torch::jit::Stack {
+    StaticCache cache(in[5].toTensor(), in[6].toTensor(), in[4].toTensor());
+    at::Tensor logits = run_forward_step(model, cache, in[0].toTensor(), in[1].toTensor(),
+                                         in[2].toTensor(), in[3].toTensor());
+    return {logits};
+  };
+  auto traced = torch::jit::tracer::trace(
+      std::move(inputs), step, [](const at::Tensor&) { return std::string(); },
+      /*strict=*/false, /*force_outplace=*/false, &m, kArgs);
+  auto fn = m._ivalue()->compilation_unit()->create_function(
+      c10::QualifiedName(*m.type()->name(), name), traced.first->graph);
+  m.type()->addMethod(fn);
+}
+
+// Example inputs of the contract's shapes (values do not matter for a trace of static shapes).
+std::vector<at::Tensor> example_args(const CausalLM& model, const TraceMeta& meta, int64_t t) {
+  const auto dev = model.device();
+  const auto l = at::TensorOptions().dtype(at::kLong).device(dev);
+  const auto b = at::TensorOptions().dtype(at::kBool).device(dev);
+  const auto f = at::TensorOptions().dtype(model.dtype()).device(dev);
+  return {at::zeros({meta.rows, t}, l),
+          at::zeros({meta.rows, t}, l),
+          at::arange(t, l),
+          at::ones({meta.rows, t}, b),
+          at::zeros({meta.rows, meta.max_length}, b),
+          at::zeros({meta.layers, meta.rows, meta.kv_heads, meta.max_length, meta.head_dim}, f),
+          at::zeros({meta.layers, meta.rows, meta.kv_heads, meta.max_length, meta.head_dim}, f)};
+}
+
+void compare(const std::string& file, const char* field, const std::string& want, const std::string& got) {
+  if (want != got) {
+    throw Error("trace file '" + file + "' was made for " + field + " " + got + ", but this run needs " +
+                field + " " + want + " (delete the file or make a new trace)");
+  }
+}
+
+}  // namespace
+
+nlohmann::json TraceMeta::to_json() const {
+  return {{"format", format},         {"model_type", model_type}, {"model_fingerprint", model_fingerprint},
+          {"layers", layers},         {"kv_heads", kv_heads},     {"head_dim", head_dim},
+          {"vocab_size", vocab_size}, {"dtype", dtype},           {"rows", rows},
+          {"prompt_length", prompt_length}, {"max_length", max_length}, {"made_by", made_by}};
+}
+
+TraceMeta TraceMeta::from_json(const nlohmann::json& j, const std::string& source) {
+  TraceMeta m;
+  auto need = [&](const char* key) -> const nlohmann::json& {
+    if (!j.contains(key)) throw Error(source + ": gengraph.json lacks '" + key + "'");
+    return j[key];
+  };
+  try {
+    m.format = need("format").get<int>();
+    m.model_type = need("model_type").get<std::string>();
+    m.model_fingerprint = j.value("model_fingerprint", "");
+    m.layers = need("layers").get<int64_t>();
+    m.kv_heads = need("kv_heads").get<int64_t>();
+    m.head_dim = need("head_dim").get<int64_t>();
+    m.vocab_size = need("vocab_size").get<int64_t>();
+    m.dtype = need("dtype").get<std::string>();
+    m.rows = need("rows").get<int64_t>();
+    m.prompt_length = need("prompt_length").get<int64_t>();
+    m.max_length = need("max_length").get<int64_t>();
+    m.made_by = j.value("made_by", "");
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(source + ": gengraph.json has a field of the wrong type: " + e.what());
+  }
+  if (m.format != 1) throw Error(source + ": gengraph.json format " + std::to_string(m.format) + ", expected 1");
+  return m;
+}
+
+TraceMeta expected_meta(const CausalLM& model, int64_t rows, int64_t prompt_length, int64_t max_length) {
+  const auto& c = model.config();
+  TraceMeta m;
+  m.model_type = c.model_type;
+  m.layers = c.num_layers;
+  m.kv_heads = c.num_kv_heads;
+  m.head_dim = c.head_dim;
+  m.vocab_size = c.vocab_size;
+  m.dtype = dtype_name(model.dtype());
+  m.rows = rows;
+  m.prompt_length = prompt_length;
+  m.max_length = max_length;
+  m.made_by = "gengraph";
+  return m;
+}
+
+std::string model_fingerprint(const CausalLM& model) {
+  std::ostringstream o;
+  const auto& c = model.config();
+  o << c.model_type << c.vocab_size << c.hidden_size << c.num_layers << c.num_heads << c.num_kv_heads
+    << c.head_dim << c.intermediate_size << c.max_positions << c.norm_eps << c.activation;
+  for (const auto& [name, t] : model.weights()) {
+    o << name << shape_str(t.sizes());
+    const at::Tensor flat = t.reshape({-1});
+    o << flat.narrow(0, 0, std::min<int64_t>(flat.numel(), 64)).to(at::kDouble).sum().item<double>();
+  }
+  return std::to_string(std::hash<std::string>{}(o.str()));
+}
+
+TracedStep TracedStep::trace(const CausalLM& model, const TraceMeta& meta, const TraceOptions& options) {
+  at::AutoGradMode no_grad(false);
+  auto m = std::make_shared<torch::jit::Module>(c10::QualifiedName("__torch__.gengraph.TracedStep"));
+  m->register_attribute("training", c10::BoolType::get(), false);
+  trace_method(*m, "prefill", model, example_args(model, meta, meta.prompt_length));
+  trace_method(*m, "decode", model, example_args(model, meta, 1));
+  // torch::jit::freeze and optimize_for_inference start from `forward`; give them one (decode).
+  m->type()->addMethod(m->_ivalue()->compilation_unit()->create_function(
+      c10::QualifiedName(*m->type()->name(), "forward"),
+      torch::jit::toGraphFunction(m->get_method("decode").function()).graph()->copy()));
+  if (options.freeze || options.optimize_for_inference) {
+    *m = torch::jit::freeze(*m, std::vector<std::string>{"prefill", "decode"}, true);
+  }
+  if (options.optimize_for_inference) {
+    *m = torch::jit::optimize_for_inference(*m, {"prefill", "decode"});
+  }
+  TracedStep s;
+  s.module_ = std::move(m);
+  s.meta_ = meta;
+  s.source_ = "traced in C++";
+  return s;
+}
+
+TracedStep TracedStep::load(const std::filesystem::path& path, const c10::Device& device,
+                            const TraceMeta& expected) {
+  const std::string file = path.string();
+  if (!std::filesystem::exists(path)) throw Error("trace file '" + file + "' does not exist");
+  torch::jit::ExtraFilesMap extra{{"gengraph.json", ""}};
+  auto m = std::make_shared<torch::jit::Module>();
+  try {
+    *m = torch::jit::load(file, device, extra);
+  } catch (const c10::Error& e) {
+    throw Error("trace file '" + file + "' is not a readable TorchScript archive: " + e.what_without_backtrace());
+  }
+  if (extra["gengraph.json"].empty()) {
+    throw Error("trace file '" + file + "' has no gengraph.json extra file (see docs/tracing.md for the contract)");
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(extra["gengraph.json"]);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error("trace file '" + file + "': gengraph.json is not valid JSON: " + e.what());
+  }
+  const TraceMeta got = TraceMeta::from_json(j, "trace file '" + file + "'");
+  compare(file, "model_type", expected.model_type, got.model_type);
+  compare(file, "layers", std::to_string(expected.layers), std::to_string(got.layers));
+  compare(file, "kv_heads", std::to_string(expected.kv_heads), std::to_string(got.kv_heads));
+  compare(file, "head_dim", std::to_string(expected.head_dim), std::to_string(got.head_dim));
+  compare(file, "vocab_size", std::to_string(expected.vocab_size), std::to_string(got.vocab_size));
+  compare(file, "dtype", expected.dtype, got.dtype);
+  compare(file, "rows", std::to_string(expected.rows), std::to_string(got.rows));
+  compare(file, "prompt_length", std::to_string(expected.prompt_length), std::to_string(got.prompt_length));
+  compare(file, "max_length", std::to_string(expected.max_length), std::to_string(got.max_length));
+  if (!expected.model_fingerprint.empty() && !got.model_fingerprint.empty()) {
+    compare(file, "model weights (fingerprint)", expected.model_fingerprint, got.model_fingerprint);
+  }
+  std::vector<std::string> missing;
+  for (const char* method : {"prefill", "decode"}) {
+    if (!m->find_method(method)) missing.push_back(method);
+  }
+  if (!missing.empty()) {
+    throw Error("trace file '" + file + "' lacks method(s) " + join(missing, ", ") +
+                "; the contract needs prefill and decode (docs/tracing.md)");
+  }
+  TracedStep s;
+  s.module_ = std::move(m);
+  s.meta_ = got;
+  s.source_ = file;
+  return s;
+}
+
+void TracedStep::save(const std::filesystem::path& path) const {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  const std::string tmp = path.string() + ".tmp";
+  torch::jit::ExtraFilesMap extra{{"gengraph.json", meta_.to_json().dump()}};
+  module_->save(tmp, extra);
+  std::filesystem::rename(tmp, path);
+}
+
+at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& args) {
+  std::vector<c10::IValue> in(args.begin(), args.end());
+  c10::IValue out;
+  try {
+    out = module_->get_method(method)(std::move(in));
+  } catch (const c10::Error& e) {
+    throw Error("trace '" + source_ + "' method " + method + " failed: " + e.what_without_backtrace());
+  }
+  if (!out.isTensor()) {
+    throw Error("trace '" + source_ + "' method " + method + " returned a " + out.tagKind() +
+                ", the contract needs one logits tensor [rows, vocab]");
+  }
+  return out.toTensor();
+}
+
+at::Tensor TracedStep::prefill(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slots,
+                               const at::Tensor& tv, const at::Tensor& valid, const at::Tensor& keys,
+                               const at::Tensor& values) {
+  at::Tensor logits = call("prefill", {ids, pos, slots, tv, valid, keys, values});
+  if (!checked_prefill_) {
+    if (logits.dim() != 2 || logits.size(0) != meta_.rows || logits.size(1) != meta_.vocab_size) {
+      throw Error("trace '" + source_ + "' prefill returned " + shape_str(logits.sizes()) + ", expected [" +
+                  std::to_string(meta_.rows) + ", " + std::to_string(meta_.vocab_size) + "]");
+    }
+    checked_prefill_ = true;
+  }
+  return logits;
+}
+
+at::Tensor TracedStep::decode(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slots,
+                              const at::Tensor& tv, const at::Tensor& valid, const at::Tensor& keys,
+                              const at::Tensor& values) {
+  at::Tensor logits = call("decode", {ids, pos, slots, tv, valid, keys, values});
+  if (!checked_decode_) {
+    if (logits.dim() != 2 || logits.size(0) != meta_.rows || logits.size(1) != meta_.vocab_size) {
+      throw Error("trace '" + source_ + "' decode returned " + shape_str(logits.sizes()) + ", expected [" +
+                  std::to_string(meta_.rows) + ", " + std::to_string(meta_.vocab_size) + "]");
+    }
+    checked_decode_ = true;
+  }
+  return logits;
+}
+
+}  // namespace gengraph

@@ -1,0 +1,85 @@
+// A model step as a TorchScript module, traced from C++ or loaded from a file (for example one
+// traced in Python by tools/trace_hf.py). The contract every such module follows:
+//
+//   methods prefill and decode, each
+//     (input_ids   int64 [rows, T],        T = prompt_length for prefill, 1 for decode
+//      positions   int64 [rows, T],
+//      slots       int64 [T],              cache positions written by this step
+//      token_valid bool  [rows, T],        false on left padding
+//      valid       bool  [rows, max_length],                          written in place
+//      keys        dtype [layers, rows, kv_heads, max_length, head_dim], written in place
+//      values      dtype [layers, rows, kv_heads, max_length, head_dim], written in place)
+//     -> logits of the last position [rows, vocab]
+//   and an extra file "gengraph.json" (TraceMeta) saying what it was made for.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <ATen/Tensor.h>
+#include <c10/core/Device.h>
+#include <nlohmann/json.hpp>
+
+namespace torch::jit {
+struct Module;
+}  // namespace torch::jit
+
+namespace gengraph {
+
+class CausalLM;
+
+struct TraceMeta {
+  int format = 1;
+  std::string model_type;
+  std::string model_fingerprint;  // identifies the weights a C++ trace has baked in ("" = unchecked)
+  int64_t layers = 0, kv_heads = 0, head_dim = 0, vocab_size = 0;
+  std::string dtype;  // float32 | bfloat16 | float16
+  int64_t rows = 0, prompt_length = 0, max_length = 0;
+  std::string made_by;  // "gengraph" or the Python tool
+
+  nlohmann::json to_json() const;
+  static TraceMeta from_json(const nlohmann::json& j, const std::string& source);
+};
+
+// What the running model and batch need; compared field by field with a file's TraceMeta.
+TraceMeta expected_meta(const CausalLM& model, int64_t rows, int64_t prompt_length, int64_t max_length);
+
+// A stable identifier of a model's weights and shape (config, tensor names/shapes, value samples).
+std::string model_fingerprint(const CausalLM& model);
+
+struct TraceOptions {
+  bool freeze = true;
+  bool optimize_for_inference = false;
+};
+
+class TracedStep {
+ public:
+  // Traces prefill (T = meta.prompt_length) and decode from `model` over a static cache.
+  static TracedStep trace(const CausalLM& model, const TraceMeta& meta, const TraceOptions& options);
+  // Loads a module following the contract; refuses, naming the file and the difference, one made
+  // for another model, shape or dtype, or one without the methods.
+  static TracedStep load(const std::filesystem::path& path, const c10::Device& device,
+                         const TraceMeta& expected);
+  // Writes the module and its gengraph.json atomically.
+  void save(const std::filesystem::path& path) const;
+
+  at::Tensor prefill(const at::Tensor& input_ids, const at::Tensor& positions, const at::Tensor& slots,
+                     const at::Tensor& token_valid, const at::Tensor& valid, const at::Tensor& keys,
+                     const at::Tensor& values);
+  at::Tensor decode(const at::Tensor& input_ids, const at::Tensor& positions, const at::Tensor& slots,
+                    const at::Tensor& token_valid, const at::Tensor& valid, const at::Tensor& keys,
+                    const at::Tensor& values);
+  const TraceMeta& meta() const { return meta_; }
+  const std::string& source() const { return source_; }
+
+ private:
+  at::Tensor call(const char* method, const std::vector<at::Tensor>& args);
+  std::shared_ptr<torch::jit::Module> module_;
+  TraceMeta meta_;
+  std::string source_;  // file path or "traced in C++"
+  bool checked_prefill_ = false, checked_decode_ = false;
+};
+
+}  // namespace gengraph

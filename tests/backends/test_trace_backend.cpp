@@ -1,0 +1,132 @@
+// The trace backend beyond conformance: the on-disk cache, files traced elsewhere, bad files.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/serialization/export.h>
+
+#include "backends/trace/traced_step.h"
+#include "framework/backend/backend_registry.h"
+#include "framework/decoding/generator.h"
+#include "framework/model/loader.h"
+#include "tests/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::error_of;
+using testing::TempDir;
+
+std::shared_ptr<const CausalLM> tiny(at::ScalarType dtype = at::kFloat) {
+  ModelSource s;
+  s.preset = "gpt2-tiny";
+  s.seed = 5;
+  s.load.dtype = dtype;
+  return load_model(s).model;
+}
+
+std::unique_ptr<ForwardBackend> make(const std::string& name, std::shared_ptr<const CausalLM> m,
+                                     std::map<std::string, std::string> options = {}) {
+  register_builtin_backends();
+  return BackendRegistry::instance().create(name, std::move(m), BackendOptions(name, std::move(options)));
+}
+
+GenerationConfig greedy(int64_t n) {
+  GenerationConfig g;
+  g.max_new_tokens = n;
+  return g;
+}
+
+const std::vector<std::vector<int64_t>> kPrompts = {{1, 2, 3, 4}, {5, 6}};
+
+TEST(TraceBackend, SavesTracesAndASecondRunLoadsThem) {
+  TempDir dir;
+  const auto m = tiny();
+  auto first = make("trace", m, {{"cache_dir", dir.path().string()}});
+  const auto a = Generator(greedy(6)).generate(*first, kPrompts);
+  EXPECT_EQ(first->report().at("traces_built"), 1.0);
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) files += e.path().extension() == ".pt";
+  EXPECT_EQ(files, 1);
+  auto second = make("trace", m, {{"cache_dir", dir.path().string()}});
+  const auto b = Generator(greedy(6)).generate(*second, kPrompts);
+  EXPECT_EQ(second->report().at("traces_built"), 0.0);
+  EXPECT_EQ(second->report().at("traces_loaded"), 1.0);
+  for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(a.outputs[i][0].tokens, b.outputs[i][0].tokens);
+}
+
+TEST(TraceBackend, ANewShapeIsTracedAgainAndOptionsWork) {
+  auto t = make("trace", tiny(), {{"freeze", "false"}, {"profiling_runs", "2"}});
+  Generator(greedy(3)).generate(*t, kPrompts);
+  Generator(greedy(3)).generate(*t, {{1, 2, 3, 4, 5, 6}});  // other rows and prompt length
+  EXPECT_EQ(t->report().at("traces_built"), 2.0);
+  EXPECT_GT(t->report().at("warmup_seconds"), 0.0);
+  auto o = make("trace", tiny(), {{"optimize_for_inference", "true"}});
+  auto e = make("eager", tiny());
+  EXPECT_EQ(Generator(greedy(5)).generate(*o, kPrompts).outputs[0][0].tokens,
+            Generator(greedy(5)).generate(*e, kPrompts).outputs[0][0].tokens);
+}
+
+// A file made for one shape or dtype is refused, naming the field, what it was made for and what
+// the run needs.
+TEST(TraceBackendErrors, FileForAnotherShapeOrDtype) {
+  TempDir dir;
+  const auto m = tiny();
+  const auto path = dir / "t.pt";
+  TracedStep::trace(*m, expected_meta(*m, 2, 4, 10), {}).save(path);
+  auto run = [&](std::shared_ptr<const CausalLM> model, std::vector<std::vector<int64_t>> prompts, int64_t n) {
+    auto t = make("trace", std::move(model), {{"file", path.string()}});
+    return error_of([&] { Generator(greedy(n)).generate(*t, prompts); });
+  };
+  EXPECT_EQ(run(m, kPrompts, 6), "<no error>");
+  EXPECT_THAT(run(m, {{1, 2, 3, 4}}, 6), HasSubstr("was made for rows 2, but this run needs rows 1"));
+  EXPECT_THAT(run(m, kPrompts, 7), HasSubstr("was made for max_length 10, but this run needs max_length 11"));
+  EXPECT_THAT(run(m, {{1, 2, 3}, {4}}, 6), HasSubstr("prompt_length 4, but this run needs prompt_length 3"));
+  EXPECT_THAT(run(tiny(at::kBFloat16), kPrompts, 6), HasSubstr("made for dtype float32, but this run needs dtype bfloat16"));
+}
+
+TEST(TraceBackendErrors, MissingCorruptOrIncompleteFiles) {
+  TempDir dir;
+  EXPECT_THAT(error_of([&] { make("trace", tiny(), {{"file", (dir / "none.pt").string()}}); }),
+              HasSubstr("does not exist"));
+  testing::write_file(dir / "junk.pt", "not a zip archive");
+  const auto m = tiny();
+  const TraceMeta meta = expected_meta(*m, 2, 4, 10);
+  EXPECT_THAT(error_of([&] { TracedStep::load(dir / "junk.pt", at::kCPU, meta); }),
+              HasSubstr("is not a readable TorchScript archive"));
+  // A module with a prefill method only.
+  torch::jit::Module partial(c10::QualifiedName("__torch__.Partial"));
+  partial.define("def prefill(self, x):\n  return x\n");
+  partial.save((dir / "partial.pt").string(), {{"gengraph.json", meta.to_json().dump()}});
+  EXPECT_THAT(error_of([&] { TracedStep::load(dir / "partial.pt", at::kCPU, meta); }),
+              HasSubstr("lacks method(s) decode"));
+  partial.save((dir / "nometa.pt").string());
+  EXPECT_THAT(error_of([&] { TracedStep::load(dir / "nometa.pt", at::kCPU, meta); }),
+              HasSubstr("has no gengraph.json"));
+  // Right metadata, wrong output: a decode that returns its input ids.
+  torch::jit::Module wrong(c10::QualifiedName("__torch__.Wrong"));
+  wrong.define(R"(
+def prefill(self, a, b, c, d, e, f, g):
+  return a
+def decode(self, a, b, c, d, e, f, g):
+  return a
+)");
+  wrong.save((dir / "wrong.pt").string(), {{"gengraph.json", meta.to_json().dump()}});
+  auto t = make("trace", m, {{"file", (dir / "wrong.pt").string()}});
+  EXPECT_THAT(error_of([&] { Generator(greedy(6)).generate(*t, kPrompts); }),
+              HasSubstr("prefill returned [2, 4], expected [2, 1024]"));
+}
+
+TEST(TraceBackendErrors, OptionsAreChecked) {
+  EXPECT_THAT(error_of([] { make("trace", tiny(), {{"fuser", "nnc"}}); }),
+              HasSubstr("option 'fuser': expected one of default, none, te"));
+  EXPECT_THAT(error_of([] { make("trace", tiny(), {{"file", "a.pt"}, {"cache_dir", "/tmp"}}); }),
+              HasSubstr("exclude each other"));
+  EXPECT_THAT(error_of([] { make("trace", tiny(), {{"profiling_runs", "-1"}}); }),
+              HasSubstr("expected an integer in [0, 100]"));
+}
+
+}  // namespace
+}  // namespace gengraph
