@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
@@ -345,6 +346,24 @@ TEST(ArchitecturePresets, TinyPresetsGenerateTheSameWithEitherCache) {
     EXPECT_EQ(runs[0], runs[1]) << preset;
     EXPECT_EQ(runs[0][0].size(), 6u) << preset;
   }
+}
+
+TEST(RandomWeights, Float32DrawsAreUnchangedAndReducedPrecisionRoundsThem) {
+  const std::vector<TensorSpec> specs = {{"a", {3, 40}}, {"b", {7}, Init::kOnes}, {"c", {50}}};
+  // What random_weights has always drawn in float32: normal_ on one generator, spec by spec.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(42);
+  const at::Tensor a = at::empty({3, 40}).normal_(0.0, 0.5, gen);
+  const at::Tensor c = at::empty({50}).normal_(0.0, 0.5, gen);
+  const WeightMap f32 = random_weights(specs, 0.5, 42, LoadOptions{});
+  EXPECT_TRUE(at::equal(f32.at("a"), a));
+  EXPECT_TRUE(at::equal(f32.at("c"), c));
+  EXPECT_TRUE(at::equal(f32.at("b"), at::ones({7})));
+  LoadOptions bf16;
+  bf16.dtype = at::kBFloat16;
+  const WeightMap r = random_weights(specs, 0.5, 42, bf16);
+  EXPECT_EQ(r.at("a").scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(r.at("a"), a.to(at::kBFloat16)));
+  EXPECT_TRUE(at::equal(r.at("c"), c.to(at::kBFloat16)));
 }
 
 }  // namespace
