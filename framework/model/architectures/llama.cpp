@@ -85,6 +85,10 @@ ModelConfig parse_common(const nlohmann::json& doc, const std::string& source,
 ModelConfig parse_llama(const nlohmann::json& doc, const std::string& source) {
   ModelConfig c = parse_common(doc, source, {2048, std::nullopt, 1, 2});
   const JsonFields f(doc, source);
+  if (c.hidden_size % c.num_heads != 0) {  // LlamaConfig checks this even with head_dim given
+    f.fail("num_attention_heads",
+           "a divisor of hidden_size (" + std::to_string(c.hidden_size) + ")");
+  }
   c.qkv_bias = c.out_proj_bias = f.boolean("attention_bias", false);
   c.mlp_bias = f.boolean("mlp_bias", false);
   return c;  // LlamaConfig has no sliding window; transformers ignores one if present.

@@ -121,9 +121,14 @@ TEST(ArchitectureConfig, InconsistentHeadCounts) {
   EXPECT_THAT(config_error(with(kGptj, {{"n_head", 3}})),
               HasSubstr("key 'n_head': expected a divisor of n_embd (16), found 3"));
   EXPECT_THAT(config_error(with(kLlama, {{"head_dim", 5}})), HasSubstr("key 'head_dim'"));
-  // An explicit head_dim frees the head size from hidden_size.
-  const auto m = build(
-      with(kLlama, {{"num_attention_heads", 6}, {"num_key_value_heads", 3}, {"head_dim", 6}}));
+  // An explicit head_dim frees the head size from hidden_size (not for LlamaConfig, which checks
+  // hidden_size % num_attention_heads regardless).
+  const nlohmann::json six_heads = {
+      {"num_attention_heads", 6}, {"num_key_value_heads", 3}, {"head_dim", 6}};
+  EXPECT_THAT(config_error(with(kLlama, six_heads)),
+              HasSubstr("key 'num_attention_heads': expected a divisor of hidden_size (16), "
+                        "found 6"));
+  const auto m = build(with(with(kLlama, six_heads), {{"model_type", "qwen2"}}));
   EXPECT_EQ(m->config().head_dim, 6);
   EXPECT_EQ(m->weights().at("model.layers.0.self_attn.q_proj.weight").sizes(),
             at::IntArrayRef({36, 16}));
