@@ -1,6 +1,7 @@
 // The built-in backends, registered explicitly (static initialisers in libraries get dropped).
 #include <mutex>
 
+#include "backends/cuda_graph/cuda_graph_backend.h"
 #include "backends/eager/eager_backend.h"
 #include "backends/trace/trace_backend.h"
 #include "framework/backend/backend_registry.h"
@@ -12,6 +13,7 @@ void register_builtin_backends() {
   std::call_once(once, [] {
     BackendRegistry::instance().add(eager_backend_info());
     BackendRegistry::instance().add(trace_backend_info());
+    BackendRegistry::instance().add(cuda_graph_backend_info());
   });
 }
 

@@ -1,0 +1,243 @@
+#include "backends/cuda_graph/cuda_graph_backend.h"
+
+#include <chrono>
+#include <map>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "backends/trace/traced_step.h"
+#include "framework/cache/kv_cache.h"
+#include "framework/model/causal_lm.h"
+#include "framework/util/device.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Settings {
+  std::vector<int64_t> buckets;
+  int64_t max_length = 0;
+  bool use_trace = false;
+  int64_t warmup = 3;
+};
+
+std::vector<int64_t> parse_buckets(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v <= 0) {
+      throw Error("backend 'cuda_graph' option 'buckets': expected comma-separated positive row counts, found '" +
+                  text + "'");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) throw Error("backend 'cuda_graph' option 'buckets': no bucket given");
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+int64_t allocated_bytes(const c10::Device& d) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+  return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+}
+
+// One bucket: static cache, static inputs, the captured decode step.
+struct Bucket {
+  int64_t rows = 0;
+  at::Tensor keys, values;  // [layers, rows, kv_heads, max_length, head_dim]
+  at::Tensor valid;         // [rows, max_length] bool
+  at::Tensor ids, positions, token_valid, slot, parents;  // decode inputs [rows,1] x3, [1], [rows]
+  at::Tensor logits;        // [rows, vocab] output of the captured step
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  std::unique_ptr<TracedStep> trace;  // when the step runs the trace
+};
+
+class CudaGraphBackend final : public ForwardBackend {
+ public:
+  CudaGraphBackend(std::shared_ptr<const CausalLM> model, Settings s)
+      : ForwardBackend(std::move(model)), s_(std::move(s)), pool_(at::cuda::graph_pool_handle()) {}
+
+  std::string name() const override { return "cuda_graph"; }
+
+  BackendReport report() const override {
+    return {{"capture_seconds", capture_s_}, {"graphs", double(buckets_.size())},
+            {"graph_pool_bytes", double(graph_bytes_)}, {"max_length", double(max_length_)},
+            {"step_is_trace", s_.use_trace ? 1.0 : 0.0}};
+  }
+
+ protected:
+  void do_prepare(const BatchShape& shape) override {
+    const auto dev = model().device();
+    if (!dev.is_cuda()) {
+      throw Error("backend 'cuda_graph' needs the model on a CUDA device; set model.device: cuda (found " +
+                  dev.str() + ")");
+    }
+    if (max_length_ == 0) max_length_ = s_.max_length > 0 ? s_.max_length : shape.max_length;
+    if (shape.max_length > max_length_) {
+      throw Error("backend 'cuda_graph': this request needs " + std::to_string(shape.max_length) +
+                  " cache positions but the static cache holds " + std::to_string(max_length_) +
+                  "; raise the backend option 'max_length'");
+    }
+    auto it = std::lower_bound(s_.buckets.begin(), s_.buckets.end(), shape.rows);
+    if (it == s_.buckets.end()) {
+      throw Error("backend 'cuda_graph': " + std::to_string(shape.rows) +
+                  " rows (batch x beams) exceed the largest bucket " + std::to_string(s_.buckets.back()) +
+                  "; add a larger one to the option 'buckets'");
+    }
+    bucket_ = &bucket_for(*it);
+    bucket_->valid.fill_(false);
+  }
+
+  at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
+    Bucket& b = *bucket_;
+    const int64_t rows = in.input_ids.size(0), t = in.input_ids.size(1), extra = b.rows - rows;
+    // Padding rows are pure padding: they attend only to themselves and are never read.
+    at::Tensor ids = pad_rows(in.input_ids, extra, 0), pos = pad_rows(in.positions, extra, 0);
+    at::Tensor tv = pad_rows(in.token_valid, extra, false);
+    at::Tensor logits;
+    if (b.trace) {
+      if (!prefill_traces_.count(t)) {
+        TraceMeta meta = expected_meta(model(), b.rows, t, max_length_);
+        prefill_traces_.emplace(t, TracedStep::trace(model(), meta, TraceOptions{}));
+      }
+      logits = prefill_traces_.at(t).prefill(ids, pos, slots, tv, b.valid, b.keys, b.values);
+    } else {
+      StaticCache cache(b.keys, b.values, b.valid);
+      logits = run_forward_step(model(), cache, ids, pos, slots, tv);
+    }
+    return logits.narrow(0, 0, rows);
+  }
+
+  at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {
+    Bucket& b = *bucket_;
+    const int64_t rows = in.input_ids.size(0);
+    b.ids.narrow(0, 0, rows).copy_(in.input_ids);
+    b.positions.narrow(0, 0, rows).copy_(in.positions);
+    b.token_valid.narrow(0, 0, rows).copy_(in.token_valid);
+    b.slot.copy_(slots);
+    if (in.parent_rows.defined()) {
+      b.parents.narrow(0, 0, rows).copy_(in.parent_rows);
+    } else {
+      b.parents.copy_(at::arange(b.rows, b.parents.options()));
+    }
+    b.graph->replay();
+    return b.logits.narrow(0, 0, rows).clone();
+  }
+
+ private:
+  static at::Tensor pad_rows(const at::Tensor& x, int64_t extra, const c10::Scalar& fill) {
+    if (extra == 0) return x;
+    auto sizes = x.sizes().vec();
+    sizes[0] = extra;
+    return at::cat({x, at::full(sizes, fill, x.options())}, 0);
+  }
+
+  // The captured step: reorder the cache by parent rows, then one decode step.
+  void step(Bucket& b) {
+    b.keys.copy_(b.keys.index_select(1, b.parents));
+    b.values.copy_(b.values.index_select(1, b.parents));
+    b.valid.copy_(b.valid.index_select(0, b.parents));
+    if (b.trace) {
+      b.logits.copy_(b.trace->decode(b.ids, b.positions, b.slot, b.token_valid, b.valid, b.keys, b.values));
+    } else {
+      StaticCache cache(b.keys, b.values, b.valid);
+      b.logits.copy_(run_forward_step(model(), cache, b.ids, b.positions, b.slot, b.token_valid));
+    }
+  }
+
+  Bucket& bucket_for(int64_t rows) {
+    auto found = buckets_.find(rows);
+    if (found != buckets_.end()) return found->second;
+    const auto dev = model().device();
+    c10::cuda::CUDAGuard guard(dev);
+    const auto& c = model().config();
+    const auto f = at::TensorOptions().dtype(model().dtype()).device(dev);
+    const auto l = f.dtype(at::kLong);
+    Bucket b;
+    b.rows = rows;
+    b.keys = at::zeros({c.num_layers, rows, c.num_kv_heads, max_length_, c.head_dim}, f);
+    b.values = at::zeros_like(b.keys);
+    b.valid = at::zeros({rows, max_length_}, f.dtype(at::kBool));
+    b.ids = at::zeros({rows, 1}, l);
+    b.positions = at::zeros({rows, 1}, l);
+    b.token_valid = at::ones({rows, 1}, f.dtype(at::kBool));
+    b.slot = at::zeros({1}, l);
+    b.parents = at::arange(rows, l);
+    b.logits = at::zeros({rows, c.vocab_size}, f);
+    if (s_.use_trace) {
+      b.trace = std::make_unique<TracedStep>(
+          TracedStep::trace(model(), expected_meta(model(), rows, 1, max_length_), TraceOptions{}));
+    }
+    const auto t0 = Clock::now();
+    const int64_t before = allocated_bytes(dev);
+    // Warm up on a side stream so library handles and workspaces exist before capture.
+    auto stream = c10::cuda::getStreamFromPool(false, dev.index());
+    synchronize(dev);  // the buffers above were filled on the current stream
+    {
+      c10::cuda::CUDAStreamGuard sg(stream);
+      for (int64_t i = 0; i < s_.warmup; ++i) step(b);
+      b.graph = std::make_unique<at::cuda::CUDAGraph>();
+      b.graph->capture_begin(pool_);
+      step(b);
+      b.graph->capture_end();
+    }
+    synchronize(dev);  // before the current stream uses what the side stream wrote
+    b.valid.fill_(false);  // warm-up and capture wrote slot 0 of every row
+    capture_s_ += since(t0);
+    graph_bytes_ += allocated_bytes(dev) - before;
+    return buckets_.emplace(rows, std::move(b)).first->second;
+  }
+
+  Settings s_;
+  at::cuda::MempoolId_t pool_;
+  std::map<int64_t, Bucket> buckets_;
+  std::map<int64_t, TracedStep> prefill_traces_;  // by prompt length (step: trace)
+  Bucket* bucket_ = nullptr;
+  int64_t max_length_ = 0;
+  double capture_s_ = 0;
+  int64_t graph_bytes_ = 0;
+};
+
+}  // namespace
+
+BackendInfo cuda_graph_backend_info() {
+  BackendInfo info;
+  info.name = "cuda_graph";
+  info.description =
+      "decode step (beam reorder included) captured as CUDA graphs per batch bucket over a static cache; "
+      "options buckets, max_length, step (eager|trace), warmup";
+  info.unavailable_reason = []() -> std::string {
+    return cuda_available() ? "" : "needs a CUDA device, and none is visible here";
+  };
+  info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
+    Settings s;
+    s.buckets = parse_buckets(o.get_string("buckets", "1,2,4,8,16,32,64"));
+    s.max_length = o.get_int("max_length", 0, 0, 1 << 20);
+    s.use_trace = o.get_string("step", "eager", {"eager", "trace"}) == "trace";
+    s.warmup = o.get_int("warmup", 3, 1, 100);
+    if (!model->device().is_cuda()) {
+      throw Error("backend 'cuda_graph' needs the model on a CUDA device; set model.device: cuda (found " +
+                  model->device().str() + ")");
+    }
+    return std::make_unique<CudaGraphBackend>(std::move(model), std::move(s));
+  };
+  return info;
+}
+
+}  // namespace gengraph

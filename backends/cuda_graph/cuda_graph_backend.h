@@ -1,0 +1,17 @@
+// `cuda_graph`: the decode step, beam reorder included, captured once per batch-size bucket as a
+// CUDA graph over a static KV cache and static input buffers, then replayed every token.
+// Prefill runs uncaptured. Options:
+//   buckets: "1,2,4,8,16,32,64"   row counts (batch x beams) to capture; a batch uses the smallest
+//                                  bucket that fits (extra rows are padding, computed and ignored)
+//   max_length: N (0)             static cache length; 0 = the length of the first request
+//   step: eager|trace (eager)     what the captured step runs: the model's ATen ops, or its trace
+//   warmup: N (3)                 uncaptured runs on the capture stream before capturing
+#pragma once
+
+#include "framework/backend/backend_registry.h"
+
+namespace gengraph {
+
+BackendInfo cuda_graph_backend_info();
+
+}  // namespace gengraph
