@@ -377,7 +377,7 @@ def load_gengraph(paths: list[str], time_key: str = "real_time") -> tuple[dict[s
     """Google Benchmark JSONs -> ({entry name: {"us": median of time_key, "changed": counter}},
     first context). Without repetitions, the mean of the iteration entries. With manual time,
     real_time is the timed calls' clock; cpu_time is the process CPU time of the whole loop."""
-    medians, runs, entries, context = {}, {}, {}, {}
+    medians, runs, context = {}, {}, {}
     for path in paths:
         with open(path) as f:
             doc = json.load(f)
@@ -386,16 +386,15 @@ def load_gengraph(paths: list[str], time_key: str = "real_time") -> tuple[dict[s
             if b.get("error_occurred"):
                 continue
             name = re.sub(r"/(manual_time|real_time)$", "", b.get("run_name", b["name"]))
-            us = b[time_key] * _UNIT_US[b.get("time_unit", "ns")]
-            if b.get("run_type") == "aggregate":
-                if b.get("aggregate_name") == "median":
-                    medians[name] = us
-                continue
-            runs.setdefault(name, []).append(us)
-            entries[name] = {"changed": b["changed"]} if "changed" in b else {}
-    for name, values in runs.items():
-        entries[name]["us"] = medians.get(name, statistics.mean(values))
-    return entries, context
+            entry = {"us": b[time_key] * _UNIT_US[b.get("time_unit", "ns")]}
+            entry.update({"changed": b["changed"]} if "changed" in b else {})
+            if b.get("run_type") != "aggregate":
+                runs.setdefault(name, []).append(entry)
+            elif b.get("aggregate_name") == "median":
+                medians[name] = entry
+    for name, entries in runs.items():
+        medians.setdefault(name, {**entries[-1], "us": statistics.mean(e["us"] for e in entries)})
+    return medians, context
 
 
 def load_hf(paths: list[str]) -> tuple[dict[str, dict], dict]:
