@@ -65,6 +65,7 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
                                                    : "results/" + config.name + ".json";
   write_results(doc, out);
   std::cout << format_table(doc) << "results: " << out << "\n";
+  if (!config.plot.empty()) write_plot(out, config.plot);
   return 0;
 }
 

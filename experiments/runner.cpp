@@ -1,7 +1,10 @@
 #include "experiments/runner.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <ctime>
 #include <fstream>
@@ -14,6 +17,7 @@
 
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
+#include "framework/decoding/pipeline.h"
 #include "framework/model/loader.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
@@ -101,7 +105,109 @@ GenerationConfig resolve_generation(const LoadedModel& model, const nlohmann::js
   return g;
 }
 
-nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log) {
+namespace {
+
+struct Timings {
+  std::vector<double> ttft, total, per_token, tps;
+  void add(const GenerationResult& r, size_t batch) {
+    ttft.push_back(r.timing.time_to_first_token_s * 1e3);
+    total.push_back(r.timing.total_s * 1e3);
+    if (r.timing.steps > 1) {
+      per_token.push_back((r.timing.total_s - r.timing.time_to_first_token_s) * 1e3 /
+                          static_cast<double>(r.timing.steps - 1));
+    }
+    tps.push_back(static_cast<double>(batch * r.timing.steps) / r.timing.total_s);
+  }
+  nlohmann::json to_json() const {
+    return {{"time_to_first_token_ms", summary(ttft)},
+            {"decode_ms_per_token", summary(per_token)},
+            {"total_ms", summary(total)},
+            {"tokens_per_second", summary(tps)}};
+  }
+};
+
+struct Row {
+  BackendSpec spec;
+  std::unique_ptr<ForwardBackend> backend;
+  Timings timings;
+  nlohmann::json outputs;
+  bool deterministic = true;
+  int64_t steps = 0;
+  int64_t peak_device = 0;
+};
+
+// Copy bandwidth of the device (bytes/s): read + write of a 256 MiB buffer, best of several.
+double copy_bandwidth(const c10::Device& device) {
+  const int64_t n = 64 << 20;  // floats
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  at::Tensor a = at::ones({n}, opts), b = at::empty({n}, opts);
+  double best = 0;
+  for (int i = 0; i < 6; ++i) {
+    synchronize(device);
+    const auto t0 = std::chrono::steady_clock::now();
+    b.copy_(a);
+    synchronize(device);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) best = std::max(best, 2.0 * static_cast<double>(a.nbytes()) / s);
+  }
+  return best;
+}
+
+// Bytes a decode step must read at least: every weight once, plus the keys/values written so far.
+double decode_bytes_per_step(const CausalLM& m, int64_t rows, double mean_cache_len) {
+  double bytes = 0;
+  for (const auto& [name, t] : m.weights()) bytes += static_cast<double>(t.nbytes());
+  const auto& c = m.config();
+  bytes += 2.0 * c.num_layers * rows * c.num_kv_heads * c.head_dim * mean_cache_len *
+           static_cast<double>(c10::elementSize(m.dtype()));
+  return bytes;
+}
+
+std::filesystem::path python_for_tools() {
+  if (const char* p = std::getenv("GENGRAPH_PYTHON")) return p;
+  return std::filesystem::path(GENGRAPH_SOURCE_DIR) / ".venv" / "bin" / "python";
+}
+
+nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c, const LoadedModel& loaded,
+                        const nlohmann::json& generation, const std::vector<std::vector<int64_t>>& prompts,
+                        std::ostream& log) {
+  std::filesystem::path folder = c.model.path;
+  if (folder.empty()) {
+    // A preset: hand transformers the very same random weights.
+    folder = std::filesystem::temp_directory_path() / ("gengraph-peer-model-" + std::to_string(::getpid()));
+    save_model_folder(loaded, folder);
+  }
+  const nlohmann::json request = {{"peer", peer.name},       {"label", peer.label},
+                                  {"model", folder.string()}, {"dtype", c.model.dtype},
+                                  {"device", c.model.device}, {"prompts", prompts},
+                                  {"generation", generation}, {"warmup", c.run.warmup},
+                                  {"repeats", c.run.repeats}, {"seed", c.run.seed},
+                                  {"threads", at::get_num_threads()}};
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto req_path = dir / ("gengraph-peer-" + std::to_string(::getpid()) + ".json");
+  const auto out_path = dir / ("gengraph-peer-" + std::to_string(::getpid()) + ".out.json");
+  {
+    std::ofstream f(req_path);
+    f << request.dump();
+  }
+  const std::string tool = (std::filesystem::path(GENGRAPH_SOURCE_DIR) / "tools" / "hf_peer.py").string();
+  const std::string cmd = "\"" + python_for_tools().string() + "\" \"" + tool + "\" --request \"" +
+                          req_path.string() + "\" --out \"" + out_path.string() + "\"";
+  log << "peer " << peer.label << ": " << cmd << "\n";
+  const int rc = std::system(cmd.c_str());
+  std::filesystem::remove(req_path);
+  if (c.model.path.empty()) std::filesystem::remove_all(folder);
+  if (rc != 0 || !std::filesystem::exists(out_path)) {
+    throw Error("peer '" + peer.label + "': tools/hf_peer.py failed (exit " + std::to_string(rc) + ")");
+  }
+  nlohmann::json run = read_json_file(out_path);
+  std::filesystem::remove(out_path);
+  return run;
+}
+
+}  // namespace
+
+nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
   register_builtin_backends();
   if (c.run.threads > 0) at::set_num_threads(static_cast<int>(c.run.threads));
   const c10::Device device = parse_device(c.model.device);
@@ -153,53 +259,91 @@ nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log) {
                       for (const auto& p : prompts) l.push_back(p.size());
                       return l;
                     }()}};
-  doc["run"] = {{"warmup", c.run.warmup}, {"repeats", c.run.repeats}, {"seed", c.run.seed}};
-  doc["runs"] = nlohmann::json::array();
+  doc["run"] = {{"warmup", c.run.warmup}, {"repeats", c.run.repeats}, {"seed", c.run.seed},
+                {"order", "interleaved: each repeat runs every backend once, the starting backend rotating"}};
 
+  // Build and warm up every backend first, then interleave the timed repeats.
+  std::vector<Row> rows;
   for (const auto& spec : c.backends) {
-    log << "backend " << spec.label << ": preparing\n";
-    auto backend = BackendRegistry::instance().create(spec.name, loaded.model,
-                                                      BackendOptions(spec.name, spec.options));
+    log << "backend " << spec.label << ": preparing and warming up\n";
+    Row row;
+    row.spec = spec;
+    row.backend = BackendRegistry::instance().create(spec.name, loaded.model, BackendOptions(spec.name, spec.options));
     reset_peak_memory(device);
     for (int64_t i = 0; i < c.run.warmup; ++i) {
       at::manual_seed(c.run.seed);
-      generator.generate(*backend, prompts);
+      generator.generate(*row.backend, prompts);
     }
-    std::vector<double> ttft, total, per_token, tps;
-    nlohmann::json first_outputs;
-    bool deterministic = true;
-    int64_t steps = 0;
-    for (int64_t i = 0; i < c.run.repeats; ++i) {
+    row.peak_device = peak_memory_bytes(device);
+    rows.push_back(std::move(row));
+  }
+  for (int64_t i = 0; i < c.run.repeats; ++i) {
+    for (size_t k = 0; k < rows.size(); ++k) {
+      Row& row = rows[(k + static_cast<size_t>(i)) % rows.size()];
       at::manual_seed(c.run.seed);
-      const GenerationResult r = generator.generate(*backend, prompts);
+      const GenerationResult r = generator.generate(*row.backend, prompts);
       const nlohmann::json outputs = outputs_json(r, prompts);
-      if (i == 0) first_outputs = outputs;
-      deterministic = deterministic && outputs == first_outputs;
-      steps = r.timing.steps;
-      ttft.push_back(r.timing.time_to_first_token_s * 1e3);
-      total.push_back(r.timing.total_s * 1e3);
-      if (r.timing.steps > 1) {
-        per_token.push_back((r.timing.total_s - r.timing.time_to_first_token_s) * 1e3 /
-                            static_cast<double>(r.timing.steps - 1));
-      }
-      tps.push_back(static_cast<double>(prompts.size() * r.timing.steps) / r.timing.total_s);
+      if (row.outputs.is_null()) row.outputs = outputs;
+      row.deterministic = row.deterministic && outputs == row.outputs;
+      row.steps = r.timing.steps;
+      row.timings.add(r, prompts.size());
     }
+  }
+  log << "timed " << c.run.repeats << " interleaved repeat(s) of " << rows.size() << " backend(s)\n";
+
+  const double bandwidth = c.run.bandwidth ? copy_bandwidth(device) : 0.0;
+  if (c.run.bandwidth) doc["bandwidth"] = {{"copy_bytes_per_second", bandwidth}, {"method", "256 MiB copy_, best of 5"}};
+  doc["runs"] = nlohmann::json::array();
+  for (auto& row : rows) {
     nlohmann::json run;
-    run["label"] = spec.label;
-    run["backend"] = spec.name;
-    run["options"] = spec.options;
-    run["report"] = backend->report();
-    run["steps"] = steps;
-    run["deterministic_across_repeats"] = deterministic;
-    run["outputs"] = first_outputs;
-    run["timings"] = {{"time_to_first_token_ms", summary(ttft)},
-                      {"decode_ms_per_token", summary(per_token)},
-                      {"total_ms", summary(total)},
-                      {"tokens_per_second", summary(tps)}};
-    run["memory"] = {{"peak_rss_bytes", peak_rss_bytes()},
-                     {"peak_device_bytes", peak_memory_bytes(device)}};
+    run["label"] = row.spec.label;
+    run["backend"] = row.spec.name;
+    run["options"] = row.spec.options;
+    run["report"] = row.backend->report();
+    run["steps"] = row.steps;
+    run["deterministic_across_repeats"] = row.deterministic;
+    run["tokens_match_first_row"] = rows.front().outputs == row.outputs;
+    run["outputs"] = row.outputs;
+    run["timings"] = row.timings.to_json();
+    run["memory"] = {{"peak_rss_bytes", peak_rss_bytes()}, {"peak_device_bytes", row.peak_device}};
+    if (c.run.bandwidth && !row.timings.per_token.empty()) {
+      const double mean_len = static_cast<double>(prompts.empty() ? 0 : prompts[0].size()) + row.steps / 2.0;
+      const double bytes = decode_bytes_per_step(*loaded.model, static_cast<int64_t>(prompts.size()) * rows_per_input(gen), mean_len);
+      const double step_s = summary(row.timings.per_token)["median"].get<double>() / 1e3;
+      run["bandwidth"] = {{"bytes_per_decode_step", bytes}, {"achieved_bytes_per_second", bytes / step_s},
+                          {"fraction_of_copy_bandwidth", bytes / step_s / bandwidth}};
+    }
     doc["runs"].push_back(run);
-    log << "backend " << spec.label << ": done\n";
+  }
+  for (const auto& peer : c.peers) {
+    nlohmann::json run = run_peer(peer, c, loaded, gen.to_json(), prompts, log);
+    run["tokens_match_first_row"] = doc["runs"].empty() ? true : run["outputs"] == doc["runs"][0]["outputs"];
+    doc["runs"].push_back(run);
+  }
+  return doc;
+}
+
+nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log) {
+  const auto points = expand_sweep(c);  // all validated before anything runs
+  if (c.sweep.empty()) {
+    nlohmann::json doc = run_point(c, log);
+    doc["baseline"] = c.baseline;
+    return doc;
+  }
+  nlohmann::json doc;
+  doc["schema_version"] = 1;
+  doc["experiment"] = c.name;
+  doc["config_file"] = c.file;
+  doc["created"] = now_iso8601();
+  doc["baseline"] = c.baseline;
+  doc["sweep"] = nlohmann::json::object();
+  for (const auto& [key, values] : c.sweep) doc["sweep"][key] = values;
+  doc["points"] = nlohmann::json::array();
+  for (size_t i = 0; i < points.size(); ++i) {
+    log << "sweep point " << i + 1 << "/" << points.size() << ": " << join(points[i].first, ", ") << "\n";
+    nlohmann::json point = run_point(points[i].second, log);
+    point["point"] = points[i].first;
+    doc["points"].push_back(point);
   }
   return doc;
 }
@@ -216,34 +360,85 @@ void write_results(const nlohmann::json& doc, const std::filesystem::path& path)
   std::filesystem::rename(tmp, path);
 }
 
-std::string format_table(const nlohmann::json& doc) {
-  std::ostringstream o;
-  auto med = [](const nlohmann::json& t, const char* key) -> std::string {
-    if (!t.contains(key) || !t[key].contains("median")) return "-";
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(2) << t[key]["median"].get<double>();
-    if (t[key]["values"].size() > 1) {
-      s << " [" << std::setprecision(2) << t[key]["min"].get<double>() << "-"
-        << t[key]["max"].get<double>() << "]";
-    }
-    return s.str();
+namespace {
+
+std::string cell(const nlohmann::json& t, const char* key) {
+  if (!t.contains(key) || !t[key].contains("median")) return "-";
+  std::ostringstream s;
+  const double m = t[key]["median"].get<double>();
+  s << std::fixed << std::setprecision(m >= 1000 ? 0 : 2) << m;
+  if (t[key]["values"].size() > 1) {
+    s << " [" << t[key]["min"].get<double>() << "-" << t[key]["max"].get<double>() << "]";
+  }
+  return s.str();
+}
+
+void point_table(std::ostringstream& o, const nlohmann::json& doc, const std::string& baseline_label) {
+  const auto& runs = doc["runs"];
+  if (runs.empty()) return;
+  const nlohmann::json* base = &runs[0];
+  for (const auto& r : runs) {
+    if (r["label"] == baseline_label) base = &r;
+  }
+  auto median = [](const nlohmann::json& r, const char* key) {
+    const auto& t = r["timings"];
+    return t.contains(key) && t[key].contains("median") ? t[key]["median"].get<double>() : 0.0;
   };
-  o << "experiment " << doc["experiment"].get<std::string>() << ": model "
-    << doc["model"]["source"].get<std::string>() << " (" << doc["model"]["model_type"].get<std::string>()
+  o << std::left << std::setw(20) << "row" << std::setw(24) << "first token ms" << std::setw(24)
+    << "decode ms/token" << std::setw(24) << "total ms" << std::setw(24) << "tokens/s" << std::setw(12)
+    << "vs " + (*base)["label"].get<std::string>() << "same tokens\n";
+  for (const auto& r : runs) {
+    const double b = median(*base, "total_ms"), x = median(r, "total_ms");
+    std::ostringstream ratio;
+    ratio << std::fixed << std::setprecision(2) << (x > 0 ? b / x : 0.0) << "x";
+    o << std::left << std::setw(20) << r["label"].get<std::string>() << std::setw(24)
+      << cell(r["timings"], "time_to_first_token_ms") << std::setw(24) << cell(r["timings"], "decode_ms_per_token")
+      << std::setw(24) << cell(r["timings"], "total_ms") << std::setw(24) << cell(r["timings"], "tokens_per_second")
+      << std::setw(12) << ratio.str() << (r.value("tokens_match_first_row", true) ? "yes" : "NO") << "\n";
+    if (r.contains("bandwidth")) {
+      o << "    decode reads >= " << std::setprecision(1) << r["bandwidth"]["bytes_per_decode_step"].get<double>() / 1e6
+        << " MB/step: " << std::setprecision(1) << 100 * r["bandwidth"]["fraction_of_copy_bandwidth"].get<double>()
+        << "% of the measured copy bandwidth\n";
+    }
+  }
+}
+
+void point_header(std::ostringstream& o, const nlohmann::json& doc) {
+  o << "model " << doc["model"]["source"].get<std::string>() << " (" << doc["model"]["model_type"].get<std::string>()
     << ", " << doc["model"]["parameters"].get<int64_t>() << " parameters), "
     << doc["environment"]["device"].get<std::string>() << ", " << doc["environment"]["dtype"].get<std::string>()
     << ", batch " << doc["inputs"]["batch_size"].get<int64_t>() << ", " << doc["run"]["repeats"].get<int64_t>()
-    << " repeats (median [min-max])\n";
-  o << std::left << std::setw(16) << "backend" << std::setw(22) << "first token ms" << std::setw(22)
-    << "decode ms/token" << std::setw(22) << "total ms" << std::setw(22) << "tokens/s"
-    << "steps\n";
-  for (const auto& r : doc["runs"]) {
-    const auto& t = r["timings"];
-    o << std::left << std::setw(16) << r["label"].get<std::string>() << std::setw(22)
-      << med(t, "time_to_first_token_ms") << std::setw(22) << med(t, "decode_ms_per_token")
-      << std::setw(22) << med(t, "total_ms") << std::setw(22) << med(t, "tokens_per_second")
-      << r["steps"].get<int64_t>() << "\n";
+    << " repeats (median [min-max]); 'vs' = baseline total time / row total time\n";
+  if (doc.contains("bandwidth")) {
+    o << "measured copy bandwidth: " << std::fixed << std::setprecision(1)
+      << doc["bandwidth"]["copy_bytes_per_second"].get<double>() / 1e9 << " GB/s\n";
   }
+}
+
+}  // namespace
+
+void write_plot(const std::filesystem::path& results, const std::filesystem::path& png) {
+  if (png.has_parent_path()) std::filesystem::create_directories(png.parent_path());
+  const std::string tool = (std::filesystem::path(GENGRAPH_SOURCE_DIR) / "tools" / "plot_results.py").string();
+  const std::string cmd = "\"" + python_for_tools().string() + "\" \"" + tool + "\" \"" + results.string() +
+                          "\" \"" + png.string() + "\"";
+  if (std::system(cmd.c_str()) != 0) throw Error("plot: tools/plot_results.py failed for '" + png.string() + "'");
+}
+
+std::string format_table(const nlohmann::json& doc) {
+  std::ostringstream o;
+  const std::string baseline = doc.value("baseline", "");
+  o << "experiment " << doc["experiment"].get<std::string>() << "\n";
+  if (doc.contains("points")) {
+    for (const auto& p : doc["points"]) {
+      o << "\n[" << join(p["point"].get<std::vector<std::string>>(), ", ") << "] ";
+      point_header(o, p);
+      point_table(o, p, baseline);
+    }
+    return o.str();
+  }
+  point_header(o, doc);
+  point_table(o, doc, baseline);
   if (!doc["runs"].empty()) {
     o << "generated tokens (" << doc["runs"][0]["label"].get<std::string>() << "):\n";
     int shown = 0;

@@ -24,11 +24,19 @@ GenerationConfig resolve_generation(const LoadedModel& model, const nlohmann::js
                                     const std::string& source,
                                     std::vector<std::string>* ignored_keys = nullptr);
 
-// `log` receives progress lines; the results document is returned (nothing is written).
+// `log` receives progress lines; the results document is returned (nothing is written). With a
+// sweep, every point is validated first, then run; the document holds one entry per point.
 nlohmann::json run_experiment(const ExperimentConfig& config, std::ostream& log);
+
+// One configuration: build every backend, warm each up, then time interleaved repeats; then the
+// peers (transformers' generate() through tools/hf_peer.py).
+nlohmann::json run_point(const ExperimentConfig& config, std::ostream& log);
 
 // Writes `doc` to `path` atomically (temporary file, then rename); creates parent folders.
 void write_results(const nlohmann::json& doc, const std::filesystem::path& path);
+
+// Draws the results file at `results` as a PNG with tools/plot_results.py (matplotlib in the .venv).
+void write_plot(const std::filesystem::path& results, const std::filesystem::path& png);
 
 // A readable table of a results document.
 std::string format_table(const nlohmann::json& doc);

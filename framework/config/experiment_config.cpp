@@ -315,7 +315,58 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   c.run.repeats = run.integer("repeats", 3, 1, 100000);
   c.run.seed = run.seed("seed", 0);
   c.run.threads = run.integer("threads", 0, 0, 1024);
+  c.run.bandwidth = run.scalar<bool>("bandwidth", false, "true or false");
   run.finish();
+  if (r.has("peers")) {
+    const YAML::Node list = r.child("peers");
+    if (!list.IsSequence()) r.fail("peers", "a list of peers (hf_eager, hf_static_compile)");
+    const std::vector<std::string> known = {"hf_eager", "hf_static_compile"};
+    for (size_t i = 0; i < list.size(); ++i) {
+      PeerSpec p;
+      const std::string path = "peers[" + std::to_string(i) + "]";
+      if (list[i].IsScalar()) {
+        p.name = list[i].Scalar();
+      } else {
+        MapReader pr(list[i], path, file);
+        p.name = pr.scalar<std::string>("name", "", "a peer name");
+        p.label = pr.scalar<std::string>("label", "", "a label");
+        pr.finish();
+      }
+      if (std::find(known.begin(), known.end(), p.name) == known.end()) {
+        throw Error(where(file, list[i]) + path + ": unknown peer '" + p.name + "'" + did_you_mean(p.name, known) +
+                    "; peers: " + join(known, ", "));
+      }
+      if (p.label.empty()) p.label = p.name;
+      if (!labels.insert(p.label).second) {
+        throw Error(where(file, list[i]) + path + ": the label '" + p.label + "' is already used");
+      }
+      c.peers.push_back(p);
+    }
+  }
+  if (r.has("sweep")) {
+    const YAML::Node sw = r.child("sweep");
+    if (!sw.IsMap() || sw.size() == 0) r.fail("sweep", "a mapping of dotted keys to lists of values");
+    for (auto it = sw.begin(); it != sw.end(); ++it) {
+      const std::string key = it->first.as<std::string>();
+      if (!it->second.IsSequence() || it->second.size() == 0) {
+        throw Error(where(file, it->second) + "sweep." + key + ": expected a non-empty list of values, found " +
+                    describe(it->second));
+      }
+      std::vector<std::string> values;
+      for (const auto& v : it->second) {
+        YAML::Emitter e;
+        e << YAML::Flow << v;
+        values.push_back(e.c_str());
+      }
+      c.sweep.emplace_back(key, values);
+    }
+  }
+  c.baseline = r.scalar<std::string>("baseline", "", "a backend or peer label");
+  if (!c.baseline.empty() && !labels.count(c.baseline)) {
+    std::vector<std::string> all(labels.begin(), labels.end());
+    r.fail("baseline", "one of the row labels: " + join(all, ", "));
+  }
+  c.plot = r.scalar<std::string>("plot", "", "a PNG file path");
   c.output = r.scalar<std::string>("output", "", "a file path");
   r.finish();
   return c;
@@ -338,7 +389,37 @@ ExperimentConfig parse_experiment(const std::string& text, const std::string& so
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   for (const auto& o : overrides) apply_override(root, o);
   std::string stem = std::filesystem::path(source).stem().string();
-  return parse_root(root, source, stem.empty() ? "experiment" : stem);
+  ExperimentConfig c = parse_root(root, source, stem.empty() ? "experiment" : stem);
+  c.source_text = text;
+  c.overrides = overrides;
+  return c;
+}
+
+std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> expand_sweep(const ExperimentConfig& c) {
+  std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> out;
+  if (c.sweep.empty()) {
+    out.emplace_back(std::vector<std::string>{}, c);
+    return out;
+  }
+  std::vector<size_t> index(c.sweep.size(), 0);
+  while (true) {
+    std::vector<std::string> point;
+    for (size_t k = 0; k < c.sweep.size(); ++k) point.push_back(c.sweep[k].first + "=" + c.sweep[k].second[index[k]]);
+    std::vector<std::string> all = c.overrides;
+    all.insert(all.end(), point.begin(), point.end());
+    try {
+      out.emplace_back(point, parse_experiment(c.source_text, c.file, all));
+    } catch (const Error& e) {
+      throw Error("sweep point " + join(point, ", ") + ": " + e.what());
+    }
+    size_t k = c.sweep.size();
+    while (k > 0) {
+      --k;
+      if (++index[k] < c.sweep[k].second.size()) break;
+      index[k] = 0;
+      if (k == 0) return out;
+    }
+  }
 }
 
 ExperimentConfig load_experiment(const std::filesystem::path& path,

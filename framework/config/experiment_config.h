@@ -35,10 +35,17 @@ struct InputsSpec {
 };
 
 struct RunSpec {
-  int64_t warmup = 1;   // untimed runs first
-  int64_t repeats = 3;  // timed runs
-  uint64_t seed = 0;    // torch's default generator is seeded with this before every run
-  int64_t threads = 0;  // intra-op threads; 0 keeps LibTorch's default
+  int64_t warmup = 1;      // untimed runs first
+  int64_t repeats = 3;     // timed runs, interleaved across backends
+  uint64_t seed = 0;       // torch's default generator is seeded with this before every run
+  int64_t threads = 0;     // intra-op threads; 0 keeps LibTorch's default
+  bool bandwidth = false;  // measure the device's copy bandwidth and report decode's fraction of it
+};
+
+// A peer: transformers' generate() run by tools/hf_peer.py on the same model, inputs and settings.
+struct PeerSpec {
+  std::string name;   // hf_eager | hf_static_compile
+  std::string label;  // row label (defaults to name)
 };
 
 struct ExperimentConfig {
@@ -49,8 +56,21 @@ struct ExperimentConfig {
   InputsSpec inputs;
   nlohmann::json generation = nlohmann::json::object();  // GenerationConfig keys -> values
   RunSpec run;
-  std::string output;  // results JSON path ("" = results/<name>.json)
+  std::vector<PeerSpec> peers;
+  // Sweep: dotted keys (as for --set) -> values (YAML text); every combination is one point.
+  std::vector<std::pair<std::string, std::vector<std::string>>> sweep;
+  std::string baseline;  // row label the table's ratios divide by ("" = the first row)
+  std::string plot;      // PNG path for a chart of the results ("" = none)
+  std::string output;    // results JSON path ("" = results/<name>.json)
+
+  // What the file said, so that sweep points can be parsed as the file plus overrides.
+  std::string source_text;
+  std::vector<std::string> overrides;
 };
+
+// The configuration of every sweep point (the config itself when it has no sweep), each parsed
+// and validated before anything runs. Pairs: (the point's key=value overrides, its config).
+std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> expand_sweep(const ExperimentConfig& config);
 
 // Reads and validates an experiment file; `overrides` are "dotted.key=yaml-value" strings applied
 // before validation (the CLI's --set). Errors name the file, line and column, and the key.

@@ -83,6 +83,7 @@ LoadedModel load_model(const ModelSource& src) {
     nlohmann::json doc = preset_config(src.preset);
     if (src.config_overrides.is_object()) doc.merge_patch(src.config_overrides);
     out.source = "preset:" + src.preset;
+    out.config_json = doc;
     ModelConfig config = parse_model_config(doc, out.source);
     const Architecture& arch = ModelRegistry::instance().get(config.model_type, out.source);
     WeightMap w = random_weights(arch.weight_specs(config), config.initializer_range, src.seed,
@@ -98,7 +99,8 @@ LoadedModel load_model(const ModelSource& src) {
     if (!std::filesystem::exists(config_path)) {
       throw Error("model folder '" + dir.string() + "' has no config.json");
     }
-    ModelConfig config = load_model_config(config_path);
+    out.config_json = read_json_file(config_path);
+    ModelConfig config = parse_model_config(out.config_json, config_path.string());
     const Architecture& arch = ModelRegistry::instance().get(config.model_type, config.source);
     const Checkpoint ckpt = Checkpoint::open_folder(dir);
     WeightMap w = load_weights(ckpt, arch.weight_specs(config), arch.names, src.load);

@@ -26,10 +26,15 @@ struct LoadedModel {
   std::shared_ptr<const CausalLM> model;
   std::string source;                 // "preset:NAME" or the folder
   nlohmann::json generation_defaults;  // generation_config.json when the folder has one, else null
+  nlohmann::json config_json;          // the config.json document the model was built from
   double load_seconds = 0;
 };
 
 LoadedModel load_model(const ModelSource& source);
+
+// Writes `model` as a Hugging Face folder (config.json + model.safetensors, tensors in the model's
+// dtype under transformers' names), so that another tool can load the very same weights.
+void save_model_folder(const LoadedModel& model, const std::filesystem::path& folder);
 
 // Presets of published shapes: config.json documents by name.
 std::vector<std::string> preset_names();

@@ -121,3 +121,39 @@ TEST(ExperimentConfig, MissingFileIsNamed) {
 
 }  // namespace
 }  // namespace gengraph
+
+namespace gengraph {
+namespace {
+
+TEST(ExperimentConfigSweep, EveryCombinationIsParsedBeforeRunning) {
+  const char* text = R"(model: {preset: gpt2-tiny}
+backends: [eager, {name: eager, label: static, options: {cache: static}}]
+inputs: {synthetic: {batch_size: 1, prompt_length: 4}}
+sweep:
+  inputs.synthetic.batch_size: [1, 8]
+  generation.num_beams: [1, 4]
+baseline: static
+peers: [hf_eager]
+)";
+  const auto c = parse_experiment(text, "s.yaml");
+  ASSERT_EQ(c.sweep.size(), 2u);
+  EXPECT_EQ(c.baseline, "static");
+  ASSERT_EQ(c.peers.size(), 1u);
+  const auto points = expand_sweep(c);
+  ASSERT_EQ(points.size(), 4u);
+  EXPECT_EQ(points[3].first, (std::vector<std::string>{"inputs.synthetic.batch_size=8", "generation.num_beams=4"}));
+  EXPECT_EQ(points[3].second.inputs.batch_size, 8);
+  EXPECT_EQ(points[3].second.generation["num_beams"], 4);
+  // A bad value in any point fails the whole sweep before anything runs.
+  const std::string bad = std::string(text) + "";
+  const auto c2 = parse_experiment(std::string(text).replace(std::string(text).find("[1, 4]"), 6, "[1, 0]"), "s.yaml");
+  EXPECT_THAT(testing::error_of([&] { expand_sweep(c2); }),
+              ::testing::HasSubstr("sweep point inputs.synthetic.batch_size=1, generation.num_beams=0"));
+  EXPECT_THAT(testing::error_of([&] { parse_experiment(std::string(text) + "plot: 3\n", "s.yaml", {"baseline=nope"}); }),
+              ::testing::HasSubstr("baseline: expected one of the row labels"));
+  EXPECT_THAT(testing::error_of([&] { parse_experiment(text, "s.yaml", {"peers=[hf_jit]"}); }),
+              ::testing::HasSubstr("unknown peer 'hf_jit'"));
+}
+
+}  // namespace
+}  // namespace gengraph

@@ -109,11 +109,18 @@ TEST(GeneratorErrors, MaxLengthWithoutRoomAndBadSpecialTokens) {
               HasSubstr("input 1: empty prompt"));
 }
 
-TEST(GeneratorErrors, UnsupportedStrategiesAreRefusedNotIgnored) {
+TEST(GeneratorErrors, InconsistentSearchSettingsAreRefusedNotIgnored) {
   GenerationConfig g;
-  g.num_beams = 4;
   g.num_beam_groups = 2;
-  EXPECT_THAT(error_of([&] { Generator{g}; }), HasSubstr("not implemented yet"));
+  EXPECT_THAT(error_of([&] { Generator{g}; }), HasSubstr("'num_beam_groups' (2) needs num_beams > 1"));
+  g.num_beams = 3;
+  EXPECT_THAT(error_of([&] { Generator{g}; }), HasSubstr("must be divisible by 'num_beam_groups'"));
+  g.num_beams = 4;
+  g.do_sample = true;
+  EXPECT_THAT(error_of([&] { Generator{g}; }), HasSubstr("diverse beam search ('num_beam_groups' > 1) cannot sample"));
+  GenerationConfig d;
+  d.diversity_penalty = 1.0;
+  EXPECT_THAT(error_of([&] { Generator{d}; }), HasSubstr("'diversity_penalty' has no effect"));
 }
 
 TEST(Backend, DecodeBeyondPreparedLengthIsRefused) {

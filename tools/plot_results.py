@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Draws a gengraph results file as a PNG: decode latency per token and tokens/s per row (backend
+or peer), one group of bars per sweep point, with the min-max spread over repeats as error bars.
+
+    .venv/bin/python tools/plot_results.py results/x.json results/x.png
+"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def points(doc):
+    if "points" in doc:
+        return [(", ".join(p["point"]), p) for p in doc["points"]]
+    return [("", doc)]
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: plot_results.py RESULTS.json OUT.png")
+    doc = json.load(open(sys.argv[1]))
+    pts = points(doc)
+    labels = []
+    for _, p in pts:
+        for r in p["runs"]:
+            if r["label"] not in labels:
+                labels.append(r["label"])
+    fig, axes = plt.subplots(1, 2, figsize=(max(8, 2.2 * len(pts) * len(labels) / 2 + 4), 4.5))
+    width = 0.8 / max(1, len(labels))
+    for ax, key, title in ((axes[0], "decode_ms_per_token", "decode latency (ms / token, lower is better)"),
+                           (axes[1], "tokens_per_second", "throughput (tokens / s, higher is better)")):
+        for j, label in enumerate(labels):
+            xs, ys, lo, hi = [], [], [], []
+            for i, (_, p) in enumerate(pts):
+                run = next((r for r in p["runs"] if r["label"] == label), None)
+                t = run["timings"].get(key) if run else None
+                if not t or "median" not in t:
+                    continue
+                xs.append(i + j * width)
+                ys.append(t["median"])
+                lo.append(t["median"] - t["min"])
+                hi.append(t["max"] - t["median"])
+            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=label)
+        ax.set_xticks([i + width * (len(labels) - 1) / 2 for i in range(len(pts))])
+        ax.set_xticklabels([name or doc.get("experiment", "") for name, _ in pts], rotation=20, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    first = pts[0][1]
+    fig.suptitle(f"{doc.get('experiment', '')}: {first['model']['source']} on {first['environment']['device']}, "
+                 f"{first['environment']['dtype']} (median, bars min-max)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(sys.argv[2], dpi=110)
+    print(f"wrote {sys.argv[2]}")
+
+
+if __name__ == "__main__":
+    main()
