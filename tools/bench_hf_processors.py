@@ -2,10 +2,13 @@
 """transformers' own logits processors and search steps, timed on the shapes of gengraph's
 processor/ and strategy_step/ benchmarks (bench/bench_decoding.cpp), and the comparison of the two.
 
-Run (writes JSON; entry names match gengraph_bench's):
+The usual way (docs/decoding-benchmarks.md): one run that also drives gengraph_bench, group by
+group (a processor, a strategy), the two sides back to back in alternating order, over several
+rounds, then prints and writes the comparison (OUT/table.md):
+    OMP_NUM_THREADS=1 .venv/bin/python tools/bench_hf_processors.py --clock thread_cpu \
+        --gengraph-bench build-bench/bench/gengraph_bench --rounds 3 --repeats 1 --out-dir OUT
+transformers alone (JSON; entry names match gengraph_bench's), and a comparison of separate runs:
     OMP_NUM_THREADS=1 .venv/bin/python tools/bench_hf_processors.py --clock thread_cpu --out hf.json
-Compare with gengraph_bench's --benchmark_out JSON from the same machine, thread count and clock
-(prints a markdown table; docs/decoding-benchmarks.md has the full recipe):
     .venv/bin/python tools/bench_hf_processors.py --compare gengraph.json --hf hf.json --md table.md
 
 Each case is timed as timeit does: `number` calls per repeat (calibrated so a repeat lasts at least
@@ -24,10 +27,13 @@ are GenerationMixin's, called unbound) and their own stopping criteria classes.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
+import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 from typing import Callable
@@ -275,8 +281,9 @@ class BeamStep:
 # --- timing -----------------------------------------------------------------------------------------
 
 
-def time_case(prepare: Callable[[], None], call: Callable[[], object], min_time: float, repeats: int, clock):
-    """Median over `repeats` of the per-call time (seconds) of `number` calls, `prepare` untimed."""
+def time_case(prepare, call, min_time: float, repeats: int, clock, number: int = 0):
+    """Per-call times (seconds) of `repeats` repeats of `number` calls each, `prepare` untimed; with
+    number 0, calibrated first so that a repeat lasts at least min_time. -> (times, number)"""
 
     def batch(number: int) -> float:
         total = 0.0
@@ -289,11 +296,100 @@ def time_case(prepare: Callable[[], None], call: Callable[[], object], min_time:
         return total
 
     batch(1)  # warm-up (lazy initialisation in some processors)
-    number = 1
-    while (total := batch(number)) < min_time:
-        number = max(number * 2, int(number * min_time / max(total, 1e-9) * 1.1))
-    per_call = [batch(number) / number for _ in range(repeats)]
-    return statistics.median(per_call), number, per_call
+    if not number:
+        number = 1
+        while (total := batch(number)) < min_time:
+            number = max(number * 2, int(number * min_time / max(total, 1e-9) * 1.1))
+    return [batch(number) / number for _ in range(repeats)], number
+
+
+class Case:
+    """One entry: its name, its group (a gengraph_bench filter prefix) and how to set it up."""
+
+    def __init__(self, name: str, group: str, setup: Callable[[], tuple], note: str = ""):
+        self.name, self.group, self.setup, self.note = name, group, setup, note
+        self.times: list[float] = []
+        self.number = 0
+        self.changed: int | None = None
+
+    def measure(self, args, clock, repeats: int):
+        prepare, call, changed = self.setup()
+        times, self.number = time_case(prepare, call, args.min_time, repeats, clock, self.number)
+        self.times += times
+        self.changed = changed
+        print(f"{self.name:64s} {statistics.median(times) * 1e6:12.1f} us  (x{self.number})", file=sys.stderr, flush=True)
+
+    def result(self) -> dict:
+        r = {"name": self.name, "us": statistics.median(self.times) * 1e6, "number": self.number}
+        r["repeats_us"] = [t * 1e6 for t in self.times]
+        r.update({"note": self.note} if self.note else {})
+        r.update({"changed": self.changed} if self.changed is not None else {})
+        return r
+
+
+def processor_setup(torch, factory, vocab: int, rows: int):
+    def setup():
+        torch.manual_seed(SEED)
+        logits = torch.randn(rows, vocab)  # [rows, vocab] float32, as the C++ entry
+        input_ids = torch.randint(vocab, (rows, PROMPT + GENERATED))  # [rows, 128]
+        scores = logits.clone()
+        proc = factory()
+        # As the C++ entry, untimed: how many scores change; refresh the input only if edited.
+        changed = int(proc(input_ids, scores).ne(logits).sum())
+        edits_input = not torch.equal(scores, logits)
+        refresh = (lambda: scores.copy_(logits)) if edits_input else (lambda: None)
+        return refresh, lambda: proc(input_ids, scores), changed
+
+    return setup
+
+
+def strategy_setup(torch, vocab: int, rows: int, beams: int, sample: bool):
+    def setup():
+        torch.manual_seed(SEED)
+        logits = torch.randn(rows, vocab)  # [rows, vocab]
+        logits[:, EOS] = -1e4  # EOS never wins: rows run to max_length
+        s = RowwiseStep(rows, vocab, sample, logits) if beams == 1 else BeamStep(rows, vocab, sample, beams, logits)
+
+        def prepare():
+            if s.finished():
+                s.restart()
+
+        return prepare, s.step, None
+
+    return setup
+
+
+def all_cases(args, torch) -> list[Case]:
+    vocabs, rows_grid, rows_grid_8 = grids(args.smoke)
+    vocabs = args.vocab or vocabs
+    pattern = re.compile(args.filter) if args.filter else None
+    out = []
+    for name, (factory, note) in hf_processors().items():
+        for vocab in vocabs:
+            for rows in rows_grid_8 if name == "chain_sampling_default" else rows_grid:
+                full = f"processor/{name}/vocab:{vocab}/rows:{rows}"
+                out.append(Case(full, f"processor/{name}", processor_setup(torch, factory, vocab, rows), note))
+    for label, (beams, sample) in STRATEGIES.items():
+        for vocab in vocabs:
+            for rows in rows_grid_8 if beams == 1 else rows_grid:
+                if rows >= beams and rows % beams == 0:
+                    full = f"strategy_step/{label}/vocab:{vocab}/rows:{rows}"
+                    out.append(Case(full, f"strategy_step/{label}", strategy_setup(torch, vocab, rows, beams, sample)))
+    return [c for c in out if not pattern or pattern.search(c.name)]
+
+
+def run_gengraph(args, group: str, vocabs: list[int], out: str):
+    """One gengraph_bench run over a group's entries (one repetition), on this run's threads and clock."""
+    import torch
+
+    env = dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads()), GENGRAPH_BENCH_CLOCK=args.clock)
+    if args.smoke:
+        env["GENGRAPH_BENCH_SMOKE"] = "1"
+    pattern = f"^{group}/" + (f"vocab:({'|'.join(map(str, vocabs))})/" if vocabs else "")
+    cmd = [args.gengraph_bench, f"--benchmark_filter={pattern}", f"--benchmark_min_time={args.min_time}",
+           f"--benchmark_out={out}", "--benchmark_out_format=json"]
+    print(f"[gengraph_bench] {pattern}", file=sys.stderr, flush=True)
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 def run(args) -> int:
@@ -303,56 +399,25 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     clock = time.thread_time if args.clock == "thread_cpu" else time.perf_counter
-    vocabs, rows_grid, rows_grid_8 = grids(args.smoke)
-    if args.vocab:
-        vocabs = args.vocab
-    pattern = re.compile(args.filter) if args.filter else None
-    results = []
-
-    def record(name: str, prepare, call, note: str = "", changed: int | None = None):
-        median, number, per_call = time_case(prepare, call, args.min_time, args.repeats, clock)
-        r = {"name": name, "us": median * 1e6, "number": number, "repeats_us": [t * 1e6 for t in per_call]}
-        r.update({"note": note} if note else {})
-        r.update({"changed": changed} if changed is not None else {})
-        results.append(r)
-        print(f"{name:64s} {median * 1e6:12.1f} us  (x{number})", file=sys.stderr, flush=True)
-
-    for name, (factory, note) in hf_processors().items():
-        for vocab in vocabs:
-            for rows in rows_grid_8 if name == "chain_sampling_default" else rows_grid:
-                full = f"processor/{name}/vocab:{vocab}/rows:{rows}"
-                if pattern and not pattern.search(full):
-                    continue
-                torch.manual_seed(SEED)
-                logits = torch.randn(rows, vocab)  # [rows, vocab] float32, as the C++ entry
-                input_ids = torch.randint(vocab, (rows, PROMPT + GENERATED))  # [rows, 128]
-                scores = logits.clone()
-                proc = factory()
-                # As the C++ entry, untimed: how many scores change; refresh the input only if edited.
-                changed = int(proc(input_ids, scores).ne(logits).sum())
-                edits_input = not torch.equal(scores, logits)
-                refresh = (lambda: scores.copy_(logits)) if edits_input else (lambda: None)
-                record(full, refresh, lambda: proc(input_ids, scores), note, changed)
-
-    for label, (beams, sample) in STRATEGIES.items():
-        for vocab in vocabs:
-            for rows in rows_grid_8 if beams == 1 else rows_grid:
-                if rows < beams or rows % beams:
-                    continue
-                full = f"strategy_step/{label}/vocab:{vocab}/rows:{rows}"
-                if pattern and not pattern.search(full):
-                    continue
-                torch.manual_seed(SEED)
-                logits = torch.randn(rows, vocab)
-                logits[:, EOS] = -1e4  # EOS never wins: rows run to max_length
-                s = RowwiseStep(rows, vocab, sample, logits) if beams == 1 else BeamStep(rows, vocab, sample, beams, logits)
-
-                def prepare(s=s):
-                    if s.finished():
-                        s.restart()
-
-                record(full, prepare, s.step)
-
+    cases = all_cases(args, torch)
+    groups = list(dict.fromkeys(c.group for c in cases))
+    if args.gengraph_bench:
+        os.makedirs(args.out_dir, exist_ok=True)
+        for stale in glob.glob(os.path.join(args.out_dir, "gengraph_r*.json")):
+            os.remove(stale)
+        groups.append(args.decode_entry)  # gengraph only: the decode step the chain is compared with
+    for r in range(args.rounds):
+        # Round after round, each group runs on both sides back to back, first one side then the
+        # other (alternating), so that both see the same background load.
+        for i, group in enumerate(groups):
+            sides = ["gengraph", "transformers"] if (r + i) % 2 == 0 else ["transformers", "gengraph"]
+            for side in sides:
+                if side == "gengraph" and args.gengraph_bench:
+                    vocabs = [] if group == args.decode_entry else (args.vocab or [])
+                    run_gengraph(args, group, vocabs, os.path.join(args.out_dir, f"gengraph_r{r}_{i:02d}.json"))
+                elif side == "transformers":
+                    for c in (c for c in cases if c.group == group):
+                        c.measure(args, clock, args.repeats)
     doc = {
         "threads": torch.get_num_threads(),
         "clock": args.clock,
@@ -360,11 +425,18 @@ def run(args) -> int:
         "transformers": transformers.__version__,
         "min_time_s": args.min_time,
         "repeats": args.repeats,
-        "results": results,
+        "rounds": args.rounds,
+        "results": [c.result() for c in cases],
     }
-    with open(args.out, "w") as f:
+    out = os.path.join(args.out_dir, "transformers.json") if args.gengraph_bench else args.out
+    with open(out, "w") as f:
         json.dump(doc, f, indent=1)
-    print(f"wrote {args.out} ({len(results)} cases, {doc['threads']} threads)", file=sys.stderr)
+    print(f"wrote {out} ({len(cases)} cases, {doc['threads']} threads)", file=sys.stderr)
+    if args.gengraph_bench:
+        args.compare = sorted(glob.glob(os.path.join(args.out_dir, "gengraph_r*.json")))
+        args.hf = [out]
+        args.md = args.md or os.path.join(args.out_dir, "table.md")
+        return compare(args)
     return 0
 
 
@@ -375,7 +447,7 @@ _UNIT_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 def load_gengraph(paths: list[str], time_key: str = "real_time") -> tuple[dict[str, dict], dict]:
     """Google Benchmark JSONs -> ({entry name: {"us": median of time_key, "changed": counter}},
-    first context). Without repetitions, the mean of the iteration entries. With manual time,
+    first context). Without repetitions, the median of the entries over all files. With manual time,
     real_time is the timed calls' clock; cpu_time is the process CPU time of the whole loop."""
     medians, runs, context = {}, {}, {}
     for path in paths:
@@ -393,7 +465,7 @@ def load_gengraph(paths: list[str], time_key: str = "real_time") -> tuple[dict[s
             elif b.get("aggregate_name") == "median":
                 medians[name] = entry
     for name, entries in runs.items():
-        medians.setdefault(name, {**entries[-1], "us": statistics.mean(e["us"] for e in entries)})
+        medians.setdefault(name, {**entries[-1], "us": statistics.median(e["us"] for e in entries)})
     return medians, context
 
 
@@ -536,8 +608,13 @@ def main() -> int:
     p.add_argument("--compare", metavar="GENGRAPH_JSON", nargs="+", help="compare gengraph_bench --benchmark_out JSONs ...")
     p.add_argument("--hf", nargs="+", default=["hf_processors.json"], help="... with these runs' JSONs")
     p.add_argument("--md", help="also write the comparison (markdown) here")
-    p.add_argument("--decode-entry", default="decode_step/gpt2/eager", help="decode-step entry (without /rows:N)")
+    p.add_argument("--decode-entry", help="decode-step entry without /rows:N (default: decode_step/gpt2/eager, "
+                   "decode_step/gpt2-tiny/eager with --smoke)")
+    p.add_argument("--gengraph-bench", metavar="BIN", help="run gengraph_bench too, group by group, interleaved")
+    p.add_argument("--rounds", type=int, default=1, help="with --gengraph-bench: rounds over all groups")
+    p.add_argument("--out-dir", default="decoding-bench", help="with --gengraph-bench: where the JSONs go")
     args = p.parse_args()
+    args.decode_entry = args.decode_entry or f"decode_step/{'gpt2-tiny' if args.smoke else 'gpt2'}/eager"
     return compare(args) if args.compare else run(args)
 
 
