@@ -22,6 +22,8 @@ const char* kUsage = R"(usage:
                     [--max-new-tokens N] [--device cpu|cuda] [--dtype float32|bfloat16|float16]
                     [--set KEY=VALUE]... [--output FILE]
       One-off generation; IDS are comma-separated token ids, e.g. --prompt 1,2,3.
+  gengraph validate CONFIG.yaml [--set KEY=VALUE]...
+      Parse and check an experiment (every sweep point, backend names and options) without running it.
   gengraph backends      List the registered backends and whether each is usable here.
   gengraph presets       List the built-in model presets.
 )";
@@ -116,6 +118,18 @@ int cli_main(int argc, char** argv) {
     if (cmd == "generate") {
       return run_and_report(parse_experiment(generate_yaml(a), "<command line>", a.sets),
                             a.output.empty() ? "results/generate.json" : a.output, a.quiet);
+    }
+    if (cmd == "validate") {
+      if (a.positional.size() != 1) throw Error("validate: expected one CONFIG.yaml");
+      register_builtin_backends();
+      const ExperimentConfig c = load_experiment(a.positional[0], a.sets);
+      const auto points = expand_sweep(c);
+      for (const auto& [overrides, pc] : points) {
+        for (const auto& b : pc.backends) BackendRegistry::instance().get(b.name);
+      }
+      std::cout << a.positional[0] << ": valid, " << points.size() << " point(s), "
+                << c.backends.size() << " backend(s), " << c.peers.size() << " peer(s)\n";
+      return 0;
     }
     if (cmd == "backends") return list_backends();
     if (cmd == "presets") {

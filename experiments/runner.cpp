@@ -349,6 +349,13 @@ nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log) {
 }
 
 void write_results(const nlohmann::json& doc, const std::filesystem::path& path) {
+  if (std::filesystem::exists(path) && !std::filesystem::is_regular_file(path)) {
+    // A device or pipe (/dev/stdout, /dev/null): write through it, never rename over it.
+    std::ofstream out(path);
+    out << doc.dump(2) << "\n";
+    if (!out) throw Error("writing results to '" + path.string() + "' failed");
+    return;
+  }
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
   const std::filesystem::path tmp = path.string() + ".tmp";
   {

@@ -96,3 +96,29 @@ TEST(Cli, PeersRunBesideBackendsAndThePlotIsWritten) {
 
 }  // namespace
 }  // namespace gengraph
+
+namespace gengraph {
+namespace {
+
+TEST(Cli, ShippedConfigsAreValid) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(GENGRAPH_SOURCE_DIR) + "/configs")) {
+    if (e.path().extension() != ".yaml") continue;
+    ::testing::internal::CaptureStdout();
+    EXPECT_EQ(cli({"validate", e.path().string()}), 0) << e.path();
+    EXPECT_THAT(::testing::internal::GetCapturedStdout(), ::testing::HasSubstr("valid"));
+    ++n;
+  }
+  EXPECT_GE(n, 5);
+}
+
+TEST(Cli, OutputToADeviceIsWrittenThroughNotReplaced) {
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"generate", "--model", "gpt2-tiny", "--prompt", "1,2", "--max-new-tokens", "2", "--output",
+                 "/dev/null", "--quiet"}), 0);
+  ::testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+}
+
+}  // namespace
+}  // namespace gengraph
