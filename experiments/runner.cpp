@@ -163,9 +163,16 @@ double decode_bytes_per_step(const CausalLM& m, int64_t rows, double mean_cache_
   return bytes;
 }
 
+// The source tree holding tools/ (GENGRAPH_ROOT overrides the one the library was built from,
+// for binaries carried to another machine) and the Python that runs them.
+std::filesystem::path source_root() {
+  if (const char* p = std::getenv("GENGRAPH_ROOT")) return p;
+  return GENGRAPH_SOURCE_DIR;
+}
+
 std::filesystem::path python_for_tools() {
   if (const char* p = std::getenv("GENGRAPH_PYTHON")) return p;
-  return std::filesystem::path(GENGRAPH_SOURCE_DIR) / ".venv" / "bin" / "python";
+  return source_root() / ".venv" / "bin" / "python";
 }
 
 nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c, const LoadedModel& loaded,
@@ -190,7 +197,7 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c, const L
     std::ofstream f(req_path);
     f << request.dump();
   }
-  const std::string tool = (std::filesystem::path(GENGRAPH_SOURCE_DIR) / "tools" / "hf_peer.py").string();
+  const std::string tool = (source_root() / "tools" / "hf_peer.py").string();
   const std::string cmd = "\"" + python_for_tools().string() + "\" \"" + tool + "\" --request \"" +
                           req_path.string() + "\" --out \"" + out_path.string() + "\"";
   log << "peer " << peer.label << ": " << cmd << "\n";
@@ -426,7 +433,7 @@ void point_header(std::ostringstream& o, const nlohmann::json& doc) {
 
 void write_plot(const std::filesystem::path& results, const std::filesystem::path& png) {
   if (png.has_parent_path()) std::filesystem::create_directories(png.parent_path());
-  const std::string tool = (std::filesystem::path(GENGRAPH_SOURCE_DIR) / "tools" / "plot_results.py").string();
+  const std::string tool = (source_root() / "tools" / "plot_results.py").string();
   const std::string cmd = "\"" + python_for_tools().string() + "\" \"" + tool + "\" \"" + results.string() +
                           "\" \"" + png.string() + "\"";
   if (std::system(cmd.c_str()) != 0) throw Error("plot: tools/plot_results.py failed for '" + png.string() + "'");

@@ -1,5 +1,6 @@
 #include "tests/test_util.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -66,6 +67,10 @@ void write_safetensors(const std::filesystem::path& path,
   write_file(path, safetensors_bytes(header, data));
 }
 
-std::string fixtures_dir() { return GENGRAPH_FIXTURES_DIR; }
+std::string fixtures_dir() {
+  // A binary carried to another machine (scripts/gpu_check.sh) finds the fixtures there.
+  if (const char* dir = std::getenv("GENGRAPH_FIXTURES_DIR")) return dir;
+  return GENGRAPH_FIXTURES_DIR;
+}
 
 }  // namespace gengraph::testing
