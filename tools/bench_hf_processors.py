@@ -378,18 +378,33 @@ def all_cases(args, torch) -> list[Case]:
     return [c for c in out if not pattern or pattern.search(c.name)]
 
 
-def run_gengraph(args, group: str, vocabs: list[int], out: str):
-    """One gengraph_bench run over a group's entries (one repetition), on this run's threads and clock."""
+def gengraph_env(args) -> dict[str, str]:
+    """gengraph_bench's environment: this run's thread count and clock (and grid)."""
     import torch
 
     env = dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads()), GENGRAPH_BENCH_CLOCK=args.clock)
     if args.smoke:
         env["GENGRAPH_BENCH_SMOKE"] = "1"
+    return env
+
+
+def gengraph_groups(args) -> list[str]:
+    """processor/<name> and strategy_step/<name> groups that gengraph_bench registers."""
+    cmd = [args.gengraph_bench, "--benchmark_list_tests", "--benchmark_filter=^(processor|strategy_step)/"]
+    listing = subprocess.run(cmd, env=gengraph_env(args), check=True, capture_output=True, text=True).stdout
+    return list(dict.fromkeys("/".join(line.split("/")[:2]) for line in listing.split()))
+
+
+def run_gengraph(args, group: str, vocabs: list[int], out: str):
+    """One gengraph_bench run over a group's entries (one repetition), on this run's threads and clock."""
+    env = gengraph_env(args)
     pattern = f"^{group}/" + (f"vocab:({'|'.join(map(str, vocabs))})/" if vocabs else "")
     cmd = [args.gengraph_bench, f"--benchmark_filter={pattern}", f"--benchmark_min_time={args.min_time}",
            f"--benchmark_out={out}", "--benchmark_out_format=json"]
     print(f"[gengraph_bench] {pattern}", file=sys.stderr, flush=True)
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
 
 
 def run(args) -> int:
@@ -405,6 +420,8 @@ def run(args) -> int:
         os.makedirs(args.out_dir, exist_ok=True)
         for stale in glob.glob(os.path.join(args.out_dir, "gengraph_r*.json")):
             os.remove(stale)
+        if not args.filter:  # gengraph-only groups too (processors that transformers lacks)
+            groups += [g for g in gengraph_groups(args) if g not in groups]
         groups.append(args.decode_entry)  # gengraph only: the decode step the chain is compared with
     for r in range(args.rounds):
         # Round after round, each group runs on both sides back to back, first one side then the
@@ -519,18 +536,40 @@ def ratio_table(kind: str, gg: dict[str, dict], hf: dict[str, dict]) -> list[str
     return out
 
 
+def geomean(xs: list[float]) -> float:
+    return math.exp(statistics.mean(math.log(x) for x in xs))
+
+
 def summary(gg: dict[str, dict], hf: dict[str, dict]) -> list[str]:
+    """Per processor / strategy: the geometric mean over rows of gengraph / transformers, per vocab,
+    and the range; then all of them together, leaving out processors that were inactive (they time
+    a check only)."""
+    vocabs = sorted({split_name(n)[1] for n in gg if split_name(n)[0]})
     out = [
-        "| entries | vocab | n | geometric mean of gengraph / transformers | min | max |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| entries | " + " | ".join(f"vocab {v}" for v in vocabs) + " | min | max |",
+        "|---|" + "---:|" * (len(vocabs) + 2),
     ]
+
+    def line(label: str, names: list[str]) -> str | None:
+        ratios = {n: gg[n]["us"] / hf[n]["us"] for n in names if n in hf}
+        if not ratios:
+            return None
+        cells = [label]
+        for v in vocabs:
+            rs = [r for n, r in ratios.items() if split_name(n)[1] == v]
+            cells.append(f"{geomean(rs):.2f}" if rs else "—")
+        cells += [f"{min(ratios.values()):.2f}", f"{max(ratios.values()):.2f}"]
+        return "| " + " | ".join(cells) + " |"
+
     for kind in ("processor", "strategy_step"):
-        for vocab in sorted({split_name(n)[1] for n in names_of(kind, gg)}):
-            ratios = [gg[n]["us"] / hf[n]["us"] for n in names_of(kind, gg) if split_name(n)[1] == vocab and n in hf]
-            if ratios:
-                gm = math.exp(statistics.mean(math.log(r) for r in ratios))
-                out.append(f"| {kind} | {vocab} | {len(ratios)} | {gm:.2f} | {min(ratios):.2f} | {max(ratios):.2f} |")
-    return out
+        names = names_of(kind, gg)
+        for entry in dict.fromkeys(split_name(n)[0] for n in names):
+            label = f"{kind}/{entry}"
+            blank = "| " + " | ".join([label + " (no transformers counterpart)"] + ["—"] * (len(vocabs) + 2)) + " |"
+            out.append(line(label, [n for n in names if split_name(n)[0] == entry]) or blank)
+        active = [n for n in names if "inactive" not in hf.get(n, {}).get("note", "")]
+        out.append(line(f"**all {kind} entries**" + (" (active)" if kind == "processor" else ""), active) or "")
+    return [x for x in out if x]
 
 
 def decode_fraction(gg: dict[str, dict], hf: dict[str, dict], decode: dict[str, dict], prefix: str) -> list[str]:
@@ -581,7 +620,7 @@ def compare(args) -> int:
         f"transformers {hf_doc['transformers']}). Clock: {gg_clock} (decode step: {decode_key}). "
         "Times are medians, in µs.\n"
     )
-    lines += ["### Summary", ""] + summary(gg, hf) + [""]
+    lines += ["### Summary: geometric mean over rows of gengraph / transformers", ""] + summary(gg, hf) + [""]
     lines += [f"### Sampling chain against one decode step ({args.decode_entry}, vocab 50257)", ""]
     lines += decode_fraction(gg, hf, decode, args.decode_entry) + [""]
     lines += ["### Processors", ""] + ratio_table("processor", gg, hf) + [""]
