@@ -317,7 +317,8 @@ class Case:
         times, self.number = time_case(prepare, call, args.min_time, repeats, clock, self.number)
         self.times += times
         self.changed = changed
-        print(f"{self.name:64s} {statistics.median(times) * 1e6:12.1f} us  (x{self.number})", file=sys.stderr, flush=True)
+        median_us = statistics.median(times) * 1e6
+        print(f"{self.name:64s} {median_us:12.1f} us  (x{self.number})", file=sys.stderr, flush=True)
 
     def result(self) -> dict:
         r = {"name": self.name, "us": statistics.median(self.times) * 1e6, "number": self.number}
@@ -636,7 +637,7 @@ def compare(args) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="hf_processors.json", help="JSON written by a run")
-    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: torch's, i.e. OMP_NUM_THREADS)")
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: OMP_NUM_THREADS's)")
     p.add_argument("--smoke", action="store_true", help="the GENGRAPH_BENCH_SMOKE=1 grid: vocab 50257, rows 1 and 4")
     p.add_argument("--vocab", type=int, nargs="*", help="restrict the vocabulary sizes")
     p.add_argument("--filter", help="regular expression on the entry names")
@@ -644,7 +645,7 @@ def main() -> int:
     p.add_argument("--min-time", type=float, default=0.2, help="seconds of timed calls per repeat")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--clock", choices=["wall", "thread_cpu"], default="wall", help="clock of the timed calls")
-    p.add_argument("--compare", metavar="GENGRAPH_JSON", nargs="+", help="compare gengraph_bench --benchmark_out JSONs ...")
+    p.add_argument("--compare", metavar="GENGRAPH_JSON", nargs="+", help="compare gengraph_bench JSONs ...")
     p.add_argument("--hf", nargs="+", default=["hf_processors.json"], help="... with these runs' JSONs")
     p.add_argument("--md", help="also write the comparison (markdown) here")
     p.add_argument("--decode-entry", help="decode-step entry without /rows:N (default: decode_step/gpt2/eager, "
