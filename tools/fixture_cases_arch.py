@@ -74,8 +74,21 @@ def _pair(model, max_new, eos):
     ]
 
 
+def _search(model, seed):
+    """Seeded sampling and beam search (with EOS firing) on `model`."""
+    return [
+        {"name": f"{model}_sample_top_p", "model": model, "prompts": RAGGED, "seed": seed,
+         "generation": {"max_new_tokens": 10, "do_sample": True, "top_p": 0.9, "temperature": 0.9}},
+        {"name": f"{model}_beam3", "model": model, "prompts": RAGGED,
+         "generation": {"max_new_tokens": 10, "num_beams": 3, "num_return_sequences": 2,
+                        "eos_token_id": "auto:0,3"}},
+    ]
+
+
 def cases():
-    return (_pair("gptj-a", 12, "auto:1,4")
+    return (_search("gptj-a", 31) + _search("llama-a", 32) + _search("llama-b", 33)
+            + _search("mistral-a", 34) + _search("qwen2-a", 35)
+            + _pair("gptj-a", 12, "auto:1,4")
             + _pair("llama-a", 14, "auto:0,5")
             + _pair("llama-b", 12, ["auto:2,3", "auto:1,7"])
             + _pair("mistral-a", 14, "auto:1,6")
