@@ -14,24 +14,9 @@ checked to change the generated tokens (e.g. rotary_dim 8 -> 4, llama3 -> defaul
              (use_sliding_window + max_window_layers)
 """
 
-# GPT-J has no SDPA attention in transformers 5.17 (only eager and flash-attention), and asking for
-# "sdpa" explicitly is an error, while make_fixtures.py asks every model for it. Transformers' own
-# answer to a model that cannot do SDPA is its eager attention, which it picks when no
-# implementation is requested; GPT-J gets that same answer here. Only GPT-J classes are touched.
-from transformers.models.gptj import modeling_gptj as _gptj
-
-_gptj_pick = _gptj.GPTJPreTrainedModel.get_correct_attn_implementation
-
-
-def _gptj_sdpa_means_default(self, requested, is_init_check=False):
-    return _gptj_pick(self, None if requested == "sdpa" else requested, is_init_check)
-
-
-_gptj.GPTJPreTrainedModel.get_correct_attn_implementation = _gptj_sdpa_means_default
-
-
 MODELS = [
-    {"name": "gptj-a", "model_type": "gptj", "seed": 20,
+    # GPT-J has no sdpa attention in transformers 5.17: its oracle uses eager attention.
+    {"name": "gptj-a", "model_type": "gptj", "seed": 20, "attn_implementation": "eager",
      "config": dict(vocab_size=112, n_positions=64, n_embd=48, n_layer=2, n_head=4, rotary_dim=8,
                     initializer_range=0.2, bos_token_id=1, eos_token_id=2)},
     {"name": "llama-a", "model_type": "llama", "seed": 11,

@@ -51,7 +51,7 @@ def make_model(spec, out_dir):
     transformers would."""
     torch.manual_seed(spec["seed"])
     config = AutoConfig.for_model(spec.get("model_type", "gpt2"), **spec["config"])
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=spec.get("attn_implementation", "sdpa")).eval()
     if spec.get("storage_dtype") == "float16":
         model = model.to(torch.float16)
     path = os.path.join(out_dir, "models", spec["name"])
@@ -59,8 +59,9 @@ def make_model(spec, out_dir):
     return path
 
 
-def load_for_oracle(path):
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
+def load_for_oracle(path, attn="sdpa"):
+    """Models run with sdpa attention, or what the model entry names (GPT-J has no sdpa path)."""
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn).eval()
 
 
 def left_pad(prompts, pad):
@@ -160,7 +161,8 @@ def generate(out_dir):
     paths = {spec["name"]: make_model(spec, out_dir) for spec in MODELS}
     records = []
     for case in cases():
-        model = load_for_oracle(paths[case["model"]])
+        spec = next(m for m in MODELS if m["name"] == case["model"])
+        model = load_for_oracle(paths[case["model"]], spec.get("attn_implementation", "sdpa"))
         records.append(run_case(model, case, paths[case["model"]]))
     doc = {"transformers_version": transformers.__version__, "torch_version": torch.__version__.split("+")[0],
            "cases": records}
