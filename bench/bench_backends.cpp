@@ -7,6 +7,7 @@
 #include "bench/bench_common.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
+#include "framework/util/device.h"
 
 namespace gengraph::bench {
 namespace {
@@ -53,9 +54,10 @@ std::string check_against_eager(const Variant& v, const std::shared_ptr<const Ca
 }
 
 StepInputs prompt_inputs(int64_t rows, int64_t vocab) {
-  const auto ids = at::randint(vocab, {rows, kPrompt}, at::kLong);
-  return StepInputs{ids, at::arange(kPrompt, at::kLong).expand({rows, kPrompt}).contiguous(),
-                    at::ones({rows, kPrompt}, at::kBool), {}};
+  const auto dev = bench_device();
+  const auto ids = at::randint(vocab, {rows, kPrompt}, at::kLong).to(dev);
+  return StepInputs{ids, at::arange(kPrompt, at::kLong).expand({rows, kPrompt}).contiguous().to(dev),
+                    at::ones({rows, kPrompt}, at::TensorOptions().dtype(at::kBool).device(dev)), {}};
 }
 
 void BM_Prefill(benchmark::State& state, Variant v, std::string preset) {
@@ -67,6 +69,7 @@ void BM_Prefill(benchmark::State& state, Variant v, std::string preset) {
   for (auto _ : state) {
     backend->prepare(BatchShape{rows, kMaxLength});
     benchmark::DoNotOptimize(backend->prefill(in));
+    synchronize(bench_device());  // GPU work counts in full (no-op on CPU)
   }
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(rows * kPrompt), benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -82,15 +85,16 @@ void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
     return backend->prefill(in).argmax(-1).unsqueeze(1);
   };
   at::Tensor next = restart();
-  const auto valid = at::ones({rows, 1}, at::kBool);
+  const auto valid = at::ones({rows, 1}, at::TensorOptions().dtype(at::kBool).device(bench_device()));
   for (auto _ : state) {
     if (backend->length() >= kMaxLength) {
       state.PauseTiming();
       next = restart();
       state.ResumeTiming();
     }
-    const auto pos = at::full({rows, 1}, backend->length(), at::kLong);
+    const auto pos = at::full({rows, 1}, backend->length(), at::TensorOptions().dtype(at::kLong).device(bench_device()));
     next = backend->decode(StepInputs{next, pos, valid, {}}).argmax(-1).unsqueeze(1);
+    synchronize(bench_device());
   }
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsIterationInvariantRate);
 }

@@ -2,12 +2,17 @@
 #pragma once
 
 #include <memory>
+
+#include <c10/core/Device.h>
 #include <string>
 #include <vector>
 
 #include "framework/model/causal_lm.h"
 
 namespace gengraph::bench {
+
+// The device models are built on: GENGRAPH_BENCH_DEVICE (cpu, cuda, cuda:N), default cpu.
+c10::Device bench_device();
 
 // A random-weight model for a preset (cached: built once per process).
 std::shared_ptr<const CausalLM> preset_model(const std::string& preset);

@@ -7,8 +7,14 @@
 
 #include "bench/bench_common.h"
 #include "framework/model/loader.h"
+#include "framework/util/device.h"
 
 namespace gengraph::bench {
+
+c10::Device bench_device() {
+  const char* d = std::getenv("GENGRAPH_BENCH_DEVICE");
+  return parse_device(d ? d : "cpu");
+}
 
 std::shared_ptr<const CausalLM> preset_model(const std::string& preset) {
   static std::map<std::string, std::shared_ptr<const CausalLM>> cache;
@@ -16,6 +22,7 @@ std::shared_ptr<const CausalLM> preset_model(const std::string& preset) {
   if (!m) {
     ModelSource s;
     s.preset = preset;
+    s.load.device = bench_device();
     m = load_model(s).model;
   }
   return m;

@@ -107,9 +107,10 @@ at::Tensor Renormalize::process(const Sequences&, at::Tensor scores) const {
 
 at::Tensor RemoveInvalidValues::process(const Sequences&, at::Tensor scores) const {
   const double hi = std::numeric_limits<float>::max(), lo = std::numeric_limits<float>::lowest();
-  at::Tensor out = at::where(scores.ne(scores), at::zeros_like(scores), scores);
-  out = at::where(scores.eq(kInf), at::full_like(scores, hi), out);
-  return at::where(scores.eq(-kInf), at::full_like(scores, lo), out);
+  // Scalar tensors broadcast: no full-size temporaries.
+  at::Tensor out = at::where(scores.ne(scores), at::scalar_tensor(0.0, scores.options()), scores);
+  out = at::where(scores.eq(kInf), at::scalar_tensor(hi, scores.options()), out);
+  return at::where(scores.eq(-kInf), at::scalar_tensor(lo, scores.options()), out);
 }
 
 }  // namespace gengraph
