@@ -7,6 +7,8 @@
 
 #include <ATen/ATen.h>
 
+#include "framework/model/safetensors.h"
+
 namespace gengraph::testing {
 
 TempDir::TempDir() {
@@ -40,31 +42,9 @@ std::string safetensors_bytes(const nlohmann::json& header, const std::string& d
   return out + h + data;
 }
 
-namespace {
-std::string st_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "F32";
-    case at::kHalf: return "F16";
-    case at::kBFloat16: return "BF16";
-    case at::kLong: return "I64";
-    default: return "F64";
-  }
-}
-}  // namespace
-
 void write_safetensors(const std::filesystem::path& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
-  nlohmann::json header = nlohmann::json::object();
-  std::string data;
-  for (const auto& [name, t0] : tensors) {
-    const at::Tensor t = t0.contiguous();
-    const size_t begin = data.size();
-    data.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
-    header[name] = {{"dtype", st_dtype(t.scalar_type())},
-                    {"shape", t.sizes().vec()},
-                    {"data_offsets", {begin, data.size()}}};
-  }
-  write_file(path, safetensors_bytes(header, data));
+  gengraph::write_safetensors(path, tensors);
 }
 
 std::string fixtures_dir() {

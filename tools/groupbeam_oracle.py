@@ -20,6 +20,9 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from padding import left_pad  # noqa: E402
+
 
 def main():
     req = json.load(sys.stdin)
@@ -29,12 +32,8 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(req["model"], torch_dtype=torch.float32,
                                                  attn_implementation="eager").eval()
     prompts, pad, gen = req["prompts"], req["pad"], req["generation"]
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+    ids, mask = left_pad(prompts, pad)
+    width = ids.shape[1]
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, return_dict_in_generate=True,
                              output_scores=True, **gen)

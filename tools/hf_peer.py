@@ -25,6 +25,9 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from padding import left_pad  # noqa: E402
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # GenerationConfig keys gengraph reports that transformers' generate() takes as they are.
 PASS = ["max_new_tokens", "max_length", "min_length", "min_new_tokens", "do_sample", "num_beams",
@@ -101,12 +104,8 @@ def main():
     if pad is None:
         eos = gen.get("eos_token_id")
         pad = (eos[0] if isinstance(eos, list) else eos) if eos not in (None, []) else 0
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+    ids, mask = left_pad(prompts, pad)
+    width = ids.shape[1]
     ids, mask = ids.to(device), mask.to(device)
     beams = gen.get("num_beams", 1) > 1
     eos = gen.get("eos_token_id")

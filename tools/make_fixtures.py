@@ -35,6 +35,7 @@ hf_logging.disable_progress_bar()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fixture_cases  # noqa: E402  (decoding matrix on GPT-2)
 import fixture_cases_arch  # noqa: E402  (one entry per further architecture)
+from padding import left_pad  # noqa: E402
 
 MODELS = fixture_cases.MODELS + fixture_cases_arch.MODELS
 
@@ -62,16 +63,6 @@ def make_model(spec, out_dir):
 def load_for_oracle(path, attn="sdpa"):
     """Models run with sdpa attention, or what the model entry names (GPT-J has no sdpa path)."""
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn).eval()
-
-
-def left_pad(prompts, pad):
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
-    return ids, mask
 
 
 def effective_eos(model, gen):

@@ -207,7 +207,7 @@ void TracedStep::save(const std::filesystem::path& path) const {
   std::filesystem::rename(tmp, path);
 }
 
-at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& args) {
+at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& args, bool& checked) {
   std::vector<c10::IValue> in(args.begin(), args.end());
   c10::IValue out;
   try {
@@ -219,35 +219,27 @@ at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& a
     throw Error("trace '" + source_ + "' method " + method + " returned a " + out.tagKind() +
                 ", the contract needs one logits tensor [rows, vocab]");
   }
-  return out.toTensor();
+  at::Tensor logits = out.toTensor();
+  if (!checked) {  // the contract's output shape, checked on the first call of each method
+    if (logits.dim() != 2 || logits.size(0) != meta_.rows || logits.size(1) != meta_.vocab_size) {
+      throw Error("trace '" + source_ + "' " + method + " returned " + shape_str(logits.sizes()) + ", expected [" +
+                  std::to_string(meta_.rows) + ", " + std::to_string(meta_.vocab_size) + "]");
+    }
+    checked = true;
+  }
+  return logits;
 }
 
 at::Tensor TracedStep::prefill(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slots,
                                const at::Tensor& tv, const at::Tensor& valid, const at::Tensor& keys,
                                const at::Tensor& values) {
-  at::Tensor logits = call("prefill", {ids, pos, slots, tv, valid, keys, values});
-  if (!checked_prefill_) {
-    if (logits.dim() != 2 || logits.size(0) != meta_.rows || logits.size(1) != meta_.vocab_size) {
-      throw Error("trace '" + source_ + "' prefill returned " + shape_str(logits.sizes()) + ", expected [" +
-                  std::to_string(meta_.rows) + ", " + std::to_string(meta_.vocab_size) + "]");
-    }
-    checked_prefill_ = true;
-  }
-  return logits;
+  return call("prefill", {ids, pos, slots, tv, valid, keys, values}, checked_prefill_);
 }
 
 at::Tensor TracedStep::decode(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slots,
                               const at::Tensor& tv, const at::Tensor& valid, const at::Tensor& keys,
                               const at::Tensor& values) {
-  at::Tensor logits = call("decode", {ids, pos, slots, tv, valid, keys, values});
-  if (!checked_decode_) {
-    if (logits.dim() != 2 || logits.size(0) != meta_.rows || logits.size(1) != meta_.vocab_size) {
-      throw Error("trace '" + source_ + "' decode returned " + shape_str(logits.sizes()) + ", expected [" +
-                  std::to_string(meta_.rows) + ", " + std::to_string(meta_.vocab_size) + "]");
-    }
-    checked_decode_ = true;
-  }
-  return logits;
+  return call("decode", {ids, pos, slots, tv, valid, keys, values}, checked_decode_);
 }
 
 }  // namespace gengraph

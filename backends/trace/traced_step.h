@@ -75,7 +75,7 @@ class TracedStep {
   const std::string& source() const { return source_; }
 
  private:
-  at::Tensor call(const char* method, const std::vector<at::Tensor>& args);
+  at::Tensor call(const char* method, const std::vector<at::Tensor>& args, bool& checked);
   std::shared_ptr<torch::jit::Module> module_;
   TraceMeta meta_;
   std::string source_;  // file path or "traced in C++"

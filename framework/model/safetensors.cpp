@@ -145,6 +145,37 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
   return f;
 }
 
+void write_safetensors(const std::filesystem::path& path,
+                       const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  static const std::map<at::ScalarType, std::string> kNames = {
+      {at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"}, {at::kBFloat16, "BF16"},
+      {at::kLong, "I64"},   {at::kInt, "I32"},   {at::kShort, "I16"}, {at::kChar, "I8"},
+      {at::kByte, "U8"},    {at::kBool, "BOOL"}};
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<at::Tensor> data;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    const at::Tensor c = t.to(at::kCPU).contiguous();
+    auto it = kNames.find(c.scalar_type());
+    if (it == kNames.end()) fail(path, "cannot store tensor '" + name + "' of dtype " + c10::toString(c.scalar_type()));
+    header[name] = {{"dtype", it->second}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + c.nbytes()}}};
+    offset += c.nbytes();
+    data.push_back(c);
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8) h += ' ';  // data section 8-byte aligned, as the format recommends
+  const uint64_t n = h.size();
+  const std::string tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << h;
+    for (const auto& c : data) out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+    if (!out) fail(path, "write failed");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
 SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) ::munmap(map_, map_size_);
 }

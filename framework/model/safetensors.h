@@ -69,4 +69,8 @@ class Checkpoint {
 // Maps safetensors dtype strings to ATen scalar types; throws naming `context` for unknown ones.
 at::ScalarType safetensors_dtype(const std::string& dtype, const std::string& context);
 
+// Writes `tensors` (any device, any layout) as one safetensors file, atomically.
+void write_safetensors(const std::filesystem::path& path,
+                       const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+
 }  // namespace gengraph
