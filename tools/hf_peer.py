@@ -4,6 +4,9 @@ prompts and generation settings, timed the way gengraph times its backends, and 
 gengraph's results schema (one entry of "runs").
 
     hf_eager           generate() as it ships (sdpa attention, dynamic cache)
+    hf_jit_trace       the seed PR's approach: generate() whose decode steps run a torch.jit-traced
+                       graph of the model over a static cache (prefill runs eagerly); the model's
+                       forward is swapped, generate() itself is untouched
     hf_static_compile  generate() with cache_implementation="static" and the forward compiled
                        with torch.compile (CUDA only: on CPU the compile alone takes minutes)
 
@@ -27,6 +30,9 @@ from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from padding import left_pad  # noqa: E402
+from trace_hf import SlotCache, Step  # noqa: E402
+from transformers.cache_utils import Cache  # noqa: E402
+from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # GenerationConfig keys gengraph reports that transformers' generate() takes as they are.
@@ -61,6 +67,77 @@ def summary(values):
     s = sorted(values)
     return {"median": statistics.median(s), "min": s[0], "max": s[-1], "mean": statistics.fmean(s),
             "stdev": statistics.stdev(s) if len(s) > 1 else 0.0, "values": values}
+
+
+class PeerCache(Cache):
+    """What generate() holds between steps for hf_jit_trace: a handle on the static buffers, which
+    it reorders for beam search through reorder_cache()."""
+
+    def __init__(self, state):  # noqa: D107 (no layer objects)
+        self.state = state
+
+    def reorder_cache(self, beam_idx):
+        s = self.state
+        s.keys.copy_(s.keys.index_select(1, beam_idx))
+        s.values.copy_(s.values.index_select(1, beam_idx))
+        s.valid.copy_(s.valid.index_select(0, beam_idx))
+
+    def get_seq_length(self, layer_idx=0):
+        return self.state.length
+
+    @property
+    def is_compileable(self):
+        return False
+
+    def __len__(self):
+        return self.state.keys.shape[0]
+
+
+def install_jit_trace(model, max_length, prompt_mask):
+    """Swaps model.forward: prefill runs eagerly into static buffers, and each decode step runs a
+    torch.jit trace of the step (traced on the first decode of each batch shape)."""
+    cfg = model.config.get_text_config()
+    layers, heads = cfg.num_hidden_layers, cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    step = Step(model, call=model.forward).eval()  # the original forward, bound before the swap
+
+    class State:
+        keys = values = valid = traced = None
+        rows = length = 0
+
+    state = State()
+
+    def forward(input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=True,
+                **kwargs):
+        rows, t = input_ids.shape
+        dev = input_ids.device
+        if t > 1 or state.keys is None or rows != state.rows:
+            dtype = next(model.parameters()).dtype
+            if state.keys is None or rows != state.rows:
+                state.traced = None
+            state.keys = torch.zeros(layers, rows, kv, max_length, hd, dtype=dtype, device=dev)
+            state.values = torch.zeros_like(state.keys)
+            state.valid = torch.zeros(rows, max_length, dtype=torch.bool, device=dev)
+            state.rows, state.length = rows, 0
+            # generate() may hand over a 4-D mask; the prompt's 2-D mask (expanded per beam or
+            # returned sequence, as generate() expands inputs) says which slots are padding.
+            token_valid = prompt_mask.repeat_interleave(rows // prompt_mask.shape[0], 0).bool()
+            logits = step(input_ids, position_ids, torch.arange(t, device=dev), token_valid,
+                          state.valid, state.keys, state.values)
+        else:
+            args = (input_ids, position_ids, torch.tensor([state.length], device=dev),
+                    torch.ones(rows, 1, dtype=torch.bool, device=dev), state.valid, state.keys, state.values)
+            if state.traced is None:
+                snapshot = [x.clone() for x in (state.valid, state.keys, state.values)]
+                state.traced = torch.jit.trace(step, args, check_trace=False)
+                for x, saved in zip((state.valid, state.keys, state.values), snapshot):
+                    x.copy_(saved)  # tracing ran the step once: undo its writes
+            logits = state.traced(*args)
+        state.length += t
+        return CausalLMOutputWithPast(logits=logits[:, None, :], past_key_values=PeerCache(state))
+
+    model.forward = forward
 
 
 def kwargs_from(gen):
@@ -100,6 +177,7 @@ def main():
         gen["cache_implementation"] = "static"
         model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     prompts = req["prompts"]
+
     pad = gen.get("pad_token_id")
     if pad is None:
         eos = gen.get("eos_token_id")
@@ -107,6 +185,9 @@ def main():
     ids, mask = left_pad(prompts, pad)
     width = ids.shape[1]
     ids, mask = ids.to(device), mask.to(device)
+    if peer == "hf_jit_trace":
+        total = width + gen["max_new_tokens"] if "max_new_tokens" in gen else gen.get("max_length", width + 20)
+        install_jit_trace(model, total, mask)
     beams = gen.get("num_beams", 1) > 1
     eos = gen.get("eos_token_id")
     eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))

@@ -60,9 +60,12 @@ class SlotCache(Cache):
 class Step(torch.nn.Module):
     """One step of the contract: (ids, positions, slots, token_valid, valid, keys, values) -> logits."""
 
-    def __init__(self, model):
+    def __init__(self, model, call=None):
         super().__init__()
         self.model = model
+        # What runs the model: the module itself, or (hf_peer's jit-trace peer, which swaps the
+        # model's forward) the original forward method.
+        self.call = call if call is not None else model
         # Eager attention adds the mask to the scores; sdpa takes it as booleans.
         self.additive_mask = model.config._attn_implementation == "eager"
 
@@ -73,7 +76,7 @@ class Step(torch.nn.Module):
         mask = (valid[:, None, None, :] & (key_index[None, :] <= q)[None, None]) | (key_index[None, :] == q)[None, None]
         if self.additive_mask:
             mask = torch.zeros(mask.shape, dtype=keys.dtype).masked_fill(~mask, torch.finfo(keys.dtype).min)
-        out = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
+        out = self.call(input_ids=input_ids, position_ids=positions, attention_mask=mask,
                          past_key_values=SlotCache(keys, values, slots), use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :]
 

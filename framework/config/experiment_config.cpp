@@ -319,8 +319,8 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   run.finish();
   if (r.has("peers")) {
     const YAML::Node list = r.child("peers");
-    if (!list.IsSequence()) r.fail("peers", "a list of peers (hf_eager, hf_static_compile)");
-    const std::vector<std::string> known = {"hf_eager", "hf_static_compile"};
+    if (!list.IsSequence()) r.fail("peers", "a list of peers (hf_eager, hf_jit_trace, hf_static_compile)");
+    const std::vector<std::string> known = {"hf_eager", "hf_jit_trace", "hf_static_compile"};
     for (size_t i = 0; i < list.size(); ++i) {
       PeerSpec p;
       const std::string path = "peers[" + std::to_string(i) + "]";

@@ -44,7 +44,7 @@ struct RunSpec {
 
 // A peer: transformers' generate() run by tools/hf_peer.py on the same model, inputs and settings.
 struct PeerSpec {
-  std::string name;   // hf_eager | hf_static_compile
+  std::string name;   // hf_eager | hf_jit_trace | hf_static_compile
   std::string label;  // row label (defaults to name)
 };
 

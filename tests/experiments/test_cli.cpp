@@ -80,7 +80,7 @@ namespace {
 TEST(Cli, PeersRunBesideBackendsAndThePlotIsWritten) {
   testing::TempDir dir;
   testing::write_file(dir / "p.yaml", "model: {preset: gpt2-tiny, seed: 2}\n"
-                                      "backends: [eager]\npeers: [hf_eager]\n"
+                                      "backends: [eager]\npeers: [hf_eager, hf_jit_trace]\n"
                                       "inputs: {prompts: [[1, 2, 3], [4, 5]]}\n"
                                       "generation: {max_new_tokens: 5, num_beams: 2}\n"
                                       "run: {warmup: 0, repeats: 1}\nplot: " + (dir / "p.png").string() + "\n");
@@ -88,9 +88,12 @@ TEST(Cli, PeersRunBesideBackendsAndThePlotIsWritten) {
   ASSERT_EQ(cli({"run", (dir / "p.yaml").string(), "--output", (dir / "p.json").string(), "--quiet"}), 0);
   ::testing::internal::GetCapturedStdout();
   const auto doc = nlohmann::json::parse(testing::read_file(dir / "p.json"));
-  ASSERT_EQ(doc["runs"].size(), 2u);
+  ASSERT_EQ(doc["runs"].size(), 3u);
   EXPECT_EQ(doc["runs"][1]["backend"], "peer:hf_eager");
-  EXPECT_TRUE(doc["runs"][1]["tokens_match_first_row"].get<bool>());  // same tokens and beams as transformers
+  EXPECT_EQ(doc["runs"][2]["backend"], "peer:hf_jit_trace");
+  // Same tokens and beams as transformers, as it ships and with the seed's jit-traced decode.
+  EXPECT_TRUE(doc["runs"][1]["tokens_match_first_row"].get<bool>());
+  EXPECT_TRUE(doc["runs"][2]["tokens_match_first_row"].get<bool>());
   EXPECT_TRUE(std::filesystem::exists(dir / "p.png"));
 }
 
