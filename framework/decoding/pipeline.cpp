@@ -39,16 +39,21 @@ Pipeline build_pipeline(const GenerationConfig& c, const PipelineShape& shape) {
   if (!c.stop_sequences.empty()) p.stopping.add(std::make_unique<StopSequencesCriterion>(c.stop_sequences));
   if (!c.eos_token_id.empty()) p.stopping.add(std::make_unique<EosCriterion>(c.eos_token_id));
 
+  BeamSearchOptions beams;
+  beams.num_beams = c.num_beams;
+  beams.length_penalty = c.length_penalty;
+  beams.early_stopping = c.early_stopping;
+  beams.num_return_sequences = c.num_return_sequences;
+  beams.do_sample = c.do_sample;
+  beams.n_eos = n_eos;
+  beams.max_length = shape.max_length;
+  beams.fill_token = n_eos ? effective_pad_token(c) : -1;
   if (c.num_beam_groups > 1) {
     GroupBeamSearchOptions o;
-    o.num_beams = c.num_beams;
+    static_cast<BeamSearchOptions&>(o) = beams;
     o.num_beam_groups = c.num_beam_groups;
-    o.length_penalty = c.length_penalty;
-    o.early_stopping = c.early_stopping;
-    o.num_return_sequences = c.num_return_sequences;
     o.eos = c.eos_token_id;
     o.pad_token = effective_pad_token(c);
-    o.max_length = shape.max_length;
     auto state = std::make_shared<DiverseBeamState>();
     if (c.diversity_penalty > 0) {
       // transformers 4.55 placed the Hamming-diversity processor right after sequence_bias.
@@ -63,16 +68,7 @@ Pipeline build_pipeline(const GenerationConfig& c, const PipelineShape& shape) {
     return p;
   }
   if (c.num_beams > 1) {
-    BeamSearchOptions o;
-    o.num_beams = c.num_beams;
-    o.length_penalty = c.length_penalty;
-    o.early_stopping = c.early_stopping;
-    o.num_return_sequences = c.num_return_sequences;
-    o.do_sample = c.do_sample;
-    o.n_eos = n_eos;
-    o.max_length = shape.max_length;
-    o.fill_token = n_eos ? effective_pad_token(c) : -1;
-    p.strategy = std::make_unique<BeamSearch>(o);
+    p.strategy = std::make_unique<BeamSearch>(beams);
     return p;
   }
   // Finished rows receive padding only when something (EOS, stop sequences) can finish them early.

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "framework/decoding/generation_config.h"
+#include "framework/decoding/search/beam_search.h"
 #include "framework/decoding/search/search_strategy.h"
 
 namespace gengraph {
@@ -34,15 +35,11 @@ class HammingDiversity final : public LogitsProcessor {
   double penalty_;
 };
 
-struct GroupBeamSearchOptions {
-  int64_t num_beams = 2;
+// Beam settings shared with BeamSearch, plus the groups (no sampling: validated elsewhere).
+struct GroupBeamSearchOptions : BeamSearchOptions {
   int64_t num_beam_groups = 2;
-  double length_penalty = 1.0;
-  EarlyStopping early_stopping = EarlyStopping::kFalse;
-  int64_t num_return_sequences = 1;
   std::vector<int64_t> eos;
   int64_t pad_token = 0;  // appended by groups that are done (transformers needs one)
-  int64_t max_length = 0;
 };
 
 class GroupBeamSearch final : public SearchStrategy {
