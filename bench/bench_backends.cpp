@@ -60,10 +60,20 @@ StepInputs prompt_inputs(int64_t rows, int64_t vocab) {
                     at::ones({rows, kPrompt}, at::TensorOptions().dtype(at::kBool).device(dev)), {}};
 }
 
+// The variant's backend, after checking it against eager; null (and the entry skipped) if it differs.
+std::unique_ptr<ForwardBackend> checked_backend(benchmark::State& state, const Variant& v,
+                                                const std::shared_ptr<const CausalLM>& model) {
+  if (const auto why = check_against_eager(v, model); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return nullptr;
+  }
+  return BackendRegistry::instance().create(v.backend, model, BackendOptions(v.backend, v.options));
+}
+
 void BM_Prefill(benchmark::State& state, Variant v, std::string preset) {
   const auto model = preset_model(preset);
-  if (const auto why = check_against_eager(v, model); !why.empty()) return state.SkipWithError(why.c_str());
-  auto backend = BackendRegistry::instance().create(v.backend, model, BackendOptions(v.backend, v.options));
+  auto backend = checked_backend(state, v, model);
+  if (!backend) return;
   const int64_t rows = state.range(0);
   const StepInputs in = prompt_inputs(rows, model->config().vocab_size);
   for (auto _ : state) {
@@ -76,8 +86,8 @@ void BM_Prefill(benchmark::State& state, Variant v, std::string preset) {
 
 void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
   const auto model = preset_model(preset);
-  if (const auto why = check_against_eager(v, model); !why.empty()) return state.SkipWithError(why.c_str());
-  auto backend = BackendRegistry::instance().create(v.backend, model, BackendOptions(v.backend, v.options));
+  auto backend = checked_backend(state, v, model);
+  if (!backend) return;
   const int64_t rows = state.range(0);
   const StepInputs in = prompt_inputs(rows, model->config().vocab_size);
   auto restart = [&] {

@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include "framework/model/loader.h"
 #include "framework/model/safetensors.h"
 
 namespace gengraph::testing {
@@ -40,6 +41,18 @@ std::string safetensors_bytes(const nlohmann::json& header, const std::string& d
   const uint64_t n = h.size();
   std::string out(reinterpret_cast<const char*>(&n), 8);
   return out + h + data;
+}
+
+std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t seed, const LoadOptions& load) {
+  ModelSource s;
+  if (which == "tiny") {
+    s.preset = "gpt2-tiny";
+    s.seed = seed;
+  } else {
+    s.path = fixtures_dir() + "/models/" + which;
+  }
+  s.load = load;
+  return load_model(s).model;
 }
 
 void write_safetensors(const std::filesystem::path& path,

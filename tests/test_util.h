@@ -3,11 +3,18 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/Tensor.h>
 #include <nlohmann/json.hpp>
+
+#include "framework/model/weights.h"
+
+namespace gengraph {
+class CausalLM;
+}  // namespace gengraph
 
 namespace gengraph::testing {
 
@@ -33,6 +40,10 @@ void write_safetensors(const std::filesystem::path& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 
 std::string fixtures_dir();
+
+// "tiny" (the gpt2-tiny preset with `seed`) or a fixture model folder by name, e.g. "gpt2-a".
+std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t seed,
+                                           const LoadOptions& load = {});
 
 // The message of the gengraph::Error that `f` throws, or "<no error>".
 template <typename F>

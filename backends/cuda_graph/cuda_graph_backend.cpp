@@ -63,6 +63,7 @@ struct Bucket {
   at::Tensor keys, values;  // [layers, rows, kv_heads, max_length, head_dim]
   at::Tensor valid;         // [rows, max_length] bool
   at::Tensor ids, positions, token_valid, slot, parents;  // decode inputs [rows,1] x3, [1], [rows]
+  at::Tensor identity;      // [rows] 0..rows-1: parents when there are no beams
   at::Tensor logits;        // [rows, vocab] output of the captured step
   std::unique_ptr<at::cuda::CUDAGraph> graph;
   std::unique_ptr<TracedStep> trace;  // when the step runs the trace
@@ -134,7 +135,7 @@ class CudaGraphBackend final : public ForwardBackend {
     if (in.parent_rows.defined()) {
       b.parents.narrow(0, 0, rows).copy_(in.parent_rows);
     } else {
-      b.parents.copy_(at::arange(b.rows, b.parents.options()));
+      b.parents.copy_(b.identity);
     }
     b.graph->replay();
     return b.logits.narrow(0, 0, rows).clone();
@@ -179,6 +180,7 @@ class CudaGraphBackend final : public ForwardBackend {
     b.token_valid = at::ones({rows, 1}, f.dtype(at::kBool));
     b.slot = at::zeros({1}, l);
     b.parents = at::arange(rows, l);
+    b.identity = at::arange(rows, l);
     b.logits = at::zeros({rows, c.vocab_size}, f);
     if (s_.use_trace) {
       b.trace = std::make_unique<TracedStep>(

@@ -36,17 +36,6 @@ std::vector<Variant> variants() {
   return v;
 }
 
-std::shared_ptr<const CausalLM> model_for(const std::string& which) {
-  ModelSource s;
-  if (which == "tiny") {
-    s.preset = "gpt2-tiny";
-    s.seed = 11;
-  } else {
-    s.path = testing::fixtures_dir() + "/models/" + which;
-  }
-  return load_model(s).model;
-}
-
 class BackendConformance : public ::testing::TestWithParam<std::tuple<Variant, std::string>> {};
 
 TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
@@ -55,7 +44,7 @@ TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
   if (info.unavailable_reason && !info.unavailable_reason().empty()) {
     GTEST_SKIP() << variant.backend << ": " << info.unavailable_reason();
   }
-  const auto model = model_for(which);
+  const auto model = testing::test_model(which, 11);
   auto reference = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
   auto backend = BackendRegistry::instance().create(variant.backend, model,
                                                     BackendOptions(variant.backend, variant.options));

@@ -19,15 +19,7 @@ using ::testing::HasSubstr;
 using testing::error_of;
 
 std::shared_ptr<const CausalLM> model(const std::string& which, at::ScalarType dtype, const std::string& device) {
-  ModelSource s;
-  if (which == "tiny") {
-    s.preset = "gpt2-tiny";
-    s.seed = 3;
-  } else {
-    s.path = testing::fixtures_dir() + "/models/" + which;
-  }
-  s.load = LoadOptions{dtype, parse_device(device)};
-  return load_model(s).model;
+  return testing::test_model(which, 3, LoadOptions{dtype, parse_device(device)});
 }
 
 TEST(CudaGraphBackend, ListedWithTheReasonWhenUnavailable) {
