@@ -24,7 +24,7 @@ std::vector<Variant> variants() {
   std::vector<Variant> v;
   for (const auto& name : BackendRegistry::instance().names()) {
     const auto& info = BackendRegistry::instance().get(name);
-    if (info.unavailable_reason && !info.unavailable_reason().empty()) continue;
+    if (info.unavailable_reason && !info.unavailable_reason(BackendOptions(name, {})).empty()) continue;
     if (name == "eager") {
       v.push_back({"eager", "eager", {}});
       v.push_back({"eager-static", "eager", {{"cache", "static"}}});

@@ -90,7 +90,7 @@ int list_backends() {
   register_builtin_backends();
   for (const auto& name : BackendRegistry::instance().names()) {
     const auto& info = BackendRegistry::instance().get(name);
-    const std::string why = info.unavailable_reason ? info.unavailable_reason() : "";
+    const std::string why = info.unavailable_reason ? info.unavailable_reason(BackendOptions(name, {})) : "";
     std::cout << name << "\t" << (why.empty() ? "available" : "unavailable: " + why) << "\n    "
               << info.description << "\n";
   }

@@ -26,7 +26,9 @@ struct Settings {
   std::vector<int64_t> buckets;
   int64_t max_length = 0;
   bool use_trace = false;
+  TraceOptions trace;  // step: trace (freeze, fuser)
   int64_t warmup = 3;
+  bool capture = true;  // false: the same static-buffer step, run eagerly (debugging; any device)
 };
 
 std::vector<int64_t> parse_buckets(const std::string& text) {
@@ -79,16 +81,11 @@ class CudaGraphBackend final : public ForwardBackend {
   BackendReport report() const override {
     return {{"capture_seconds", capture_s_}, {"graphs", double(buckets_.size())},
             {"graph_pool_bytes", double(graph_bytes_)}, {"max_length", double(max_length_)},
-            {"step_is_trace", s_.use_trace ? 1.0 : 0.0}};
+            {"step_is_trace", s_.use_trace ? 1.0 : 0.0}, {"captured", s_.capture ? 1.0 : 0.0}};
   }
 
  protected:
   void do_prepare(const BatchShape& shape) override {
-    const auto dev = model().device();
-    if (!dev.is_cuda()) {
-      throw Error("backend 'cuda_graph' needs the model on a CUDA device; set model.device: cuda (found " +
-                  dev.str() + ")");
-    }
     if (max_length_ == 0) max_length_ = s_.max_length > 0 ? s_.max_length : shape.max_length;
     if (shape.max_length > max_length_) {
       throw Error("backend 'cuda_graph': this request needs " + std::to_string(shape.max_length) +
@@ -113,11 +110,18 @@ class CudaGraphBackend final : public ForwardBackend {
     at::Tensor tv = pad_rows(in.token_valid, extra, false);
     at::Tensor logits;
     if (b.trace) {
-      if (!prefill_traces_.count(t)) {
+      const auto key = std::make_pair(b.rows, t);
+      auto found = prefill_traces_.find(key);
+      const bool fresh = found == prefill_traces_.end();
+      if (fresh) {
         TraceMeta meta = expected_meta(model(), b.rows, t, max_length_);
-        prefill_traces_.emplace(t, TracedStep::trace(model(), meta, TraceOptions{}));
+        found = prefill_traces_.emplace(key, TracedStep::trace(model(), meta, s_.trace)).first;
       }
-      logits = prefill_traces_.at(t).prefill(ids, pos, slots, tv, b.valid, b.keys, b.values);
+      auto run = [&] { return found->second.prefill(ids, pos, slots, tv, b.valid, b.keys, b.values); };
+      // As the trace backend does: the profiling runs first (they rewrite the same slots with the
+      // same values), so every prefill runs the optimized plan.
+      for (int64_t i = 0; fresh && i < s_.warmup; ++i) run();
+      logits = run();
     } else {
       StaticCache cache(b.keys, b.values, b.valid);
       logits = run_forward_step(model(), cache, ids, pos, slots, tv);
@@ -137,7 +141,11 @@ class CudaGraphBackend final : public ForwardBackend {
     } else {
       b.parents.copy_(b.identity);
     }
-    b.graph->replay();
+    if (b.graph) {
+      b.graph->replay();
+    } else {
+      step(b);
+    }
     return b.logits.narrow(0, 0, rows).clone();
   }
 
@@ -166,7 +174,6 @@ class CudaGraphBackend final : public ForwardBackend {
     auto found = buckets_.find(rows);
     if (found != buckets_.end()) return found->second;
     const auto dev = model().device();
-    c10::cuda::CUDAGuard guard(dev);
     const auto& c = model().config();
     const auto f = at::TensorOptions().dtype(model().dtype()).device(dev);
     const auto l = f.dtype(at::kLong);
@@ -184,8 +191,15 @@ class CudaGraphBackend final : public ForwardBackend {
     b.logits = at::zeros({rows, c.vocab_size}, f);
     if (s_.use_trace) {
       b.trace = std::make_unique<TracedStep>(
-          TracedStep::trace(model(), expected_meta(model(), rows, 1, max_length_), TraceOptions{}));
+          TracedStep::trace(model(), expected_meta(model(), rows, 1, max_length_), s_.trace));
     }
+    if (s_.capture) capture(b);
+    return buckets_.emplace(rows, std::move(b)).first->second;
+  }
+
+  void capture(Bucket& b) {
+    const auto dev = model().device();
+    c10::cuda::CUDAGuard guard(dev);
     const auto t0 = Clock::now();
     const int64_t before = allocated_bytes(dev);
     // Warm up on a side stream so library handles and workspaces exist before capture.
@@ -203,13 +217,12 @@ class CudaGraphBackend final : public ForwardBackend {
     b.valid.fill_(false);  // warm-up and capture wrote slot 0 of every row
     capture_s_ += since(t0);
     graph_bytes_ += allocated_bytes(dev) - before;
-    return buckets_.emplace(rows, std::move(b)).first->second;
   }
 
   Settings s_;
   at::cuda::MempoolId_t pool_;
   std::map<int64_t, Bucket> buckets_;
-  std::map<int64_t, TracedStep> prefill_traces_;  // by prompt length (step: trace)
+  std::map<std::pair<int64_t, int64_t>, TracedStep> prefill_traces_;  // by (rows, prompt length)
   Bucket* bucket_ = nullptr;
   int64_t max_length_ = 0;
   double capture_s_ = 0;
@@ -223,19 +236,28 @@ BackendInfo cuda_graph_backend_info() {
   info.name = "cuda_graph";
   info.description =
       "decode step (beam reorder included) captured as CUDA graphs per batch bucket over a static cache; "
-      "options buckets, max_length, step (eager|trace), warmup";
-  info.unavailable_reason = []() -> std::string {
-    return cuda_available() ? "" : "needs a CUDA device, and none is visible here";
+      "options buckets, max_length, step (eager|trace), freeze and fuser (as trace's, for step: trace), "
+      "warmup, capture (true|false: false runs the same "
+      "static-buffer step uncaptured, on any device)";
+  info.unavailable_reason = [](const BackendOptions& o) -> std::string {
+    if (cuda_available() || !o.get_bool("capture", true)) return "";
+    return "capture needs a CUDA device, and none is visible here (capture: false runs the step uncaptured)";
   };
   info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
     Settings s;
     s.buckets = parse_buckets(o.get_string("buckets", "1,2,4,8,16,32,64"));
     s.max_length = o.get_int("max_length", 0, 0, 1 << 20);
     s.use_trace = o.get_string("step", "eager", {"eager", "trace"}) == "trace";
+    s.trace.freeze = o.get_bool("freeze", true);
+    s.trace.fuser = parse_fuser(o.get_string("fuser", "default", {"default", "none", "te"}));
+    if (!s.use_trace && (o.values().count("freeze") || o.values().count("fuser"))) {
+      throw Error("backend 'cuda_graph': options 'freeze' and 'fuser' apply to the traced step; set step: trace");
+    }
     s.warmup = o.get_int("warmup", 3, 1, 100);
-    if (!model->device().is_cuda()) {
+    s.capture = o.get_bool("capture", true);
+    if (s.capture && !model->device().is_cuda()) {
       throw Error("backend 'cuda_graph' needs the model on a CUDA device; set model.device: cuda (found " +
-                  model->device().str() + ")");
+                  model->device().str() + "), or capture: false to run its static-buffer step uncaptured");
     }
     return std::make_unique<CudaGraphBackend>(std::move(model), std::move(s));
   };

@@ -5,7 +5,9 @@
 //                                  bucket that fits (extra rows are padding, computed and ignored)
 //   max_length: N (0)             static cache length; 0 = the length of the first request
 //   step: eager|trace (eager)     what the captured step runs: the model's ATen ops, or its trace
+//   freeze, fuser                 for step: trace, as the trace backend's options
 //   warmup: N (3)                 uncaptured runs on the capture stream before capturing
+//   capture: true|false (true)    false runs the same static-buffer step uncaptured, on any device
 #pragma once
 
 #include "framework/backend/backend_registry.h"

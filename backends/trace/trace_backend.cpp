@@ -6,9 +6,6 @@
 #include <tuple>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/jit/passes/tensorexpr_fuser.h>
-#include <torch/csrc/jit/codegen/fuser/interface.h>
-#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include "backends/trace/traced_step.h"
 #include "framework/model/causal_lm.h"
@@ -23,7 +20,6 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 struct Settings {
   TraceOptions trace;
-  int64_t profiling_runs = 1;
   std::string cache_dir;
   std::string file;
 };
@@ -41,7 +37,7 @@ class TraceBackend final : public ForwardBackend {
     return {{"trace_seconds", trace_s_}, {"warmup_seconds", warmup_s_}, {"traces_built", double(built_)},
             {"traces_loaded", double(loaded_)}, {"freeze", s_.trace.freeze ? 1.0 : 0.0},
             {"optimize_for_inference", s_.trace.optimize_for_inference ? 1.0 : 0.0},
-            {"profiling_runs", double(s_.profiling_runs)}};
+            {"profiling_runs", double(s_.trace.profiling_runs)}};
   }
 
  protected:
@@ -84,7 +80,7 @@ class TraceBackend final : public ForwardBackend {
   template <typename F>
   void warm_up(F&& run) {
     const auto t0 = Clock::now();
-    for (int64_t i = 0; i < s_.profiling_runs; ++i) run();
+    for (int64_t i = 0; i < s_.trace.profiling_runs; ++i) run();
     synchronize(model().device());
     warmup_s_ += since(t0);
   }
@@ -97,7 +93,7 @@ class TraceBackend final : public ForwardBackend {
     const auto t0 = Clock::now();
     if (!s_.file.empty()) {
       meta.model_fingerprint.clear();  // a Python trace carries its own weights
-      it = steps_.emplace(key, TracedStep::load(s_.file, model().device(), meta)).first;
+      it = steps_.emplace(key, TracedStep::load(s_.file, model().device(), meta, s_.trace)).first;
       ++loaded_;
     } else if (!s_.cache_dir.empty()) {
       meta.model_fingerprint = fingerprint_;
@@ -107,7 +103,7 @@ class TraceBackend final : public ForwardBackend {
            std::to_string(meta.max_length) + "-" + meta.dtype + "-" + model().device().str() +
            (s_.trace.freeze ? "-frozen" : "") + (s_.trace.optimize_for_inference ? "-ofi" : "") + ".pt");
       if (std::filesystem::exists(path)) {
-        it = steps_.emplace(key, TracedStep::load(path, model().device(), meta)).first;
+        it = steps_.emplace(key, TracedStep::load(path, model().device(), meta, s_.trace)).first;
         ++loaded_;
       } else {
         it = steps_.emplace(key, TracedStep::trace(model(), meta, s_.trace)).first;
@@ -145,8 +141,8 @@ BackendInfo trace_backend_info() {
     Settings s;
     s.trace.freeze = o.get_bool("freeze", true);
     s.trace.optimize_for_inference = o.get_bool("optimize_for_inference", false);
-    const std::string fuser = o.get_string("fuser", "default", {"default", "none", "te"});
-    s.profiling_runs = o.get_int("profiling_runs", 1, 0, 100);
+    s.trace.fuser = parse_fuser(o.get_string("fuser", "default", {"default", "none", "te"}));
+    s.trace.profiling_runs = o.get_int("profiling_runs", 1, 0, 100);
     s.cache_dir = o.get_string("cache_dir", "");
     s.file = o.get_string("file", "");
     if (!s.file.empty() && !s.cache_dir.empty()) {
@@ -155,13 +151,6 @@ BackendInfo trace_backend_info() {
     if (!s.file.empty() && !std::filesystem::exists(s.file)) {
       throw Error("backend 'trace' option 'file': '" + s.file + "' does not exist");
     }
-    // LibTorch keeps these process-wide; the backend sets them only when asked to.
-    if (fuser == "none") torch::jit::setTensorExprFuserEnabled(false);
-    if (fuser == "te") {
-      torch::jit::setTensorExprFuserEnabled(true);
-      torch::jit::overrideCanFuseOnCPU(true);
-    }
-    if (s.profiling_runs > 0) torch::jit::getNumProfiledRuns() = static_cast<size_t>(s.profiling_runs);
     return std::make_unique<TraceBackend>(std::move(model), std::move(s));
   };
   return info;

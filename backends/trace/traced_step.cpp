@@ -4,6 +4,9 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/codegen/fuser/interface.h>
+#include <torch/csrc/jit/passes/tensorexpr_fuser.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/serialization/import.h>
 
@@ -64,7 +67,47 @@ void compare(const std::string& file, const char* field, const std::string& want
   }
 }
 
+// LibTorch's fuser switches and profiled-run count are process-wide, and the graph executor reads
+// them when it optimizes a method (on the call that ends profiling). Each call sets this step's
+// values and puts the previous ones back, so steps with other options in the same process (two
+// rows of one experiment, say) do not change each other.
+class JitSettingsScope {
+ public:
+  explicit JitSettingsScope(const TraceOptions& o)
+      : te_(torch::jit::tensorExprFuserEnabled()),
+        cpu_(torch::jit::canFuseOnCPU()),
+        gpu_(torch::jit::canFuseOnGPU()),
+        runs_(torch::jit::getNumProfiledRuns()) {
+    if (o.fuser == TraceOptions::Fuser::kNone) torch::jit::setTensorExprFuserEnabled(false);
+    if (o.fuser == TraceOptions::Fuser::kTe) {
+      torch::jit::setTensorExprFuserEnabled(true);
+      torch::jit::overrideCanFuseOnGPU(true);
+      torch::jit::overrideCanFuseOnCPU(true);
+    }
+    if (o.profiling_runs > 0) torch::jit::getNumProfiledRuns() = static_cast<size_t>(o.profiling_runs);
+  }
+  ~JitSettingsScope() {
+    torch::jit::setTensorExprFuserEnabled(te_);
+    torch::jit::overrideCanFuseOnGPU(gpu_);
+    torch::jit::overrideCanFuseOnCPU(cpu_);
+    torch::jit::getNumProfiledRuns() = runs_;
+  }
+  JitSettingsScope(const JitSettingsScope&) = delete;
+  JitSettingsScope& operator=(const JitSettingsScope&) = delete;
+
+ private:
+  bool te_, cpu_, gpu_;
+  size_t runs_;
+};
+
 }  // namespace
+
+TraceOptions::Fuser parse_fuser(const std::string& name) {
+  if (name == "default") return TraceOptions::Fuser::kDefault;
+  if (name == "none") return TraceOptions::Fuser::kNone;
+  if (name == "te") return TraceOptions::Fuser::kTe;
+  throw Error("fuser '" + name + "': expected one of default, none, te");
+}
 
 nlohmann::json TraceMeta::to_json() const {
   return {{"format", format},         {"model_type", model_type}, {"model_fingerprint", model_fingerprint},
@@ -147,12 +190,13 @@ TracedStep TracedStep::trace(const CausalLM& model, const TraceMeta& meta, const
   TracedStep s;
   s.module_ = std::move(m);
   s.meta_ = meta;
+  s.options_ = options;
   s.source_ = "traced in C++";
   return s;
 }
 
 TracedStep TracedStep::load(const std::filesystem::path& path, const c10::Device& device,
-                            const TraceMeta& expected) {
+                            const TraceMeta& expected, const TraceOptions& options) {
   const std::string file = path.string();
   if (!std::filesystem::exists(path)) throw Error("trace file '" + file + "' does not exist");
   torch::jit::ExtraFilesMap extra{{"gengraph.json", ""}};
@@ -195,6 +239,7 @@ TracedStep TracedStep::load(const std::filesystem::path& path, const c10::Device
   TracedStep s;
   s.module_ = std::move(m);
   s.meta_ = got;
+  s.options_ = options;
   s.source_ = file;
   return s;
 }
@@ -211,9 +256,16 @@ at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& a
   std::vector<c10::IValue> in(args.begin(), args.end());
   c10::IValue out;
   try {
+    JitSettingsScope scope(options_);
     out = module_->get_method(method)(std::move(in));
-  } catch (const c10::Error& e) {
-    throw Error("trace '" + source_ + "' method " + method + " failed: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {  // c10::Error, or what TensorExpr throws (std::runtime_error)
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    const std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
+    const bool no_llvm = options_.fuser == TraceOptions::Fuser::kTe && what.find("LLVM") != std::string::npos;
+    throw Error("trace '" + source_ + "' method " + method + " failed: " + what +
+                (no_llvm ? " (fuser: te fuses on CPU only in a LibTorch built with LLVM, which the PyPI "
+                           "wheels are not; use fuser: default or none on CPU)"
+                         : ""));
   }
   if (!out.isTensor()) {
     throw Error("trace '" + source_ + "' method " + method + " returned a " + out.tagKind() +

@@ -52,7 +52,15 @@ std::string model_fingerprint(const CausalLM& model);
 struct TraceOptions {
   bool freeze = true;
   bool optimize_for_inference = false;
+  // LibTorch's TensorExpr fuser while this step runs: kDefault leaves LibTorch's setting (on
+  // CUDA it fuses elementwise ops; on CPU it does not), kNone disables it, kTe enables it on CUDA
+  // and CPU (CPU fusion needs a LibTorch built with LLVM; the PyPI wheels are not).
+  enum class Fuser { kDefault, kNone, kTe } fuser = Fuser::kDefault;
+  int64_t profiling_runs = 1;  // LibTorch's profiled-run count while this step runs; 0 = LibTorch's
 };
+
+// The `fuser` option's values: default | none | te.
+TraceOptions::Fuser parse_fuser(const std::string& name);
 
 class TracedStep {
  public:
@@ -61,7 +69,7 @@ class TracedStep {
   // Loads a module following the contract; refuses, naming the file and the difference, one made
   // for another model, shape or dtype, or one without the methods.
   static TracedStep load(const std::filesystem::path& path, const c10::Device& device,
-                         const TraceMeta& expected);
+                         const TraceMeta& expected, const TraceOptions& options = {});
   // Writes the module and its gengraph.json atomically.
   void save(const std::filesystem::path& path) const;
 
@@ -78,6 +86,7 @@ class TracedStep {
   at::Tensor call(const char* method, const std::vector<at::Tensor>& args, bool& checked);
   std::shared_ptr<torch::jit::Module> module_;
   TraceMeta meta_;
+  TraceOptions options_;  // fuser and profiled runs apply to each call (LibTorch keeps them global)
   std::string source_;  // file path or "traced in C++"
   bool checked_prefill_ = false, checked_decode_ = false;
 };

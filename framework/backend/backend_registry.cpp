@@ -35,7 +35,7 @@ std::unique_ptr<ForwardBackend> BackendRegistry::create(const std::string& name,
                                                         const BackendOptions& options) const {
   const BackendInfo& info = get(name);
   if (info.unavailable_reason) {
-    const std::string why = info.unavailable_reason();
+    const std::string why = info.unavailable_reason(options);
     if (!why.empty()) throw Error("backend '" + name + "' is unavailable here: " + why);
   }
   auto backend = info.create(std::move(model), options);

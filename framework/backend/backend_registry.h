@@ -16,8 +16,9 @@ namespace gengraph {
 struct BackendInfo {
   std::string name;
   std::string description;
-  // Empty when usable here; otherwise why not (e.g. "needs a CUDA device; none is visible").
-  std::function<std::string()> unavailable_reason;
+  // Empty when usable here with these options; otherwise why not (e.g. "needs a CUDA device; none
+  // is visible"). Listings ask with empty options, i.e. the defaults.
+  std::function<std::string(const BackendOptions& options)> unavailable_reason;
   // Reads its options (throwing on bad values) and builds the backend for `model`.
   std::function<std::unique_ptr<ForwardBackend>(std::shared_ptr<const CausalLM> model,
                                                 const BackendOptions& options)>

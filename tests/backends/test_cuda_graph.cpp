@@ -26,14 +26,15 @@ TEST(CudaGraphBackend, ListedWithTheReasonWhenUnavailable) {
   register_builtin_backends();
   const auto& info = BackendRegistry::instance().get("cuda_graph");
   if (cuda_available()) {
-    EXPECT_EQ(info.unavailable_reason(), "");
+    EXPECT_EQ(info.unavailable_reason(BackendOptions("cuda_graph", {})), "");
   } else {
-    EXPECT_THAT(info.unavailable_reason(), HasSubstr("needs a CUDA device"));
+    EXPECT_THAT(info.unavailable_reason(BackendOptions("cuda_graph", {})), HasSubstr("needs a CUDA device"));
+    EXPECT_EQ(info.unavailable_reason(BackendOptions("cuda_graph", {{"capture", "false"}})), "");
     EXPECT_THAT(error_of([] {
                   BackendRegistry::instance().create("cuda_graph", model("tiny", at::kFloat, "cpu"),
                                                      BackendOptions("cuda_graph", {}));
                 }),
-                HasSubstr("backend 'cuda_graph' is unavailable here: needs a CUDA device"));
+                HasSubstr("backend 'cuda_graph' is unavailable here: capture needs a CUDA device"));
   }
 }
 
@@ -47,6 +48,8 @@ TEST(CudaGraphBackend, OptionsAndDeviceErrorsNameTheOption) {
   EXPECT_THAT(create({{"buckets", "0"}}), HasSubstr("option 'buckets'"));
   EXPECT_THAT(create({{"step", "script"}}), HasSubstr("option 'step': expected one of eager, trace"));
   EXPECT_THAT(create({}), HasSubstr("needs the model on a CUDA device; set model.device: cuda (found cpu)"));
+  EXPECT_THAT(create({{"capture", "maybe"}}), HasSubstr("option 'capture'"));
+  EXPECT_EQ(create({{"capture", "false"}}), "<no error>");
 }
 
 class CudaGraphGpu : public ::testing::TestWithParam<std::tuple<std::string, at::ScalarType>> {

@@ -4,6 +4,9 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/codegen/fuser/interface.h>
+#include <torch/csrc/jit/passes/tensorexpr_fuser.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/serialization/export.h>
 
 #include "backends/trace/traced_step.h"
@@ -67,6 +70,31 @@ TEST(TraceBackend, ANewShapeIsTracedAgainAndOptionsWork) {
   auto e = make("eager", tiny());
   EXPECT_EQ(Generator(greedy(5)).generate(*o, kPrompts).outputs[0][0].tokens,
             Generator(greedy(5)).generate(*e, kPrompts).outputs[0][0].tokens);
+}
+
+// LibTorch's fuser switches and profiled-run count are process-wide. A trace's options apply only
+// while its own step runs: two rows of one experiment with other settings do not change each other.
+TEST(TraceBackend, FuserAndProfilingOptionsDoNotLeakOutOfTheStep) {
+  const bool te = torch::jit::tensorExprFuserEnabled(), cpu = torch::jit::canFuseOnCPU();
+  const size_t runs = torch::jit::getNumProfiledRuns();
+  auto none = make("trace", tiny(), {{"fuser", "none"}, {"profiling_runs", "3"}});
+  auto te_cpu = make("trace", tiny(), {{"fuser", "te"}});
+  auto e = make("eager", tiny());
+  const auto want = Generator(greedy(5)).generate(*e, kPrompts);
+  for (auto* t : {none.get(), te_cpu.get()}) {
+    GenerationResult got;
+    const std::string error = error_of([&] { got = Generator(greedy(5)).generate(*t, kPrompts); });
+    if (t == te_cpu.get() && error != "<no error>") {
+      // The PyPI LibTorch has no LLVM, so TensorExpr cannot fuse on CPU: a clear error, then.
+      EXPECT_THAT(error, HasSubstr("fuser: te fuses on CPU only in a LibTorch built with LLVM"));
+    } else {
+      ASSERT_EQ(error, "<no error>");
+      for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(want.outputs[i][0].tokens, got.outputs[i][0].tokens);
+    }
+    EXPECT_EQ(torch::jit::tensorExprFuserEnabled(), te);
+    EXPECT_EQ(torch::jit::canFuseOnCPU(), cpu);
+    EXPECT_EQ(torch::jit::getNumProfiledRuns(), runs);
+  }
 }
 
 // A file made for one shape or dtype is refused, naming the field, what it was made for and what
