@@ -79,7 +79,7 @@ class CudaGraphBackend final : public ForwardBackend {
   std::string name() const override { return "cuda_graph"; }
 
   BackendReport report() const override {
-    return {{"capture_seconds", capture_s_}, {"graphs", double(buckets_.size())},
+    return {{"capture_seconds", capture_s_}, {"buckets", double(buckets_.size())}, {"graphs", double(graphs_)},
             {"graph_pool_bytes", double(graph_bytes_)}, {"max_length", double(max_length_)},
             {"step_is_trace", s_.use_trace ? 1.0 : 0.0}, {"captured", s_.capture ? 1.0 : 0.0}};
   }
@@ -217,6 +217,7 @@ class CudaGraphBackend final : public ForwardBackend {
     b.valid.fill_(false);  // warm-up and capture wrote slot 0 of every row
     capture_s_ += since(t0);
     graph_bytes_ += allocated_bytes(dev) - before;
+    ++graphs_;
   }
 
   Settings s_;
@@ -227,6 +228,7 @@ class CudaGraphBackend final : public ForwardBackend {
   int64_t max_length_ = 0;
   double capture_s_ = 0;
   int64_t graph_bytes_ = 0;
+  int64_t graphs_ = 0;
 };
 
 }  // namespace

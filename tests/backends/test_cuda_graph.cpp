@@ -52,25 +52,54 @@ TEST(CudaGraphBackend, OptionsAndDeviceErrorsNameTheOption) {
   EXPECT_EQ(create({{"capture", "false"}}), "<no error>");
 }
 
+// Uncaptured, the backend runs anywhere; token equality with eager is in the conformance suite
+// (tests/backends/test_backend_conformance.cpp). Here: which buckets a batch lands in.
+TEST(CudaGraphBackend, UncapturedPicksTheSmallestBucketThatFits) {
+  register_builtin_backends();
+  auto b = BackendRegistry::instance().create("cuda_graph", model("tiny", at::kFloat, "cpu"),
+                                              BackendOptions("cuda_graph", {{"capture", "false"}, {"buckets", "2,4,16"}, {"max_length", "16"}}));
+  GenerationConfig g;
+  g.max_new_tokens = 3;
+  Generator(g).generate(*b, {{1}, {2}, {3}});  // 3 rows: bucket 4
+  EXPECT_EQ(b->report().at("buckets"), 1.0);
+  Generator(g).generate(*b, {{1, 2}, {3}});  // 2 rows: bucket 2
+  g.num_beams = 4;
+  Generator(g).generate(*b, {{1, 2}, {3}});  // 8 rows: bucket 16
+  EXPECT_EQ(b->report().at("buckets"), 3.0);
+  EXPECT_EQ(b->report().at("graphs"), 0.0);
+  EXPECT_EQ(b->report().at("captured"), 0.0);
+  g.num_beams = 9;
+  EXPECT_THAT(error_of([&] { Generator(g).generate(*b, {{1, 2}, {3}}); }),
+              HasSubstr("18 rows (batch x beams) exceed the largest bucket 16"));
+}
+
+// On the GPU, three claims, each as strong as the numerics allow:
+//  1. Replay changes nothing: a captured step gives bit-identical logits to the same step run
+//     uncaptured on the same shapes, so tokens and beam scores are equal, float32 and bfloat16.
+//  2. float32: every backend and option gives the same tokens as eager (growing cache), as the
+//     CPU conformance suite asks. Different shapes (bucket padding rows, a static cache length)
+//     and kernels change logits by ~1e-6, far below the gaps between tokens.
+//  3. bfloat16 across different kernels: logits differ by bfloat16 rounding, so near-ties can
+//     flip a token; instead each backend's logits must be as close to eager's as bfloat16 eager
+//     is to float32 eager (twice that error, measured in the same test).
 class CudaGraphGpu : public ::testing::TestWithParam<std::tuple<std::string, at::ScalarType>> {
  protected:
   void SetUp() override {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    register_builtin_backends();
+  }
+};
+class CudaGraphGpuModels : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    register_builtin_backends();
   }
 };
 
-TEST_P(CudaGraphGpu, SameTokensAsEagerAndTrace) {
-  const auto& [which, dtype] = GetParam();
-  register_builtin_backends();
-  const auto m = model(which, dtype, "cuda");
-  auto& reg = BackendRegistry::instance();
-  std::vector<std::pair<std::string, std::unique_ptr<ForwardBackend>>> backends;
-  backends.emplace_back("eager", reg.create("eager", m, BackendOptions("eager", {})));
-  backends.emplace_back("trace", reg.create("trace", m, BackendOptions("trace", {})));
-  backends.emplace_back("cuda_graph", reg.create("cuda_graph", m, BackendOptions("cuda_graph", {})));
-  backends.emplace_back("cuda_graph_trace",
-                        reg.create("cuda_graph", m, BackendOptions("cuda_graph", {{"step", "trace"}})));
-  const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
+const std::vector<std::vector<int64_t>> kPrompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
+
+std::vector<std::pair<std::string, GenerationConfig>> modes() {
   GenerationConfig greedy;
   greedy.max_new_tokens = 16;
   GenerationConfig sample = greedy;
@@ -78,23 +107,102 @@ TEST_P(CudaGraphGpu, SameTokensAsEagerAndTrace) {
   GenerationConfig beam = greedy;
   beam.num_beams = 4;
   beam.num_return_sequences = 2;
-  for (const auto& [what, config] : {std::pair{"greedy", greedy}, std::pair{"sample", sample}, std::pair{"beam", beam}}) {
-    std::vector<GenerationResult> results;
-    for (auto& [name, b] : backends) {
-      at::manual_seed(23);
-      results.push_back(Generator(config, [] { synchronize(at::Device(at::kCUDA, 0)); }).generate(*b, prompts));
-    }
-    for (size_t k = 1; k < results.size(); ++k) {
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        ASSERT_EQ(results[0].outputs[i].size(), results[k].outputs[i].size());
-        for (size_t j = 0; j < results[0].outputs[i].size(); ++j) {
-          EXPECT_EQ(results[0].outputs[i][j].tokens, results[k].outputs[i][j].tokens)
-              << what << ": " << backends[k].first << " vs eager, input " << i << " sequence " << j;
-        }
+  return {{"greedy", greedy}, {"sample", sample}, {"beam", beam}};
+}
+
+std::unique_ptr<ForwardBackend> make(const std::shared_ptr<const CausalLM>& m, const std::string& name,
+                                     std::map<std::string, std::string> options = {}) {
+  return BackendRegistry::instance().create(name, m, BackendOptions(name, std::move(options)));
+}
+
+GenerationResult run(const GenerationConfig& config, ForwardBackend& b) {
+  at::manual_seed(23);
+  return Generator(config, [] { synchronize(at::Device(at::kCUDA, 0)); }).generate(b, kPrompts);
+}
+
+// Same tokens (and, when `exact_scores`, bit-identical beam scores) as `want`.
+void expect_same(const GenerationResult& want, const GenerationResult& got, bool exact_scores,
+                 const std::string& what) {
+  ASSERT_EQ(want.outputs.size(), got.outputs.size()) << what;
+  for (size_t i = 0; i < want.outputs.size(); ++i) {
+    ASSERT_EQ(want.outputs[i].size(), got.outputs[i].size()) << what;
+    for (size_t j = 0; j < want.outputs[i].size(); ++j) {
+      EXPECT_EQ(want.outputs[i][j].tokens, got.outputs[i][j].tokens) << what << ", input " << i << " sequence " << j;
+      if (exact_scores && want.outputs[i][j].score) {
+        EXPECT_EQ(*want.outputs[i][j].score, *got.outputs[i][j].score) << what << ", input " << i;
       }
     }
   }
-  EXPECT_GE(backends[2].second->report().at("graphs"), 1.0);
+}
+
+TEST_P(CudaGraphGpu, ReplayIsBitwiseTheUncapturedStep) {
+  const auto& [which, dtype] = GetParam();
+  const auto m = model(which, dtype, "cuda");
+  // Buckets of exactly the rows used (3 prompts; 3 x 4 beams), so shapes match the references.
+  const std::map<std::string, std::string> exact = {{"buckets", "3,12"}};
+  auto with = [&](std::map<std::string, std::string> o) {
+    o.insert(exact.begin(), exact.end());
+    return o;
+  };
+  auto eager_static = make(m, "eager", {{"cache", "static"}});
+  auto graph = make(m, "cuda_graph", exact);
+  auto trace = make(m, "trace");
+  auto graph_trace = make(m, "cuda_graph", with({{"step", "trace"}}));
+  for (const auto& [what, config] : modes()) {
+    expect_same(run(config, *eager_static), run(config, *graph), true, what + ": cuda_graph vs eager static");
+    expect_same(run(config, *trace), run(config, *graph_trace), true, what + ": cuda_graph step trace vs trace");
+  }
+  EXPECT_EQ(graph->report().at("graphs"), 2.0);  // buckets 3 and 12
+  EXPECT_GT(graph->report().at("graph_pool_bytes"), 0.0);
+}
+
+TEST_P(CudaGraphGpuModels, Float32SameTokensOnEveryBackend) {
+  const auto m = model(GetParam(), at::kFloat, "cuda");
+  auto reference = make(m, "eager");
+  std::vector<std::pair<std::string, std::unique_ptr<ForwardBackend>>> backends;
+  backends.emplace_back("eager static", make(m, "eager", {{"cache", "static"}}));
+  backends.emplace_back("trace", make(m, "trace"));
+  backends.emplace_back("trace unfrozen unfused", make(m, "trace", {{"freeze", "false"}, {"fuser", "none"}}));
+  backends.emplace_back("cuda_graph", make(m, "cuda_graph"));  // 3 rows in bucket 4, 12 in 16
+  backends.emplace_back("cuda_graph step trace", make(m, "cuda_graph", {{"step", "trace"}}));
+  for (const auto& [what, config] : modes()) {
+    const auto want = run(config, *reference);
+    for (auto& [name, b] : backends) expect_same(want, run(config, *b), false, what + ": " + name + " vs eager");
+  }
+}
+
+TEST_P(CudaGraphGpuModels, Bfloat16LogitsAsCloseAsBfloat16Eager) {
+  const auto m32 = model(GetParam(), at::kFloat, "cuda");
+  const auto m16 = model(GetParam(), at::kBFloat16, "cuda");
+  const auto dev = at::Device(at::kCUDA, 0);
+  const auto ids = at::tensor({0, 0, 3, 4, 5, 6}, at::kLong).reshape({2, 3}).to(dev);
+  const auto valid = ids.ne(0);
+  const auto pos = valid.to(at::kLong).cumsum(1).sub(1).clamp_min(0);
+  const auto next = at::tensor({7, 8}, at::kLong).reshape({2, 1}).to(dev);
+  const auto p2 = pos.select(1, 2).unsqueeze(1) + 1;
+  const auto parents = at::tensor({1, 1}, at::kLong).to(dev);  // a beam reorder
+  // Prefill logits and one decode step's (with the reorder), as float32.
+  auto logits = [&](ForwardBackend& b) {
+    b.prepare(BatchShape{2, 8});
+    at::Tensor a = b.prefill(StepInputs{ids, pos, valid, {}}).to(at::kFloat);
+    at::Tensor d = b.decode(StepInputs{next, p2, at::ones({2, 1}, valid.options()), parents}).to(at::kFloat);
+    return std::make_pair(a, d);
+  };
+  auto e32 = make(m32, "eager");
+  auto e16 = make(m16, "eager");
+  const auto [ref_a, ref_d] = logits(*e32);
+  const auto [a16, d16] = logits(*e16);
+  const double err_a = (a16 - ref_a).abs().max().item<double>(), err_d = (d16 - ref_d).abs().max().item<double>();
+  std::vector<std::pair<std::string, std::unique_ptr<ForwardBackend>>> backends;
+  backends.emplace_back("eager static", make(m16, "eager", {{"cache", "static"}}));
+  backends.emplace_back("trace", make(m16, "trace"));
+  backends.emplace_back("cuda_graph", make(m16, "cuda_graph"));
+  backends.emplace_back("cuda_graph step trace", make(m16, "cuda_graph", {{"step", "trace"}}));
+  for (auto& [name, b] : backends) {
+    const auto [a, d] = logits(*b);
+    EXPECT_LE((a - a16).abs().max().item<double>(), 2 * err_a) << name << " prefill; bf16 eager vs fp32: " << err_a;
+    EXPECT_LE((d - d16).abs().max().item<double>(), 2 * err_d) << name << " decode; bf16 eager vs fp32: " << err_d;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphGpu,
@@ -104,6 +212,12 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaGraphGpu,
                            std::string m = std::get<0>(info.param);
                            std::replace(m.begin(), m.end(), '-', '_');
                            return m + (std::get<1>(info.param) == at::kFloat ? "_float32" : "_bfloat16");
+                         });
+INSTANTIATE_TEST_SUITE_P(Models, CudaGraphGpuModels, ::testing::Values("tiny", "gpt2-a", "gptj-a", "llama-a"),
+                         [](const auto& info) {
+                           std::string m = info.param;
+                           std::replace(m.begin(), m.end(), '-', '_');
+                           return m;
                          });
 
 TEST(CudaGraphGpuErrors, BucketsAndLengthLimitsNameTheOption) {
