@@ -26,6 +26,8 @@ const char* kUsage = R"(usage:
       Parse and check an experiment (every sweep point, backend names and options) without running it.
   gengraph backends      List the registered backends and whether each is usable here.
   gengraph presets       List the built-in model presets.
+Exit status: 0 done; 1 an error (nothing written); 2 a usage error; 3 results written, but some
+runs (peers) failed: the results and the table say which and why.
 )";
 
 struct Args {
@@ -68,6 +70,12 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
   write_results(doc, out);
   std::cout << format_table(doc) << "results: " << out << "\n";
   if (!config.plot.empty()) write_plot(out, config.plot);
+  const auto failed = failed_runs(doc);
+  if (!failed.empty()) {
+    std::cerr << "error: " << failed.size() << " run(s) failed and are recorded as such in " << out << ": "
+              << join(failed, "; ") << "\n";
+    return 3;
+  }
   return 0;
 }
 

@@ -1,5 +1,6 @@
 #include "experiments/runner.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -175,15 +176,32 @@ std::filesystem::path python_for_tools() {
   return source_root() / ".venv" / "bin" / "python";
 }
 
-nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c, const LoadedModel& loaded,
+// The model folder the peers load: the configured one, or (for a preset) the very same random
+// weights written once to a temporary folder, removed when the peers are done.
+class PeerModelFolder {
+ public:
+  PeerModelFolder(const ExperimentConfig& c, const LoadedModel& loaded) : path_(c.model.path) {
+    if (!path_.empty()) return;
+    path_ = std::filesystem::temp_directory_path() / ("gengraph-peer-model-" + std::to_string(::getpid()));
+    temporary_ = true;
+    save_model_folder(loaded, path_);
+  }
+  ~PeerModelFolder() {
+    std::error_code ignored;
+    if (temporary_) std::filesystem::remove_all(path_, ignored);
+  }
+  PeerModelFolder(const PeerModelFolder&) = delete;
+  PeerModelFolder& operator=(const PeerModelFolder&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  bool temporary_ = false;
+};
+
+nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c, const std::filesystem::path& folder,
                         const nlohmann::json& generation, const std::vector<std::vector<int64_t>>& prompts,
                         std::ostream& log) {
-  std::filesystem::path folder = c.model.path;
-  if (folder.empty()) {
-    // A preset: hand transformers the very same random weights.
-    folder = std::filesystem::temp_directory_path() / ("gengraph-peer-model-" + std::to_string(::getpid()));
-    save_model_folder(loaded, folder);
-  }
   const nlohmann::json request = {{"peer", peer.name},       {"label", peer.label},
                                   {"model", folder.string()}, {"dtype", c.model.dtype},
                                   {"device", c.model.device}, {"prompts", prompts},
@@ -198,14 +216,23 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c, const L
     f << request.dump();
   }
   const std::string tool = (source_root() / "tools" / "hf_peer.py").string();
-  const std::string cmd = "\"" + python_for_tools().string() + "\" \"" + tool + "\" --request \"" +
+  // coreutils' timeout: TERM at the limit, KILL 10 s later; it exits 124 when the limit hit.
+  const std::string limit =
+      c.run.peer_timeout_s > 0 ? "timeout -k 10 " + std::to_string(c.run.peer_timeout_s) + " " : "";
+  const std::string cmd = limit + "\"" + python_for_tools().string() + "\" \"" + tool + "\" --request \"" +
                           req_path.string() + "\" --out \"" + out_path.string() + "\"";
   log << "peer " << peer.label << ": " << cmd << "\n";
-  const int rc = std::system(cmd.c_str());
+  const int status = std::system(cmd.c_str());
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::filesystem::remove(req_path);
-  if (c.model.path.empty()) std::filesystem::remove_all(folder);
   if (rc != 0 || !std::filesystem::exists(out_path)) {
-    throw Error("peer '" + peer.label + "': tools/hf_peer.py failed (exit " + std::to_string(rc) + ")");
+    std::filesystem::remove(out_path);
+    if (!limit.empty() && (rc == 124 || rc == 137)) {
+      throw Error("peer '" + peer.label + "': stopped after run.peer_timeout_s = " +
+                  std::to_string(c.run.peer_timeout_s) + " s");
+    }
+    throw Error("peer '" + peer.label + "': tools/hf_peer.py failed (exit " + std::to_string(rc) +
+                "; its messages are above in the log)");
   }
   nlohmann::json run = read_json_file(out_path);
   std::filesystem::remove(out_path);
@@ -322,10 +349,20 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
     }
     doc["runs"].push_back(run);
   }
-  for (const auto& peer : c.peers) {
-    nlohmann::json run = run_peer(peer, c, loaded, gen.to_json(), prompts, log);
-    run["tokens_match_first_row"] = doc["runs"].empty() ? true : run["outputs"] == doc["runs"][0]["outputs"];
-    doc["runs"].push_back(run);
+  if (!c.peers.empty()) {
+    const PeerModelFolder folder(c, loaded);
+    for (const auto& peer : c.peers) {
+      nlohmann::json run;
+      try {
+        run = run_peer(peer, c, folder.path(), gen.to_json(), prompts, log);
+        run["tokens_match_first_row"] = doc["runs"].empty() ? true : run["outputs"] == doc["runs"][0]["outputs"];
+      } catch (const Error& e) {
+        // gengraph's rows are measured already: keep them, and say which peer failed and why.
+        log << "peer " << peer.label << " FAILED: " << e.what() << "\n";
+        run = {{"label", peer.label}, {"backend", "peer:" + peer.name}, {"error", e.what()}};
+      }
+      doc["runs"].push_back(run);
+    }
   }
   return doc;
 }
@@ -392,7 +429,7 @@ void point_table(std::ostringstream& o, const nlohmann::json& doc, const std::st
   if (runs.empty()) return;
   const nlohmann::json* base = &runs[0];
   for (const auto& r : runs) {
-    if (r["label"] == baseline_label) base = &r;
+    if (r["label"] == baseline_label && !r.contains("error")) base = &r;  // a failed peer divides nothing
   }
   auto median = [](const nlohmann::json& r, const char* key) {
     const auto& t = r["timings"];
@@ -402,6 +439,11 @@ void point_table(std::ostringstream& o, const nlohmann::json& doc, const std::st
     << "decode ms/token" << std::setw(24) << "total ms" << std::setw(24) << "tokens/s" << std::setw(12)
     << "vs " + (*base)["label"].get<std::string>() << "same tokens\n";
   for (const auto& r : runs) {
+    if (r.contains("error")) {
+      o << std::left << std::setw(20) << r["label"].get<std::string>() << "FAILED: " << r["error"].get<std::string>()
+        << "\n";
+      continue;
+    }
     const double b = median(*base, "total_ms"), x = median(r, "total_ms");
     std::ostringstream ratio;
     ratio << std::fixed << std::setprecision(2) << (x > 0 ? b / x : 0.0) << "x";
@@ -437,6 +479,21 @@ void write_plot(const std::filesystem::path& results, const std::filesystem::pat
   const std::string cmd = "\"" + python_for_tools().string() + "\" \"" + tool + "\" \"" + results.string() +
                           "\" \"" + png.string() + "\"";
   if (std::system(cmd.c_str()) != 0) throw Error("plot: tools/plot_results.py failed for '" + png.string() + "'");
+}
+
+std::vector<std::string> failed_runs(const nlohmann::json& doc) {
+  std::vector<std::string> out;
+  auto scan = [&](const nlohmann::json& point, const std::string& where) {
+    for (const auto& r : point["runs"]) {
+      if (r.contains("error")) out.push_back(r["label"].get<std::string>() + where);
+    }
+  };
+  if (doc.contains("points")) {
+    for (const auto& p : doc["points"]) scan(p, " [" + join(p["point"].get<std::vector<std::string>>(), ", ") + "]");
+  } else {
+    scan(doc, "");
+  }
+  return out;
 }
 
 std::string format_table(const nlohmann::json& doc) {

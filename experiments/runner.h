@@ -38,6 +38,10 @@ void write_results(const nlohmann::json& doc, const std::filesystem::path& path)
 // Draws the results file at `results` as a PNG with tools/plot_results.py (matplotlib in the .venv).
 void write_plot(const std::filesystem::path& results, const std::filesystem::path& png);
 
+// Labels of the runs recorded as failed (peers that exited non-zero or timed out), with the sweep
+// point when there is one.
+std::vector<std::string> failed_runs(const nlohmann::json& doc);
+
 // A readable table of a results document.
 std::string format_table(const nlohmann::json& doc);
 

@@ -26,6 +26,7 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -164,6 +165,7 @@ def main():
     ap.add_argument("--request", required=True)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    hf_logging.disable_progress_bar()
     req = json.load(open(a.request))
     torch.set_num_threads(int(req.get("threads") or torch.get_num_threads()))
     device = torch.device(req["device"])

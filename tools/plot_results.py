@@ -37,7 +37,7 @@ def main():
             xs, ys, lo, hi = [], [], [], []
             for i, (_, p) in enumerate(pts):
                 run = next((r for r in p["runs"] if r["label"] == label), None)
-                t = run["timings"].get(key) if run else None
+                t = run.get("timings", {}).get(key) if run else None  # a failed peer has none
                 if not t or "median" not in t:
                     continue
                 xs.append(i + j * width)

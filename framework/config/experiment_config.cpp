@@ -316,6 +316,7 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   c.run.seed = run.seed("seed", 0);
   c.run.threads = run.integer("threads", 0, 0, 1024);
   c.run.bandwidth = run.scalar<bool>("bandwidth", false, "true or false");
+  c.run.peer_timeout_s = run.integer("peer_timeout_s", 0, 0, 1000000);
   run.finish();
   if (r.has("peers")) {
     const YAML::Node list = r.child("peers");
@@ -335,6 +336,11 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
       if (std::find(known.begin(), known.end(), p.name) == known.end()) {
         throw Error(where(file, list[i]) + path + ": unknown peer '" + p.name + "'" + did_you_mean(p.name, known) +
                     "; peers: " + join(known, ", "));
+      }
+      if (p.name == "hf_static_compile" && c.model.device.rfind("cuda", 0) != 0) {
+        // torch.compile of a model on CPU alone takes minutes; fail before anything runs.
+        throw Error(where(file, list[i]) + path + ": peer 'hf_static_compile' runs on CUDA only, and model.device is '" +
+                    c.model.device + "'; drop it or set model.device: cuda");
       }
       if (p.label.empty()) p.label = p.name;
       if (!labels.insert(p.label).second) {

@@ -40,6 +40,7 @@ struct RunSpec {
   uint64_t seed = 0;       // torch's default generator is seeded with this before every run
   int64_t threads = 0;     // intra-op threads; 0 keeps LibTorch's default
   bool bandwidth = false;  // measure the device's copy bandwidth and report decode's fraction of it
+  int64_t peer_timeout_s = 0;  // a peer running longer is stopped and recorded as failed; 0 = no limit
 };
 
 // A peer: transformers' generate() run by tools/hf_peer.py on the same model, inputs and settings.

@@ -1,6 +1,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
+
 #include "experiments/cli.h"
 #include "tests/test_util.h"
 
@@ -102,6 +105,44 @@ TEST(Cli, PeersRunBesideBackendsAndThePlotIsWritten) {
 
 namespace gengraph {
 namespace {
+
+// A peer that fails or overruns run.peer_timeout_s does not cost gengraph's measured rows: the
+// results are written with the peer marked failed and why, the table says so, and the exit is 3.
+TEST(Cli, AFailedPeerIsRecordedAndTheRunExitsThree) {
+  testing::TempDir dir;
+  testing::write_file(dir / "slow.sh", "#!/bin/sh\nsleep 60\n");
+  std::filesystem::permissions(dir / "slow.sh", std::filesystem::perms::owner_all);
+  testing::write_file(dir / "p.yaml", "model: {preset: gpt2-tiny}\nbackends: [eager]\npeers: [hf_eager, hf_jit_trace]\n"
+                                      "inputs: {prompts: [[1, 2, 3]]}\ngeneration: {max_new_tokens: 3}\n"
+                                      "run: {warmup: 0, repeats: 1, peer_timeout_s: 1}\n");
+  const char* before = std::getenv("GENGRAPH_PYTHON");
+  const std::string saved = before ? before : "";
+  for (const std::string python : {std::string("/bin/false"), (dir / "slow.sh").string()}) {
+    setenv("GENGRAPH_PYTHON", python.c_str(), 1);
+    const auto out = dir / "p.json";
+    ::testing::internal::CaptureStdout();
+    ::testing::internal::CaptureStderr();
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(cli({"run", (dir / "p.yaml").string(), "--output", out.string()}), 3) << python;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string table = ::testing::internal::GetCapturedStdout();
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    const auto doc = nlohmann::json::parse(testing::read_file(out));
+    ASSERT_EQ(doc["runs"].size(), 3u);
+    EXPECT_FALSE(doc["runs"][0].contains("error"));
+    EXPECT_EQ(doc["runs"][0]["outputs"][0]["sequences"][0]["tokens"].size(), 3u);
+    const std::string why = python == "/bin/false" ? "tools/hf_peer.py failed (exit 1" : "stopped after run.peer_timeout_s = 1 s";
+    for (int k : {1, 2}) EXPECT_THAT(doc["runs"][k]["error"].get<std::string>(), HasSubstr(why));
+    EXPECT_THAT(table, HasSubstr("FAILED: peer 'hf_eager'"));
+    EXPECT_THAT(log, HasSubstr("2 run(s) failed"));
+    if (python != "/bin/false") EXPECT_LT(seconds, 30.0);  // the sleeping peers were stopped
+  }
+  if (before) {
+    setenv("GENGRAPH_PYTHON", saved.c_str(), 1);
+  } else {
+    unsetenv("GENGRAPH_PYTHON");
+  }
+}
 
 TEST(Cli, ShippedConfigsAreValid) {
   int n = 0;
