@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
+#include <iostream>
 #include <map>
 
 #include "bench/bench_common.h"
@@ -41,6 +42,12 @@ std::vector<std::string> bench_presets() {
 }  // namespace gengraph::bench
 
 int main(int argc, char** argv) {
+  try {
+    gengraph::bench::bench_device();  // a bad or absent GENGRAPH_BENCH_DEVICE fails here, clearly
+  } catch (const std::exception& e) {
+    std::cerr << "gengraph_bench: GENGRAPH_BENCH_DEVICE: " << e.what() << "\n";
+    return 1;
+  }
   gengraph::bench::register_backend_benchmarks();
   gengraph::bench::register_decoding_benchmarks();
   benchmark::Initialize(&argc, argv);
