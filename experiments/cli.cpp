@@ -9,6 +9,7 @@
 #include "framework/backend/backend_registry.h"
 #include "framework/config/experiment_config.h"
 #include "framework/model/loader.h"
+#include "framework/model/model_config.h"
 #include "framework/model/model_registry.h"
 #include "framework/util/error.h"
 
@@ -24,6 +25,8 @@ const char* kUsage = R"(usage:
       One-off generation; IDS are comma-separated token ids, e.g. --prompt 1,2,3.
   gengraph validate CONFIG.yaml [--set KEY=VALUE]...
       Parse and check an experiment (every sweep point, backend names and options) without running it.
+  gengraph show RESULTS.json
+      Print the table of a results file (for example one written on another machine).
   gengraph backends      List the registered backends and whether each is usable here.
   gengraph presets       List the built-in model presets.
 Exit status: 0 done; 1 an error (nothing written); 2 a usage error; 3 results written, but some
@@ -94,6 +97,26 @@ std::string generate_yaml(const Args& a) {
   return y.str();
 }
 
+// The table of a results file; errors name the file and what is missing.
+std::string show_results(const std::string& path) {
+  const nlohmann::json doc = read_json_file(path);
+  const std::string what = "'" + path + "' is not a gengraph results file: ";
+  if (!doc.is_object()) throw Error(what + "expected a JSON object");
+  if (doc.value("schema_version", 0) != 1) {
+    throw Error(what + "expected schema_version 1, found " +
+                (doc.contains("schema_version") ? doc["schema_version"].dump() : std::string("none")));
+  }
+  const bool sweep = doc.contains("points");
+  if (!(sweep ? doc["points"].is_array() : doc.contains("runs") && doc["runs"].is_array())) {
+    throw Error(what + "expected a 'runs' list (or 'points', each with 'runs')");
+  }
+  try {
+    return format_table(doc);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(what + "a field is missing or of the wrong type (" + e.what() + "); see docs/results-schema.md");
+  }
+}
+
 int list_backends() {
   register_builtin_backends();
   for (const auto& name : BackendRegistry::instance().names()) {
@@ -137,6 +160,11 @@ int cli_main(int argc, char** argv) {
       }
       std::cout << a.positional[0] << ": valid, " << points.size() << " point(s), "
                 << c.backends.size() << " backend(s), " << c.peers.size() << " peer(s)\n";
+      return 0;
+    }
+    if (cmd == "show") {
+      if (a.positional.size() != 1) throw Error("show: expected one RESULTS.json");
+      std::cout << show_results(a.positional[0]);
       return 0;
     }
     if (cmd == "backends") return list_backends();

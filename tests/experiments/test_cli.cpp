@@ -42,6 +42,31 @@ run: {warmup: 0, repeats: 2}
   EXPECT_EQ(doc["runs"][0]["outputs"], doc["runs"][1]["outputs"]);
   EXPECT_EQ(doc["environment"]["torch_version"], "2.11.0");
   EXPECT_FALSE(doc["environment"]["gengraph_commit"].get<std::string>().empty());
+  // `show` prints the same table from the file.
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"show", out.string()}), 0);
+  const std::string table = ::testing::internal::GetCapturedStdout();
+  EXPECT_THAT(table, HasSubstr("experiment e"));
+  EXPECT_THAT(table, HasSubstr("static"));
+  EXPECT_THAT(table, HasSubstr("decode ms/token"));
+}
+
+TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
+  TempDir dir;
+  auto show_error = [&](const std::string& name, const std::string& text) {
+    write_file(dir / name, text);
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(cli({"show", (dir / name).string()}), 1) << name;
+    return ::testing::internal::GetCapturedStderr();
+  };
+  EXPECT_THAT(show_error("a.json", "{"), HasSubstr("a.json' is not valid JSON"));
+  EXPECT_THAT(show_error("b.json", "{\"runs\": []}"), HasSubstr("b.json' is not a gengraph results file: expected schema_version 1, found none"));
+  EXPECT_THAT(show_error("c.json", "{\"schema_version\": 1}"), HasSubstr("expected a 'runs' list"));
+  EXPECT_THAT(show_error("d.json", "{\"schema_version\": 1, \"experiment\": \"x\", \"runs\": [{}]}"),
+              HasSubstr("d.json' is not a gengraph results file: a field is missing or of the wrong type"));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"show", (dir / "missing.json").string()}), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("missing.json': file missing or unreadable"));
 }
 
 TEST(Cli, BadInputExitsNonZeroAndWritesNothing) {
