@@ -36,6 +36,7 @@ stage() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; }
 stage "machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+ldd "$BIN/gengraph_tests" | grep -E "torch|c10|yaml|benchmark|not found"
 "$BIN/gengraph" backends
 
 stage "1. GPU tests"
