@@ -5,15 +5,16 @@
 # only itself, and a rerun can name just the stages that need it:
 #   tests    the GPU test suite: replay bit-identical to the uncaptured step (float32, bfloat16),
 #            every backend's tokens equal to eager in float32, bfloat16 logits as close to eager's
-#            as bfloat16 eager's are to float32 (80 s)
+#            as bfloat16 eager's are to float32 (75 s)
 #   seed     the seed's workload: GPT-J-6B shape, bf16, 4 beams, 32 in / 32 out, on every gengraph
 #            backend beside transformers' generate() eager and jit-traced (the seed PR's two
-#            figures); 1 warm-up, 3 repeats (170 s)
+#            figures); 1 warm-up, 3 repeats (210 s)
 #   gpt2     decode latency per token, GPT-2-small shape, batch 1 and 8: eager, trace, cuda_graph
-#            and transformers' generate(), in one run, with the share of copy bandwidth (70 s)
-#   bench    Google Benchmark prefill/decode-step entries on CUDA (25 s)
+#            and transformers' generate(), in one run, with the share of copy bandwidth (55 s)
+#   bench    Google Benchmark prefill/decode-step entries on CUDA (20 s)
 #   compile  not in the default: the seed's workload on eager and cuda_graph beside transformers'
 #            static cache + torch.compile (compiling GPT-J-6B takes minutes; 290 s)
+# A stage's limit can be changed for a rerun: T_TESTS, T_SEED, T_GPT2, T_BENCH, T_COMPILE (seconds).
 # With 15 device-minutes a session, the default pass leaves room for a rerun or for `compile`.
 # Everything lands in $OUT (at most 8 files come back): gpu_check.log and the results/PNGs.
 set -uo pipefail
@@ -50,28 +51,28 @@ for st in "${STAGES[@]}"; do
   case "$st" in
   tests)
     stage "tests: the GPU test suite"
-    timeout 80 "$BIN/gengraph_tests" --gtest_filter='*CudaGraph*' --gtest_brief=1
+    timeout "${T_TESTS:-75}" "$BIN/gengraph_tests" --gtest_filter='*CudaGraph*' --gtest_brief=1
     echo "gpu tests exit: $?" ;;
   seed)
     stage "seed: GPT-J-6B shape, bf16, beam 4, 32/32"
-    timeout 170 "$BIN/gengraph" run configs/seed_gptj6b_beam4.yaml --output "$OUT/seed_gptj6b_beam4.json" \
+    timeout "${T_SEED:-210}" "$BIN/gengraph" run configs/seed_gptj6b_beam4.yaml --output "$OUT/seed_gptj6b_beam4.json" \
       --set plot="$OUT/seed_gptj6b_beam4.png" --set 'peers=[hf_eager, hf_jit_trace]' \
       --set run.warmup=1 --set run.repeats=3 --set run.peer_timeout_s=60
     echo "seed exit: $? (3: results written, some peer failed or timed out)" ;;
   gpt2)
     stage "gpt2: decode latency, GPT-2-small shape, batch 1 and 8"
-    timeout 70 "$BIN/gengraph" run configs/gpu_decode_gpt2.yaml --output "$OUT/gpu_decode_gpt2.json" \
+    timeout "${T_GPT2:-55}" "$BIN/gengraph" run configs/gpu_decode_gpt2.yaml --output "$OUT/gpu_decode_gpt2.json" \
       --set plot="$OUT/gpu_decode_gpt2.png" --set 'peers=[hf_eager]' --set run.repeats=5 \
       --set run.peer_timeout_s=25
     echo "gpu_decode_gpt2 exit: $? (3: results written, some peer failed or timed out)" ;;
   bench)
     stage "bench: Google Benchmark on CUDA"
-    GENGRAPH_BENCH_DEVICE=cuda timeout 25 "$BIN/gengraph_bench" --benchmark_filter='^(prefill|decode_step)/gpt2' \
+    GENGRAPH_BENCH_DEVICE=cuda timeout "${T_BENCH:-20}" "$BIN/gengraph_bench" --benchmark_filter='^(prefill|decode_step)/gpt2' \
       --benchmark_min_time=0.05 --benchmark_out="$OUT/bench_gpu.json" --benchmark_out_format=json
     echo "bench exit: $?" ;;
   compile)
     stage "compile: the seed's workload beside static cache + torch.compile"
-    timeout 290 "$BIN/gengraph" run configs/seed_gptj6b_beam4.yaml --output "$OUT/seed_gptj6b_beam4_compile.json" \
+    timeout "${T_COMPILE:-290}" "$BIN/gengraph" run configs/seed_gptj6b_beam4.yaml --output "$OUT/seed_gptj6b_beam4_compile.json" \
       --set plot="$OUT/seed_gptj6b_beam4_compile.png" --set 'backends=[eager, cuda_graph]' \
       --set 'peers=[hf_static_compile]' --set baseline=eager --set run.warmup=1 --set run.repeats=3 \
       --set run.peer_timeout_s=250
