@@ -49,6 +49,10 @@ TEST(CudaGraphBackend, OptionsAndDeviceErrorsNameTheOption) {
   EXPECT_THAT(create({{"step", "script"}}), HasSubstr("option 'step': expected one of eager, trace"));
   EXPECT_THAT(create({}), HasSubstr("needs the model on a CUDA device; set model.device: cuda (found cpu)"));
   EXPECT_THAT(create({{"capture", "maybe"}}), HasSubstr("option 'capture'"));
+  EXPECT_THAT(create({{"fuser", "none"}, {"capture", "false"}}),
+              HasSubstr("options 'freeze' and 'fuser' apply to the traced step; set step: trace"));
+  EXPECT_THAT(create({{"step", "trace"}, {"fuser", "nnc"}}), HasSubstr("option 'fuser': expected one of default, none, te"));
+  EXPECT_EQ(create({{"step", "trace"}, {"fuser", "none"}, {"freeze", "false"}, {"capture", "false"}}), "<no error>");
   EXPECT_EQ(create({{"capture", "false"}}), "<no error>");
 }
 
