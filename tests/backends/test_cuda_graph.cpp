@@ -169,6 +169,7 @@ TEST_P(CudaGraphGpuModels, Float32SameTokensOnEveryBackend) {
   backends.emplace_back("trace unfrozen unfused", make(m, "trace", {{"freeze", "false"}, {"fuser", "none"}}));
   backends.emplace_back("cuda_graph", make(m, "cuda_graph"));  // 3 rows in bucket 4, 12 in 16
   backends.emplace_back("cuda_graph step trace", make(m, "cuda_graph", {{"step", "trace"}}));
+  backends.emplace_back("cuda_graph uncaptured", make(m, "cuda_graph", {{"capture", "false"}}));
   for (const auto& [what, config] : modes()) {
     const auto want = run(config, *reference);
     for (auto& [name, b] : backends) expect_same(want, run(config, *b), false, what + ": " + name + " vs eager");
