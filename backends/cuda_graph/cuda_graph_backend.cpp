@@ -54,9 +54,18 @@ std::vector<int64_t> parse_buckets(const std::string& text) {
   return out;
 }
 
-int64_t allocated_bytes(const c10::Device& d) {
+int64_t reserved_bytes(const c10::Device& d) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
   return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+}
+
+// Device memory held by the graphs' private pool: the caching allocator's segments it owns.
+int64_t pool_bytes(const at::cuda::MempoolId_t& pool, const c10::Device& d) {
+  int64_t total = 0;
+  for (const auto& seg : c10::cuda::CUDACachingAllocator::snapshot({0, 0}, false).segments) {
+    if (seg.owner_private_pool_id == pool && seg.device == d.index()) total += static_cast<int64_t>(seg.total_size);
+  }
+  return total;
 }
 
 // One bucket: static cache, static inputs, the captured decode step.
@@ -80,7 +89,7 @@ class CudaGraphBackend final : public ForwardBackend {
 
   BackendReport report() const override {
     return {{"capture_seconds", capture_s_}, {"buckets", double(buckets_.size())}, {"graphs", double(graphs_)},
-            {"graph_pool_bytes", double(graph_bytes_)}, {"max_length", double(max_length_)},
+            {"graph_pool_bytes", double(pool_bytes_)}, {"capture_reserved_bytes", double(reserved_growth_)}, {"max_length", double(max_length_)},
             {"step_is_trace", s_.use_trace ? 1.0 : 0.0}, {"captured", s_.capture ? 1.0 : 0.0}};
   }
 
@@ -201,7 +210,7 @@ class CudaGraphBackend final : public ForwardBackend {
     const auto dev = model().device();
     c10::cuda::CUDAGuard guard(dev);
     const auto t0 = Clock::now();
-    const int64_t before = allocated_bytes(dev);
+    const int64_t before = reserved_bytes(dev);
     // Warm up on a side stream so library handles and workspaces exist before capture.
     auto stream = c10::cuda::getStreamFromPool(false, dev.index());
     synchronize(dev);  // the buffers above were filled on the current stream
@@ -216,7 +225,8 @@ class CudaGraphBackend final : public ForwardBackend {
     synchronize(dev);  // before the current stream uses what the side stream wrote
     b.valid.fill_(false);  // warm-up and capture wrote slot 0 of every row
     capture_s_ += since(t0);
-    graph_bytes_ += allocated_bytes(dev) - before;
+    reserved_growth_ += reserved_bytes(dev) - before;
+    pool_bytes_ = pool_bytes(pool_, dev);
     ++graphs_;
   }
 
@@ -227,7 +237,8 @@ class CudaGraphBackend final : public ForwardBackend {
   Bucket* bucket_ = nullptr;
   int64_t max_length_ = 0;
   double capture_s_ = 0;
-  int64_t graph_bytes_ = 0;
+  int64_t pool_bytes_ = 0;       // the shared graph pool, after the last capture
+  int64_t reserved_growth_ = 0;  // growth of all reserved memory over warm-ups and captures
   int64_t graphs_ = 0;
 };
 
