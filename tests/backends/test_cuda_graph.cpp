@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <ATen/ATen.h>
 
 #include "backends/cuda_graph/cuda_graph_backend.h"
@@ -17,6 +19,11 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::error_of;
+
+// cuBLAS is bit-reproducible across streams (capture runs on a side stream) only with a fixed
+// workspace configuration (NVIDIA's cuBLAS docs, "Results reproducibility"). Set before any CUDA
+// use, at static initialisation; a value already in the environment is kept.
+const bool kCublasWorkspaceFixed = setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0) == 0;
 
 std::shared_ptr<const CausalLM> model(const std::string& which, at::ScalarType dtype, const std::string& device) {
   return testing::test_model(which, 3, LoadOptions{dtype, parse_device(device)});
@@ -140,6 +147,7 @@ void expect_same(const GenerationResult& want, const GenerationResult& got, bool
 }
 
 TEST_P(CudaGraphGpu, ReplayIsBitwiseTheUncapturedStep) {
+  ASSERT_TRUE(kCublasWorkspaceFixed);
   const auto& [which, dtype] = GetParam();
   const auto m = model(which, dtype, "cuda");
   // Buckets of exactly the rows used (3 prompts; 3 x 4 beams), so shapes match the references.
