@@ -261,8 +261,7 @@ BackendInfo cuda_graph_backend_info() {
     s.buckets = parse_buckets(o.get_string("buckets", "1,2,4,8,16,32,64"));
     s.max_length = o.get_int("max_length", 0, 0, 1 << 20);
     s.use_trace = o.get_string("step", "eager", {"eager", "trace"}) == "trace";
-    s.trace.freeze = o.get_bool("freeze", true);
-    s.trace.fuser = parse_fuser(o.get_string("fuser", "default", {"default", "none", "te"}));
+    read_step_options(o, s.trace);
     if (!s.use_trace && (o.values().count("freeze") || o.values().count("fuser"))) {
       throw Error("backend 'cuda_graph': options 'freeze' and 'fuser' apply to the traced step; set step: trace");
     }

@@ -139,9 +139,8 @@ BackendInfo trace_backend_info() {
       "profiling_runs, cache_dir, file";
   info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
     Settings s;
-    s.trace.freeze = o.get_bool("freeze", true);
+    read_step_options(o, s.trace);
     s.trace.optimize_for_inference = o.get_bool("optimize_for_inference", false);
-    s.trace.fuser = parse_fuser(o.get_string("fuser", "default", {"default", "none", "te"}));
     s.trace.profiling_runs = o.get_int("profiling_runs", 1, 0, 100);
     s.cache_dir = o.get_string("cache_dir", "");
     s.file = o.get_string("file", "");

@@ -10,6 +10,7 @@
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/serialization/import.h>
 
+#include "framework/backend/options.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/device.h"
@@ -102,11 +103,12 @@ class JitSettingsScope {
 
 }  // namespace
 
-TraceOptions::Fuser parse_fuser(const std::string& name) {
-  if (name == "default") return TraceOptions::Fuser::kDefault;
-  if (name == "none") return TraceOptions::Fuser::kNone;
-  if (name == "te") return TraceOptions::Fuser::kTe;
-  throw Error("fuser '" + name + "': expected one of default, none, te");
+void read_step_options(const BackendOptions& o, TraceOptions& out) {
+  out.freeze = o.get_bool("freeze", true);
+  const std::string fuser = o.get_string("fuser", "default", {"default", "none", "te"});
+  out.fuser = fuser == "none" ? TraceOptions::Fuser::kNone
+              : fuser == "te" ? TraceOptions::Fuser::kTe
+                              : TraceOptions::Fuser::kDefault;
 }
 
 nlohmann::json TraceMeta::to_json() const {

@@ -28,6 +28,7 @@ struct Module;
 
 namespace gengraph {
 
+class BackendOptions;
 class CausalLM;
 
 struct TraceMeta {
@@ -59,8 +60,9 @@ struct TraceOptions {
   int64_t profiling_runs = 1;  // LibTorch's profiled-run count while this step runs; 0 = LibTorch's
 };
 
-// The `fuser` option's values: default | none | te.
-TraceOptions::Fuser parse_fuser(const std::string& name);
+// Reads the step options the trace and cuda_graph (step: trace) backends share: freeze (true) and
+// fuser (default | none | te).
+void read_step_options(const BackendOptions& options, TraceOptions& out);
 
 class TracedStep {
  public:

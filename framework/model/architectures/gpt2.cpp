@@ -151,13 +151,7 @@ Architecture gpt2_architecture() {
     if (key.rfind("transformer.", 0) == 0 || key.rfind("lm_head.", 0) == 0) return key;
     return "transformer." + key;
   };
-  a.names.ignorable = [](const std::string& key) {
-    auto ends_with = [&](const std::string& s) {
-      return key.size() >= s.size() && key.compare(key.size() - s.size(), s.size(), s) == 0;
-    };
-    // Causal-mask buffers of older checkpoints, and a tied head saved anyway.
-    return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || key == "lm_head.weight";
-  };
+  a.names.ignorable = gpt2_family_ignorable;
   a.build = [](ModelConfig c, WeightMap w) -> std::unique_ptr<CausalLM> {
     return std::make_unique<Gpt2>(std::move(c), std::move(w));
   };

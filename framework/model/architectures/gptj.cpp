@@ -170,13 +170,7 @@ Architecture gptj_architecture() {
   a.parse_config = parse_gptj;
   a.weight_specs = gptj_specs;
   a.names.canonical = [](const std::string& key) { return key; };
-  a.names.ignorable = [](const std::string& key) {
-    auto ends_with = [&](const std::string& s) {
-      return key.size() >= s.size() && key.compare(key.size() - s.size(), s.size(), s) == 0;
-    };
-    // Causal-mask buffers of older checkpoints, and a tied head weight saved anyway.
-    return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || key == "lm_head.weight";
-  };
+  a.names.ignorable = gpt2_family_ignorable;
   a.build = [](ModelConfig c, WeightMap w) -> std::unique_ptr<CausalLM> {
     return std::make_unique<GptJ>(std::move(c), std::move(w));
   };

@@ -49,6 +49,13 @@ at::Tensor conv1d_linear(const at::Tensor& x, const at::Tensor& weight, const at
   return at::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(sizes);
 }
 
+bool gpt2_family_ignorable(const std::string& key) {
+  auto ends_with = [&](const std::string& s) {
+    return key.size() >= s.size() && key.compare(key.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || key == "lm_head.weight";
+}
+
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& mask, double scale) {
   const int64_t rows = q.size(0), heads = q.size(1), t = q.size(2), hd = q.size(3);

@@ -17,6 +17,10 @@ at::Tensor activate(const at::Tensor& x, Activation a);
 //   x: [..., in] -> [..., out]
 at::Tensor conv1d_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
+// Checkpoint keys of the GPT-2 family (GPT-2, GPT-J) that are not weights: the causal-mask
+// buffers of older checkpoints, and a tied head weight saved anyway.
+bool gpt2_family_ignorable(const std::string& key);
+
 // Scaled dot-product attention of q over the cache.
 //   q: [rows, heads, T, hd]; k, v: [rows, kv_heads, L, hd]; mask: [rows, 1, T, L] bool
 //   -> [rows, T, heads * hd]

@@ -103,13 +103,8 @@ std::pair<at::Tensor, at::Tensor> rope_cos_sin_pairs(const at::Tensor& positions
                                                      const at::Tensor& inv_freq,
                                                      at::ScalarType dtype) {
   const at::Tensor angles = positions.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [rows, T, d/2]
-  // Each angle twice in a row: [a0 a0 a1 a1 ...]. An expand and a copy, no data-dependent
-  // sizes, so the op is safe inside a CUDA graph capture.
   auto per_pair = [&](const at::Tensor& t) {
-    const at::Tensor x = t.to(dtype).unsqueeze(2).unsqueeze(-1);  // [rows, T, 1, d/2, 1]
-    auto sizes = x.sizes().vec();
-    sizes.back() = 2;
-    return x.expand(sizes).flatten(3);  // [rows, T, 1, d]
+    return at::repeat_interleave(t.to(dtype).unsqueeze(2), 2, 3);  // [rows, T, 1, d]
   };
   return {per_pair(angles.cos()), per_pair(angles.sin())};
 }
