@@ -10,7 +10,7 @@
 #            backend beside transformers' generate() eager and jit-traced (the seed PR's two
 #            figures); 1 warm-up, 3 repeats (210 s)
 #   gpt2     decode latency per token, GPT-2-small shape, batch 1 and 8: eager, trace, cuda_graph
-#            and transformers' generate(), in one run, with the share of copy bandwidth (55 s)
+#            and transformers' generate(), in one run, with the share of read and copy bandwidth (55 s)
 #   bench    Google Benchmark prefill/decode-step entries on CUDA (20 s)
 #   compile  not in the default: the seed's workload on eager and cuda_graph beside transformers'
 #            static cache + torch.compile (compiling GPT-J-6B takes minutes; 290 s)

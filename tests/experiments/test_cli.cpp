@@ -51,6 +51,44 @@ run: {warmup: 0, repeats: 2}
   EXPECT_THAT(table, HasSubstr("decode ms/token"));
 }
 
+// run.bandwidth: the device's read (matrix-vector) and copy bandwidth are measured in the run, and each row's
+// decode traffic (at least every weight once per step) is reported as a fraction of both.
+TEST(Cli, BandwidthIsMeasuredAndDecodeTrafficIsReportedAgainstIt) {
+  TempDir dir;
+  write_file(dir / "e.yaml", R"(model: {preset: gpt2-tiny}
+inputs: {prompts: [[1, 2, 3]]}
+generation: {max_new_tokens: 4}
+run: {warmup: 0, repeats: 1, bandwidth: true}
+)");
+  const auto out = dir / "e.json";
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"run", (dir / "e.yaml").string(), "--output", out.string()}), 0);
+  const std::string table = ::testing::internal::GetCapturedStdout();
+  auto doc = nlohmann::json::parse(testing::read_file(out));
+  const double read = doc["bandwidth"]["read_bytes_per_second"].get<double>();
+  const double copy = doc["bandwidth"]["copy_bytes_per_second"].get<double>();
+  EXPECT_GT(read, 1e8);
+  EXPECT_GT(copy, 1e8);
+  const auto& bw = doc["runs"][0]["bandwidth"];
+  const double bytes = bw["bytes_per_decode_step"].get<double>();
+  EXPECT_GE(bytes, 4.0 * doc["model"]["parameters"].get<double>());
+  const double achieved = bw["achieved_bytes_per_second"].get<double>();
+  EXPECT_NEAR(bw["fraction_of_read_bandwidth"].get<double>(), achieved / read, 1e-9 * achieved / read);
+  EXPECT_NEAR(bw["fraction_of_copy_bandwidth"].get<double>(), achieved / copy, 1e-9 * achieved / copy);
+  EXPECT_THAT(table, HasSubstr("measured bandwidth: read (mv) "));
+  EXPECT_THAT(table, HasSubstr("% of the measured read (mv) bandwidth, "));
+  // A results file from before the read measurement (copy only) still shows.
+  doc["bandwidth"].erase("read_bytes_per_second");
+  doc["runs"][0]["bandwidth"].erase("fraction_of_read_bandwidth");
+  write_file(dir / "old.json", doc.dump());
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"show", (dir / "old.json").string()}), 0);
+  const std::string old_table = ::testing::internal::GetCapturedStdout();
+  EXPECT_THAT(old_table, HasSubstr("measured bandwidth: copy "));
+  EXPECT_THAT(old_table, HasSubstr("% of the copy bandwidth"));
+  EXPECT_THAT(old_table, ::testing::Not(HasSubstr("read bandwidth")));
+}
+
 TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
   TempDir dir;
   auto show_error = [&](const std::string& name, const std::string& text) {
