@@ -49,6 +49,70 @@ nlohmann::json summary(std::vector<double> v) {
   return j;
 }
 
+// The rank k of a distribution-free confidence interval [x(k), x(n+1-k)] for the median of n
+// samples, and its coverage 1 - 2 P(Binomial(n, 1/2) < k): the largest k with coverage >= 95%,
+// or k = 1 (min to max) when none reaches it (n <= 5).
+std::pair<size_t, double> median_interval_rank(size_t n) {
+  std::vector<double> cdf(n + 1);  // cdf[j] = P(Binomial(n, 1/2) <= j)
+  double pmf = std::pow(0.5, static_cast<double>(n)), acc = 0;
+  for (size_t j = 0; j <= n; ++j) {
+    acc += pmf;
+    cdf[j] = acc;
+    pmf = pmf * static_cast<double>(n - j) / static_cast<double>(j + 1);
+  }
+  size_t k = 1;
+  while (k + 1 <= n / 2 && 1 - 2 * cdf[k] >= 0.95) ++k;
+  return {k, 1 - 2 * cdf[k - 1]};
+}
+
+std::string ratio_confidence_text(int64_t repeats) {
+  if (repeats < 2) return "none with one repeat";
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << 100 * median_interval_rank(static_cast<size_t>(repeats)).second
+    << "% confidence";
+  return s.str();
+}
+
+// How much faster a row is than the baseline, as baseline total time / row total time.
+//
+// Rows timed in the same interleaved repeats as the baseline (gengraph's backends) are paired
+// repeat by repeat: repeat i of both ran back to back, so drift hits both alike. The point is the
+// median of the n per-repeat ratios, and the interval a distribution-free confidence interval for
+// that median from order statistics: [r(k), r(n+1-k)] with the largest k whose coverage
+// 1 - 2 P(Binomial(n, 1/2) < k) is still at least 95%, or k = 1 (min to max) when no k reaches it
+// (n <= 5), with the coverage reached stated. Peers run in their own process, not interleaved:
+// their ratio is the ratio of medians, with no interval.
+nlohmann::json ratio_to_baseline(const nlohmann::json& row, const nlohmann::json& base) {
+  auto values = [](const nlohmann::json& r) {
+    std::vector<double> v;
+    const auto& t = r.value("timings", nlohmann::json::object());
+    if (t.contains("total_ms") && t["total_ms"].contains("values")) v = t["total_ms"]["values"].get<std::vector<double>>();
+    return v;
+  };
+  auto is_peer = [](const nlohmann::json& r) { return r.value("backend", std::string()).rfind("peer:", 0) == 0; };
+  const std::vector<double> x = values(row), b = values(base);
+  nlohmann::json out = {{"baseline", base["label"]}};
+  if (x.empty() || b.empty()) return out;
+  if (is_peer(row) || is_peer(base) || x.size() != b.size() || x.size() < 2) {
+    const double mx = summary(x)["median"].get<double>(), mb = summary(b)["median"].get<double>();
+    out["median"] = mx > 0 ? mb / mx : 0.0;
+    out["method"] = "ratio of medians";
+    return out;
+  }
+  std::vector<double> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = x[i] > 0 ? b[i] / x[i] : 0.0;
+  const auto sr = summary(r);
+  std::sort(r.begin(), r.end());
+  const size_t n = r.size();
+  const auto [k, confidence] = median_interval_rank(n);
+  out["median"] = sr["median"];
+  out["low"] = r[k - 1];
+  out["high"] = r[n - k];
+  out["confidence"] = confidence;
+  out["method"] = "median of paired per-repeat ratios, order-statistic interval";
+  return out;
+}
+
 std::vector<std::vector<int64_t>> make_inputs(const InputsSpec& in, int64_t vocab) {
   if (!in.synthetic) return in.prompts;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(in.seed);
@@ -394,6 +458,16 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
       doc["runs"].push_back(run);
     }
   }
+  // Ratios to the baseline row (the first when the baseline is not a measured row).
+  if (!doc["runs"].empty()) {
+    nlohmann::json base = doc["runs"][0];
+    for (const auto& r : doc["runs"]) {
+      if (r["label"] == c.baseline && !r.contains("error")) base = r;
+    }
+    for (auto& r : doc["runs"]) {
+      if (!r.contains("error") && !base.contains("error")) r["vs_baseline"] = ratio_to_baseline(r, base);
+    }
+  }
   return doc;
 }
 
@@ -461,12 +535,8 @@ void point_table(std::ostringstream& o, const nlohmann::json& doc, const std::st
   for (const auto& r : runs) {
     if (r["label"] == baseline_label && !r.contains("error")) base = &r;  // a failed peer divides nothing
   }
-  auto median = [](const nlohmann::json& r, const char* key) {
-    const auto& t = r["timings"];
-    return t.contains(key) && t[key].contains("median") ? t[key]["median"].get<double>() : 0.0;
-  };
   o << std::left << std::setw(20) << "row" << std::setw(24) << "first token ms" << std::setw(24)
-    << "decode ms/token" << std::setw(24) << "total ms" << std::setw(24) << "tokens/s" << std::setw(12)
+    << "decode ms/token" << std::setw(24) << "total ms" << std::setw(24) << "tokens/s" << std::setw(22)
     << "vs " + (*base)["label"].get<std::string>() << "same tokens\n";
   for (const auto& r : runs) {
     if (r.contains("error")) {
@@ -474,13 +544,15 @@ void point_table(std::ostringstream& o, const nlohmann::json& doc, const std::st
         << "\n";
       continue;
     }
-    const double b = median(*base, "total_ms"), x = median(r, "total_ms");
+    // Recomputed from the values, so results files written before vs_baseline existed show it too.
+    const nlohmann::json v = base->contains("error") ? nlohmann::json::object() : ratio_to_baseline(r, *base);
     std::ostringstream ratio;
-    ratio << std::fixed << std::setprecision(2) << (x > 0 ? b / x : 0.0) << "x";
+    ratio << std::fixed << std::setprecision(2) << v.value("median", 0.0) << "x";
+    if (v.contains("low") && &r != base) ratio << " [" << v["low"].get<double>() << "-" << v["high"].get<double>() << "]";
     o << std::left << std::setw(20) << r["label"].get<std::string>() << std::setw(24)
       << cell(r["timings"], "time_to_first_token_ms") << std::setw(24) << cell(r["timings"], "decode_ms_per_token")
       << std::setw(24) << cell(r["timings"], "total_ms") << std::setw(24) << cell(r["timings"], "tokens_per_second")
-      << std::setw(12) << ratio.str() << (r.value("tokens_match_first_row", true) ? "yes" : "NO") << "\n";
+      << std::setw(22) << ratio.str() << (r.value("tokens_match_first_row", true) ? "yes" : "NO") << "\n";
     if (r.contains("bandwidth")) {
       // Results written before the read measurement existed carry only the copy fraction.
       const auto& bw = r["bandwidth"];
@@ -497,7 +569,10 @@ void point_header(std::ostringstream& o, const nlohmann::json& doc) {
     << ", " << doc["model"]["parameters"].get<int64_t>() << " parameters), "
     << doc["environment"]["device"].get<std::string>() << ", " << doc["environment"]["dtype"].get<std::string>()
     << ", batch " << doc["inputs"]["batch_size"].get<int64_t>() << ", " << doc["run"]["repeats"].get<int64_t>()
-    << " repeats (median [min-max]); 'vs' = baseline total time / row total time\n";
+    << " repeats (median [min-max])\n"
+    << "'vs' = baseline total time / row total time: for rows timed in the same interleaved repeats, the median"
+    << " of per-repeat ratios [its order-statistic interval, " << ratio_confidence_text(doc["run"]["repeats"].get<int64_t>())
+    << "]; for peers, the ratio of medians\n";
   if (doc.contains("bandwidth")) {
     const auto& bw = doc["bandwidth"];
     o << "measured bandwidth: " << std::fixed << std::setprecision(1);

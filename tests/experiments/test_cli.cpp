@@ -89,6 +89,44 @@ run: {warmup: 0, repeats: 1, bandwidth: true}
   EXPECT_THAT(old_table, ::testing::Not(HasSubstr("read bandwidth")));
 }
 
+// Ratios to the baseline pair repeat i of each row with repeat i of the baseline (they ran back to
+// back), and come with a distribution-free interval for the median ratio.
+TEST(Cli, RatiosToTheBaselineArePairedByRepeatWithAnOrderStatisticInterval) {
+  TempDir dir;
+  write_file(dir / "e.yaml", R"(model: {preset: gpt2-tiny}
+backends: [{name: eager, label: grow}, {name: eager, label: static, options: {cache: static}}]
+inputs: {prompts: [[1, 2, 3]]}
+generation: {max_new_tokens: 3}
+run: {warmup: 0, repeats: 10}
+baseline: static
+)");
+  const auto out = dir / "e.json";
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"run", (dir / "e.yaml").string(), "--output", out.string()}), 0);
+  const std::string table = ::testing::internal::GetCapturedStdout();
+  const auto doc = nlohmann::json::parse(testing::read_file(out));
+  const auto& grow = doc["runs"][0];
+  const auto& base = doc["runs"][1];
+  EXPECT_EQ(base["vs_baseline"]["median"].get<double>(), 1.0);
+  EXPECT_EQ(base["vs_baseline"]["low"].get<double>(), 1.0);
+  std::vector<double> ratios;
+  for (size_t i = 0; i < 10; ++i) {
+    ratios.push_back(base["timings"]["total_ms"]["values"][i].get<double>() /
+                     grow["timings"]["total_ms"]["values"][i].get<double>());
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const auto& v = grow["vs_baseline"];
+  EXPECT_EQ(v["baseline"], "static");
+  EXPECT_DOUBLE_EQ(v["median"].get<double>(), 0.5 * (ratios[4] + ratios[5]));
+  // n = 10: P(Binomial(10, 1/2) <= 1) = 11/1024, so [r(2), r(9)] covers 1 - 22/1024 >= 95%;
+  // [r(3), r(8)] would cover only 1 - 112/1024.
+  EXPECT_DOUBLE_EQ(v["low"].get<double>(), ratios[1]);
+  EXPECT_DOUBLE_EQ(v["high"].get<double>(), ratios[8]);
+  EXPECT_DOUBLE_EQ(v["confidence"].get<double>(), 1 - 22.0 / 1024);
+  EXPECT_THAT(table, HasSubstr("97.9% confidence"));
+  EXPECT_THAT(table, HasSubstr("vs static"));
+}
+
 TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
   TempDir dir;
   auto show_error = [&](const std::string& name, const std::string& text) {
