@@ -19,10 +19,11 @@ namespace {
 const char* kUsage = R"(usage:
   gengraph run CONFIG.yaml [--set KEY=VALUE]... [--output FILE] [--quiet]
       Run an experiment; write results JSON (default results/<name>.json) and print a table.
-  gengraph generate --model PRESET|FOLDER --prompt IDS [--prompt IDS]... [--backend NAME]
+  gengraph generate --model PRESET|FOLDER (--prompt IDS | --text TEXT)... [--backend NAME]
                     [--max-new-tokens N] [--device cpu|cuda] [--dtype float32|bfloat16|float16]
                     [--set KEY=VALUE]... [--output FILE]
-      One-off generation; IDS are comma-separated token ids, e.g. --prompt 1,2,3.
+      One-off generation; IDS are comma-separated token ids, e.g. --prompt 1,2,3. --text needs a
+      model FOLDER with a Hugging Face tokenizer; the output is then decoded to text too.
   gengraph validate CONFIG.yaml [--set KEY=VALUE]...
       Parse and check an experiment (every sweep point, backend names and options) without running it.
   gengraph show RESULTS.json
@@ -36,7 +37,7 @@ runs (peers) failed: the results and the table say which and why.
 struct Args {
   std::vector<std::string> positional;
   std::vector<std::string> sets;
-  std::vector<std::string> prompts;
+  std::vector<std::string> prompts, texts;
   std::string output, model, backend = "eager", device = "cpu", dtype = "float32", max_new;
   bool quiet = false;
 };
@@ -52,6 +53,7 @@ Args parse_args(int argc, char** argv, int first) {
     if (s == "--set") a.sets.push_back(value());
     else if (s == "--output") a.output = value();
     else if (s == "--prompt") a.prompts.push_back(value());
+    else if (s == "--text") a.texts.push_back(value());
     else if (s == "--model") a.model = value();
     else if (s == "--backend") a.backend = value();
     else if (s == "--device") a.device = value();
@@ -85,13 +87,18 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
 // Builds the experiment YAML for `gengraph generate` so it goes through the same validation.
 std::string generate_yaml(const Args& a) {
   if (a.model.empty()) throw Error("generate: --model PRESET|FOLDER is required");
-  if (a.prompts.empty()) throw Error("generate: at least one --prompt IDS is required");
+  if (a.prompts.empty() == a.texts.empty()) {
+    throw Error("generate: give --prompt IDS or --text TEXT (one or more of either, not both)");
+  }
+  // JSON strings are YAML double-quoted scalars: any path or text survives the round trip.
+  auto q = [](const std::string& v) { return nlohmann::json(v).dump(); };
   std::ostringstream y;
   const bool is_preset = !std::filesystem::exists(a.model);
-  y << "name: generate\nmodel:\n  " << (is_preset ? "preset" : "path") << ": \"" << a.model
-    << "\"\n  device: \"" << a.device << "\"\n  dtype: \"" << a.dtype << "\"\n";
-  y << "backend: \"" << a.backend << "\"\ninputs:\n  prompts:\n";
+  y << "name: generate\nmodel:\n  " << (is_preset ? "preset" : "path") << ": " << q(a.model)
+    << "\n  device: " << q(a.device) << "\n  dtype: " << q(a.dtype) << "\n";
+  y << "backend: " << q(a.backend) << "\ninputs:\n  " << (a.texts.empty() ? "prompts" : "texts") << ":\n";
   for (const auto& p : a.prompts) y << "    - [" << p << "]\n";
+  for (const auto& t : a.texts) y << "    - " << q(t) << "\n";
   if (!a.max_new.empty()) y << "generation:\n  max_new_tokens: " << a.max_new << "\n";
   y << "run:\n  warmup: 0\n  repeats: 1\n";
   return y.str();

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <iomanip>
 #include <sstream>
 
@@ -288,6 +289,38 @@ class PeerModelFolder {
   bool temporary_ = false;
 };
 
+// Runs tools/SCRIPT --request REQ.json --out OUT.json with the tools' Python, optionally under
+// coreutils' timeout (TERM at the limit, KILL 10 s later; exit 124 when the limit hit). Returns the
+// exit status and, when it succeeded and wrote OUT, its JSON. Request and output files are removed.
+struct ToolResult {
+  int rc = -1;
+  std::optional<nlohmann::json> out;
+};
+
+ToolResult run_tool(const std::string& script, const nlohmann::json& request, int64_t timeout_s, std::ostream& log) {
+  static int calls = 0;
+  const auto stem = std::filesystem::temp_directory_path() /
+                    ("gengraph-" + script + "-" + std::to_string(::getpid()) + "-" + std::to_string(++calls));
+  const auto req_path = stem.string() + ".json", out_path = stem.string() + ".out.json";
+  {
+    std::ofstream f(req_path);
+    f << request.dump();
+    if (!f) throw Error("cannot write the request for tools/" + script + " to '" + req_path + "'");
+  }
+  const std::string limit = timeout_s > 0 ? "timeout -k 10 " + std::to_string(timeout_s) + " " : "";
+  const std::string cmd = limit + "\"" + python_for_tools().string() + "\" \"" +
+                          (source_root() / "tools" / script).string() + "\" --request \"" + req_path +
+                          "\" --out \"" + out_path + "\"";
+  log << script << ": " << cmd << "\n";
+  const int status = std::system(cmd.c_str());
+  ToolResult r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::filesystem::remove(req_path);
+  if (r.rc == 0 && std::filesystem::exists(out_path)) r.out = read_json_file(out_path);
+  std::filesystem::remove(out_path);
+  return r;
+}
+
 nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c, const std::filesystem::path& folder,
                         const nlohmann::json& generation, const std::vector<std::vector<int64_t>>& prompts,
                         std::ostream& log) {
@@ -297,35 +330,48 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c, const s
                                   {"generation", generation}, {"warmup", c.run.warmup},
                                   {"repeats", c.run.repeats}, {"seed", c.run.seed},
                                   {"threads", at::get_num_threads()}};
-  const auto dir = std::filesystem::temp_directory_path();
-  const auto req_path = dir / ("gengraph-peer-" + std::to_string(::getpid()) + ".json");
-  const auto out_path = dir / ("gengraph-peer-" + std::to_string(::getpid()) + ".out.json");
-  {
-    std::ofstream f(req_path);
-    f << request.dump();
-  }
-  const std::string tool = (source_root() / "tools" / "hf_peer.py").string();
-  // coreutils' timeout: TERM at the limit, KILL 10 s later; it exits 124 when the limit hit.
-  const std::string limit =
-      c.run.peer_timeout_s > 0 ? "timeout -k 10 " + std::to_string(c.run.peer_timeout_s) + " " : "";
-  const std::string cmd = limit + "\"" + python_for_tools().string() + "\" \"" + tool + "\" --request \"" +
-                          req_path.string() + "\" --out \"" + out_path.string() + "\"";
-  log << "peer " << peer.label << ": " << cmd << "\n";
-  const int status = std::system(cmd.c_str());
-  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::filesystem::remove(req_path);
-  if (rc != 0 || !std::filesystem::exists(out_path)) {
-    std::filesystem::remove(out_path);
-    if (!limit.empty() && (rc == 124 || rc == 137)) {
+  log << "peer " << peer.label << "\n";
+  ToolResult r = run_tool("hf_peer.py", request, c.run.peer_timeout_s, log);
+  if (!r.out) {
+    if (c.run.peer_timeout_s > 0 && (r.rc == 124 || r.rc == 137)) {
       throw Error("peer '" + peer.label + "': stopped after run.peer_timeout_s = " +
                   std::to_string(c.run.peer_timeout_s) + " s");
     }
-    throw Error("peer '" + peer.label + "': tools/hf_peer.py failed (exit " + std::to_string(rc) +
+    throw Error("peer '" + peer.label + "': tools/hf_peer.py failed (exit " + std::to_string(r.rc) +
                 "; its messages are above in the log)");
   }
-  nlohmann::json run = read_json_file(out_path);
-  std::filesystem::remove(out_path);
-  return run;
+  return *r.out;
+}
+
+// Texts in and out through the model folder's own tokenizer (tools/hf_tokenizer.py).
+nlohmann::json tokenizer_call(const std::string& folder, const char* op, const nlohmann::json& items,
+                              const char* field, std::ostream& log) {
+  ToolResult r = run_tool("hf_tokenizer.py", {{"model", folder}, {op, items}}, 0, log);
+  if (!r.out || !(*r.out).contains(field) || (*r.out)[field].size() != items.size()) {
+    throw Error(std::string("inputs.texts: tools/hf_tokenizer.py could not ") + op + " with the tokenizer in '" +
+                folder + "' (exit " + std::to_string(r.rc) + "; its message is above)");
+  }
+  return (*r.out)[field];
+}
+
+// Adds "text" to every generated sequence of every row, decoded in one call.
+void decode_outputs(nlohmann::json& runs, const std::string& folder, std::ostream& log) {
+  nlohmann::json seqs = nlohmann::json::array();
+  for (const auto& run : runs) {
+    if (!run.contains("outputs")) continue;
+    for (const auto& in : run["outputs"]) {
+      for (const auto& s : in["sequences"]) seqs.push_back(s["tokens"]);
+    }
+  }
+  if (seqs.empty()) return;
+  const nlohmann::json texts = tokenizer_call(folder, "decode", seqs, "texts", log);
+  size_t k = 0;
+  for (auto& run : runs) {
+    if (!run.contains("outputs")) continue;
+    for (auto& in : run["outputs"]) {
+      for (auto& s : in["sequences"]) s["text"] = texts[k++];
+    }
+  }
 }
 
 }  // namespace
@@ -337,6 +383,13 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
   const c10::ScalarType dtype = parse_dtype(c.model.dtype);
   // Every backend is resolved before the (possibly slow) model load, so a typo fails fast.
   for (const auto& b : c.backends) BackendRegistry::instance().get(b.name);
+
+  // Texts are encoded before the (possibly slow) model load too, so a tokenizer problem fails fast.
+  std::vector<std::vector<int64_t>> prompts;
+  if (!c.inputs.texts.empty()) {
+    log << "encoding " << c.inputs.texts.size() << " text(s) with the tokenizer in " << c.model.path << "\n";
+    prompts = tokenizer_call(c.model.path, "encode", c.inputs.texts, "ids", log).get<std::vector<std::vector<int64_t>>>();
+  }
 
   ModelSource src;
   src.preset = c.model.preset;
@@ -352,7 +405,7 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
   std::vector<std::string> ignored;
   const GenerationConfig gen =
       resolve_generation(loaded, c.generation, c.file + ": generation", &ignored);
-  const auto prompts = make_inputs(c.inputs, mc.vocab_size);
+  if (c.inputs.texts.empty()) prompts = make_inputs(c.inputs, mc.vocab_size);
   std::function<void()> sync;
   if (device.is_cuda()) sync = [device] { synchronize(device); };
   const Generator generator(gen, sync);
@@ -382,6 +435,10 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
                       for (const auto& p : prompts) l.push_back(p.size());
                       return l;
                     }()}};
+  if (!c.inputs.texts.empty()) {
+    doc["inputs"]["texts"] = c.inputs.texts;
+    doc["inputs"]["prompts"] = prompts;  // as the tokenizer encoded them
+  }
   doc["run"] = {{"warmup", c.run.warmup}, {"repeats", c.run.repeats}, {"seed", c.run.seed},
                 {"order", "interleaved: each repeat runs every backend once, the starting backend rotating"}};
 
@@ -458,6 +515,7 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
       doc["runs"].push_back(run);
     }
   }
+  if (!c.inputs.texts.empty()) decode_outputs(doc["runs"], c.model.path, log);
   // Ratios to the baseline row (the first when the baseline is not a measured row).
   if (!doc["runs"].empty()) {
     nlohmann::json base = doc["runs"][0];
@@ -632,6 +690,7 @@ std::string format_table(const nlohmann::json& doc) {
         o << "  input " << in["input"].get<int64_t>() << ": " << s["tokens"].dump();
         if (s.contains("score")) o << "  score " << s["score"].get<double>();
         o << "\n";
+        if (s.contains("text")) o << "    text: " << s["text"].dump() << "\n";
       }
     }
   }

@@ -1,5 +1,6 @@
 #include "framework/config/experiment_config.h"
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -198,11 +199,22 @@ BackendSpec read_backend(const YAML::Node& n, const std::string& path, const std
 
 InputsSpec read_inputs(MapReader r, const std::string& file) {
   InputsSpec in;
-  if (r.has("prompts") == r.has("synthetic")) {
-    r.fail(r.has("prompts") ? "synthetic" : "prompts",
-           "exactly one of inputs.prompts (token-id lists) or inputs.synthetic");
+  const int given = r.has("prompts") + r.has("synthetic") + r.has("texts");
+  if (given != 1) {
+    r.fail(r.has("texts") ? "texts" : r.has("synthetic") ? "synthetic" : "prompts",
+           "exactly one of inputs.prompts (token-id lists), inputs.texts or inputs.synthetic");
   }
-  if (r.has("prompts")) {
+  if (r.has("texts")) {
+    const YAML::Node t = r.child("texts");
+    if (!t.IsSequence() || t.size() == 0) r.fail("texts", "a non-empty list of strings");
+    for (size_t i = 0; i < t.size(); ++i) {
+      const std::string path = "inputs.texts[" + std::to_string(i) + "]";
+      if (!t[i].IsScalar() || t[i].Scalar().empty()) {
+        throw Error(where(file, t[i]) + path + ": expected a non-empty string, found " + describe(t[i]));
+      }
+      in.texts.push_back(t[i].Scalar());
+    }
+  } else if (r.has("prompts")) {
     const YAML::Node p = r.child("prompts");
     if (!p.IsSequence() || p.size() == 0) r.fail("prompts", "a non-empty list of token-id lists");
     for (size_t i = 0; i < p.size(); ++i) {
@@ -306,8 +318,21 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
                   "' is used twice; give each entry a distinct label:");
     }
   }
-  if (!r.has("inputs")) r.fail("inputs", "an inputs: mapping (prompts or synthetic)");
+  if (!r.has("inputs")) r.fail("inputs", "an inputs: mapping (prompts, texts or synthetic)");
   c.inputs = read_inputs(MapReader(r.child("inputs"), "inputs", file), file);
+  if (!c.inputs.texts.empty()) {
+    // Texts are encoded with the model folder's own tokenizer; a preset has none.
+    if (c.model.path.empty()) {
+      throw Error(file + ": inputs.texts: needs model.path, a folder with a Hugging Face tokenizer; model.preset '" +
+                  c.model.preset + "' has none (give inputs.prompts as token ids instead)");
+    }
+    const std::filesystem::path folder(c.model.path);
+    if (std::filesystem::is_directory(folder) && !std::filesystem::exists(folder / "tokenizer.json") &&
+        !std::filesystem::exists(folder / "tokenizer_config.json")) {
+      throw Error(file + ": inputs.texts: the model folder '" + c.model.path +
+                  "' has no tokenizer (expected tokenizer.json or tokenizer_config.json)");
+    }
+  }
   c.generation = read_generation(MapReader(r.child("generation"), "generation", file),
                                  r.child("generation"), file);
   MapReader run(r.child("run"), "run", file);

@@ -28,6 +28,7 @@ struct BackendSpec {
 
 struct InputsSpec {
   std::vector<std::vector<int64_t>> prompts;  // explicit token ids (ragged allowed), or
+  std::vector<std::string> texts;             // texts, encoded by the model folder's tokenizer, or
   bool synthetic = false;                     // random ids from a seed:
   int64_t batch_size = 1;
   int64_t prompt_length = 0;

@@ -127,6 +127,73 @@ baseline: static
   EXPECT_THAT(table, HasSubstr("vs static"));
 }
 
+// Texts in and out through the model folder's own tokenizer: a word-level test tokenizer where
+// token i >= 2 is the word "w<i>" (0 is "<eos>", 1 "<unk>"), so what encoding and decoding must
+// give is known exactly.
+TEST(Cli, TextsAreEncodedAndOutputsDecodedWithTheFoldersTokenizer) {
+  TempDir dir;
+  const auto folder = dir / "model";
+  std::filesystem::copy(std::filesystem::path(testing::fixtures_dir()) / "models" / "gpt2-a", folder);
+  const std::string root = GENGRAPH_SOURCE_DIR;
+  const int vocab = nlohmann::json::parse(testing::read_file(folder / "config.json"))["vocab_size"].get<int>();
+  ASSERT_EQ(std::system(("\"" + root + "/.venv/bin/python\" \"" + root + "/tools/make_test_tokenizer.py\" \"" +
+                         folder.string() + "\" " + std::to_string(vocab)).c_str()), 0);
+  const auto text_out = dir / "t.json", ids_out = dir / "i.json";
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"generate", "--model", folder.string(), "--text", "w5 w7 w9", "--text", "w12",
+                 "--max-new-tokens", "4", "--output", text_out.string(), "--quiet"}), 0);
+  const std::string table = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(cli({"generate", "--model", folder.string(), "--prompt", "5,7,9", "--prompt", "12",
+                 "--max-new-tokens", "4", "--output", ids_out.string(), "--quiet"}), 0);
+  const auto t = nlohmann::json::parse(testing::read_file(text_out));
+  const auto i = nlohmann::json::parse(testing::read_file(ids_out));
+  EXPECT_EQ(t["inputs"]["prompts"], nlohmann::json::parse("[[5, 7, 9], [12]]"));
+  EXPECT_EQ(t["inputs"]["texts"], nlohmann::json::parse(R"(["w5 w7 w9", "w12"])"));
+  // The same generation as from the ids, and each output's text is its tokens as words.
+  for (size_t k = 0; k < 2; ++k) {
+    const auto& seq = t["runs"][0]["outputs"][k]["sequences"][0];
+    EXPECT_EQ(seq["tokens"], i["runs"][0]["outputs"][k]["sequences"][0]["tokens"]);
+    std::string words;
+    for (const auto& id : seq["tokens"]) {
+      const int64_t v = id.get<int64_t>();
+      words += (words.empty() ? "" : " ") + (v == 0 ? std::string("<eos>") : v == 1 ? "<unk>" : "w" + std::to_string(v));
+    }
+    EXPECT_EQ(seq["text"], words);
+    EXPECT_THAT(table, HasSubstr("text: \"" + words + "\""));
+  }
+  EXPECT_FALSE(i["runs"][0]["outputs"][0]["sequences"][0].contains("text"));
+}
+
+TEST(Cli, TextInputsNeedAFolderWithATokenizer) {
+  TempDir dir;
+  auto error_of_run = [&](const std::vector<std::string>& args) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(cli(args), 1);
+    return ::testing::internal::GetCapturedStderr();
+  };
+  EXPECT_THAT(error_of_run({"generate", "--model", "gpt2-tiny", "--text", "hello", "--quiet"}),
+              HasSubstr("inputs.texts: needs model.path, a folder with a Hugging Face tokenizer; model.preset 'gpt2-tiny' has none"));
+  const auto folder = std::filesystem::path(testing::fixtures_dir()) / "models" / "gpt2-a";
+  EXPECT_THAT(error_of_run({"generate", "--model", folder.string(), "--text", "hello", "--quiet"}),
+              HasSubstr("' has no tokenizer (expected tokenizer.json or tokenizer_config.json)"));
+  EXPECT_THAT(error_of_run({"generate", "--model", folder.string(), "--text", "a", "--prompt", "1", "--quiet"}),
+              HasSubstr("give --prompt IDS or --text TEXT (one or more of either, not both)"));
+  write_file(dir / "e.yaml", "model: {preset: gpt2-tiny}\ninputs: {texts: [\"\"]}\n");
+  EXPECT_THAT(error_of_run({"validate", (dir / "e.yaml").string()}),
+              HasSubstr("inputs.texts[0]: expected a non-empty string"));
+  write_file(dir / "f.yaml", "model: {preset: gpt2-tiny}\ninputs: {texts: [a], prompts: [[1]]}\n");
+  EXPECT_THAT(error_of_run({"validate", (dir / "f.yaml").string()}),
+              HasSubstr("exactly one of inputs.prompts (token-id lists), inputs.texts or inputs.synthetic"));
+  // A tokenizer file that transformers cannot read: the tool's failure names the folder.
+  const auto broken = dir / "broken";
+  std::filesystem::copy(folder, broken);
+  write_file(broken / "tokenizer.json", "{not json");
+  const auto out = dir / "b.json";
+  EXPECT_THAT(error_of_run({"generate", "--model", broken.string(), "--text", "w1", "--output", out.string(), "--quiet"}),
+              HasSubstr("could not encode with the tokenizer in '" + broken.string() + "'"));
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
   TempDir dir;
   auto show_error = [&](const std::string& name, const std::string& text) {

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Text in and out for gengraph: the model folder's own Hugging Face tokenizer (transformers'
+AutoTokenizer, local files only), used by `inputs.texts` and `gengraph generate --text`.
+
+    hf_tokenizer.py --request REQ.json --out OUT.json
+
+REQ: {"model": FOLDER, "encode": [text, ...]}   -> OUT: {"ids": [[id, ...], ...], "tokenizer": ...}
+     {"model": FOLDER, "decode": [[id, ...], ...]} -> OUT: {"texts": [text, ...], "tokenizer": ...}
+
+Encoding is what `tokenizer(text)` gives: special tokens added as the tokenizer's configuration
+says (none for GPT-2, BOS for LLaMA). Decoding keeps special tokens, so an EOS shows as text.
+Errors go to stderr with exit status 1, naming the folder; nothing is written to OUT then.
+"""
+import argparse
+import json
+import os
+import sys
+import warnings
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+warnings.filterwarnings("ignore")
+
+
+def fail(message):
+    print(f"hf_tokenizer.py: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--request", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    with open(args.request) as f:
+        req = json.load(f)
+    folder = req["model"]
+    if not os.path.isdir(folder):
+        fail(f"model folder '{folder}' does not exist")
+
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception as e:  # transformers raises many kinds here; all mean "no usable tokenizer"
+        fail(f"no usable tokenizer in '{folder}' (expected tokenizer.json or the files of a "
+             f"transformers tokenizer beside config.json): {type(e).__name__}: {e}")
+    if isinstance(tok, bool) or not hasattr(tok, "decode"):
+        fail(f"no usable tokenizer in '{folder}'")
+
+    out = {"tokenizer": type(tok).__name__}
+    if "encode" in req:
+        ids = []
+        for i, text in enumerate(req["encode"]):
+            enc = tok(text)["input_ids"]
+            if not enc:
+                fail(f"inputs.texts[{i}] ({json.dumps(text)}) encodes to no tokens with the tokenizer in '{folder}'")
+            ids.append(enc)
+        out["ids"] = ids
+    elif "decode" in req:
+        out["texts"] = [tok.decode(seq, skip_special_tokens=False) for seq in req["decode"]]
+    else:
+        fail("the request has neither 'encode' nor 'decode'")
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f)
+    os.replace(tmp, args.out)
+
+
+if __name__ == "__main__":
+    main()
