@@ -1,6 +1,9 @@
 #include "experiments/cli.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,12 +37,19 @@ Exit status: 0 done; 1 an error (nothing written); 2 a usage error; 3 results wr
 runs (peers) failed: the results and the table say which and why.
 )";
 
+// A command line that does not fit the usage: exit status 2.
+struct UsageError : Error {
+  explicit UsageError(const std::string& what) : Error(what) {}
+};
+
 struct Args {
   std::vector<std::string> positional;
   std::vector<std::string> sets;
   std::vector<std::string> prompts, texts;
-  std::string output, model, backend = "eager", device = "cpu", dtype = "float32", max_new;
+  std::string output, model, backend = "eager", device = "cpu", dtype = "float32";
+  std::optional<std::string> max_new;  // --max-new-tokens as given
   bool quiet = false;
+  std::vector<std::string> flags;  // every option given, for the per-command check
 };
 
 Args parse_args(int argc, char** argv, int first) {
@@ -47,9 +57,10 @@ Args parse_args(int argc, char** argv, int first) {
   for (int i = first; i < argc; ++i) {
     const std::string s = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw Error("option " + s + " needs a value");
+      if (i + 1 >= argc) throw UsageError("option " + s + " needs a value");
       return argv[++i];
     };
+    if (s.rfind("--", 0) == 0) a.flags.push_back(s);
     if (s == "--set") a.sets.push_back(value());
     else if (s == "--output") a.output = value();
     else if (s == "--prompt") a.prompts.push_back(value());
@@ -60,21 +71,58 @@ Args parse_args(int argc, char** argv, int first) {
     else if (s == "--dtype") a.dtype = value();
     else if (s == "--max-new-tokens") a.max_new = value();
     else if (s == "--quiet") a.quiet = true;
-    else if (s.rfind("--", 0) == 0) throw Error("unknown option '" + s + "'\n" + kUsage);
+    else if (s.rfind("--", 0) == 0) throw UsageError("unknown option '" + s + "'");
     else a.positional.push_back(s);
   }
   return a;
 }
 
+// Refuses options the command does not take, and a wrong number of positional arguments.
+void check_usage(const std::string& cmd, const Args& a, const std::vector<std::string>& allowed, size_t positional) {
+  for (const auto& f : a.flags) {
+    if (std::find(allowed.begin(), allowed.end(), f) == allowed.end()) {
+      throw UsageError(cmd + ": option " + f + " does not apply to this command");
+    }
+  }
+  if (a.positional.size() != positional) {
+    throw UsageError(cmd + ": expected " + std::to_string(positional) + " argument(s), found " +
+                     std::to_string(a.positional.size()));
+  }
+}
+
+// "1,2,3" -> the ids, or an error naming the flag, the item and what it found.
+std::vector<int64_t> parse_ids(const std::string& flag_value) {
+  std::vector<int64_t> ids;
+  std::stringstream ss(flag_value);
+  size_t item = 0;
+  for (std::string t; std::getline(ss, t, ',');) {
+    const auto b = t.find_first_not_of(" \t"), e = t.find_last_not_of(" \t");
+    const std::string v = b == std::string::npos ? "" : t.substr(b, e - b + 1);
+    if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos) {
+      throw UsageError("--prompt '" + flag_value + "': item " + std::to_string(item) +
+                       ": expected a non-negative integer token id, found '" + v + "'");
+    }
+    ids.push_back(std::stoll(v));
+    ++item;
+  }
+  if (ids.empty() || flag_value.back() == ',') {
+    throw UsageError("--prompt '" + flag_value + "': expected comma-separated token ids, e.g. 1,2,3");
+  }
+  return ids;
+}
+
 int run_and_report(const ExperimentConfig& config, const std::string& output_flag, bool quiet) {
   std::ostringstream sink;
-  const nlohmann::json doc = run_experiment(config, quiet ? static_cast<std::ostream&>(sink) : std::cerr);
   const std::string out = !output_flag.empty() ? output_flag
                           : !config.output.empty() ? config.output
                                                    : "results/" + config.name + ".json";
-  write_results(doc, out);
+  // Paths that can never be written fail before the run, not after it.
+  check_output_path(out, "results");
+  if (!config.plot.empty()) check_output_path(config.plot, "plot");
+  const nlohmann::json doc = run_experiment(config, quiet ? static_cast<std::ostream&>(sink) : std::cerr);
+  write_outputs(doc, out, config.plot);
   std::cout << format_table(doc) << "results: " << out << "\n";
-  if (!config.plot.empty()) write_plot(out, config.plot);
+  if (!config.plot.empty()) std::cout << "plot: " << config.plot << "\n";
   const auto failed = failed_runs(doc);
   if (!failed.empty()) {
     std::cerr << "error: " << failed.size() << " run(s) failed and are recorded as such in " << out << ": "
@@ -84,22 +132,31 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
   return 0;
 }
 
-// Builds the experiment YAML for `gengraph generate` so it goes through the same validation.
+// Builds the experiment YAML for `gengraph generate` so it goes through the same validation. Flag
+// values are checked here and written as quoted YAML scalars, so no value can change the YAML's
+// structure.
 std::string generate_yaml(const Args& a) {
-  if (a.model.empty()) throw Error("generate: --model PRESET|FOLDER is required");
+  if (a.model.empty()) throw UsageError("generate: --model PRESET|FOLDER is required");
   if (a.prompts.empty() == a.texts.empty()) {
-    throw Error("generate: give --prompt IDS or --text TEXT (one or more of either, not both)");
+    throw UsageError("generate: give --prompt IDS or --text TEXT (one or more of either, not both)");
+  }
+  const bool is_folder = std::filesystem::exists(a.model);
+  if (!is_folder && (a.model.find('/') != std::string::npos || a.model.rfind('.', 0) == 0)) {
+    throw Error("generate: --model '" + a.model + "': no such model folder (and not a preset name; see gengraph presets)");
+  }
+  if (a.max_new && (a.max_new->empty() || a.max_new->size() > 9 ||
+                    a.max_new->find_first_not_of("0123456789") != std::string::npos || std::stoll(*a.max_new) < 1)) {
+    throw UsageError("--max-new-tokens: expected an integer >= 1, found '" + *a.max_new + "'");
   }
   // JSON strings are YAML double-quoted scalars: any path or text survives the round trip.
   auto q = [](const std::string& v) { return nlohmann::json(v).dump(); };
   std::ostringstream y;
-  const bool is_preset = !std::filesystem::exists(a.model);
-  y << "name: generate\nmodel:\n  " << (is_preset ? "preset" : "path") << ": " << q(a.model)
+  y << "name: generate\nmodel:\n  " << (is_folder ? "path" : "preset") << ": " << q(a.model)
     << "\n  device: " << q(a.device) << "\n  dtype: " << q(a.dtype) << "\n";
   y << "backend: " << q(a.backend) << "\ninputs:\n  " << (a.texts.empty() ? "prompts" : "texts") << ":\n";
-  for (const auto& p : a.prompts) y << "    - [" << p << "]\n";
+  for (const auto& p : a.prompts) y << "    - " << nlohmann::json(parse_ids(p)).dump() << "\n";
   for (const auto& t : a.texts) y << "    - " << q(t) << "\n";
-  if (!a.max_new.empty()) y << "generation:\n  max_new_tokens: " << a.max_new << "\n";
+  if (a.max_new) y << "generation:\n  max_new_tokens: " << *a.max_new << "\n";
   y << "run:\n  warmup: 0\n  repeats: 1\n";
   return y.str();
 }
@@ -148,17 +205,23 @@ int cli_main(int argc, char** argv) {
       std::cout << kUsage;
       return 0;
     }
+    const std::vector<std::string> commands = {"run", "generate", "validate", "show", "backends", "presets"};
+    if (std::find(commands.begin(), commands.end(), cmd) == commands.end()) {
+      throw UsageError("unknown command '" + cmd + "'");
+    }
     const Args a = parse_args(argc, argv, 2);
     if (cmd == "run") {
-      if (a.positional.size() != 1) throw Error("run: expected one CONFIG.yaml\n" + std::string(kUsage));
+      check_usage(cmd, a, {"--set", "--output", "--quiet"}, 1);
       return run_and_report(load_experiment(a.positional[0], a.sets), a.output, a.quiet);
     }
     if (cmd == "generate") {
-      return run_and_report(parse_experiment(generate_yaml(a), "<command line>", a.sets),
+      check_usage(cmd, a, {"--set", "--output", "--quiet", "--prompt", "--text", "--model", "--backend", "--device",
+                           "--dtype", "--max-new-tokens"}, 0);
+      return run_and_report(parse_experiment(generate_yaml(a), "gengraph generate (flags as YAML)", a.sets),
                             a.output.empty() ? "results/generate.json" : a.output, a.quiet);
     }
     if (cmd == "validate") {
-      if (a.positional.size() != 1) throw Error("validate: expected one CONFIG.yaml");
+      check_usage(cmd, a, {"--set"}, 1);
       register_builtin_backends();
       const ExperimentConfig c = load_experiment(a.positional[0], a.sets);
       const auto points = expand_sweep(c);
@@ -170,16 +233,16 @@ int cli_main(int argc, char** argv) {
       return 0;
     }
     if (cmd == "show") {
-      if (a.positional.size() != 1) throw Error("show: expected one RESULTS.json");
+      check_usage(cmd, a, {}, 1);
       std::cout << show_results(a.positional[0]);
       return 0;
     }
+    check_usage(cmd, a, {}, 0);
     if (cmd == "backends") return list_backends();
-    if (cmd == "presets") {
-      for (const auto& p : preset_names()) std::cout << p << "\t" << preset_config(p).dump() << "\n";
-      return 0;
-    }
-    std::cerr << "unknown command '" << cmd << "'\n" << kUsage;
+    for (const auto& p : preset_names()) std::cout << p << "\t" << preset_config(p).dump() << "\n";
+    return 0;
+  } catch (const UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n" << kUsage;
     return 2;
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";

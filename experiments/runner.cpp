@@ -1,9 +1,11 @@
 #include "experiments/runner.h"
 
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -92,7 +94,7 @@ nlohmann::json ratio_to_baseline(const nlohmann::json& row, const nlohmann::json
   };
   auto is_peer = [](const nlohmann::json& r) { return r.value("backend", std::string()).rfind("peer:", 0) == 0; };
   const std::vector<double> x = values(row), b = values(base);
-  nlohmann::json out = {{"baseline", base["label"]}};
+  nlohmann::json out = {{"baseline", base.at("label")}};
   if (x.empty() || b.empty()) return out;
   if (is_peer(row) || is_peer(base) || x.size() != b.size() || x.size() < 2) {
     const double mx = summary(x)["median"].get<double>(), mb = summary(b)["median"].get<double>();
@@ -289,6 +291,21 @@ class PeerModelFolder {
   bool temporary_ = false;
 };
 
+// Runs argv[0] (looked up in PATH) with these arguments, no shell in between, and waits for it.
+// Returns its exit status, 128 + the signal that ended it, or 127 when it could not be started.
+int run_command(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return 127;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 // Runs tools/SCRIPT --request REQ.json --out OUT.json with the tools' Python, optionally under
 // coreutils' timeout (TERM at the limit, KILL 10 s later; exit 124 when the limit hit). Returns the
 // exit status and, when it succeeded and wrote OUT, its JSON. Request and output files are removed.
@@ -307,14 +324,17 @@ ToolResult run_tool(const std::string& script, const nlohmann::json& request, in
     f << request.dump();
     if (!f) throw Error("cannot write the request for tools/" + script + " to '" + req_path + "'");
   }
-  const std::string limit = timeout_s > 0 ? "timeout -k 10 " + std::to_string(timeout_s) + " " : "";
-  const std::string cmd = limit + "\"" + python_for_tools().string() + "\" \"" +
-                          (source_root() / "tools" / script).string() + "\" --request \"" + req_path +
-                          "\" --out \"" + out_path + "\"";
-  log << script << ": " << cmd << "\n";
-  const int status = std::system(cmd.c_str());
+  std::vector<std::string> argv;
+  if (timeout_s > 0) argv = {"timeout", "-k", "10", std::to_string(timeout_s)};
+  for (const std::string& a : {python_for_tools().string(), (source_root() / "tools" / script).string(),
+                               std::string("--request"), req_path, std::string("--out"), out_path}) {
+    argv.push_back(a);
+  }
+  log << script << ":";
+  for (const auto& a : argv) log << " " << a;
+  log << "\n";
   ToolResult r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.rc = run_command(argv);
   std::filesystem::remove(req_path);
   if (r.rc == 0 && std::filesystem::exists(out_path)) r.out = read_json_file(out_path);
   std::filesystem::remove(out_path);
@@ -554,51 +574,109 @@ nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log) {
   return doc;
 }
 
-void write_results(const nlohmann::json& doc, const std::filesystem::path& path) {
-  if (std::filesystem::exists(path) && !std::filesystem::is_regular_file(path)) {
-    // A device or pipe (/dev/stdout, /dev/null): write through it, never rename over it.
-    std::ofstream out(path);
-    out << doc.dump(2) << "\n";
-    if (!out) throw Error("writing results to '" + path.string() + "' failed");
-    return;
+void check_output_path(const std::filesystem::path& path, const std::string& what) {
+  for (std::filesystem::path p = path.parent_path(); !p.empty(); p = p.parent_path()) {
+    std::error_code ec;
+    const auto st = std::filesystem::status(p, ec);
+    if (std::filesystem::exists(st)) {
+      if (!std::filesystem::is_directory(st)) {
+        throw Error(what + " '" + path.string() + "': '" + p.string() + "' is not a folder");
+      }
+      break;
+    }
+    if (p == p.parent_path()) break;
   }
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw Error("cannot write results to '" + tmp.string() + "'");
-    out << doc.dump(2) << "\n";
-    if (!out) throw Error("writing results to '" + tmp.string() + "' failed");
+  if (std::filesystem::is_directory(path)) throw Error(what + " '" + path.string() + "' is a folder, expected a file");
+}
+
+void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path, const std::filesystem::path& plot) {
+  std::string text;
+  try {
+    text = doc.dump(2) + "\n";
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("cannot write results to '" + path.string() +
+                "': they hold text that is not valid UTF-8 (the experiment's name, a label, or a file name?): " +
+                e.what());
   }
-  std::filesystem::rename(tmp, path);
+  check_output_path(path, "results");
+  if (!plot.empty()) check_output_path(plot, "plot");
+  // A device or pipe (/dev/stdout, /dev/null) is written through, never renamed over; the plot then
+  // reads a private copy.
+  const bool device = std::filesystem::exists(path) && !std::filesystem::is_regular_file(path);
+  const std::filesystem::path tmp =
+      device ? std::filesystem::temp_directory_path() / ("gengraph-results-" + std::to_string(::getpid()) + ".json")
+             : std::filesystem::path(path.string() + ".tmp");
+  const std::filesystem::path plot_tmp =
+      plot.empty() ? plot : plot.parent_path() / (plot.stem().string() + ".tmp" + plot.extension().string());
+  auto clean = [&] {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    if (!plot_tmp.empty()) std::filesystem::remove(plot_tmp, ignored);
+  };
+  try {
+    if (!device && path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    {
+      std::ofstream out(tmp);
+      if (!out) throw Error("cannot write results to '" + tmp.string() + "'");
+      out << text;
+      if (!out) throw Error("writing results to '" + tmp.string() + "' failed");
+    }
+    if (!plot.empty()) {
+      if (plot.has_parent_path()) std::filesystem::create_directories(plot.parent_path());
+      const std::vector<std::string> argv = {python_for_tools().string(),
+                                             (source_root() / "tools" / "plot_results.py").string(),
+                                             tmp.string(), plot_tmp.string()};
+      const int rc = run_command(argv);
+      if (rc != 0 || !std::filesystem::exists(plot_tmp)) {
+        throw Error("plot: tools/plot_results.py failed for '" + plot.string() + "' (exit " + std::to_string(rc) +
+                    "; its message is above); no results were written");
+      }
+    }
+    if (device) {
+      std::ofstream out(path);
+      out << text;
+      if (!out) throw Error("writing results to '" + path.string() + "' failed");
+      std::filesystem::remove(tmp);
+    } else {
+      std::filesystem::rename(tmp, path);
+    }
+    if (!plot.empty()) std::filesystem::rename(plot_tmp, plot);
+  } catch (const std::filesystem::filesystem_error& e) {
+    clean();
+    throw Error("writing results to '" + path.string() + "'" + (plot.empty() ? "" : " and the plot '" + plot.string() + "'") +
+                " failed: " + e.code().message() + " ('" + e.path1().string() + "')");
+  } catch (...) {
+    clean();
+    throw;
+  }
 }
 
 namespace {
 
 std::string cell(const nlohmann::json& t, const char* key) {
-  if (!t.contains(key) || !t[key].contains("median")) return "-";
+  if (!t.contains(key) || !t.at(key).contains("median")) return "-";
   std::ostringstream s;
-  const double m = t[key]["median"].get<double>();
+  const double m = t.at(key).at("median").get<double>();
   s << std::fixed << std::setprecision(m >= 1000 ? 0 : 2) << m;
-  if (t[key]["values"].size() > 1) {
-    s << " [" << t[key]["min"].get<double>() << "-" << t[key]["max"].get<double>() << "]";
+  if (t.at(key).at("values").size() > 1) {
+    s << " [" << t.at(key).at("min").get<double>() << "-" << t.at(key).at("max").get<double>() << "]";
   }
   return s.str();
 }
 
 void point_table(std::ostringstream& o, const nlohmann::json& doc, const std::string& baseline_label) {
-  const auto& runs = doc["runs"];
+  const auto& runs = doc.at("runs");
   if (runs.empty()) return;
-  const nlohmann::json* base = &runs[0];
+  const nlohmann::json* base = &runs.at(0);
   for (const auto& r : runs) {
-    if (r["label"] == baseline_label && !r.contains("error")) base = &r;  // a failed peer divides nothing
+    if (r.at("label") == baseline_label && !r.contains("error")) base = &r;  // a failed peer divides nothing
   }
   o << std::left << std::setw(20) << "row" << std::setw(24) << "first token ms" << std::setw(24)
     << "decode ms/token" << std::setw(24) << "total ms" << std::setw(24) << "tokens/s" << std::setw(22)
-    << "vs " + (*base)["label"].get<std::string>() << "same tokens\n";
+    << "vs " + (*base).at("label").get<std::string>() << "same tokens\n";
   for (const auto& r : runs) {
     if (r.contains("error")) {
-      o << std::left << std::setw(20) << r["label"].get<std::string>() << "FAILED: " << r["error"].get<std::string>()
+      o << std::left << std::setw(20) << r.at("label").get<std::string>() << "FAILED: " << r.at("error").get<std::string>()
         << "\n";
       continue;
     }
@@ -606,58 +684,51 @@ void point_table(std::ostringstream& o, const nlohmann::json& doc, const std::st
     const nlohmann::json v = base->contains("error") ? nlohmann::json::object() : ratio_to_baseline(r, *base);
     std::ostringstream ratio;
     ratio << std::fixed << std::setprecision(2) << v.value("median", 0.0) << "x";
-    if (v.contains("low") && &r != base) ratio << " [" << v["low"].get<double>() << "-" << v["high"].get<double>() << "]";
-    o << std::left << std::setw(20) << r["label"].get<std::string>() << std::setw(24)
-      << cell(r["timings"], "time_to_first_token_ms") << std::setw(24) << cell(r["timings"], "decode_ms_per_token")
-      << std::setw(24) << cell(r["timings"], "total_ms") << std::setw(24) << cell(r["timings"], "tokens_per_second")
+    if (v.contains("low") && &r != base) ratio << " [" << v.at("low").get<double>() << "-" << v.at("high").get<double>() << "]";
+    o << std::left << std::setw(20) << r.at("label").get<std::string>() << std::setw(24)
+      << cell(r.at("timings"), "time_to_first_token_ms") << std::setw(24) << cell(r.at("timings"), "decode_ms_per_token")
+      << std::setw(24) << cell(r.at("timings"), "total_ms") << std::setw(24) << cell(r.at("timings"), "tokens_per_second")
       << std::setw(22) << ratio.str() << (r.value("tokens_match_first_row", true) ? "yes" : "NO") << "\n";
     if (r.contains("bandwidth")) {
       // Results written before the read measurement existed carry only the copy fraction.
-      const auto& bw = r["bandwidth"];
-      o << "    decode reads >= " << std::setprecision(1) << bw["bytes_per_decode_step"].get<double>() / 1e6 << " MB/step: ";
+      const auto& bw = r.at("bandwidth");
+      o << "    decode reads >= " << std::setprecision(1) << bw.at("bytes_per_decode_step").get<double>() / 1e6 << " MB/step: ";
       if (bw.contains("fraction_of_read_bandwidth"))
-        o << 100 * bw["fraction_of_read_bandwidth"].get<double>() << "% of the measured read (mv) bandwidth, ";
-      o << 100 * bw["fraction_of_copy_bandwidth"].get<double>() << "% of the copy bandwidth\n";
+        o << 100 * bw.at("fraction_of_read_bandwidth").get<double>() << "% of the measured read (mv) bandwidth, ";
+      o << 100 * bw.at("fraction_of_copy_bandwidth").get<double>() << "% of the copy bandwidth\n";
     }
   }
 }
 
 void point_header(std::ostringstream& o, const nlohmann::json& doc) {
-  o << "model " << doc["model"]["source"].get<std::string>() << " (" << doc["model"]["model_type"].get<std::string>()
-    << ", " << doc["model"]["parameters"].get<int64_t>() << " parameters), "
-    << doc["environment"]["device"].get<std::string>() << ", " << doc["environment"]["dtype"].get<std::string>()
-    << ", batch " << doc["inputs"]["batch_size"].get<int64_t>() << ", " << doc["run"]["repeats"].get<int64_t>()
+  o << "model " << doc.at("model").at("source").get<std::string>() << " (" << doc.at("model").at("model_type").get<std::string>()
+    << ", " << doc.at("model").at("parameters").get<int64_t>() << " parameters), "
+    << doc.at("environment").at("device").get<std::string>() << ", " << doc.at("environment").at("dtype").get<std::string>()
+    << ", batch " << doc.at("inputs").at("batch_size").get<int64_t>() << ", " << doc.at("run").at("repeats").get<int64_t>()
     << " repeats (median [min-max])\n"
     << "'vs' = baseline total time / row total time: for rows timed in the same interleaved repeats, the median"
-    << " of per-repeat ratios [its order-statistic interval, " << ratio_confidence_text(doc["run"]["repeats"].get<int64_t>())
+    << " of per-repeat ratios [its order-statistic interval, " << ratio_confidence_text(doc.at("run").at("repeats").get<int64_t>())
     << "]; for peers, the ratio of medians\n";
   if (doc.contains("bandwidth")) {
-    const auto& bw = doc["bandwidth"];
+    const auto& bw = doc.at("bandwidth");
     o << "measured bandwidth: " << std::fixed << std::setprecision(1);
-    if (bw.contains("read_bytes_per_second")) o << "read (mv) " << bw["read_bytes_per_second"].get<double>() / 1e9 << " GB/s, ";
-    o << "copy " << bw["copy_bytes_per_second"].get<double>() / 1e9 << " GB/s\n";
+    if (bw.contains("read_bytes_per_second")) o << "read (mv) " << bw.at("read_bytes_per_second").get<double>() / 1e9 << " GB/s, ";
+    o << "copy " << bw.at("copy_bytes_per_second").get<double>() / 1e9 << " GB/s\n";
   }
 }
 
 }  // namespace
 
-void write_plot(const std::filesystem::path& results, const std::filesystem::path& png) {
-  if (png.has_parent_path()) std::filesystem::create_directories(png.parent_path());
-  const std::string tool = (source_root() / "tools" / "plot_results.py").string();
-  const std::string cmd = "\"" + python_for_tools().string() + "\" \"" + tool + "\" \"" + results.string() +
-                          "\" \"" + png.string() + "\"";
-  if (std::system(cmd.c_str()) != 0) throw Error("plot: tools/plot_results.py failed for '" + png.string() + "'");
-}
 
 std::vector<std::string> failed_runs(const nlohmann::json& doc) {
   std::vector<std::string> out;
   auto scan = [&](const nlohmann::json& point, const std::string& where) {
-    for (const auto& r : point["runs"]) {
-      if (r.contains("error")) out.push_back(r["label"].get<std::string>() + where);
+    for (const auto& r : point.at("runs")) {
+      if (r.contains("error")) out.push_back(r.at("label").get<std::string>() + where);
     }
   };
   if (doc.contains("points")) {
-    for (const auto& p : doc["points"]) scan(p, " [" + join(p["point"].get<std::vector<std::string>>(), ", ") + "]");
+    for (const auto& p : doc.at("points")) scan(p, " [" + join(p.at("point").get<std::vector<std::string>>(), ", ") + "]");
   } else {
     scan(doc, "");
   }
@@ -667,10 +738,10 @@ std::vector<std::string> failed_runs(const nlohmann::json& doc) {
 std::string format_table(const nlohmann::json& doc) {
   std::ostringstream o;
   const std::string baseline = doc.value("baseline", "");
-  o << "experiment " << doc["experiment"].get<std::string>() << "\n";
+  o << "experiment " << doc.at("experiment").get<std::string>() << "\n";
   if (doc.contains("points")) {
-    for (const auto& p : doc["points"]) {
-      o << "\n[" << join(p["point"].get<std::vector<std::string>>(), ", ") << "] ";
+    for (const auto& p : doc.at("points")) {
+      o << "\n[" << join(p.at("point").get<std::vector<std::string>>(), ", ") << "] ";
       point_header(o, p);
       point_table(o, p, baseline);
     }
@@ -678,19 +749,19 @@ std::string format_table(const nlohmann::json& doc) {
   }
   point_header(o, doc);
   point_table(o, doc, baseline);
-  if (!doc["runs"].empty()) {
-    o << "generated tokens (" << doc["runs"][0]["label"].get<std::string>() << "):\n";
+  if (!doc.at("runs").empty()) {
+    o << "generated tokens (" << doc.at("runs").at(0).at("label").get<std::string>() << "):\n";
     int shown = 0;
-    for (const auto& in : doc["runs"][0]["outputs"]) {
+    for (const auto& in : doc.at("runs").at(0).at("outputs")) {
       if (++shown > 4) {
         o << "  ...\n";
         break;
       }
-      for (const auto& s : in["sequences"]) {
-        o << "  input " << in["input"].get<int64_t>() << ": " << s["tokens"].dump();
-        if (s.contains("score")) o << "  score " << s["score"].get<double>();
+      for (const auto& s : in.at("sequences")) {
+        o << "  input " << in.at("input").get<int64_t>() << ": " << s.at("tokens").dump();
+        if (s.contains("score")) o << "  score " << s.at("score").get<double>();
         o << "\n";
-        if (s.contains("text")) o << "    text: " << s["text"].dump() << "\n";
+        if (s.contains("text")) o << "    text: " << s.at("text").dump() << "\n";
       }
     }
   }

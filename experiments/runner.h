@@ -32,11 +32,15 @@ nlohmann::json run_experiment(const ExperimentConfig& config, std::ostream& log)
 // peers (transformers' generate() through tools/hf_peer.py).
 nlohmann::json run_point(const ExperimentConfig& config, std::ostream& log);
 
-// Writes `doc` to `path` atomically (temporary file, then rename); creates parent folders.
-void write_results(const nlohmann::json& doc, const std::filesystem::path& path);
+// Writes `doc` to `path` and, when `plot` is not empty, draws it there as a PNG with
+// tools/plot_results.py (matplotlib in the .venv). Both are written to temporary files and renamed
+// into place only when both succeeded: on any error neither exists afterwards. Creates parent
+// folders; a device or pipe (/dev/stdout) as `path` is written through.
+void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path, const std::filesystem::path& plot);
 
-// Draws the results file at `results` as a PNG with tools/plot_results.py (matplotlib in the .venv).
-void write_plot(const std::filesystem::path& results, const std::filesystem::path& png);
+// Refuses an output path that cannot be a file: a parent that exists but is not a folder, or the
+// path itself a folder. `what` names it in the error ("results", "plot").
+void check_output_path(const std::filesystem::path& path, const std::string& what);
 
 // Labels of the runs recorded as failed (peers that exited non-zero or timed out), with the sweep
 // point when there is one.

@@ -55,7 +55,6 @@ def main():
                  f"{first['environment']['dtype']} (median, bars min-max)", fontsize=10)
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=110)
-    print(f"wrote {sys.argv[2]}")
 
 
 if __name__ == "__main__":

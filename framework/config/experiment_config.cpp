@@ -1,6 +1,7 @@
 #include "framework/config/experiment_config.h"
 
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -256,12 +257,37 @@ nlohmann::json read_generation(MapReader r, const YAML::Node& node, const std::s
 }
 
 // Applies "a.b.c=value" onto the document, creating mappings on the way.
+// The position (1-based line and column) of the first byte that is not part of valid UTF-8, if any.
+std::optional<std::pair<size_t, size_t>> first_invalid_utf8(const std::string& text) {
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > text.size()) return std::make_pair(line, col);
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) >> 6) != 0x2) return std::make_pair(line, col);
+    }
+    if (c == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+    i += n;
+  }
+  return std::nullopt;
+}
+
 void apply_override(YAML::Node& root, const std::string& spec) {
   const auto eq = spec.find('=');
   if (eq == std::string::npos || eq == 0) {
     throw Error("--set '" + spec + "': expected KEY=VALUE, e.g. generation.max_new_tokens=16");
   }
   const std::string key = spec.substr(0, eq);
+  if (first_invalid_utf8(spec)) throw Error("--set '" + spec + "': expected UTF-8 text");
+  if (spec.find_first_not_of(" \t", eq + 1) == std::string::npos) {
+    throw Error("--set '" + spec + "': expected a value after '=' (write KEY=null for an explicit null)");
+  }
   YAML::Node value;
   try {
     value = YAML::Load(spec.substr(eq + 1));
@@ -398,18 +424,52 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
     r.fail("baseline", "one of the row labels: " + join(all, ", "));
   }
   c.plot = r.scalar<std::string>("plot", "", "a PNG file path");
+  if (!c.plot.empty() && std::filesystem::path(c.plot).extension() != ".png") {
+    r.fail("plot", "a PNG file path ending in .png");
+  }
   c.output = r.scalar<std::string>("output", "", "a file path");
   r.finish();
   return c;
 }
 
+// Keys must be plain scalars, once per mapping (yaml-cpp itself keeps duplicates silently).
+void check_keys(const YAML::Node& n, const std::string& source) {
+  if (n.IsSequence()) {
+    for (const auto& item : n) check_keys(item, source);
+  } else if (n.IsMap()) {
+    std::set<std::string> seen;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      if (!it->first.IsScalar()) {
+        throw Error(where(source, it->first) + "expected a plain key name, found " + describe(it->first));
+      }
+      if (!seen.insert(it->first.Scalar()).second) {
+        throw Error(where(source, it->first) + "duplicate key '" + it->first.Scalar() +
+                    "' (each key may appear once in a mapping)");
+      }
+      check_keys(it->second, source);
+    }
+  }
+}
+
 YAML::Node load_yaml(const std::string& text, const std::string& source) {
+  if (const auto bad = first_invalid_utf8(text)) {
+    throw Error(source + ":" + std::to_string(bad->first) + ":" + std::to_string(bad->second) +
+                ": expected UTF-8 text, found a byte that is not valid UTF-8");
+  }
+  std::vector<YAML::Node> docs;
   try {
-    return YAML::Load(text);
+    docs = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {
     throw Error(source + ":" + std::to_string(e.mark.line + 1) + ":" +
                 std::to_string(e.mark.column + 1) + ": malformed YAML: " + e.msg);
   }
+  if (docs.size() > 1) {
+    throw Error(source + ": expected one YAML document, found " + std::to_string(docs.size()) +
+                " (separated by '---')");
+  }
+  YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
+  check_keys(root, source);
+  return root;
 }
 
 }  // namespace

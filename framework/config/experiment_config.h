@@ -52,7 +52,7 @@ struct PeerSpec {
 
 struct ExperimentConfig {
   std::string name;  // from `name:` or the file stem
-  std::string file;  // where it was read from ("<command line>" for `gengraph generate`)
+  std::string file;  // where it was read from ("gengraph generate (flags as YAML)" for `gengraph generate`)
   ModelSpec model;
   std::vector<BackendSpec> backends;
   InputsSpec inputs;

@@ -176,7 +176,9 @@ TEST(Cli, TextInputsNeedAFolderWithATokenizer) {
   const auto folder = std::filesystem::path(testing::fixtures_dir()) / "models" / "gpt2-a";
   EXPECT_THAT(error_of_run({"generate", "--model", folder.string(), "--text", "hello", "--quiet"}),
               HasSubstr("' has no tokenizer (expected tokenizer.json or tokenizer_config.json)"));
-  EXPECT_THAT(error_of_run({"generate", "--model", folder.string(), "--text", "a", "--prompt", "1", "--quiet"}),
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"generate", "--model", folder.string(), "--text", "a", "--prompt", "1", "--quiet"}), 2);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
               HasSubstr("give --prompt IDS or --text TEXT (one or more of either, not both)"));
   write_file(dir / "e.yaml", "model: {preset: gpt2-tiny}\ninputs: {texts: [\"\"]}\n");
   EXPECT_THAT(error_of_run({"validate", (dir / "e.yaml").string()}),
@@ -194,6 +196,80 @@ TEST(Cli, TextInputsNeedAFolderWithATokenizer) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
+// A command line that does not fit the usage exits 2 and says what is wrong; flag values never
+// reach the YAML unchecked (a newline in a value cannot add keys).
+TEST(Cli, UsageErrorsExitTwoAndNameTheFlag) {
+  TempDir dir;
+  write_file(dir / "e.yaml", "model: {preset: gpt2-tiny}\ninputs: {prompts: [[1]]}\n");
+  const std::string e = (dir / "e.yaml").string();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"run"}, "run: expected 1 argument(s), found 0"},
+      {{"run", e, "--bogus"}, "unknown option '--bogus'"},
+      {{"run", e, "--set"}, "option --set needs a value"},
+      {{"run", e, "--prompt", "1"}, "run: option --prompt does not apply to this command"},
+      {{"validate", e, "--output", "x.json"}, "validate: option --output does not apply"},
+      {{"show"}, "show: expected 1 argument(s), found 0"},
+      {{"frobnicate"}, "unknown command 'frobnicate'"},
+      {{"generate", "--prompt", "1"}, "generate: --model PRESET|FOLDER is required"},
+      {{"generate", "--model", "gpt2-tiny", "--prompt", "-1,2"},
+       "--prompt '-1,2': item 0: expected a non-negative integer token id, found '-1'"},
+      {{"generate", "--model", "gpt2-tiny", "--prompt", "1], [2"}, "--prompt '1], [2': item 0"},
+      {{"generate", "--model", "gpt2-tiny", "--prompt", "1,2,"}, "expected comma-separated token ids"},
+      {{"generate", "--model", "gpt2-tiny", "--prompt", "1", "--max-new-tokens", "2\n  num_beams: 3"},
+       "--max-new-tokens: expected an integer >= 1"},
+      {{"generate", "--model", "gpt2-tiny", "--prompt", "1", "--max-new-tokens", ""},
+       "--max-new-tokens: expected an integer >= 1, found ''"},
+  };
+  for (const auto& [args, expected] : cases) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(cli(args), 2) << args[0] << " " << expected;
+    EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr(expected));
+  }
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"generate", "--model", (dir / "no" / "model").string(), "--prompt", "1"}), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("/no/model': no such model folder"));
+}
+
+// Results and plot appear together or not at all; paths that can never be written fail before
+// the run; the plot path reaches the plotting tool as one argument, never through a shell.
+TEST(Cli, ResultsAndPlotAreWrittenTogetherOrNotAtAll) {
+  TempDir dir;
+  write_file(dir / "e.yaml", "model: {preset: gpt2-tiny}\ninputs: {prompts: [[1, 2]]}\n"
+                             "generation: {max_new_tokens: 2}\nrun: {warmup: 0, repeats: 1}\n");
+  const std::string e = (dir / "e.yaml").string();
+  auto run = [&](std::vector<std::string> args, int expected_rc) {
+    args.insert(args.begin(), {"run", e, "--quiet"});
+    ::testing::internal::CaptureStderr();
+    ::testing::internal::CaptureStdout();
+    EXPECT_EQ(cli(args), expected_rc);
+    ::testing::internal::GetCapturedStdout();
+    return ::testing::internal::GetCapturedStderr();
+  };
+  write_file(dir / "afile", "");
+  EXPECT_THAT(run({"--output", (dir / "afile" / "r.json").string()}, 1), HasSubstr("'" + (dir / "afile").string() + "' is not a folder"));
+  EXPECT_THAT(run({"--output", (dir / "r.json").string(), "--set", "plot=" + (dir / "afile" / "p.png").string()}, 1),
+              HasSubstr("plot '" + (dir / "afile" / "p.png").string() + "'"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "r.json"));
+  // The plotting tool fails: neither file is left, nor their temporary files.
+  const char* old_python = std::getenv("GENGRAPH_PYTHON");
+  const std::string saved = old_python ? old_python : "";
+  setenv("GENGRAPH_PYTHON", "/bin/false", 1);
+  EXPECT_THAT(run({"--output", (dir / "r.json").string(), "--set", "plot=" + (dir / "p.png").string()}, 1),
+              HasSubstr("tools/plot_results.py failed"));
+  if (old_python) setenv("GENGRAPH_PYTHON", saved.c_str(), 1); else unsetenv("GENGRAPH_PYTHON");
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_TRUE(name == "e.yaml" || name == "afile") << "left behind: " << name;
+  }
+  // Shell syntax in the plot path is just part of the file name.
+  const std::string odd = (dir / "a$(touch PWNED) \"q\".png").string();
+  EXPECT_EQ(run({"--output", (dir / "r.json").string(), "--set", "plot=" + nlohmann::json(odd).dump()}, 0), "");
+  EXPECT_TRUE(std::filesystem::exists(odd));
+  EXPECT_TRUE(std::filesystem::exists(dir / "r.json"));
+  EXPECT_FALSE(std::filesystem::exists("PWNED"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "PWNED"));
+}
+
 TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
   TempDir dir;
   auto show_error = [&](const std::string& name, const std::string& text) {
@@ -207,6 +283,18 @@ TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
   EXPECT_THAT(show_error("c.json", "{\"schema_version\": 1}"), HasSubstr("expected a 'runs' list"));
   EXPECT_THAT(show_error("d.json", "{\"schema_version\": 1, \"experiment\": \"x\", \"runs\": [{}]}"),
               HasSubstr("d.json' is not a gengraph results file: a field is missing or of the wrong type"));
+  // Fields missing from an otherwise complete file are named (and never read out of bounds).
+  const std::string run = R"({"label": "eager", "backend": "eager", "outputs": [], "timings": {"total_ms": {"median": 1, "min": 1,
+                               "max": 1, "values": [1]}}})";
+  const std::string head = R"({"schema_version": 1, "experiment": "x", "model": {"source": "s", "model_type": "gpt2",
+      "parameters": 1}, "inputs": {"batch_size": 1}, "run": {"repeats": 1}, )";
+  EXPECT_THAT(show_error("e.json", head + R"("runs": [)" + run + "]}"), HasSubstr("key 'environment' not found"));
+  EXPECT_THAT(show_error("f.json", head + R"("environment": {"device": "cpu", "dtype": "float32"}, "runs": [{"label": "eager"}]})"),
+              HasSubstr("key 'timings' not found"));
+  write_file(dir / "g.json", head + R"("environment": {"device": "cpu", "dtype": "float32"}, "runs": [)" + run + "]}");
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(cli({"show", (dir / "g.json").string()}), 0);  // the complete file shows
+  ::testing::internal::GetCapturedStdout();
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(cli({"show", (dir / "missing.json").string()}), 1);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("missing.json': file missing or unreadable"));

@@ -112,8 +112,28 @@ INSTANTIATE_TEST_SUITE_P(
         BadYaml{"duplicate_label", "model: {preset: gpt2-tiny}\n" + kInputs + "backends: [eager, eager]\n",
                 "label 'eager' is used twice"},
         BadYaml{"backend_and_backends", "model: {preset: gpt2-tiny}\n" + kInputs + "backend: eager\nbackends: [eager]\n",
-                "either backend or backends"}),
+                "either backend or backends"},
+        // yaml-cpp keeps a duplicate key silently (some readers then see the first, some the last).
+        BadYaml{"duplicate_key", "model: {preset: gpt2-tiny}\n" + kInputs + "generation: {max_new_tokens: 2, max_new_tokens: 5}\n",
+                "bad.yaml:3:33: duplicate key 'max_new_tokens'"},
+        BadYaml{"duplicate_top_key", "model: {preset: gpt2-tiny}\n" + kInputs + "run: {repeats: 1}\nrun: {repeats: 2}\n",
+                "bad.yaml:4:1: duplicate key 'run'"},
+        BadYaml{"complex_key", "model: {preset: gpt2-tiny}\n" + kInputs + "? [a]\n: 1\n",
+                "bad.yaml:3:3: expected a plain key name, found a list"},
+        BadYaml{"second_document", "model: {preset: gpt2-tiny}\n" + kInputs + "---\nrun: {repeats: 1}\n",
+                "bad.yaml: expected one YAML document, found 2"},
+        BadYaml{"not_utf8", "model: {preset: gpt2-tiny}\n" + kInputs + "name: caf\xe9\n",
+                "bad.yaml:3:10: expected UTF-8 text, found a byte that is not valid UTF-8"},
+        BadYaml{"plot_not_png", "model: {preset: gpt2-tiny}\n" + kInputs + "plot: out.txt\n",
+                "bad.yaml:3:7: plot: expected a PNG file path ending in .png, found 'out.txt'"},
+        BadYaml{"texts_with_preset", "model: {preset: gpt2-tiny}\ninputs: {texts: [hello]}\n",
+                "inputs.texts: needs model.path"}),
     [](const auto& info) { return info.param.name; });
+
+TEST(ExperimentConfig, SetNeedsAValue) {
+  EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"generation.max_new_tokens="}); }),
+              HasSubstr("--set 'generation.max_new_tokens=': expected a value after '='"));
+}
 
 TEST(ExperimentConfig, MissingFileIsNamed) {
   EXPECT_THAT(error_of([] { load_experiment("/no/such.yaml"); }), HasSubstr("/no/such.yaml"));
