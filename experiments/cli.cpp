@@ -226,7 +226,12 @@ int cli_main(int argc, char** argv) {
       const ExperimentConfig c = load_experiment(a.positional[0], a.sets);
       const auto points = expand_sweep(c);
       for (const auto& [overrides, pc] : points) {
-        for (const auto& b : pc.backends) BackendRegistry::instance().get(b.name);
+        try {
+          check_runnable(pc);
+        } catch (const Error& e) {
+          if (overrides.empty()) throw;
+          throw Error("sweep point [" + join(overrides, ", ") + "]: " + e.what());
+        }
       }
       std::cout << a.positional[0] << ": valid, " << points.size() << " point(s), "
                 << c.backends.size() << " backend(s), " << c.peers.size() << " peer(s)\n";

@@ -396,13 +396,32 @@ void decode_outputs(nlohmann::json& runs, const std::string& folder, std::ostrea
 
 }  // namespace
 
+void check_runnable(const ExperimentConfig& c) {
+  register_builtin_backends();
+  for (const auto& b : c.backends) {
+    try {
+      BackendRegistry::instance().validate(b.name, BackendOptions(b.name, b.options));
+    } catch (const Error& e) {
+      throw Error(c.file + ": backends: '" + b.label + "': " + e.what());
+    }
+  }
+  if (!c.model.preset.empty()) {
+    preset_config(c.model.preset);  // throws naming the preset and listing the known ones
+  } else if (!std::filesystem::is_directory(c.model.path)) {
+    throw Error(c.file + ": model.path: '" + c.model.path + "' is not a folder");
+  } else if (!std::filesystem::is_regular_file(std::filesystem::path(c.model.path) / "config.json")) {
+    throw Error(c.file + ": model.path: '" + c.model.path + "' has no config.json");
+  }
+}
+
 nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
   register_builtin_backends();
   if (c.run.threads > 0) at::set_num_threads(static_cast<int>(c.run.threads));
   const c10::Device device = parse_device(c.model.device);
   const c10::ScalarType dtype = parse_dtype(c.model.dtype);
-  // Every backend is resolved before the (possibly slow) model load, so a typo fails fast.
-  for (const auto& b : c.backends) BackendRegistry::instance().get(b.name);
+  // Backends, their options and the model source are checked before the (possibly slow) model
+  // load, so a typo fails fast.
+  check_runnable(c);
 
   // Texts are encoded before the (possibly slow) model load too, so a tokenizer problem fails fast.
   std::vector<std::vector<int64_t>> prompts;
@@ -551,6 +570,14 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
 
 nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log) {
   const auto points = expand_sweep(c);  // all validated before anything runs
+  for (const auto& [overrides, pc] : points) {
+    try {
+      check_runnable(pc);
+    } catch (const Error& e) {
+      if (overrides.empty()) throw;
+      throw Error("sweep point [" + join(overrides, ", ") + "]: " + e.what());
+    }
+  }
   if (c.sweep.empty()) {
     nlohmann::json doc = run_point(c, log);
     doc["baseline"] = c.baseline;

@@ -24,6 +24,10 @@ GenerationConfig resolve_generation(const LoadedModel& model, const nlohmann::js
                                     const std::string& source,
                                     std::vector<std::string>* ignored_keys = nullptr);
 
+// Checks what parsing cannot: every backend name and its options (where the backend can check
+// them without a model), and that the model preset exists or the folder has a config.json.
+void check_runnable(const ExperimentConfig& config);
+
 // `log` receives progress lines; the results document is returned (nothing is written). With a
 // sweep, every point is validated first, then run; the document holds one entry per point.
 nlohmann::json run_experiment(const ExperimentConfig& config, std::ostream& log);

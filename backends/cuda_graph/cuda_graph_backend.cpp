@@ -242,6 +242,20 @@ class CudaGraphBackend final : public ForwardBackend {
   int64_t graphs_ = 0;
 };
 
+Settings read_settings(const BackendOptions& o) {
+  Settings s;
+  s.buckets = parse_buckets(o.get_string("buckets", "1,2,4,8,16,32,64"));
+  s.max_length = o.get_int("max_length", 0, 0, 1 << 20);
+  s.use_trace = o.get_string("step", "eager", {"eager", "trace"}) == "trace";
+  read_step_options(o, s.trace);
+  if (!s.use_trace && (o.values().count("freeze") || o.values().count("fuser"))) {
+    throw Error("backend 'cuda_graph': options 'freeze' and 'fuser' apply to the traced step; set step: trace");
+  }
+  s.warmup = o.get_int("warmup", 3, 1, 100);
+  s.capture = o.get_bool("capture", true);
+  return s;
+}
+
 }  // namespace
 
 BackendInfo cuda_graph_backend_info() {
@@ -256,17 +270,9 @@ BackendInfo cuda_graph_backend_info() {
     if (cuda_available() || !o.get_bool("capture", true)) return "";
     return "capture needs a CUDA device, and none is visible here (capture: false runs the step uncaptured)";
   };
+  info.check_options = [](const BackendOptions& o) { read_settings(o); };
   info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
-    Settings s;
-    s.buckets = parse_buckets(o.get_string("buckets", "1,2,4,8,16,32,64"));
-    s.max_length = o.get_int("max_length", 0, 0, 1 << 20);
-    s.use_trace = o.get_string("step", "eager", {"eager", "trace"}) == "trace";
-    read_step_options(o, s.trace);
-    if (!s.use_trace && (o.values().count("freeze") || o.values().count("fuser"))) {
-      throw Error("backend 'cuda_graph': options 'freeze' and 'fuser' apply to the traced step; set step: trace");
-    }
-    s.warmup = o.get_int("warmup", 3, 1, 100);
-    s.capture = o.get_bool("capture", true);
+    Settings s = read_settings(o);
     if (s.capture && !model->device().is_cuda()) {
       throw Error("backend 'cuda_graph' needs the model on a CUDA device; set model.device: cuda (found " +
                   model->device().str() + "), or capture: false to run its static-buffer step uncaptured");

@@ -56,9 +56,12 @@ BackendInfo eager_backend_info() {
   BackendInfo info;
   info.name = "eager";
   info.description = "ATen ops run directly; option cache: growing (default) | static";
-  info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& options) {
-    const std::string cache = options.get_string("cache", "growing", {"growing", "static"});
-    return std::make_unique<EagerBackend>(std::move(model), cache == "static");
+  auto static_cache = [](const BackendOptions& o) {
+    return o.get_string("cache", "growing", {"growing", "static"}) == "static";
+  };
+  info.check_options = [static_cache](const BackendOptions& o) { static_cache(o); };
+  info.create = [static_cache](std::shared_ptr<const CausalLM> model, const BackendOptions& options) {
+    return std::make_unique<EagerBackend>(std::move(model), static_cache(options));
   };
   return info;
 }

@@ -129,6 +129,23 @@ class TraceBackend final : public ForwardBackend {
   int64_t built_ = 0, loaded_ = 0;
 };
 
+Settings read_settings(const BackendOptions& o) {
+  Settings s;
+  read_step_options(o, s.trace);
+  s.trace.optimize_for_inference = o.get_bool("optimize_for_inference", false);
+  s.trace.profiling_runs = o.get_int("profiling_runs", 1, 0, 100);
+  s.cache_dir = o.get_string("cache_dir", "");
+  s.file = o.get_string("file", "");
+  if (!s.file.empty() && !s.cache_dir.empty()) {
+    throw Error("backend 'trace': options 'file' and 'cache_dir' exclude each other");
+  }
+  if (!s.file.empty() && !std::filesystem::is_regular_file(s.file)) {
+    throw Error("backend 'trace' option 'file': '" + s.file + "' " +
+                (std::filesystem::exists(s.file) ? "is not a file" : "does not exist"));
+  }
+  return s;
+}
+
 }  // namespace
 
 BackendInfo trace_backend_info() {
@@ -137,20 +154,9 @@ BackendInfo trace_backend_info() {
   info.description =
       "TorchScript trace of the step over a static cache; options freeze, optimize_for_inference, fuser, "
       "profiling_runs, cache_dir, file";
+  info.check_options = [](const BackendOptions& o) { read_settings(o); };
   info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
-    Settings s;
-    read_step_options(o, s.trace);
-    s.trace.optimize_for_inference = o.get_bool("optimize_for_inference", false);
-    s.trace.profiling_runs = o.get_int("profiling_runs", 1, 0, 100);
-    s.cache_dir = o.get_string("cache_dir", "");
-    s.file = o.get_string("file", "");
-    if (!s.file.empty() && !s.cache_dir.empty()) {
-      throw Error("backend 'trace': options 'file' and 'cache_dir' exclude each other");
-    }
-    if (!s.file.empty() && !std::filesystem::exists(s.file)) {
-      throw Error("backend 'trace' option 'file': '" + s.file + "' does not exist");
-    }
-    return std::make_unique<TraceBackend>(std::move(model), std::move(s));
+    return std::make_unique<TraceBackend>(std::move(model), read_settings(o));
   };
   return info;
 }

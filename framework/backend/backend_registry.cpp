@@ -30,9 +30,18 @@ std::vector<std::string> BackendRegistry::names() const {
   return out;
 }
 
+void BackendRegistry::validate(const std::string& name, const BackendOptions& options) const {
+  const BackendInfo& info = get(name);
+  if (!info.check_options) return;
+  const BackendOptions fresh(name, options.values());  // its own record of which keys were read
+  info.check_options(fresh);
+  fresh.check_all_used();
+}
+
 std::unique_ptr<ForwardBackend> BackendRegistry::create(const std::string& name,
                                                         std::shared_ptr<const CausalLM> model,
                                                         const BackendOptions& options) const {
+  validate(name, options);
   const BackendInfo& info = get(name);
   if (info.unavailable_reason) {
     const std::string why = info.unavailable_reason(options);

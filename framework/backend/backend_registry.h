@@ -19,6 +19,9 @@ struct BackendInfo {
   // Empty when usable here with these options; otherwise why not (e.g. "needs a CUDA device; none
   // is visible"). Listings ask with empty options, i.e. the defaults.
   std::function<std::string(const BackendOptions& options)> unavailable_reason;
+  // Optional: reads every option (throwing on bad values) without a model, so that an experiment
+  // can be checked before anything is loaded. Without it, options are checked at creation.
+  std::function<void(const BackendOptions& options)> check_options;
   // Reads its options (throwing on bad values) and builds the backend for `model`.
   std::function<std::unique_ptr<ForwardBackend>(std::shared_ptr<const CausalLM> model,
                                                 const BackendOptions& options)>
@@ -32,7 +35,10 @@ class BackendRegistry {
   const BackendInfo& get(const std::string& name) const;  // throws listing the known names
   std::vector<std::string> names() const;
   bool contains(const std::string& name) const { return backends_.count(name) != 0; }
-  // get(name).create(...) after checking availability and that every option was read.
+  // Checks the name and, where the backend can without a model (check_options), the options:
+  // their values and that none is unknown.
+  void validate(const std::string& name, const BackendOptions& options) const;
+  // get(name).create(...) after validate(), checking availability, and that every option was read.
   std::unique_ptr<ForwardBackend> create(const std::string& name,
                                          std::shared_ptr<const CausalLM> model,
                                          const BackendOptions& options) const;

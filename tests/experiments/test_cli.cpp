@@ -270,6 +270,38 @@ TEST(Cli, ResultsAndPlotAreWrittenTogetherOrNotAtAll) {
   EXPECT_FALSE(std::filesystem::exists(dir / "PWNED"));
 }
 
+// validate checks what run would refuse later: backend options (without loading a model) and each
+// sweep point's model; run refuses them before measuring anything.
+TEST(Cli, ValidateChecksBackendOptionsAndEverySweepPointsModel) {
+  TempDir dir;
+  const std::string rest = "inputs: {prompts: [[1, 2]]}\ngeneration: {max_new_tokens: 2}\nrun: {warmup: 0, repeats: 1}\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model: {preset: gpt2-tiny}\nbackends: [{name: eager, options: {cahce: static}}]\n",
+       "backends: 'eager': backend 'eager': unknown option 'cahce' (did you mean 'cache'?)"},
+      {"model: {preset: gpt2-tiny}\nbackends: [{name: trace, label: t, options: {freeze: maybe}}]\n",
+       "backends: 't': backend 'trace' option 'freeze': expected true or false, found 'maybe'"},
+      {"model: {preset: gpt2-tiny}\nbackends: [{name: trace, options: {file: " + (dir / "none.pt").string() + "}}]\n",
+       "none.pt' does not exist"},
+      {"model: {preset: gpt2-tiny}\nbackends: [{name: cuda_graph, options: {buckets: '1,x', capture: false}}]\n",
+       "option 'buckets': expected comma-separated positive row counts, found '1,x'"},
+      {"model: {preset: gpt2-tiny}\nsweep: {model.preset: [gpt2-tiny, gpt2-nope]}\n",
+       "sweep point [model.preset=gpt2-nope]: unknown model preset 'gpt2-nope'"},
+      {"model: {path: " + dir.path().string() + "}\n", "model.path: '" + dir.path().string() + "' has no config.json"},
+  };
+  int i = 0;
+  for (const auto& [head, expected] : cases) {
+    const auto file = dir / ("c" + std::to_string(i++) + ".yaml");
+    write_file(file, head + rest);
+    for (const std::string cmd : {"validate", "run"}) {
+      ::testing::internal::CaptureStderr();
+      EXPECT_EQ(cli({cmd, file.string()}), 1) << cmd << " " << expected;
+      const std::string err = ::testing::internal::GetCapturedStderr();
+      EXPECT_THAT(err, HasSubstr(expected)) << cmd;
+      EXPECT_THAT(err, ::testing::Not(HasSubstr("preparing and warming up"))) << cmd;  // refused before any run
+    }
+  }
+}
+
 TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
   TempDir dir;
   auto show_error = [&](const std::string& name, const std::string& text) {
