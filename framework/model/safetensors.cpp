@@ -1,5 +1,7 @@
 #include "framework/model/safetensors.h"
 
+#include <limits>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -97,11 +99,17 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
     const auto st_type = safetensors_dtype(e.dtype, "safetensors file '" + path.string() + "': " + ctx);
     if (!v["shape"].is_array()) fail(path, ctx + ": shape must be an array");
     uint64_t numel = 1;
+    bool overflow = false;
     for (const auto& d : v["shape"]) {
       if (!d.is_number_unsigned()) fail(path, ctx + ": shape entries must be non-negative integers");
-      e.shape.push_back(d.get<int64_t>());
-      numel *= d.get<uint64_t>();
+      const uint64_t n = d.get<uint64_t>();
+      overflow = overflow || n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+                 __builtin_mul_overflow(numel, n, &numel);
+      e.shape.push_back(static_cast<int64_t>(n));
     }
+    uint64_t expected = 0;
+    overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(st_type)), &expected);
+    if (overflow) fail(path, ctx + ": shape " + v["shape"].dump() + " is too large: its size overflows 64 bits");
     const auto& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
         !off[1].is_number_unsigned()) {
@@ -115,7 +123,6 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
                      ") out of range: the data section has " + std::to_string(data_size) +
                      " bytes (file truncated?)");
     }
-    const uint64_t expected = numel * dtype_size(st_type);
     if (e.end - e.begin != expected) {
       fail(path, ctx + ": holds " + std::to_string(e.end - e.begin) + " bytes but dtype " + e.dtype +
                      " x shape needs " + std::to_string(expected));

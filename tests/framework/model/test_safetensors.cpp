@@ -76,6 +76,13 @@ std::vector<BadCase> bad_cases() {
       {"trailing_bytes",
        safetensors_bytes(hdr({{"a", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}), eight),
        "trailing"},
+      // 2^62 x 4 floats wraps to 0 bytes in 64 bits; 2^63 does not fit a tensor dimension.
+      {"size_overflow",
+       safetensors_bytes(hdr({{"a", {{"dtype", "F32"}, {"shape", {uint64_t{1} << 62, 4}}, {"data_offsets", {0, 0}}}}}), ""),
+       "shape [4611686018427387904,4] is too large: its size overflows 64 bits"},
+      {"dimension_overflow",
+       safetensors_bytes(hdr({{"a", {{"dtype", "F32"}, {"shape", {uint64_t{1} << 63, 0}}, {"data_offsets", {0, 0}}}}}), ""),
+       "is too large"},
       {"negative_shape",
        safetensors_bytes(hdr({{"a", {{"dtype", "F32"}, {"shape", {-1}}, {"data_offsets", {0, 4}}}}}), "abcd"),
        "non-negative"},
