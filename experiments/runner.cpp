@@ -171,6 +171,12 @@ GenerationConfig resolve_generation(const LoadedModel& model, const nlohmann::js
     apply_generation_key(g, it.key(), it.value(), source);
   }
   g.validate();
+  const bool preset = model.source.rfind("preset:", 0) == 0;
+  const std::string defaults = preset ? model.source + " (its config)"
+                               : model.source + (model.generation_defaults.is_object() ? "/generation_config.json" : "/config.json");
+  g.validate_for_vocab(model.model->config().vocab_size, [&](const std::string& key) {
+    return overrides.contains(key) ? source : defaults;
+  });
   return g;
 }
 

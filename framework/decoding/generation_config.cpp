@@ -295,10 +295,11 @@ int64_t GenerationConfig::resolve_max_length(int64_t prompt_length, int64_t max_
   return std::min(prompt_length + 20, max_positions);
 }
 
-void GenerationConfig::validate_for_vocab(int64_t vocab) const {
+void GenerationConfig::validate_for_vocab(int64_t vocab,
+                                          const std::function<std::string(const std::string&)>& source_of) const {
   auto check = [&](const char* key, int64_t id) {
     if (id < 0 || id >= vocab) {
-      throw Error(std::string("generation: '") + key + "': token id " + std::to_string(id) +
+      throw Error((source_of ? source_of(key) : std::string("generation")) + ": '" + key + "': token id " + std::to_string(id) +
                   " is outside the model's vocabulary [0, " + std::to_string(vocab) + ")");
     }
   };

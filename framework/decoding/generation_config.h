@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -80,7 +81,9 @@ struct GenerationConfig {
   // The total length (padded prompt + new tokens) as transformers resolves it.
   int64_t resolve_max_length(int64_t prompt_length, int64_t max_positions) const;
   // Checks every token id against the vocabulary.
-  void validate_for_vocab(int64_t vocab_size) const;
+  // `source_of(key)`, when given, names where a key's value came from (a file) in the error.
+  void validate_for_vocab(int64_t vocab_size,
+                          const std::function<std::string(const std::string& key)>& source_of = {}) const;
   // True when any logits-processor parameter differs from its default.
   bool sets_processor_parameters() const;
   nlohmann::json to_json() const;

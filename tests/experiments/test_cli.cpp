@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "experiments/cli.h"
+#include "framework/decoding/generation_config.h"
 #include "tests/test_util.h"
 
 namespace gengraph {
@@ -300,6 +301,30 @@ TEST(Cli, ValidateChecksBackendOptionsAndEverySweepPointsModel) {
       EXPECT_THAT(err, ::testing::Not(HasSubstr("preparing and warming up"))) << cmd;  // refused before any run
     }
   }
+}
+
+// A token id outside the vocabulary names where it came from: the model folder's
+// generation_config.json, or the experiment when the experiment set it.
+TEST(Cli, ABadTokenIdNamesTheFileItCameFrom) {
+  TempDir dir;
+  const auto folder = dir / "model";
+  std::filesystem::copy(std::filesystem::path(testing::fixtures_dir()) / "models" / "gpt2-a", folder);
+  write_file(folder / "generation_config.json", R"({"eos_token_id": 9999})");
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"generate", "--model", folder.string(), "--prompt", "1", "--quiet"}), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr(folder.string() + "/generation_config.json: 'eos_token_id': token id 9999 is outside"));
+  write_file(folder / "generation_config.json", R"({"eos_token_id": 1})");
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"generate", "--model", folder.string(), "--prompt", "1", "--set", "generation.pad_token_id=5000",
+                 "--quiet"}), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("gengraph generate (flags as YAML): generation: 'pad_token_id': token id 5000 is outside"));
+  EXPECT_THAT(testing::error_of([&] {
+    GenerationConfig g;
+    g.eos_token_id = {7};
+    g.validate_for_vocab(5);
+  }), HasSubstr("generation: 'eos_token_id': token id 7 is outside the model's vocabulary [0, 5)"));
 }
 
 TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
