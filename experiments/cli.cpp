@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/Exception.h>
+
 #include "experiments/runner.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/config/experiment_config.h"
@@ -251,6 +253,9 @@ int cli_main(int argc, char** argv) {
     return 2;
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const c10::Error& e) {  // LibTorch's message, without its C++ stack
+    std::cerr << "error: " << e.what_without_backtrace() << "\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

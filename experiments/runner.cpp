@@ -444,7 +444,14 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
   src.load = LoadOptions{dtype, device};
   log << "loading model " << (src.preset.empty() ? src.path.string() : "preset " + src.preset)
       << " (" << c.model.dtype << ", " << c.model.device << ")\n";
-  const LoadedModel loaded = load_model(src);
+  const LoadedModel loaded = [&] {
+    try {
+      return load_model(src);
+    } catch (const c10::Error& e) {  // e.g. an allocation for a model.config too big for this machine
+      throw Error("loading model " + (src.preset.empty() ? "'" + src.path.string() + "'" : "preset " + src.preset) +
+                  " (" + c.model.dtype + ", " + c.model.device + ") failed: " + e.what_without_backtrace());
+    }
+  }();
   const auto& mc = loaded.model->config();
 
   std::vector<std::string> ignored;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,8 @@ class JsonFields {
   JsonFields(const nlohmann::json& doc, std::string source, std::string prefix = "")
       : doc_(doc), source_(std::move(source)), prefix_(std::move(prefix)) {}
 
-  bool has(const std::string& key) const { return doc_.contains(key) && !doc_[key].is_null(); }
+  // Every read goes through has(), which tells an active ConfigKeyRecorder the key.
+  bool has(const std::string& key) const;
   int64_t positive_int(const std::string& key) const;
   int64_t positive_int(const std::string& key, int64_t fallback) const;
   double positive_number(const std::string& key, double fallback) const;
@@ -33,6 +35,23 @@ class JsonFields {
   const nlohmann::json& doc_;
   std::string source_;
   std::string prefix_;
+};
+
+// While one is alive (on this thread), records every config key a JsonFields looks up, with its
+// prefix ("rope_parameters.factor"): what a config parser read, so that an override of a key no
+// parser reads (a typo) can be refused instead of silently doing nothing.
+class ConfigKeyRecorder {
+ public:
+  ConfigKeyRecorder();
+  ~ConfigKeyRecorder();
+  ConfigKeyRecorder(const ConfigKeyRecorder&) = delete;
+  ConfigKeyRecorder& operator=(const ConfigKeyRecorder&) = delete;
+  const std::set<std::string>& keys() const { return keys_; }
+  static void note(const std::string& key);
+
+ private:
+  std::set<std::string> keys_;
+  ConfigKeyRecorder* previous_;
 };
 
 }  // namespace gengraph

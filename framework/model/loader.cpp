@@ -1,8 +1,10 @@
 #include "framework/model/loader.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
+#include "framework/model/json_fields.h"
 #include "framework/model/model_registry.h"
 #include "framework/model/safetensors.h"
 #include "framework/util/error.h"
@@ -84,7 +86,22 @@ LoadedModel load_model(const ModelSource& src) {
     if (src.config_overrides.is_object()) doc.merge_patch(src.config_overrides);
     out.source = "preset:" + src.preset;
     out.config_json = doc;
+    ConfigKeyRecorder read;
     ModelConfig config = parse_model_config(doc, out.source);
+    if (src.config_overrides.is_object()) {
+      // A key no config reader looks at would change nothing: almost surely a typo.
+      std::vector<std::string> known(read.keys().begin(), read.keys().end());
+      for (auto it = src.config_overrides.begin(); it != src.config_overrides.end(); ++it) {
+        const bool used = std::any_of(known.begin(), known.end(), [&](const std::string& k) {
+          return k == it.key() || k.rfind(it.key() + ".", 0) == 0;
+        });
+        if (!used) {
+          throw Error("model.config: '" + it.key() + "' is not a key gengraph's " + config.model_type +
+                      " config reader uses (with this configuration), so overriding it would change nothing" +
+                      did_you_mean(it.key(), known));
+        }
+      }
+    }
     const Architecture& arch = ModelRegistry::instance().get(config.model_type, out.source);
     WeightMap w = random_weights(arch.weight_specs(config), config.initializer_range, src.seed,
                                  src.load);

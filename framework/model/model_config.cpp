@@ -28,6 +28,7 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
   if (!doc.contains("model_type") || !doc["model_type"].is_string()) {
     throw Error(source + ": missing string field 'model_type' (which architecture is this?)");
   }
+  ConfigKeyRecorder::note("model_type");
   const Architecture& arch = ModelRegistry::instance().get(doc["model_type"].get<std::string>(), source);
   ModelConfig c = arch.parse_config(doc, source);
   c.model_type = arch.model_type;
@@ -84,6 +85,21 @@ void ModelConfig::validate_rope() const {
     need(rope.low_freq_factor > 0 && rope.high_freq_factor > rope.low_freq_factor,
          "llama3 needs 0 < low_freq_factor < high_freq_factor");
   }
+}
+
+namespace {
+thread_local ConfigKeyRecorder* active_recorder = nullptr;
+}  // namespace
+
+ConfigKeyRecorder::ConfigKeyRecorder() : previous_(active_recorder) { active_recorder = this; }
+ConfigKeyRecorder::~ConfigKeyRecorder() { active_recorder = previous_; }
+void ConfigKeyRecorder::note(const std::string& key) {
+  if (active_recorder) active_recorder->keys_.insert(key);
+}
+
+bool JsonFields::has(const std::string& key) const {
+  ConfigKeyRecorder::note(prefix_ + key);
+  return doc_.contains(key) && !doc_[key].is_null();
 }
 
 int64_t JsonFields::positive_int(const std::string& key) const {

@@ -76,6 +76,22 @@ TEST(Loader, PresetOverridesChangeTheShape) {
   EXPECT_EQ(m.model->config().hidden_size, 32);
 }
 
+// An override of a key no config reader looks at would silently measure the unchanged shape.
+TEST(LoaderErrors, AnOverrideNoConfigReaderUsesIsRefused) {
+  ModelSource s;
+  s.preset = "gpt2-tiny";
+  s.config_overrides = {{"n_layr", 4}};
+  EXPECT_THAT(error_of([&] { load_model(s); }),
+              HasSubstr("model.config: 'n_layr' is not a key gengraph's gpt2 config reader uses"));
+  EXPECT_THAT(error_of([&] { load_model(s); }), HasSubstr("(did you mean 'n_layer'?)"));
+  // A dict counts as used when the reader looks at its entries (rope_scaling.factor).
+  s.preset = "llama-tiny";
+  s.config_overrides = {{"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}}, {"num_key_value_heads", 2}};
+  EXPECT_EQ(load_model(s).model->config().rope.factor, 2.0);
+  s.config_overrides = {{"rope_scalng", {{"rope_type", "linear"}, {"factor", 2.0}}}};
+  EXPECT_THAT(error_of([&] { load_model(s); }), HasSubstr("(did you mean 'rope_scaling'?)"));
+}
+
 TEST(LoaderErrors, UnknownPresetSuggestsClosest) {
   ModelSource s;
   s.preset = "gpt2-tinny";
