@@ -279,6 +279,10 @@ at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& a
       throw Error("trace '" + source_ + "' " + method + " returned " + shape_str(logits.sizes()) + ", expected [" +
                   std::to_string(meta_.rows) + ", " + std::to_string(meta_.vocab_size) + "]");
     }
+    if (!at::isFloatingType(logits.scalar_type())) {
+      throw Error("trace '" + source_ + "' " + method + " returned " + std::string(c10::toString(logits.scalar_type())) +
+                  " logits, expected floating-point scores (the model's dtype)");
+    }
     checked = true;
   }
   return logits;

@@ -145,6 +145,18 @@ def decode(self, a, b, c, d, e, f, g):
   auto t = make("trace", m, {{"file", (dir / "wrong.pt").string()}});
   EXPECT_THAT(error_of([&] { Generator(greedy(6)).generate(*t, kPrompts); }),
               HasSubstr("prefill returned [2, 4], expected [2, 1024]"));
+  // Right shape, integer scores.
+  torch::jit::Module ints(c10::QualifiedName("__torch__.Ints"));
+  ints.define(R"(
+def prefill(self, a, b, c, d, e, f, g):
+  return torch.zeros([2, 1024]).long()
+def decode(self, a, b, c, d, e, f, g):
+  return torch.zeros([2, 1024]).long()
+)");
+  ints.save((dir / "ints.pt").string(), {{"gengraph.json", meta.to_json().dump()}});
+  auto ti = make("trace", m, {{"file", (dir / "ints.pt").string()}});
+  EXPECT_THAT(error_of([&] { Generator(greedy(6)).generate(*ti, kPrompts); }),
+              HasSubstr("prefill returned Long logits, expected floating-point scores"));
 }
 
 TEST(TraceBackendErrors, OptionsAreChecked) {
