@@ -515,6 +515,7 @@ std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> expand_sweep(
 
 ExperimentConfig load_experiment(const std::filesystem::path& path,
                                  const std::vector<std::string>& overrides) {
+  if (std::filesystem::is_directory(path)) throw Error("experiment file '" + path.string() + "' is a folder");
   std::ifstream in(path);
   if (!in) throw Error("cannot read experiment file '" + path.string() + "'");
   std::stringstream ss;

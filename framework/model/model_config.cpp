@@ -12,6 +12,7 @@
 namespace gengraph {
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {
+  if (std::filesystem::is_directory(path)) throw Error("'" + path.string() + "' is a folder, expected a JSON file");
   std::ifstream in(path);
   if (!in) throw Error("cannot read '" + path.string() + "': file missing or unreadable");
   std::stringstream ss;

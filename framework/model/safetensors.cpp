@@ -54,6 +54,10 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
     ::close(fd);
     fail(path, "cannot stat");
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, S_ISDIR(st.st_mode) ? "is a folder, expected a file" : "is not a regular file");
+  }
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size < 8) {
     ::close(fd);

@@ -102,6 +102,16 @@ TEST(LoaderErrors, MissingFolderOrConfig) {
   EXPECT_THAT(error_of([] { load_model(folder("/no/such/model")); }), HasSubstr("'/no/such/model' is not a folder"));
   TempDir dir;
   EXPECT_THAT(error_of([&] { load_model(folder(dir.path())); }), HasSubstr("has no config.json"));
+  // A folder where a file belongs is named as such, not reported as bad JSON or a failed mmap.
+  const auto m = dir / "m";
+  std::filesystem::copy(std::filesystem::path(testing::fixtures_dir()) / "models" / "gpt2-a", m);
+  std::filesystem::remove(m / "generation_config.json");
+  std::filesystem::create_directory(m / "generation_config.json");
+  EXPECT_THAT(error_of([&] { load_model(folder(m)); }), HasSubstr("generation_config.json' is a folder, expected a JSON file"));
+  std::filesystem::remove(m / "generation_config.json");
+  std::filesystem::remove(m / "model.safetensors");
+  std::filesystem::create_directory(m / "model.safetensors");
+  EXPECT_THAT(error_of([&] { load_model(folder(m)); }), HasSubstr("model.safetensors': is a folder, expected a file"));
 }
 
 TEST(LoaderErrors, ConfigJsonDefects) {
