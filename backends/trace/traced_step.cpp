@@ -1,5 +1,6 @@
 #include "backends/trace/traced_step.h"
 
+#include <optional>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -120,26 +121,37 @@ nlohmann::json TraceMeta::to_json() const {
 
 TraceMeta TraceMeta::from_json(const nlohmann::json& j, const std::string& source) {
   TraceMeta m;
+  if (!j.is_object()) throw Error(source + ": gengraph.json: expected a JSON object, found " + j.dump());
   auto need = [&](const char* key) -> const nlohmann::json& {
     if (!j.contains(key)) throw Error(source + ": gengraph.json lacks '" + key + "'");
     return j[key];
   };
-  try {
-    m.format = need("format").get<int>();
-    m.model_type = need("model_type").get<std::string>();
-    m.model_fingerprint = j.value("model_fingerprint", "");
-    m.layers = need("layers").get<int64_t>();
-    m.kv_heads = need("kv_heads").get<int64_t>();
-    m.head_dim = need("head_dim").get<int64_t>();
-    m.vocab_size = need("vocab_size").get<int64_t>();
-    m.dtype = need("dtype").get<std::string>();
-    m.rows = need("rows").get<int64_t>();
-    m.prompt_length = need("prompt_length").get<int64_t>();
-    m.max_length = need("max_length").get<int64_t>();
-    m.made_by = j.value("made_by", "");
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(source + ": gengraph.json has a field of the wrong type: " + e.what());
-  }
+  auto wrong = [&](const char* key, const char* expected, const nlohmann::json& found) {
+    return Error(source + ": gengraph.json '" + key + "': expected " + expected + ", found " + found.dump());
+  };
+  auto integer = [&](const char* key) {
+    const auto& v = need(key);
+    if (!v.is_number_integer()) throw wrong(key, "an integer", v);
+    return v.get<int64_t>();
+  };
+  auto text = [&](const char* key, std::optional<std::string> fallback = std::nullopt) {
+    if (fallback && !j.contains(key)) return *fallback;
+    const auto& v = need(key);
+    if (!v.is_string()) throw wrong(key, "a string", v);
+    return v.get<std::string>();
+  };
+  m.format = static_cast<int>(integer("format"));
+  m.model_type = text("model_type");
+  m.model_fingerprint = text("model_fingerprint", "");
+  m.layers = integer("layers");
+  m.kv_heads = integer("kv_heads");
+  m.head_dim = integer("head_dim");
+  m.vocab_size = integer("vocab_size");
+  m.dtype = text("dtype");
+  m.rows = integer("rows");
+  m.prompt_length = integer("prompt_length");
+  m.max_length = integer("max_length");
+  m.made_by = text("made_by", "");
   if (m.format != 1) throw Error(source + ": gengraph.json format " + std::to_string(m.format) + ", expected 1");
   return m;
 }

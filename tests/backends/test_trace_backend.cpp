@@ -133,6 +133,11 @@ TEST(TraceBackendErrors, MissingCorruptOrIncompleteFiles) {
   partial.save((dir / "nometa.pt").string());
   EXPECT_THAT(error_of([&] { TracedStep::load(dir / "nometa.pt", at::kCPU, meta); }),
               HasSubstr("has no gengraph.json"));
+  auto bad_meta = meta.to_json();
+  bad_meta["layers"] = "two";
+  partial.save((dir / "badmeta.pt").string(), {{"gengraph.json", bad_meta.dump()}});
+  EXPECT_THAT(error_of([&] { TracedStep::load(dir / "badmeta.pt", at::kCPU, meta); }),
+              HasSubstr("gengraph.json 'layers': expected an integer, found \"two\""));
   // Right metadata, wrong output: a decode that returns its input ids.
   torch::jit::Module wrong(c10::QualifiedName("__torch__.Wrong"));
   wrong.define(R"(
