@@ -161,7 +161,7 @@ void write_safetensors(const std::filesystem::path& path,
   static const std::map<at::ScalarType, std::string> kNames = {
       {at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"}, {at::kBFloat16, "BF16"},
       {at::kLong, "I64"},   {at::kInt, "I32"},   {at::kShort, "I16"}, {at::kChar, "I8"},
-      {at::kByte, "U8"},    {at::kBool, "BOOL"}};
+      {at::kByte, "U8"},    {at::kBool, "BOOL"}, {at::kFloat8_e4m3fn, "F8_E4M3"}, {at::kFloat8_e5m2, "F8_E5M2"}};
   nlohmann::json header = nlohmann::json::object();
   std::vector<at::Tensor> data;
   uint64_t offset = 0;

@@ -68,9 +68,12 @@ WeightMap load_weights(const Checkpoint& ckpt, const std::vector<TensorSpec>& sp
                   shape_str(e.shape) + " but the config expects " + shape_str(s.shape));
     }
     const auto dt = safetensors_dtype(e.dtype, "tensor '" + key + "'");
-    if (!at::isFloatingType(dt)) {
+    if (!at::isFloatingType(dt) || at::isFloat8Type(dt)) {
+      // FP8 checkpoints store per-block scales beside their weights; a plain cast without them
+      // would load a different model, silently.
       throw Error("'" + ckpt.file_of(key).string() + "': tensor '" + key + "' has dtype " +
-                  e.dtype + ", expected a floating-point type");
+                  e.dtype + ", expected F32, F16, BF16 or F64" +
+                  (at::isFloat8Type(dt) ? " (FP8-quantized checkpoints need their scales, which gengraph does not apply)" : ""));
     }
     at::Tensor view = ckpt.view(key);
     // Same dtype on CPU keeps the zero-copy view of the mapped file; otherwise one converted copy.

@@ -5,6 +5,7 @@
 
 #include "framework/model/loader.h"
 #include "framework/model/model_registry.h"
+#include "framework/model/safetensors.h"
 #include "framework/util/error.h"
 #include "tests/test_util.h"
 
@@ -90,6 +91,31 @@ TEST(LoaderErrors, AnOverrideNoConfigReaderUsesIsRefused) {
   EXPECT_EQ(load_model(s).model->config().rope.factor, 2.0);
   s.config_overrides = {{"rope_scalng", {{"rope_type", "linear"}, {"factor", 2.0}}}};
   EXPECT_THAT(error_of([&] { load_model(s); }), HasSubstr("(did you mean 'rope_scaling'?)"));
+}
+
+// Weights must be F32, F16, BF16 or F64: an integer tensor is no weight, and FP8 weights would
+// need their quantization scales, so a plain cast would load a different model.
+TEST(LoaderErrors, WeightsOfANonFloatOrFp8DtypeAreRefused) {
+  TempDir dir;
+  const auto src = std::filesystem::path(testing::fixtures_dir()) / "models" / "gpt2-a";
+  for (const auto& [dtype, name, expected] :
+       std::vector<std::tuple<at::ScalarType, std::string, std::string>>{
+           {at::kLong, "I64", "has dtype I64, expected F32, F16, BF16 or F64"},
+           {at::kFloat8_e4m3fn, "F8", "has dtype F8_E4M3, expected F32, F16, BF16 or F64 (FP8-quantized checkpoints"}}) {
+    const auto m = dir / name;
+    std::filesystem::copy(src, m);
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    {
+      const auto f = SafetensorsFile::open(src / "model.safetensors");
+      for (const auto& [key, e] : f->entries()) {
+        at::Tensor t = f->view(key).clone();
+        tensors.emplace_back(key, key == "transformer.wte.weight" ? t.to(dtype) : t);
+      }
+    }
+    std::filesystem::remove(m / "model.safetensors");
+    testing::write_safetensors(m / "model.safetensors", tensors);
+    EXPECT_THAT(error_of([&] { load_model(folder(m)); }), HasSubstr("tensor 'transformer.wte.weight' " + expected));
+  }
 }
 
 TEST(LoaderErrors, UnknownPresetSuggestsClosest) {
