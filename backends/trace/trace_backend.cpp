@@ -92,7 +92,10 @@ class TraceBackend final : public ForwardBackend {
     TraceMeta meta = expected_meta(model(), shape().rows, prompt_length, shape().max_length);
     const auto t0 = Clock::now();
     if (!s_.file.empty()) {
-      meta.model_fingerprint.clear();  // a Python trace carries its own weights
+      // A trace carries its weights. One gengraph made (from a cache_dir) records their
+      // fingerprint, checked here; a Python trace records none, and is not checked.
+      if (file_fingerprint_.empty()) file_fingerprint_ = model_fingerprint(model());
+      meta.model_fingerprint = file_fingerprint_;
       it = steps_.emplace(key, TracedStep::load(s_.file, model().device(), meta, s_.trace)).first;
       ++loaded_;
     } else if (!s_.cache_dir.empty()) {
@@ -120,6 +123,7 @@ class TraceBackend final : public ForwardBackend {
 
   Settings s_;
   std::string fingerprint_;
+  std::string file_fingerprint_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, TracedStep> steps_;  // (rows, prompt, max_length)
   TracedStep* current_ = nullptr;
   std::set<const TracedStep*> warm_prefill_, warm_decode_;

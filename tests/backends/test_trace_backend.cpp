@@ -58,6 +58,19 @@ TEST(TraceBackend, SavesTracesAndASecondRunLoadsThem) {
   EXPECT_EQ(second->report().at("traces_built"), 0.0);
   EXPECT_EQ(second->report().at("traces_loaded"), 1.0);
   for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(a.outputs[i][0].tokens, b.outputs[i][0].tokens);
+  // The cached file passed as `file:` runs for the same weights, and is refused for others: the
+  // trace holds its weights, so it would silently compute another model.
+  std::filesystem::path file;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) file = e.path();
+  auto third = make("trace", m, {{"file", file.string()}});
+  const auto c = Generator(greedy(6)).generate(*third, kPrompts);
+  for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(a.outputs[i][0].tokens, c.outputs[i][0].tokens);
+  ModelSource other;
+  other.preset = "gpt2-tiny";
+  other.seed = 6;
+  auto fourth = make("trace", load_model(other).model, {{"file", file.string()}});
+  EXPECT_THAT(error_of([&] { Generator(greedy(6)).generate(*fourth, kPrompts); }),
+              HasSubstr("model weights (fingerprint)"));
 }
 
 TEST(TraceBackend, ANewShapeIsTracedAgainAndOptionsWork) {
