@@ -15,7 +15,31 @@ namespace gengraph {
 namespace {
 
 // "file:line:col: " for a node (yaml-cpp marks are 0-based).
+// Nodes that came from KEY=VALUE overrides (--set, sweep points), by identity, with their text:
+// their marks are positions in that text, not in the file, so errors name the override instead.
+thread_local std::vector<std::pair<YAML::Node, std::string>>* override_nodes = nullptr;
+
+void remember_override(const YAML::Node& n, const std::string& spec) {
+  if (!override_nodes) return;
+  override_nodes->emplace_back(n, spec);
+  if (n.IsSequence() || n.IsMap()) {
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      if (n.IsMap()) {
+        remember_override(it->first, spec);
+        remember_override(it->second, spec);
+      } else {
+        remember_override(*it, spec);
+      }
+    }
+  }
+}
+
 std::string where(const std::string& file, const YAML::Node& node) {
+  if (override_nodes) {
+    for (const auto& [n, spec] : *override_nodes) {
+      if (n.is(node)) return "override '" + spec + "': ";
+    }
+  }
   const YAML::Mark m = node.Mark();
   if (m.line < 0) return file + ": ";
   return file + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1) + ": ";
@@ -256,7 +280,6 @@ nlohmann::json read_generation(MapReader r, const YAML::Node& node, const std::s
   return out;
 }
 
-// Applies "a.b.c=value" onto the document, creating mappings on the way.
 // The position (1-based line and column) of the first byte that is not part of valid UTF-8, if any.
 std::optional<std::pair<size_t, size_t>> first_invalid_utf8(const std::string& text) {
   size_t line = 1, col = 1;
@@ -278,6 +301,7 @@ std::optional<std::pair<size_t, size_t>> first_invalid_utf8(const std::string& t
   return std::nullopt;
 }
 
+// Applies "a.b.c=value" onto the document, creating mappings on the way.
 void apply_override(YAML::Node& root, const std::string& spec) {
   const auto eq = spec.find('=');
   if (eq == std::string::npos || eq == 0) {
@@ -313,6 +337,7 @@ void apply_override(YAML::Node& root, const std::string& spec) {
     chain.push_back(next);
   }
   chain.back()[parts.back()] = value;
+  remember_override(value, spec);
 }
 
 ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std::string& stem) {
@@ -478,6 +503,13 @@ ExperimentConfig parse_experiment(const std::string& text, const std::string& so
                                   const std::vector<std::string>& overrides) {
   YAML::Node root = load_yaml(text, source);
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  std::vector<std::pair<YAML::Node, std::string>> from_overrides;
+  auto* const outer = override_nodes;
+  override_nodes = &from_overrides;
+  struct Restore {
+    std::vector<std::pair<YAML::Node, std::string>>* outer;
+    ~Restore() { override_nodes = outer; }
+  } restore{outer};
   for (const auto& o : overrides) apply_override(root, o);
   std::string stem = std::filesystem::path(source).stem().string();
   ExperimentConfig c = parse_root(root, source, stem.empty() ? "experiment" : stem);

@@ -130,6 +130,18 @@ INSTANTIATE_TEST_SUITE_P(
                 "inputs.texts: needs model.path"}),
     [](const auto& info) { return info.param.name; });
 
+// A bad value from --set (or a sweep point) is named by its override: its YAML position is in the
+// override's text, not in the file.
+TEST(ExperimentConfig, ErrorsInOverridesNameTheOverride) {
+  EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"run={repeats: many}"}); }),
+              HasSubstr("override 'run={repeats: many}': run.repeats: expected an integer in [1, 100000], found 'many'"));
+  EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"inputs.prompts=[[1, -2]]"}); }),
+              HasSubstr("override 'inputs.prompts=[[1, -2]]': inputs.prompts[0][1]"));
+  // Values from the file keep their file position.
+  EXPECT_THAT(error_of([] { parse_experiment(std::string(kValid) + "plot: x.txt\n", "t.yaml", {"run={repeats: 2}"}); }),
+              HasSubstr("t.yaml:12:7: plot"));
+}
+
 TEST(ExperimentConfig, SetNeedsAValue) {
   EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"generation.max_new_tokens="}); }),
               HasSubstr("--set 'generation.max_new_tokens=': expected a value after '='"));
