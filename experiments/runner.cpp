@@ -466,6 +466,8 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
   doc["schema_version"] = 1;
   doc["experiment"] = c.name;
   doc["config_file"] = c.file;
+  // The experiment as written and the overrides applied to it: enough to run it again.
+  doc["config"] = {{"text", c.source_text}, {"overrides", c.overrides}};
   doc["created"] = now_iso8601();
   doc["environment"] = {{"gengraph_commit", gengraph_commit()},
                         {"torch_version", torch_version()},
@@ -600,6 +602,8 @@ nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log) {
   doc["schema_version"] = 1;
   doc["experiment"] = c.name;
   doc["config_file"] = c.file;
+  // The experiment as written and the overrides applied to it: enough to run it again.
+  doc["config"] = {{"text", c.source_text}, {"overrides", c.overrides}};
   doc["created"] = now_iso8601();
   doc["baseline"] = c.baseline;
   doc["sweep"] = nlohmann::json::object();

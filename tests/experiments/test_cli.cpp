@@ -41,6 +41,8 @@ run: {warmup: 0, repeats: 2}
     EXPECT_TRUE(r["deterministic_across_repeats"].get<bool>());
   }
   EXPECT_EQ(doc["runs"][0]["outputs"], doc["runs"][1]["outputs"]);
+  EXPECT_EQ(doc["config"]["text"], testing::read_file(dir / "e.yaml"));
+  EXPECT_EQ(doc["config"]["overrides"], nlohmann::json::array());
   EXPECT_EQ(doc["environment"]["torch_version"], "2.11.0");
   EXPECT_FALSE(doc["environment"]["gengraph_commit"].get<std::string>().empty());
   // `show` prints the same table from the file.
