@@ -251,6 +251,9 @@ int cli_main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::cerr << "error: " << e.what() << "\n" << kUsage;
     return 2;
+  } catch (const Interrupted& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 128 + e.signal;
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -1,5 +1,6 @@
 #include "experiments/runner.h"
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <cmath>
 #include <ctime>
 #include <fstream>
@@ -274,6 +276,83 @@ std::filesystem::path python_for_tools() {
   return source_root() / ".venv" / "bin" / "python";
 }
 
+// Interrupts (SIGINT, SIGTERM) while temporary files exist. Outside an InterruptGuard a signal
+// keeps its default action. Inside one, it is forwarded to the running tool (if any) and noted;
+// the code then throws Interrupted at the next check, and the destructors remove the temporary
+// files (the peers' model copy, results being written) on the way out.
+volatile sig_atomic_t g_child_pid = 0;
+volatile sig_atomic_t g_signal = 0;
+int g_guards = 0;
+
+extern "C" void on_interrupt(int sig) {
+  g_signal = sig;
+  if (g_child_pid > 0) ::kill(static_cast<pid_t>(g_child_pid), sig);
+}
+
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    if (g_guards++ > 0) return;
+    g_signal = 0;  // a signal before this had its default action; one noted by an earlier guard is handled
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~InterruptGuard() {
+    if (--g_guards > 0) return;
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+void throw_if_interrupted() {
+  if (g_signal != 0) throw Interrupted(static_cast<int>(g_signal));
+}
+
+// Runs argv[0] (looked up in PATH) with these arguments, no shell in between, and waits for it.
+// Returns its exit status or 128 + the signal that ended it; throws when it cannot be started,
+// and Interrupted when this process was interrupted meanwhile.
+int run_command(const std::vector<std::string>& argv) {
+  InterruptGuard guard;
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  if (const int err = posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ); err != 0) {
+    throw Error("cannot start '" + argv[0] + "': " + std::strerror(err) +
+                (argv[0].find("python") != std::string::npos
+                     ? " (the tools' Python: GENGRAPH_PYTHON, or .venv/bin/python in the source tree)"
+                     : ""));
+  }
+  g_child_pid = pid;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      g_child_pid = 0;
+      return -1;
+    }
+  }
+  g_child_pid = 0;
+  throw_if_interrupted();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Removes a file when it goes out of scope, whatever happened meanwhile.
+struct RemoveOnExit {
+  std::filesystem::path path;
+  ~RemoveOnExit() {
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);
+  }
+};
+
 // The model folder the peers load: the configured one, or (for a preset) the very same random
 // weights written once to a temporary folder, removed when the peers are done.
 class PeerModelFolder {
@@ -282,35 +361,29 @@ class PeerModelFolder {
     if (!path_.empty()) return;
     path_ = std::filesystem::temp_directory_path() / ("gengraph-peer-model-" + std::to_string(::getpid()));
     temporary_ = true;
-    save_model_folder(loaded, path_);
+    try {
+      save_model_folder(loaded, path_);
+      throw_if_interrupted();
+    } catch (...) {
+      remove();
+      throw;
+    }
   }
-  ~PeerModelFolder() {
-    std::error_code ignored;
-    if (temporary_) std::filesystem::remove_all(path_, ignored);
-  }
+  ~PeerModelFolder() { remove(); }
   PeerModelFolder(const PeerModelFolder&) = delete;
   PeerModelFolder& operator=(const PeerModelFolder&) = delete;
   const std::filesystem::path& path() const { return path_; }
 
  private:
+  void remove() {
+    std::error_code ignored;
+    if (temporary_) std::filesystem::remove_all(path_, ignored);
+  }
+  InterruptGuard guard_;  // constructed first: an interrupt while writing the copy is caught too
   std::filesystem::path path_;
   bool temporary_ = false;
 };
 
-// Runs argv[0] (looked up in PATH) with these arguments, no shell in between, and waits for it.
-// Returns its exit status, 128 + the signal that ended it, or 127 when it could not be started.
-int run_command(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return 127;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 // Runs tools/SCRIPT --request REQ.json --out OUT.json with the tools' Python, optionally under
 // coreutils' timeout (TERM at the limit, KILL 10 s later; exit 124 when the limit hit). Returns the
@@ -325,6 +398,7 @@ ToolResult run_tool(const std::string& script, const nlohmann::json& request, in
   const auto stem = std::filesystem::temp_directory_path() /
                     ("gengraph-" + script + "-" + std::to_string(::getpid()) + "-" + std::to_string(++calls));
   const auto req_path = stem.string() + ".json", out_path = stem.string() + ".out.json";
+  const RemoveOnExit remove_request{req_path}, remove_output{out_path};
   {
     std::ofstream f(req_path);
     f << request.dump();
@@ -341,9 +415,7 @@ ToolResult run_tool(const std::string& script, const nlohmann::json& request, in
   log << "\n";
   ToolResult r;
   r.rc = run_command(argv);
-  std::filesystem::remove(req_path);
   if (r.rc == 0 && std::filesystem::exists(out_path)) r.out = read_json_file(out_path);
-  std::filesystem::remove(out_path);
   return r;
 }
 
@@ -364,7 +436,7 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c, const s
                   std::to_string(c.run.peer_timeout_s) + " s");
     }
     throw Error("peer '" + peer.label + "': tools/hf_peer.py failed (exit " + std::to_string(r.rc) +
-                "; its messages are above in the log)");
+                "; any message it printed is above)");
   }
   return *r.out;
 }
@@ -375,7 +447,7 @@ nlohmann::json tokenizer_call(const std::string& folder, const char* op, const n
   ToolResult r = run_tool("hf_tokenizer.py", {{"model", folder}, {op, items}}, 0, log);
   if (!r.out || !(*r.out).contains(field) || (*r.out)[field].size() != items.size()) {
     throw Error(std::string("inputs.texts: tools/hf_tokenizer.py could not ") + op + " with the tokenizer in '" +
-                folder + "' (exit " + std::to_string(r.rc) + "; its message is above)");
+                folder + "' (exit " + std::to_string(r.rc) + "; any message it printed is above)");
   }
   return (*r.out)[field];
 }
@@ -559,8 +631,11 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
     for (const auto& peer : c.peers) {
       nlohmann::json run;
       try {
+        throw_if_interrupted();
         run = run_peer(peer, c, folder.path(), gen.to_json(), prompts, log);
         run["tokens_match_first_row"] = doc["runs"].empty() ? true : run["outputs"] == doc["runs"][0]["outputs"];
+      } catch (const Interrupted&) {
+        throw;  // not a failed peer: the whole run stops
       } catch (const Error& e) {
         // gengraph's rows are measured already: keep them, and say which peer failed and why.
         log << "peer " << peer.label << " FAILED: " << e.what() << "\n";
@@ -634,6 +709,7 @@ void check_output_path(const std::filesystem::path& path, const std::string& wha
 }
 
 void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path, const std::filesystem::path& plot) {
+  const InterruptGuard guard;
   std::string text;
   try {
     text = doc.dump(2) + "\n";
@@ -644,9 +720,11 @@ void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
   }
   check_output_path(path, "results");
   if (!plot.empty()) check_output_path(plot, "plot");
-  // A device or pipe (/dev/stdout, /dev/null) is written through, never renamed over; the plot then
-  // reads a private copy.
-  const bool device = std::filesystem::exists(path) && !std::filesystem::is_regular_file(path);
+  // A device, pipe or symlink (/dev/stdout, /dev/null, a link to a file) is written through, never
+  // renamed over; the plot then reads a private copy. symlink_status: /dev/stdout is a link whose
+  // target may be a regular file when stdout is redirected to one.
+  const auto st = std::filesystem::symlink_status(path);
+  const bool device = std::filesystem::exists(st) && !std::filesystem::is_regular_file(st);
   const std::filesystem::path tmp =
       device ? std::filesystem::temp_directory_path() / ("gengraph-results-" + std::to_string(::getpid()) + ".json")
              : std::filesystem::path(path.string() + ".tmp");
@@ -673,7 +751,7 @@ void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
       const int rc = run_command(argv);
       if (rc != 0 || !std::filesystem::exists(plot_tmp)) {
         throw Error("plot: tools/plot_results.py failed for '" + plot.string() + "' (exit " + std::to_string(rc) +
-                    "; its message is above); no results were written");
+                    "; any message it printed is above); no results were written");
       }
     }
     if (device) {
@@ -685,6 +763,7 @@ void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
       std::filesystem::rename(tmp, path);
     }
     if (!plot.empty()) std::filesystem::rename(plot_tmp, plot);
+    throw_if_interrupted();
   } catch (const std::filesystem::filesystem_error& e) {
     clean();
     throw Error("writing results to '" + path.string() + "'" + (plot.empty() ? "" : " and the plot '" + plot.string() + "'") +

@@ -11,6 +11,7 @@
 
 #include "framework/config/experiment_config.h"
 #include "framework/decoding/generation_config.h"
+#include "framework/util/error.h"
 
 namespace gengraph {
 
@@ -35,6 +36,16 @@ nlohmann::json run_experiment(const ExperimentConfig& config, std::ostream& log)
 // One configuration: build every backend, warm each up, then time interleaved repeats; then the
 // peers (transformers' generate() through tools/hf_peer.py).
 nlohmann::json run_point(const ExperimentConfig& config, std::ostream& log);
+
+// Thrown when SIGINT or SIGTERM arrived while gengraph held temporary files or ran a tool (peer,
+// tokenizer, plot): the tool got the signal too, the temporary files are removed, and no results
+// are written. The CLI exits with 128 + the signal, as a shell does.
+struct Interrupted : Error {
+  explicit Interrupted(int sig)
+      : Error("interrupted by signal " + std::to_string(sig) + ": temporary files removed, no results written"),
+        signal(sig) {}
+  int signal;
+};
 
 // Writes `doc` to `path` and, when `plot` is not empty, draws it there as a PNG with
 // tools/plot_results.py (matplotlib in the .venv). Both are written to temporary files and renamed

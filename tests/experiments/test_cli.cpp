@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
+#include <thread>
 #include <cstdlib>
 
 #include "experiments/cli.h"
@@ -327,6 +329,57 @@ TEST(Cli, ABadTokenIdNamesTheFileItCameFrom) {
     g.eos_token_id = {7};
     g.validate_for_vocab(5);
   }), HasSubstr("generation: 'eos_token_id': token id 7 is outside the model's vocabulary [0, 5)"));
+}
+
+// --output through a symlink (as /dev/stdout is) writes to its target and keeps the link.
+TEST(Cli, OutputThroughASymlinkKeepsTheLink) {
+  TempDir dir;
+  write_file(dir / "e.yaml", "model: {preset: gpt2-tiny}\ninputs: {prompts: [[1, 2]]}\n"
+                             "generation: {max_new_tokens: 2}\nrun: {warmup: 0, repeats: 1}\n");
+  std::filesystem::create_symlink(dir / "target.json", dir / "link.json");
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"run", (dir / "e.yaml").string(), "--output", (dir / "link.json").string(), "--quiet"}), 0);
+  ::testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.json"));
+  EXPECT_EQ(nlohmann::json::parse(testing::read_file(dir / "target.json"))["schema_version"], 1);
+}
+
+// Ctrl-C while a peer runs: the peer gets the signal, the temporary model copy and the request
+// files are removed, nothing is written, and the exit status is 128 + SIGINT.
+TEST(Cli, AnInterruptDuringAPeerRemovesTemporaryFilesAndExits130) {
+  TempDir dir;
+  write_file(dir / "slow.sh", "#!/bin/sh\nexec sleep 60\n");
+  std::filesystem::permissions(dir / "slow.sh", std::filesystem::perms::owner_all);
+  write_file(dir / "e.yaml", "model: {preset: gpt2-tiny}\npeers: [hf_eager]\ninputs: {prompts: [[1, 2]]}\n"
+                             "generation: {max_new_tokens: 2}\nrun: {warmup: 0, repeats: 1}\n");
+  const char* old_python = std::getenv("GENGRAPH_PYTHON");
+  const std::string saved = old_python ? old_python : "";
+  setenv("GENGRAPH_PYTHON", (dir / "slow.sh").string().c_str(), 1);
+  const auto model_copy = std::filesystem::temp_directory_path() / ("gengraph-peer-model-" + std::to_string(::getpid()));
+  std::thread interrupter([&] {
+    // Only once the copy exists: gengraph then catches the signal (before, it would end the test).
+    for (int i = 0; i < 400 && !std::filesystem::exists(model_copy); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (std::filesystem::exists(model_copy)) ::kill(::getpid(), SIGINT);
+  });
+  ::testing::internal::CaptureStderr();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = cli({"run", (dir / "e.yaml").string(), "--output", (dir / "r.json").string(), "--quiet"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  interrupter.join();
+  if (old_python) setenv("GENGRAPH_PYTHON", saved.c_str(), 1); else unsetenv("GENGRAPH_PYTHON");
+  EXPECT_EQ(rc, 128 + SIGINT);
+  EXPECT_THAT(err, HasSubstr("interrupted by signal 2: temporary files removed, no results written"));
+  EXPECT_LT(seconds, 30.0);  // the peer was stopped, not waited for
+  EXPECT_FALSE(std::filesystem::exists(model_copy));
+  EXPECT_FALSE(std::filesystem::exists(dir / "r.json"));
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::temp_directory_path())) {
+    EXPECT_EQ(e.path().filename().string().find("gengraph-hf_peer.py-" + std::to_string(::getpid()) + "-"),
+              std::string::npos) << "left behind: " << e.path();
+  }
 }
 
 TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
