@@ -490,6 +490,28 @@ void check_runnable(const ExperimentConfig& c) {
   } else if (!std::filesystem::is_regular_file(std::filesystem::path(c.model.path) / "config.json")) {
     throw Error(c.file + ": model.path: '" + c.model.path + "' has no config.json");
   }
+  // The model's configuration (no weights): preset overrides, and the prompts and lengths
+  // against its vocabulary and context. Texts are checked once encoded, at run time.
+  ModelSource src;
+  src.preset = c.model.preset;
+  src.path = c.model.path;
+  src.config_overrides = c.model.config_overrides;
+  const ModelConfig mc = model_config_of(src);
+  if (c.inputs.texts.empty()) {
+    GenerationConfig g;  // the experiment's keys; a folder's generation_config.json joins at run time
+    for (auto it = c.generation.begin(); it != c.generation.end(); ++it) {
+      apply_generation_key(g, it.key(), it.value(), c.file + ": generation");
+    }
+    const auto prompts = c.inputs.synthetic
+                             ? std::vector<std::vector<int64_t>>(c.inputs.batch_size,
+                                                                 std::vector<int64_t>(c.inputs.prompt_length, 0))
+                             : c.inputs.prompts;
+    try {
+      check_prompts(mc, g, prompts);
+    } catch (const Error& e) {
+      throw Error(c.file + ": " + e.what());
+    }
+  }
 }
 
 nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {

@@ -23,11 +23,9 @@ Generator::Generator(GenerationConfig config, std::function<void()> sync)
   config_.validate();
 }
 
-GenerationResult Generator::generate(ForwardBackend& backend,
-                                     const std::vector<std::vector<int64_t>>& prompts) const {
-  const CausalLM& model = backend.model();
-  const auto& mc = model.config();
-  config_.validate_for_vocab(mc.vocab_size);
+int64_t check_prompts(const ModelConfig& mc, const GenerationConfig& g,
+                      const std::vector<std::vector<int64_t>>& prompts) {
+  g.validate_for_vocab(mc.vocab_size);
   if (prompts.empty()) throw Error("generate: no input prompts");
   int64_t prompt_len = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -42,7 +40,7 @@ GenerationResult Generator::generate(ForwardBackend& backend,
     }
     prompt_len = std::max<int64_t>(prompt_len, static_cast<int64_t>(prompts[i].size()));
   }
-  const int64_t max_length = config_.resolve_max_length(prompt_len, mc.max_positions);
+  const int64_t max_length = g.resolve_max_length(prompt_len, mc.max_positions);
   if (prompt_len >= mc.max_positions) {
     throw Error("the longest prompt has " + std::to_string(prompt_len) +
                 " tokens but the model's context is " + std::to_string(mc.max_positions) +
@@ -53,6 +51,17 @@ GenerationResult Generator::generate(ForwardBackend& backend,
                 std::to_string(max_length - prompt_len) + " new tokens exceeds the model's context of " +
                 std::to_string(mc.max_positions) + " positions (" + mc.source + ")");
   }
+
+  return max_length;
+}
+
+GenerationResult Generator::generate(ForwardBackend& backend,
+                                     const std::vector<std::vector<int64_t>>& prompts) const {
+  const CausalLM& model = backend.model();
+  const auto& mc = model.config();
+  int64_t prompt_len = 0;
+  for (const auto& p : prompts) prompt_len = std::max<int64_t>(prompt_len, static_cast<int64_t>(p.size()));
+  const int64_t max_length = check_prompts(mc, config_, prompts);
 
   Pipeline pipe = build_pipeline(config_, PipelineShape{max_length, prompt_len, mc.vocab_size});
   const int64_t batch = static_cast<int64_t>(prompts.size());

@@ -12,6 +12,7 @@
 #include "framework/decoding/generation_config.h"
 #include "framework/decoding/pipeline.h"
 #include "framework/decoding/search/search_strategy.h"
+#include "framework/model/model_config.h"
 
 namespace gengraph {
 
@@ -27,6 +28,12 @@ struct GenerationResult {
   int64_t rows = 0;                              // batch x rows_per_input
   GenerationTiming timing;
 };
+
+// Checks prompts against the model before any work: ids inside the vocabulary (and the generation
+// settings' token ids), the longest prompt plus the new tokens within the context. Returns the
+// total length. Generator::generate calls it; so does experiment validation, without weights.
+int64_t check_prompts(const ModelConfig& model, const GenerationConfig& generation,
+                      const std::vector<std::vector<int64_t>>& prompts);
 
 class Generator {
  public:

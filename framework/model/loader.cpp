@@ -77,31 +77,54 @@ nlohmann::json preset_config(const std::string& name) {
   return it->second;
 }
 
+namespace {
+
+nlohmann::json preset_document(const ModelSource& src) {
+  nlohmann::json doc = preset_config(src.preset);
+  if (src.config_overrides.is_object()) doc.merge_patch(src.config_overrides);
+  return doc;
+}
+
+}  // namespace
+
+ModelConfig model_config_of(const ModelSource& src) {
+  register_builtin_architectures();
+  if (src.preset.empty()) {
+    const auto config_path = src.path / "config.json";
+    if (!std::filesystem::is_directory(src.path)) {
+      throw Error("model path '" + src.path.string() + "' is not a folder (expected config.json and " +
+                  "model.safetensors inside)");
+    }
+    if (!std::filesystem::exists(config_path)) throw Error("model folder '" + src.path.string() + "' has no config.json");
+    return parse_model_config(read_json_file(config_path), config_path.string());
+  }
+  ConfigKeyRecorder read;
+  ModelConfig config = parse_model_config(preset_document(src), "preset:" + src.preset);
+  if (src.config_overrides.is_object()) {
+    // A key no config reader looks at would change nothing: almost surely a typo.
+    std::vector<std::string> known(read.keys().begin(), read.keys().end());
+    for (auto it = src.config_overrides.begin(); it != src.config_overrides.end(); ++it) {
+      const bool used = std::any_of(known.begin(), known.end(), [&](const std::string& k) {
+        return k == it.key() || k.rfind(it.key() + ".", 0) == 0;
+      });
+      if (!used) {
+        throw Error("model.config: '" + it.key() + "' is not a key gengraph's " + config.model_type +
+                    " config reader uses (with this configuration), so overriding it would change nothing" +
+                    did_you_mean(it.key(), known));
+      }
+    }
+  }
+  return config;
+}
+
 LoadedModel load_model(const ModelSource& src) {
   register_builtin_architectures();
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel out;
   if (!src.preset.empty()) {
-    nlohmann::json doc = preset_config(src.preset);
-    if (src.config_overrides.is_object()) doc.merge_patch(src.config_overrides);
     out.source = "preset:" + src.preset;
-    out.config_json = doc;
-    ConfigKeyRecorder read;
-    ModelConfig config = parse_model_config(doc, out.source);
-    if (src.config_overrides.is_object()) {
-      // A key no config reader looks at would change nothing: almost surely a typo.
-      std::vector<std::string> known(read.keys().begin(), read.keys().end());
-      for (auto it = src.config_overrides.begin(); it != src.config_overrides.end(); ++it) {
-        const bool used = std::any_of(known.begin(), known.end(), [&](const std::string& k) {
-          return k == it.key() || k.rfind(it.key() + ".", 0) == 0;
-        });
-        if (!used) {
-          throw Error("model.config: '" + it.key() + "' is not a key gengraph's " + config.model_type +
-                      " config reader uses (with this configuration), so overriding it would change nothing" +
-                      did_you_mean(it.key(), known));
-        }
-      }
-    }
+    out.config_json = preset_document(src);
+    ModelConfig config = model_config_of(src);
     const Architecture& arch = ModelRegistry::instance().get(config.model_type, out.source);
     WeightMap w = random_weights(arch.weight_specs(config), config.initializer_range, src.seed,
                                  src.load);
@@ -118,13 +141,18 @@ LoadedModel load_model(const ModelSource& src) {
     }
     out.config_json = read_json_file(config_path);
     ModelConfig config = parse_model_config(out.config_json, config_path.string());
+    if (out.config_json.is_object() && std::filesystem::exists(dir / "generation_config.json")) {
+      out.generation_defaults = read_json_file(dir / "generation_config.json");
+      if (!out.generation_defaults.is_object()) {
+        throw Error("'" + (dir / "generation_config.json").string() + "': expected a JSON object, found " +
+                    out.generation_defaults.dump().substr(0, 60));
+      }
+    }
     const Architecture& arch = ModelRegistry::instance().get(config.model_type, config.source);
     const Checkpoint ckpt = Checkpoint::open_folder(dir);
     WeightMap w = load_weights(ckpt, arch.weight_specs(config), arch.names, src.load);
     out.model = arch.build(std::move(config), std::move(w));
     out.source = dir.string();
-    const auto gen_path = dir / "generation_config.json";
-    if (std::filesystem::exists(gen_path)) out.generation_defaults = read_json_file(gen_path);
   }
   out.load_seconds = seconds_since(t0);
   return out;

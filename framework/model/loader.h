@@ -32,6 +32,10 @@ struct LoadedModel {
 
 LoadedModel load_model(const ModelSource& source);
 
+// The model's configuration alone, checked as load_model checks it (preset overrides included),
+// without any weights: what an experiment can be validated against before the load.
+ModelConfig model_config_of(const ModelSource& source);
+
 // Writes `model` as a Hugging Face folder (config.json + model.safetensors, tensors in the model's
 // dtype under transformers' names), so that another tool can load the very same weights.
 void save_model_folder(const LoadedModel& model, const std::filesystem::path& folder);

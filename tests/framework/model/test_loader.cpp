@@ -135,6 +135,9 @@ TEST(LoaderErrors, MissingFolderOrConfig) {
   std::filesystem::create_directory(m / "generation_config.json");
   EXPECT_THAT(error_of([&] { load_model(folder(m)); }), HasSubstr("generation_config.json' is a folder, expected a JSON file"));
   std::filesystem::remove(m / "generation_config.json");
+  testing::write_file(m / "generation_config.json", "[]");
+  EXPECT_THAT(error_of([&] { load_model(folder(m)); }), HasSubstr("generation_config.json': expected a JSON object, found []"));
+  std::filesystem::remove(m / "generation_config.json");
   std::filesystem::remove(m / "model.safetensors");
   std::filesystem::create_directory(m / "model.safetensors");
   EXPECT_THAT(error_of([&] { load_model(folder(m)); }), HasSubstr("model.safetensors': is a folder, expected a file"));
