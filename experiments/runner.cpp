@@ -551,7 +551,19 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
   std::vector<std::string> ignored;
   const GenerationConfig gen =
       resolve_generation(loaded, c.generation, c.file + ": generation", &ignored);
-  if (c.inputs.texts.empty()) prompts = make_inputs(c.inputs, mc.vocab_size);
+  if (c.inputs.texts.empty()) {
+    prompts = make_inputs(c.inputs, mc.vocab_size);
+  } else {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      for (const int64_t id : prompts[i]) {
+        if (id < 0 || id >= mc.vocab_size) {
+          throw Error(c.file + ": inputs.texts[" + std::to_string(i) + "]: the tokenizer in '" + c.model.path +
+                      "' gave token id " + std::to_string(id) + ", outside the model's vocabulary [0, " +
+                      std::to_string(mc.vocab_size) + "): the tokenizer does not match the model");
+        }
+      }
+    }
+  }
   std::function<void()> sync;
   if (device.is_cuda()) sync = [device] { synchronize(device); };
   const Generator generator(gen, sync);

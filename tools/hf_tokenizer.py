@@ -7,6 +7,8 @@ AutoTokenizer, local files only), used by `inputs.texts` and `gengraph generate 
 REQ: {"model": FOLDER, "encode": [text, ...]}   -> OUT: {"ids": [[id, ...], ...], "tokenizer": ...}
      {"model": FOLDER, "decode": [[id, ...], ...]} -> OUT: {"texts": [text, ...], "tokenizer": ...}
 
+A folder with tokenizer.json but no tokenizer_config.json loads tokenizer.json itself. A decoded id
+outside the tokenizer's vocabulary is an error (the tokenizer does not match the model).
 Encoding is what `tokenizer(text)` gives: special tokens added as the tokenizer's configuration
 says (none for GPT-2, BOS for LLaMA). Decoding keeps special tokens, so an EOS shows as text.
 Errors go to stderr with exit status 1, naming the folder; nothing is written to OUT then.
@@ -38,10 +40,16 @@ def main():
     if not os.path.isdir(folder):
         fail(f"model folder '{folder}' does not exist")
 
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     try:
-        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        if os.path.isfile(os.path.join(folder, "tokenizer.json")) and not os.path.isfile(
+                os.path.join(folder, "tokenizer_config.json")):
+            # Without tokenizer_config.json AutoTokenizer guesses a class from config.json's
+            # model_type, which may read tokenizer.json as something else. Load the file itself.
+            tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"))
+        else:
+            tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except Exception as e:  # transformers raises many kinds here; all mean "no usable tokenizer"
         fail(f"no usable tokenizer in '{folder}' (expected tokenizer.json or the files of a "
              f"transformers tokenizer beside config.json): {type(e).__name__}: {e}")
@@ -58,6 +66,12 @@ def main():
             ids.append(enc)
         out["ids"] = ids
     elif "decode" in req:
+        size = len(tok)
+        for seq in req["decode"]:
+            bad = [t for t in seq if t < 0 or t >= size]
+            if bad:
+                fail(f"token id {bad[0]} is outside the vocabulary of the tokenizer in '{folder}' ({size} tokens): "
+                     f"the tokenizer does not match the model")
         out["texts"] = [tok.decode(seq, skip_special_tokens=False) for seq in req["decode"]]
     else:
         fail("the request has neither 'encode' nor 'decode'")

@@ -167,6 +167,43 @@ TEST(Cli, TextsAreEncodedAndOutputsDecodedWithTheFoldersTokenizer) {
     EXPECT_THAT(table, HasSubstr("text: \"" + words + "\""));
   }
   EXPECT_FALSE(i["runs"][0]["outputs"][0]["sequences"][0].contains("text"));
+
+  // tokenizer.json alone is read as itself (AutoTokenizer would guess GPT-2's BPE from config.json).
+  std::filesystem::remove(folder / "tokenizer_config.json");
+  ASSERT_EQ(cli({"generate", "--model", folder.string(), "--text", "w5 <eos> w6", "--max-new-tokens", "1",
+                 "--output", text_out.string(), "--quiet"}), 0);
+  EXPECT_EQ(nlohmann::json::parse(testing::read_file(text_out))["inputs"]["prompts"],
+            nlohmann::json::parse("[[5, 0, 6]]"));
+}
+
+// A tokenizer that does not match the model: ids beyond the model's vocabulary when encoding,
+// beyond the tokenizer's when decoding.
+TEST(Cli, ATokenizerThatDoesNotMatchTheModelIsRefused) {
+  TempDir dir;
+  const std::string root = GENGRAPH_SOURCE_DIR;
+  const std::string python = root + "/.venv/bin/python";
+  auto make = [&](const std::string& name, int vocab) {
+    const auto folder = dir / name;
+    std::filesystem::copy(std::filesystem::path(testing::fixtures_dir()) / "models" / "gpt2-a", folder);
+    EXPECT_EQ(std::system(("\"" + python + "\" \"" + root + "/tools/make_test_tokenizer.py\" \"" + folder.string() +
+                           "\" " + std::to_string(vocab)).c_str()), 0);
+    return folder;
+  };
+  const auto big = make("big", 200);  // the model has 96 tokens
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"generate", "--model", big.string(), "--text", "w5 w150", "--quiet"}), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("inputs.texts[0]: the tokenizer in '" + big.string() +
+                        "' gave token id 150, outside the model's vocabulary [0, 96): the tokenizer does not match the model"));
+  const auto small = make("small", 20);
+  write_file(dir / "req.json", nlohmann::json{{"model", small.string()}, {"decode", {{5, 50}}}}.dump());
+  const int rc = std::system(("\"" + python + "\" \"" + root + "/tools/hf_tokenizer.py\" --request \"" +
+                              (dir / "req.json").string() + "\" --out \"" + (dir / "out.json").string() + "\" 2> \"" +
+                              (dir / "err.txt").string() + "\"").c_str());
+  EXPECT_NE(rc, 0);
+  EXPECT_THAT(testing::read_file(dir / "err.txt"),
+              HasSubstr("token id 50 is outside the vocabulary of the tokenizer in '" + small.string() + "' (20 tokens)"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.json"));
 }
 
 TEST(Cli, TextInputsNeedAFolderWithATokenizer) {
