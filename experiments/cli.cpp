@@ -120,7 +120,12 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
                                                    : "results/" + config.name + ".json";
   // Paths that can never be written fail before the run, not after it.
   check_output_path(out, "results");
-  if (!config.plot.empty()) check_output_path(config.plot, "plot");
+  if (!config.plot.empty()) {
+    check_output_path(config.plot, "plot");
+    if (std::filesystem::weakly_canonical(config.plot) == std::filesystem::weakly_canonical(out)) {
+      throw UsageError("the plot '" + config.plot + "' and the results '" + out + "' are the same file");
+    }
+  }
   const nlohmann::json doc = run_experiment(config, quiet ? static_cast<std::ostream&>(sink) : std::cerr);
   write_outputs(doc, out, config.plot);
   std::cout << format_table(doc) << "results: " << out << "\n";
@@ -150,6 +155,12 @@ std::string generate_yaml(const Args& a) {
                     a.max_new->find_first_not_of("0123456789") != std::string::npos || std::stoll(*a.max_new) < 1)) {
     throw UsageError("--max-new-tokens: expected an integer >= 1, found '" + *a.max_new + "'");
   }
+  if (a.dtype != "float32" && a.dtype != "bfloat16" && a.dtype != "float16") {
+    throw UsageError("--dtype: expected float32, bfloat16 or float16, found '" + a.dtype + "'");
+  }
+  if (a.device != "cpu" && a.device.rfind("cuda", 0) != 0) {
+    throw UsageError("--device: expected cpu, cuda or cuda:N, found '" + a.device + "'");
+  }
   // JSON strings are YAML double-quoted scalars: any path or text survives the round trip.
   auto q = [](const std::string& v) { return nlohmann::json(v).dump(); };
   std::ostringstream y;
@@ -157,7 +168,14 @@ std::string generate_yaml(const Args& a) {
     << "\n  device: " << q(a.device) << "\n  dtype: " << q(a.dtype) << "\n";
   y << "backend: " << q(a.backend) << "\ninputs:\n  " << (a.texts.empty() ? "prompts" : "texts") << ":\n";
   for (const auto& p : a.prompts) y << "    - " << nlohmann::json(parse_ids(p)).dump() << "\n";
-  for (const auto& t : a.texts) y << "    - " << q(t) << "\n";
+  for (const auto& t : a.texts) {
+    if (t.empty()) throw UsageError("--text: expected a non-empty text");
+    try {
+      y << "    - " << q(t) << "\n";
+    } catch (const nlohmann::json::exception&) {
+      throw UsageError("--text: expected UTF-8 text, found bytes that are not valid UTF-8");
+    }
+  }
   if (a.max_new) y << "generation:\n  max_new_tokens: " << *a.max_new << "\n";
   y << "run:\n  warmup: 0\n  repeats: 1\n";
   return y.str();

@@ -1,5 +1,6 @@
 #include "backends/trace/trace_backend.h"
 
+#include <cstdlib>
 #include <chrono>
 #include <map>
 #include <set>
@@ -133,13 +134,24 @@ class TraceBackend final : public ForwardBackend {
   int64_t built_ = 0, loaded_ = 0;
 };
 
+// "~/x" as the shell would expand it (YAML does not); other paths as they are.
+std::string expand_home(const std::string& path) {
+  if (path == "~" || path.rfind("~/", 0) == 0) {
+    if (const char* home = std::getenv("HOME")) return std::string(home) + path.substr(1);
+  }
+  return path;
+}
+
 Settings read_settings(const BackendOptions& o) {
   Settings s;
   read_step_options(o, s.trace);
   s.trace.optimize_for_inference = o.get_bool("optimize_for_inference", false);
   s.trace.profiling_runs = o.get_int("profiling_runs", 1, 0, 100);
-  s.cache_dir = o.get_string("cache_dir", "");
-  s.file = o.get_string("file", "");
+  s.cache_dir = expand_home(o.get_string("cache_dir", ""));
+  s.file = expand_home(o.get_string("file", ""));
+  if (!s.cache_dir.empty() && std::filesystem::exists(s.cache_dir) && !std::filesystem::is_directory(s.cache_dir)) {
+    throw Error("backend 'trace' option 'cache_dir': '" + s.cache_dir + "' is not a folder");
+  }
   if (!s.file.empty() && !s.cache_dir.empty()) {
     throw Error("backend 'trace': options 'file' and 'cache_dir' exclude each other");
   }

@@ -261,6 +261,12 @@ TEST(Cli, UsageErrorsExitTwoAndNameTheFlag) {
        "--max-new-tokens: expected an integer >= 1"},
       {{"generate", "--model", "gpt2-tiny", "--prompt", "1", "--max-new-tokens", ""},
        "--max-new-tokens: expected an integer >= 1, found ''"},
+      {{"generate", "--model", "gpt2-tiny", "--prompt", "1", "--dtype", "float64"},
+       "--dtype: expected float32, bfloat16 or float16, found 'float64'"},
+      {{"generate", "--model", "gpt2-tiny", "--prompt", "1", "--device", "tpu"}, "--device: expected cpu, cuda or cuda:N"},
+      {{"generate", "--model", "gpt2-tiny", "--text", ""}, "--text: expected a non-empty text"},
+      {{"generate", "--model", "gpt2-tiny", "--text", "caf\xe9"}, "--text: expected UTF-8 text"},
+      {{"run", e, "--output", "same.png", "--set", "plot=same.png"}, "the plot 'same.png' and the results 'same.png' are the same file"},
   };
   for (const auto& [args, expected] : cases) {
     ::testing::internal::CaptureStderr();
@@ -336,6 +342,8 @@ TEST(Cli, ValidateChecksBackendOptionsAndEverySweepPointsModel) {
       {"model: {preset: gpt2-tiny, config: {n_head: 3}}\n", "n_embd 64 is not divisible by n_head 3"},
       {"model: {preset: gpt2-tiny, config: {n_layr: 3}}\n", "model.config: 'n_layr' is not a key"},
       {"model: {preset: gpt2-tiny, config: {vocab_size: 2}}\n", "id 2 is outside the vocabulary [0, 2)"},
+      {"model: {preset: gpt2-tiny}\nbackends: [{name: trace, options: {cache_dir: " + (dir / "c0.yaml").string() + "}}]\n",
+       "option 'cache_dir': '" + (dir / "c0.yaml").string() + "' is not a folder"},
   };
   int i = 0;
   for (const auto& [head, expected] : cases) {
@@ -424,6 +432,25 @@ TEST(Cli, AnInterruptDuringAPeerRemovesTemporaryFilesAndExits130) {
     EXPECT_EQ(e.path().filename().string().find("gengraph-hf_peer.py-" + std::to_string(::getpid()) + "-"),
               std::string::npos) << "left behind: " << e.path();
   }
+}
+
+// A trace cache_dir of "~/..." is the home folder's, as in a shell (YAML does not expand it).
+TEST(Cli, TraceCacheDirExpandsTheHomeFolder) {
+  TempDir dir;
+  const char* old_home = std::getenv("HOME");
+  const std::string saved = old_home ? old_home : "";
+  setenv("HOME", dir.path().c_str(), 1);
+  write_file(dir / "e.yaml", "model: {preset: gpt2-tiny}\nbackends: [{name: trace, options: {cache_dir: ~/traces}}]\n"
+                             "inputs: {prompts: [[1, 2]]}\ngeneration: {max_new_tokens: 2}\nrun: {warmup: 0, repeats: 1}\n");
+  ::testing::internal::CaptureStdout();
+  const int rc = cli({"run", (dir / "e.yaml").string(), "--output", (dir / "r.json").string(), "--quiet"});
+  ::testing::internal::GetCapturedStdout();
+  if (old_home) setenv("HOME", saved.c_str(), 1); else unsetenv("HOME");
+  ASSERT_EQ(rc, 0);
+  int traces = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir / "traces")) traces += f.path().extension() == ".pt";
+  EXPECT_EQ(traces, 1);
+  EXPECT_FALSE(std::filesystem::exists("~"));
 }
 
 TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
