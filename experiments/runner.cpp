@@ -478,7 +478,9 @@ void check_runnable(const ExperimentConfig& c) {
   register_builtin_backends();
   for (const auto& b : c.backends) {
     try {
-      BackendRegistry::instance().validate(b.name, BackendOptions(b.name, b.options));
+      // The device as written (parse_device would also demand that it exist here: validating a
+      // CUDA experiment on a CPU machine is allowed).
+      BackendRegistry::instance().validate(b.name, BackendOptions(b.name, b.options), c10::Device(c.model.device));
     } catch (const Error& e) {
       throw Error(c.file + ": backends: '" + b.label + "': " + e.what());
     }

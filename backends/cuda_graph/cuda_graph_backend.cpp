@@ -270,13 +270,18 @@ BackendInfo cuda_graph_backend_info() {
     if (cuda_available() || !o.get_bool("capture", true)) return "";
     return "capture needs a CUDA device, and none is visible here (capture: false runs the step uncaptured)";
   };
-  info.check_options = [](const BackendOptions& o) { read_settings(o); };
-  info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
+  // Capture needs the model on CUDA (whether this machine has one is unavailable_reason's concern).
+  auto settings_for = [](const BackendOptions& o, const c10::Device& device) {
     Settings s = read_settings(o);
-    if (s.capture && !model->device().is_cuda()) {
+    if (s.capture && !device.is_cuda()) {
       throw Error("backend 'cuda_graph' needs the model on a CUDA device; set model.device: cuda (found " +
-                  model->device().str() + "), or capture: false to run its static-buffer step uncaptured");
+                  device.str() + "), or capture: false to run its static-buffer step uncaptured");
     }
+    return s;
+  };
+  info.check_options = [settings_for](const BackendOptions& o, const c10::Device& device) { settings_for(o, device); };
+  info.create = [settings_for](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
+    Settings s = settings_for(o, model->device());
     return std::make_unique<CudaGraphBackend>(std::move(model), std::move(s));
   };
   return info;

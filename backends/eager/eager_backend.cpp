@@ -59,7 +59,7 @@ BackendInfo eager_backend_info() {
   auto static_cache = [](const BackendOptions& o) {
     return o.get_string("cache", "growing", {"growing", "static"}) == "static";
   };
-  info.check_options = [static_cache](const BackendOptions& o) { static_cache(o); };
+  info.check_options = [static_cache](const BackendOptions& o, const c10::Device&) { static_cache(o); };
   info.create = [static_cache](std::shared_ptr<const CausalLM> model, const BackendOptions& options) {
     return std::make_unique<EagerBackend>(std::move(model), static_cache(options));
   };

@@ -170,7 +170,7 @@ BackendInfo trace_backend_info() {
   info.description =
       "TorchScript trace of the step over a static cache; options freeze, optimize_for_inference, fuser, "
       "profiling_runs, cache_dir, file";
-  info.check_options = [](const BackendOptions& o) { read_settings(o); };
+  info.check_options = [](const BackendOptions& o, const c10::Device&) { read_settings(o); };
   info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
     return std::make_unique<TraceBackend>(std::move(model), read_settings(o));
   };

@@ -1,5 +1,7 @@
 #include "framework/backend/backend_registry.h"
 
+#include "framework/model/causal_lm.h"
+
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -30,23 +32,24 @@ std::vector<std::string> BackendRegistry::names() const {
   return out;
 }
 
-void BackendRegistry::validate(const std::string& name, const BackendOptions& options) const {
+void BackendRegistry::validate(const std::string& name, const BackendOptions& options,
+                               const c10::Device& device) const {
   const BackendInfo& info = get(name);
   if (!info.check_options) return;
   const BackendOptions fresh(name, options.values());  // its own record of which keys were read
-  info.check_options(fresh);
+  info.check_options(fresh, device);
   fresh.check_all_used();
 }
 
 std::unique_ptr<ForwardBackend> BackendRegistry::create(const std::string& name,
                                                         std::shared_ptr<const CausalLM> model,
                                                         const BackendOptions& options) const {
-  validate(name, options);
   const BackendInfo& info = get(name);
-  if (info.unavailable_reason) {
+  if (info.unavailable_reason) {  // what this machine lacks first: the root cause
     const std::string why = info.unavailable_reason(options);
     if (!why.empty()) throw Error("backend '" + name + "' is unavailable here: " + why);
   }
+  validate(name, options, model->device());
   auto backend = info.create(std::move(model), options);
   options.check_all_used();
   return backend;

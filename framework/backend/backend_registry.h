@@ -21,7 +21,8 @@ struct BackendInfo {
   std::function<std::string(const BackendOptions& options)> unavailable_reason;
   // Optional: reads every option (throwing on bad values) without a model, so that an experiment
   // can be checked before anything is loaded. Without it, options are checked at creation.
-  std::function<void(const BackendOptions& options)> check_options;
+  // `device` is where the model will run (a backend may need a particular one).
+  std::function<void(const BackendOptions& options, const c10::Device& device)> check_options;
   // Reads its options (throwing on bad values) and builds the backend for `model`.
   std::function<std::unique_ptr<ForwardBackend>(std::shared_ptr<const CausalLM> model,
                                                 const BackendOptions& options)>
@@ -37,7 +38,7 @@ class BackendRegistry {
   bool contains(const std::string& name) const { return backends_.count(name) != 0; }
   // Checks the name and, where the backend can without a model (check_options), the options:
   // their values and that none is unknown.
-  void validate(const std::string& name, const BackendOptions& options) const;
+  void validate(const std::string& name, const BackendOptions& options, const c10::Device& device) const;
   // get(name).create(...) after validate(), checking availability, and that every option was read.
   std::unique_ptr<ForwardBackend> create(const std::string& name,
                                          std::shared_ptr<const CausalLM> model,

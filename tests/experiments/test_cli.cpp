@@ -332,12 +332,14 @@ TEST(Cli, ValidateChecksBackendOptionsAndEverySweepPointsModel) {
        "none.pt' does not exist"},
       {"model: {preset: gpt2-tiny}\nbackends: [{name: cuda_graph, options: {buckets: '1,x', capture: false}}]\n",
        "option 'buckets': expected comma-separated positive row counts, found '1,x'"},
+      {"model: {preset: gpt2-tiny}\nbackends: [cuda_graph]\n",
+       "backend 'cuda_graph' needs the model on a CUDA device; set model.device: cuda (found cpu)"},
       {"model: {preset: gpt2-tiny}\nsweep: {model.preset: [gpt2-tiny, gpt2-nope]}\n",
        "sweep point [model.preset=gpt2-nope]: unknown model preset 'gpt2-nope'"},
       {"model: {path: " + dir.path().string() + "}\n", "model.path: '" + dir.path().string() + "' has no config.json"},
       // What the model's configuration alone settles, without loading weights.
       {"model: {preset: gpt2-tiny}\nsweep: {generation.max_new_tokens: [2, 300]}\n",
-       "sweep point [generation.max_new_tokens=300]: " + (dir / "c6.yaml").string() +
+       "sweep point [generation.max_new_tokens=300]: " + (dir / "c7.yaml").string() +
            ": the longest prompt (2 tokens) plus 300 new tokens exceeds the model's context of 256 positions"},
       {"model: {preset: gpt2-tiny, config: {n_head: 3}}\n", "n_embd 64 is not divisible by n_head 3"},
       {"model: {preset: gpt2-tiny, config: {n_layr: 3}}\n", "model.config: 'n_layr' is not a key"},
