@@ -62,7 +62,13 @@ Args parse_args(int argc, char** argv, int first) {
       if (i + 1 >= argc) throw UsageError("option " + s + " needs a value");
       return argv[++i];
     };
-    if (s.rfind("--", 0) == 0) a.flags.push_back(s);
+    if (s.rfind("--", 0) == 0) {
+      const bool repeatable = s == "--set" || s == "--prompt" || s == "--text";
+      if (!repeatable && std::find(a.flags.begin(), a.flags.end(), s) != a.flags.end()) {
+        throw UsageError("option " + s + " given twice");
+      }
+      a.flags.push_back(s);
+    }
     if (s == "--set") a.sets.push_back(value());
     else if (s == "--output") a.output = value();
     else if (s == "--prompt") a.prompts.push_back(value());

@@ -301,6 +301,25 @@ std::optional<std::pair<size_t, size_t>> first_invalid_utf8(const std::string& t
   return std::nullopt;
 }
 
+// Keys must be plain scalars, once per mapping (yaml-cpp itself keeps duplicates silently).
+void check_keys(const YAML::Node& n, const std::string& source) {
+  if (n.IsSequence()) {
+    for (const auto& item : n) check_keys(item, source);
+  } else if (n.IsMap()) {
+    std::set<std::string> seen;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      if (!it->first.IsScalar()) {
+        throw Error(where(source, it->first) + "expected a plain key name, found " + describe(it->first));
+      }
+      if (!seen.insert(it->first.Scalar()).second) {
+        throw Error(where(source, it->first) + "duplicate key '" + it->first.Scalar() +
+                    "' (each key may appear once in a mapping)");
+      }
+      check_keys(it->second, source);
+    }
+  }
+}
+
 // Applies "a.b.c=value" onto the document, creating mappings on the way.
 void apply_override(YAML::Node& root, const std::string& spec) {
   const auto eq = spec.find('=');
@@ -318,6 +337,7 @@ void apply_override(YAML::Node& root, const std::string& spec) {
   } catch (const YAML::Exception& e) {
     throw Error("--set '" + spec + "': value is not valid YAML: " + e.msg);
   }
+  check_keys(value, "--set '" + spec + "'");
   std::vector<std::string> parts;
   std::stringstream ss(key);
   for (std::string p; std::getline(ss, p, '.');) {
@@ -455,25 +475,6 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   c.output = r.scalar<std::string>("output", "", "a file path");
   r.finish();
   return c;
-}
-
-// Keys must be plain scalars, once per mapping (yaml-cpp itself keeps duplicates silently).
-void check_keys(const YAML::Node& n, const std::string& source) {
-  if (n.IsSequence()) {
-    for (const auto& item : n) check_keys(item, source);
-  } else if (n.IsMap()) {
-    std::set<std::string> seen;
-    for (auto it = n.begin(); it != n.end(); ++it) {
-      if (!it->first.IsScalar()) {
-        throw Error(where(source, it->first) + "expected a plain key name, found " + describe(it->first));
-      }
-      if (!seen.insert(it->first.Scalar()).second) {
-        throw Error(where(source, it->first) + "duplicate key '" + it->first.Scalar() +
-                    "' (each key may appear once in a mapping)");
-      }
-      check_keys(it->second, source);
-    }
-  }
 }
 
 YAML::Node load_yaml(const std::string& text, const std::string& source) {

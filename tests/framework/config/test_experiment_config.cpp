@@ -145,6 +145,10 @@ TEST(ExperimentConfig, ErrorsInOverridesNameTheOverride) {
 TEST(ExperimentConfig, SetNeedsAValue) {
   EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"generation.max_new_tokens="}); }),
               HasSubstr("--set 'generation.max_new_tokens=': expected a value after '='"));
+  EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"model={preset: a, preset: b}"}); }),
+              HasSubstr("--set 'model={preset: a, preset: b}'"));
+  EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"model={preset: a, preset: b}"}); }),
+              HasSubstr("duplicate key 'preset'"));
 }
 
 TEST(ExperimentConfig, MissingFileIsNamed) {
