@@ -101,7 +101,8 @@ nlohmann::json ratio_to_baseline(const nlohmann::json& row, const nlohmann::json
   if (is_peer(row) || is_peer(base) || x.size() != b.size() || x.size() < 2) {
     const double mx = summary(x)["median"].get<double>(), mb = summary(b)["median"].get<double>();
     out["median"] = mx > 0 ? mb / mx : 0.0;
-    out["method"] = "ratio of medians";
+    const bool paired = !is_peer(row) && !is_peer(base) && x.size() == b.size();
+    out["method"] = paired ? "one paired repeat: its ratio, no interval" : "ratio of medians";
     return out;
   }
   std::vector<double> r(x.size());
