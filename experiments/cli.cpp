@@ -69,7 +69,13 @@ Args parse_args(int argc, char** argv, int first) {
       }
       a.flags.push_back(s);
     }
-    if (s == "--set") a.sets.push_back(value());
+    if (s == "--set") {
+      a.sets.push_back(value());
+      const auto eq = a.sets.back().find('=');
+      if (eq == std::string::npos || eq == 0) {
+        throw UsageError("--set '" + a.sets.back() + "': expected KEY=VALUE, e.g. generation.max_new_tokens=16");
+      }
+    }
     else if (s == "--output") a.output = value();
     else if (s == "--prompt") a.prompts.push_back(value());
     else if (s == "--text") a.texts.push_back(value());

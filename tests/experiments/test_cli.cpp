@@ -268,6 +268,7 @@ TEST(Cli, UsageErrorsExitTwoAndNameTheFlag) {
       {{"generate", "--model", "gpt2-tiny", "--text", "caf\xe9"}, "--text: expected UTF-8 text"},
       {{"run", e, "--output", "same.png", "--set", "plot=same.png"}, "the plot 'same.png' and the results 'same.png' are the same file"},
       {{"run", e, "--output", "a.json", "--output", "b.json"}, "option --output given twice"},
+      {{"validate", e, "--set", "foo"}, "--set 'foo': expected KEY=VALUE"},
   };
   for (const auto& [args, expected] : cases) {
     ::testing::internal::CaptureStderr();
