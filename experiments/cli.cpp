@@ -254,17 +254,8 @@ int cli_main(int argc, char** argv) {
     }
     if (cmd == "validate") {
       check_usage(cmd, a, {"--set"}, 1);
-      register_builtin_backends();
       const ExperimentConfig c = load_experiment(a.positional[0], a.sets);
-      const auto points = expand_sweep(c);
-      for (const auto& [overrides, pc] : points) {
-        try {
-          check_runnable(pc);
-        } catch (const Error& e) {
-          if (overrides.empty()) throw;
-          throw Error("sweep point [" + join(overrides, ", ") + "]: " + e.what());
-        }
-      }
+      const auto points = check_experiment(c);
       std::cout << a.positional[0] << ": valid, " << points.size() << " point(s), "
                 << c.backends.size() << " backend(s), " << c.peers.size() << " peer(s)\n";
       return 0;

@@ -475,6 +475,30 @@ void decode_outputs(nlohmann::json& runs, const std::string& folder, std::ostrea
 
 }  // namespace
 
+namespace {
+
+// Where the experiment's model comes from (no dtype or device: callers that load add them).
+ModelSource model_source(const ExperimentConfig& c) {
+  ModelSource src;
+  src.preset = c.model.preset;
+  src.path = c.model.path;
+  src.config_overrides = c.model.config_overrides;
+  src.seed = c.model.seed;
+  return src;
+}
+
+// The fields every results document starts with, for one point or a whole sweep.
+nlohmann::json results_header(const ExperimentConfig& c) {
+  return {{"schema_version", 1},
+          {"experiment", c.name},
+          {"config_file", c.file},
+          // The experiment as written and the overrides applied to it: enough to run it again.
+          {"config", {{"text", c.source_text}, {"overrides", c.overrides}}},
+          {"created", now_iso8601()}};
+}
+
+}  // namespace
+
 void check_runnable(const ExperimentConfig& c) {
   register_builtin_backends();
   for (const auto& b : c.backends) {
@@ -486,20 +510,15 @@ void check_runnable(const ExperimentConfig& c) {
       throw Error(c.file + ": backends: '" + b.label + "': " + e.what());
     }
   }
-  if (!c.model.preset.empty()) {
-    preset_config(c.model.preset);  // throws naming the preset and listing the known ones
-  } else if (!std::filesystem::is_directory(c.model.path)) {
+  if (c.model.preset.empty() && !std::filesystem::is_directory(c.model.path)) {
     throw Error(c.file + ": model.path: '" + c.model.path + "' is not a folder");
-  } else if (!std::filesystem::is_regular_file(std::filesystem::path(c.model.path) / "config.json")) {
+  } else if (c.model.preset.empty() &&
+             !std::filesystem::is_regular_file(std::filesystem::path(c.model.path) / "config.json")) {
     throw Error(c.file + ": model.path: '" + c.model.path + "' has no config.json");
   }
-  // The model's configuration (no weights): preset overrides, and the prompts and lengths
-  // against its vocabulary and context. Texts are checked once encoded, at run time.
-  ModelSource src;
-  src.preset = c.model.preset;
-  src.path = c.model.path;
-  src.config_overrides = c.model.config_overrides;
-  const ModelConfig mc = model_config_of(src);
+  // The model's configuration (no weights): the preset and its overrides, and the prompts and
+  // lengths against its vocabulary and context. Texts are checked once encoded, at run time.
+  const ModelConfig mc = model_config_of(model_source(c));
   if (c.inputs.texts.empty()) {
     GenerationConfig g;  // the experiment's keys; a folder's generation_config.json joins at run time
     for (auto it = c.generation.begin(); it != c.generation.end(); ++it) {
@@ -517,14 +536,27 @@ void check_runnable(const ExperimentConfig& c) {
   }
 }
 
-nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
+std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> check_experiment(const ExperimentConfig& c) {
+  auto points = expand_sweep(c);
+  for (const auto& [overrides, pc] : points) {
+    try {
+      check_runnable(pc);
+    } catch (const Error& e) {
+      if (overrides.empty()) throw;
+      throw Error("sweep point [" + join(overrides, ", ") + "]: " + e.what());
+    }
+  }
+  return points;
+}
+
+namespace {
+
+// run_point for a configuration check_runnable has passed.
+nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log) {
   register_builtin_backends();
   if (c.run.threads > 0) at::set_num_threads(static_cast<int>(c.run.threads));
   const c10::Device device = parse_device(c.model.device);
   const c10::ScalarType dtype = parse_dtype(c.model.dtype);
-  // Backends, their options and the model source are checked before the (possibly slow) model
-  // load, so a typo fails fast.
-  check_runnable(c);
 
   // Texts are encoded before the (possibly slow) model load too, so a tokenizer problem fails fast.
   std::vector<std::vector<int64_t>> prompts;
@@ -533,11 +565,7 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
     prompts = tokenizer_call(c.model.path, "encode", c.inputs.texts, "ids", log).get<std::vector<std::vector<int64_t>>>();
   }
 
-  ModelSource src;
-  src.preset = c.model.preset;
-  src.path = c.model.path;
-  src.config_overrides = c.model.config_overrides;
-  src.seed = c.model.seed;
+  ModelSource src = model_source(c);
   src.load = LoadOptions{dtype, device};
   log << "loading model " << (src.preset.empty() ? src.path.string() : "preset " + src.preset)
       << " (" << c.model.dtype << ", " << c.model.device << ")\n";
@@ -571,13 +599,7 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
   if (device.is_cuda()) sync = [device] { synchronize(device); };
   const Generator generator(gen, sync);
 
-  nlohmann::json doc;
-  doc["schema_version"] = 1;
-  doc["experiment"] = c.name;
-  doc["config_file"] = c.file;
-  // The experiment as written and the overrides applied to it: enough to run it again.
-  doc["config"] = {{"text", c.source_text}, {"overrides", c.overrides}};
-  doc["created"] = now_iso8601();
+  nlohmann::json doc = results_header(c);
   doc["environment"] = {{"gengraph_commit", gengraph_commit()},
                         {"torch_version", torch_version()},
                         {"device", device_description(device)},
@@ -695,35 +717,30 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
   return doc;
 }
 
+}  // namespace
+
+nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
+  // Backends, their options and the model's configuration are checked before the (possibly slow)
+  // model load, so a typo fails fast.
+  check_runnable(c);
+  return run_checked_point(c, log);
+}
+
 nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log) {
-  const auto points = expand_sweep(c);  // all validated before anything runs
-  for (const auto& [overrides, pc] : points) {
-    try {
-      check_runnable(pc);
-    } catch (const Error& e) {
-      if (overrides.empty()) throw;
-      throw Error("sweep point [" + join(overrides, ", ") + "]: " + e.what());
-    }
-  }
+  const auto points = check_experiment(c);  // every point checked before anything runs
   if (c.sweep.empty()) {
-    nlohmann::json doc = run_point(c, log);
+    nlohmann::json doc = run_checked_point(c, log);
     doc["baseline"] = c.baseline;
     return doc;
   }
-  nlohmann::json doc;
-  doc["schema_version"] = 1;
-  doc["experiment"] = c.name;
-  doc["config_file"] = c.file;
-  // The experiment as written and the overrides applied to it: enough to run it again.
-  doc["config"] = {{"text", c.source_text}, {"overrides", c.overrides}};
-  doc["created"] = now_iso8601();
+  nlohmann::json doc = results_header(c);
   doc["baseline"] = c.baseline;
   doc["sweep"] = nlohmann::json::object();
   for (const auto& [key, values] : c.sweep) doc["sweep"][key] = values;
   doc["points"] = nlohmann::json::array();
   for (size_t i = 0; i < points.size(); ++i) {
     log << "sweep point " << i + 1 << "/" << points.size() << ": " << join(points[i].first, ", ") << "\n";
-    nlohmann::json point = run_point(points[i].second, log);
+    nlohmann::json point = run_checked_point(points[i].second, log);
     point["point"] = points[i].first;
     doc["points"].push_back(point);
   }

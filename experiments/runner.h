@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +29,10 @@ GenerationConfig resolve_generation(const LoadedModel& model, const nlohmann::js
 // Checks what parsing cannot: every backend name and its options (where the backend can check
 // them without a model), and that the model preset exists or the folder has a config.json.
 void check_runnable(const ExperimentConfig& config);
+
+// Every point of the experiment (expand_sweep), each passed through check_runnable; an error
+// names its sweep point.
+std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> check_experiment(const ExperimentConfig& config);
 
 // `log` receives progress lines; the results document is returned (nothing is written). With a
 // sweep, every point is validated first, then run; the document holds one entry per point.

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
 
@@ -58,6 +59,30 @@ std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t se
 void write_safetensors(const std::filesystem::path& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   gengraph::write_safetensors(path, tensors);
+}
+
+ScopedEnv::ScopedEnv(const char* name, const std::string& value) : name_(name) {
+  if (const char* v = std::getenv(name)) {
+    had_ = true;
+    old_ = v;
+  }
+  setenv(name, value.c_str(), 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (had_) {
+    setenv(name_, old_.c_str(), 1);
+  } else {
+    unsetenv(name_);
+  }
+}
+
+void make_folder_with_test_tokenizer(const std::string& fixture, const std::filesystem::path& folder, int vocab) {
+  std::filesystem::copy(std::filesystem::path(fixtures_dir()) / "models" / fixture, folder);
+  const std::string root = GENGRAPH_SOURCE_DIR;
+  const std::string cmd = "\"" + root + "/.venv/bin/python\" \"" + root + "/tools/make_test_tokenizer.py\" \"" +
+                          folder.string() + "\" " + std::to_string(vocab);
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
 }
 
 std::string fixtures_dir() {

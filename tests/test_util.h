@@ -41,6 +41,24 @@ void write_safetensors(const std::filesystem::path& path,
 
 std::string fixtures_dir();
 
+// Sets an environment variable for the object's lifetime, then restores (or unsets) it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+// Copies the fixture model folder `fixture` (e.g. "gpt2-a") to `folder` and writes
+// tools/make_test_tokenizer.py's word-level tokenizer of `vocab` tokens into it.
+void make_folder_with_test_tokenizer(const std::string& fixture, const std::filesystem::path& folder, int vocab);
+
 // "tiny" (the gpt2-tiny preset with `seed`) or a fixture model folder by name, e.g. "gpt2-a".
 std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t seed,
                                            const LoadOptions& load = {});

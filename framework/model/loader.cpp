@@ -85,36 +85,44 @@ nlohmann::json preset_document(const ModelSource& src) {
   return doc;
 }
 
+// A preset's configuration from its document (preset + overrides). An override of a key no config
+// reader looks at would change nothing: almost surely a typo, refused with the closest key.
+ModelConfig preset_model_config(const ModelSource& src, const nlohmann::json& doc) {
+  ConfigKeyRecorder read;
+  ModelConfig config = parse_model_config(doc, "preset:" + src.preset);
+  if (!src.config_overrides.is_object()) return config;
+  std::vector<std::string> known(read.keys().begin(), read.keys().end());
+  for (auto it = src.config_overrides.begin(); it != src.config_overrides.end(); ++it) {
+    const bool used = std::any_of(known.begin(), known.end(), [&](const std::string& k) {
+      return k == it.key() || k.rfind(it.key() + ".", 0) == 0;
+    });
+    if (!used) {
+      throw Error("model.config: '" + it.key() + "' is not a key gengraph's " + config.model_type +
+                  " config reader uses (with this configuration), so overriding it would change nothing" +
+                  did_you_mean(it.key(), known));
+    }
+  }
+  return config;
+}
+
+// The folder's config.json, after checking that the folder and the file exist.
+std::filesystem::path folder_config_path(const std::filesystem::path& dir) {
+  if (!std::filesystem::is_directory(dir)) {
+    throw Error("model path '" + dir.string() + "' is not a folder (expected config.json and " +
+                "model.safetensors inside)");
+  }
+  const auto config_path = dir / "config.json";
+  if (!std::filesystem::exists(config_path)) throw Error("model folder '" + dir.string() + "' has no config.json");
+  return config_path;
+}
+
 }  // namespace
 
 ModelConfig model_config_of(const ModelSource& src) {
   register_builtin_architectures();
-  if (src.preset.empty()) {
-    const auto config_path = src.path / "config.json";
-    if (!std::filesystem::is_directory(src.path)) {
-      throw Error("model path '" + src.path.string() + "' is not a folder (expected config.json and " +
-                  "model.safetensors inside)");
-    }
-    if (!std::filesystem::exists(config_path)) throw Error("model folder '" + src.path.string() + "' has no config.json");
-    return parse_model_config(read_json_file(config_path), config_path.string());
-  }
-  ConfigKeyRecorder read;
-  ModelConfig config = parse_model_config(preset_document(src), "preset:" + src.preset);
-  if (src.config_overrides.is_object()) {
-    // A key no config reader looks at would change nothing: almost surely a typo.
-    std::vector<std::string> known(read.keys().begin(), read.keys().end());
-    for (auto it = src.config_overrides.begin(); it != src.config_overrides.end(); ++it) {
-      const bool used = std::any_of(known.begin(), known.end(), [&](const std::string& k) {
-        return k == it.key() || k.rfind(it.key() + ".", 0) == 0;
-      });
-      if (!used) {
-        throw Error("model.config: '" + it.key() + "' is not a key gengraph's " + config.model_type +
-                    " config reader uses (with this configuration), so overriding it would change nothing" +
-                    did_you_mean(it.key(), known));
-      }
-    }
-  }
-  return config;
+  if (!src.preset.empty()) return preset_model_config(src, preset_document(src));
+  const auto config_path = folder_config_path(src.path);
+  return parse_model_config(read_json_file(config_path), config_path.string());
 }
 
 LoadedModel load_model(const ModelSource& src) {
@@ -124,24 +132,17 @@ LoadedModel load_model(const ModelSource& src) {
   if (!src.preset.empty()) {
     out.source = "preset:" + src.preset;
     out.config_json = preset_document(src);
-    ModelConfig config = model_config_of(src);
+    ModelConfig config = preset_model_config(src, out.config_json);
     const Architecture& arch = ModelRegistry::instance().get(config.model_type, out.source);
     WeightMap w = random_weights(arch.weight_specs(config), config.initializer_range, src.seed,
                                  src.load);
     out.model = arch.build(std::move(config), std::move(w));
   } else {
     const auto& dir = src.path;
-    if (!std::filesystem::is_directory(dir)) {
-      throw Error("model path '" + dir.string() + "' is not a folder (expected config.json and " +
-                  "model.safetensors inside)");
-    }
-    const auto config_path = dir / "config.json";
-    if (!std::filesystem::exists(config_path)) {
-      throw Error("model folder '" + dir.string() + "' has no config.json");
-    }
+    const auto config_path = folder_config_path(dir);
     out.config_json = read_json_file(config_path);
     ModelConfig config = parse_model_config(out.config_json, config_path.string());
-    if (out.config_json.is_object() && std::filesystem::exists(dir / "generation_config.json")) {
+    if (std::filesystem::exists(dir / "generation_config.json")) {
       out.generation_defaults = read_json_file(dir / "generation_config.json");
       if (!out.generation_defaults.is_object()) {
         throw Error("'" + (dir / "generation_config.json").string() + "': expected a JSON object, found " +

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <thread>
 #include <cstdlib>
+#include <optional>
 
 #include "experiments/cli.h"
 #include "framework/decoding/generation_config.h"
@@ -138,11 +139,9 @@ baseline: static
 TEST(Cli, TextsAreEncodedAndOutputsDecodedWithTheFoldersTokenizer) {
   TempDir dir;
   const auto folder = dir / "model";
-  std::filesystem::copy(std::filesystem::path(testing::fixtures_dir()) / "models" / "gpt2-a", folder);
-  const std::string root = GENGRAPH_SOURCE_DIR;
-  const int vocab = nlohmann::json::parse(testing::read_file(folder / "config.json"))["vocab_size"].get<int>();
-  ASSERT_EQ(std::system(("\"" + root + "/.venv/bin/python\" \"" + root + "/tools/make_test_tokenizer.py\" \"" +
-                         folder.string() + "\" " + std::to_string(vocab)).c_str()), 0);
+  const int vocab = nlohmann::json::parse(testing::read_file(std::filesystem::path(testing::fixtures_dir()) / "models" /
+                                                             "gpt2-a" / "config.json"))["vocab_size"].get<int>();
+  testing::make_folder_with_test_tokenizer("gpt2-a", folder, vocab);
   const auto text_out = dir / "t.json", ids_out = dir / "i.json";
   ::testing::internal::CaptureStdout();
   ASSERT_EQ(cli({"generate", "--model", folder.string(), "--text", "w5 w7 w9", "--text", "w12",
@@ -183,11 +182,8 @@ TEST(Cli, ATokenizerThatDoesNotMatchTheModelIsRefused) {
   const std::string root = GENGRAPH_SOURCE_DIR;
   const std::string python = root + "/.venv/bin/python";
   auto make = [&](const std::string& name, int vocab) {
-    const auto folder = dir / name;
-    std::filesystem::copy(std::filesystem::path(testing::fixtures_dir()) / "models" / "gpt2-a", folder);
-    EXPECT_EQ(std::system(("\"" + python + "\" \"" + root + "/tools/make_test_tokenizer.py\" \"" + folder.string() +
-                           "\" " + std::to_string(vocab)).c_str()), 0);
-    return folder;
+    testing::make_folder_with_test_tokenizer("gpt2-a", dir / name, vocab);
+    return dir / name;
   };
   const auto big = make("big", 200);  // the model has 96 tokens
   ::testing::internal::CaptureStderr();
@@ -301,12 +297,11 @@ TEST(Cli, ResultsAndPlotAreWrittenTogetherOrNotAtAll) {
               HasSubstr("plot '" + (dir / "afile" / "p.png").string() + "'"));
   EXPECT_FALSE(std::filesystem::exists(dir / "r.json"));
   // The plotting tool fails: neither file is left, nor their temporary files.
-  const char* old_python = std::getenv("GENGRAPH_PYTHON");
-  const std::string saved = old_python ? old_python : "";
-  setenv("GENGRAPH_PYTHON", "/bin/false", 1);
-  EXPECT_THAT(run({"--output", (dir / "r.json").string(), "--set", "plot=" + (dir / "p.png").string()}, 1),
-              HasSubstr("tools/plot_results.py failed"));
-  if (old_python) setenv("GENGRAPH_PYTHON", saved.c_str(), 1); else unsetenv("GENGRAPH_PYTHON");
+  {
+    const testing::ScopedEnv python("GENGRAPH_PYTHON", "/bin/false");
+    EXPECT_THAT(run({"--output", (dir / "r.json").string(), "--set", "plot=" + (dir / "p.png").string()}, 1),
+                HasSubstr("tools/plot_results.py failed"));
+  }
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
     const std::string name = entry.path().filename().string();
     EXPECT_TRUE(name == "e.yaml" || name == "afile") << "left behind: " << name;
@@ -408,9 +403,8 @@ TEST(Cli, AnInterruptDuringAPeerRemovesTemporaryFilesAndExits130) {
   std::filesystem::permissions(dir / "slow.sh", std::filesystem::perms::owner_all);
   write_file(dir / "e.yaml", "model: {preset: gpt2-tiny}\npeers: [hf_eager]\ninputs: {prompts: [[1, 2]]}\n"
                              "generation: {max_new_tokens: 2}\nrun: {warmup: 0, repeats: 1}\n");
-  const char* old_python = std::getenv("GENGRAPH_PYTHON");
-  const std::string saved = old_python ? old_python : "";
-  setenv("GENGRAPH_PYTHON", (dir / "slow.sh").string().c_str(), 1);
+  std::optional<testing::ScopedEnv> python;
+  python.emplace("GENGRAPH_PYTHON", (dir / "slow.sh").string());
   const auto model_copy = std::filesystem::temp_directory_path() / ("gengraph-peer-model-" + std::to_string(::getpid()));
   std::thread interrupter([&] {
     // Only once the copy exists: gengraph then catches the signal (before, it would end the test).
@@ -426,7 +420,7 @@ TEST(Cli, AnInterruptDuringAPeerRemovesTemporaryFilesAndExits130) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string err = ::testing::internal::GetCapturedStderr();
   interrupter.join();
-  if (old_python) setenv("GENGRAPH_PYTHON", saved.c_str(), 1); else unsetenv("GENGRAPH_PYTHON");
+  python.reset();
   EXPECT_EQ(rc, 128 + SIGINT);
   EXPECT_THAT(err, HasSubstr("interrupted by signal 2: temporary files removed, no results written"));
   EXPECT_LT(seconds, 30.0);  // the peer was stopped, not waited for
@@ -441,15 +435,14 @@ TEST(Cli, AnInterruptDuringAPeerRemovesTemporaryFilesAndExits130) {
 // A trace cache_dir of "~/..." is the home folder's, as in a shell (YAML does not expand it).
 TEST(Cli, TraceCacheDirExpandsTheHomeFolder) {
   TempDir dir;
-  const char* old_home = std::getenv("HOME");
-  const std::string saved = old_home ? old_home : "";
-  setenv("HOME", dir.path().c_str(), 1);
+  std::optional<testing::ScopedEnv> home;
+  home.emplace("HOME", dir.path().string());
   write_file(dir / "e.yaml", "model: {preset: gpt2-tiny}\nbackends: [{name: trace, options: {cache_dir: ~/traces}}]\n"
                              "inputs: {prompts: [[1, 2]]}\ngeneration: {max_new_tokens: 2}\nrun: {warmup: 0, repeats: 1}\n");
   ::testing::internal::CaptureStdout();
   const int rc = cli({"run", (dir / "e.yaml").string(), "--output", (dir / "r.json").string(), "--quiet"});
   ::testing::internal::GetCapturedStdout();
-  if (old_home) setenv("HOME", saved.c_str(), 1); else unsetenv("HOME");
+  home.reset();
   ASSERT_EQ(rc, 0);
   int traces = 0;
   for (const auto& f : std::filesystem::directory_iterator(dir / "traces")) traces += f.path().extension() == ".pt";
@@ -558,10 +551,8 @@ TEST(Cli, AFailedPeerIsRecordedAndTheRunExitsThree) {
   testing::write_file(dir / "p.yaml", "model: {preset: gpt2-tiny}\nbackends: [eager]\npeers: [hf_eager, hf_jit_trace]\n"
                                       "inputs: {prompts: [[1, 2, 3]]}\ngeneration: {max_new_tokens: 3}\n"
                                       "run: {warmup: 0, repeats: 1, peer_timeout_s: 1}\n");
-  const char* before = std::getenv("GENGRAPH_PYTHON");
-  const std::string saved = before ? before : "";
   for (const std::string python : {std::string("/bin/false"), (dir / "slow.sh").string()}) {
-    setenv("GENGRAPH_PYTHON", python.c_str(), 1);
+    const testing::ScopedEnv env("GENGRAPH_PYTHON", python);
     const auto out = dir / "p.json";
     ::testing::internal::CaptureStdout();
     ::testing::internal::CaptureStderr();
@@ -579,11 +570,6 @@ TEST(Cli, AFailedPeerIsRecordedAndTheRunExitsThree) {
     EXPECT_THAT(table, HasSubstr("FAILED: peer 'hf_eager'"));
     EXPECT_THAT(log, HasSubstr("2 run(s) failed"));
     if (python != "/bin/false") EXPECT_LT(seconds, 30.0);  // the sleeping peers were stopped
-  }
-  if (before) {
-    setenv("GENGRAPH_PYTHON", saved.c_str(), 1);
-  } else {
-    unsetenv("GENGRAPH_PYTHON");
   }
 }
 
