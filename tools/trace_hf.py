@@ -75,7 +75,7 @@ class Step(torch.nn.Module):
         q = slots.unsqueeze(1)
         mask = (valid[:, None, None, :] & (key_index[None, :] <= q)[None, None]) | (key_index[None, :] == q)[None, None]
         if self.additive_mask:
-            mask = torch.zeros(mask.shape, dtype=keys.dtype).masked_fill(~mask, torch.finfo(keys.dtype).min)
+            mask = torch.zeros(mask.shape, dtype=keys.dtype, device=keys.device).masked_fill(~mask, torch.finfo(keys.dtype).min)
         out = self.call(input_ids=input_ids, position_ids=positions, attention_mask=mask,
                          past_key_values=SlotCache(keys, values, slots), use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :]
