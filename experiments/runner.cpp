@@ -146,6 +146,50 @@ nlohmann::json outputs_json(const GenerationResult& r,
   return out;
 }
 
+// How a row's outputs compare with the first row's: whether every input's sequences hold the
+// same tokens ("same tokens" means tokens: in bfloat16 two correct backends can pick the same
+// beams with scores that differ in the last bits), and, where they do and both carry scores, the
+// largest |score difference|. Outputs of another shape (a failed or older row) do not match.
+struct OutputComparison {
+  bool same_tokens = false;
+  std::optional<double> max_score_difference;
+};
+
+OutputComparison compare_outputs(const nlohmann::json& a, const nlohmann::json& b) {
+  OutputComparison c;
+  if (!a.is_array() || !b.is_array() || a.size() != b.size()) return c;
+  double max_diff = 0;
+  bool scored = true;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].is_object() || !b[i].is_object()) return c;
+    const auto sa = a[i].value("sequences", nlohmann::json());
+    const auto sb = b[i].value("sequences", nlohmann::json());
+    if (!sa.is_array() || !sb.is_array() || sa.size() != sb.size()) return c;
+    for (size_t k = 0; k < sa.size(); ++k) {
+      if (!sa[k].is_object() || !sb[k].is_object() || !sa[k].contains("tokens") ||
+          sa[k]["tokens"] != sb[k].value("tokens", nlohmann::json())) {
+        return c;
+      }
+      const auto x = sa[k].value("score", nlohmann::json()), y = sb[k].value("score", nlohmann::json());
+      if (x.is_number() && y.is_number()) {
+        max_diff = std::max(max_diff, std::abs(x.get<double>() - y.get<double>()));
+      } else {
+        scored = false;
+      }
+    }
+  }
+  c.same_tokens = true;
+  if (scored) c.max_score_difference = max_diff;
+  return c;
+}
+
+// Records the comparison with the first row's outputs in a run's JSON.
+void record_comparison(nlohmann::json& run, const nlohmann::json& first_outputs) {
+  const OutputComparison c = compare_outputs(first_outputs, run.value("outputs", nlohmann::json()));
+  run["tokens_match_first_row"] = c.same_tokens;
+  if (c.max_score_difference) run["max_score_difference_to_first_row"] = *c.max_score_difference;
+}
+
 std::string now_iso8601() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -671,8 +715,8 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log) {
     run["report"] = row.backend->report();
     run["steps"] = row.steps;
     run["deterministic_across_repeats"] = row.deterministic;
-    run["tokens_match_first_row"] = rows.front().outputs == row.outputs;
     run["outputs"] = row.outputs;
+    record_comparison(run, rows.front().outputs);
     run["timings"] = row.timings.to_json();
     run["memory"] = {{"peak_rss_bytes", peak_rss_bytes()}, {"peak_device_bytes", row.peak_device}};
     if (c.run.bandwidth && !row.timings.per_token.empty()) {
@@ -692,7 +736,11 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log) {
       try {
         throw_if_interrupted();
         run = run_peer(peer, c, folder.path(), gen.to_json(), prompts, log);
-        run["tokens_match_first_row"] = doc["runs"].empty() ? true : run["outputs"] == doc["runs"][0]["outputs"];
+        if (doc["runs"].empty()) {
+          run["tokens_match_first_row"] = true;
+        } else {
+          record_comparison(run, doc["runs"][0]["outputs"]);
+        }
       } catch (const Interrupted&) {
         throw;  // not a failed peer: the whole run stops
       } catch (const Error& e) {
@@ -841,6 +889,18 @@ std::string cell(const nlohmann::json& t, const char* key) {
   return s.str();
 }
 
+// The "same tokens" cell: from the outputs both rows recorded (so files written when the flag
+// still compared scores too read right), else the recorded flag; a score difference is shown.
+std::string same_tokens_cell(const nlohmann::json& r, const nlohmann::json& first) {
+  if (!r.contains("outputs") || !first.contains("outputs")) return r.value("tokens_match_first_row", true) ? "yes" : "NO";
+  const OutputComparison c = compare_outputs(first.at("outputs"), r.at("outputs"));
+  if (!c.same_tokens) return "NO";
+  if (!c.max_score_difference || *c.max_score_difference == 0) return "yes";
+  std::ostringstream s;
+  s << "yes (scores +-" << std::scientific << std::setprecision(1) << *c.max_score_difference << ")";
+  return s.str();
+}
+
 void point_table(std::ostringstream& o, const nlohmann::json& doc, const std::string& baseline_label) {
   const auto& runs = doc.at("runs");
   if (runs.empty()) return;
@@ -865,7 +925,7 @@ void point_table(std::ostringstream& o, const nlohmann::json& doc, const std::st
     o << std::left << std::setw(20) << r.at("label").get<std::string>() << std::setw(24)
       << cell(r.at("timings"), "time_to_first_token_ms") << std::setw(24) << cell(r.at("timings"), "decode_ms_per_token")
       << std::setw(24) << cell(r.at("timings"), "total_ms") << std::setw(24) << cell(r.at("timings"), "tokens_per_second")
-      << std::setw(22) << ratio.str() << (r.value("tokens_match_first_row", true) ? "yes" : "NO") << "\n";
+      << std::setw(22) << ratio.str() << same_tokens_cell(r, runs.at(0)) << "\n";
     if (r.contains("bandwidth")) {
       // Results written before the read measurement existed carry only the copy fraction.
       const auto& bw = r.at("bandwidth");

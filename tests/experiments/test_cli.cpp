@@ -57,6 +57,45 @@ run: {warmup: 0, repeats: 2}
   EXPECT_THAT(table, HasSubstr("decode ms/token"));
 }
 
+// "same tokens" compares tokens: in bfloat16 two correct backends can keep the same beams with
+// scores that differ in the last bits (seen on the GPU: trace's fused kernels), so a score
+// difference is reported beside it, not as a mismatch; a different token is one.
+TEST(Cli, SameTokensComparesTokensAndReportsTheScoreDifference) {
+  TempDir dir;
+  write_file(dir / "e.yaml", R"(model: {preset: gpt2-tiny}
+backends: [eager, {name: eager, label: static, options: {cache: static}}]
+inputs: {prompts: [[1, 2, 3], [4, 5]]}
+generation: {max_new_tokens: 4, num_beams: 2, num_return_sequences: 2}
+run: {warmup: 0, repeats: 1}
+)");
+  const auto out = dir / "e.json";
+  ASSERT_EQ(cli({"run", (dir / "e.yaml").string(), "--output", out.string(), "--quiet"}), 0);
+  auto doc = nlohmann::json::parse(testing::read_file(out));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  EXPECT_TRUE(doc["runs"][1]["tokens_match_first_row"].get<bool>());
+  ASSERT_TRUE(doc["runs"][1].contains("max_score_difference_to_first_row"));
+  EXPECT_LT(doc["runs"][1]["max_score_difference_to_first_row"].get<double>(), 1e-4);
+  auto show = [&](const nlohmann::json& d) {
+    write_file(dir / "s.json", d.dump());
+    ::testing::internal::CaptureStdout();
+    EXPECT_EQ(cli({"show", (dir / "s.json").string()}), 0);
+    const std::string table = ::testing::internal::GetCapturedStdout();
+    const auto at = table.find("\nstatic ");
+    return at == std::string::npos ? table : table.substr(at + 1, table.find('\n', at + 1) - at - 1);
+  };
+  // A score 0.25 off, with a stale flag from a file written when the flag compared scores too.
+  auto d = doc;
+  auto& seq = d["runs"][1]["outputs"][1]["sequences"][1];
+  seq["score"] = seq["score"].get<double>() + 0.25;
+  d["runs"][1]["tokens_match_first_row"] = false;
+  EXPECT_THAT(show(d), HasSubstr("yes (scores +-2.5e-01)"));
+  // One token changed is a mismatch.
+  d = doc;
+  auto& tok = d["runs"][1]["outputs"][1]["sequences"][1]["tokens"][2];
+  tok = tok.get<int64_t>() + 1;
+  EXPECT_THAT(show(d), ::testing::EndsWith("NO"));
+}
+
 // run.bandwidth: the device's read (matrix-vector) and copy bandwidth are measured in the run, and each row's
 // decode traffic (at least every weight once per step) is reported as a fraction of both.
 TEST(Cli, BandwidthIsMeasuredAndDecodeTrafficIsReportedAgainstIt) {
