@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 
 def points(doc):
@@ -31,6 +32,11 @@ def main():
                 labels.append(r["label"])
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 2.2 * len(pts) * len(labels) / 2 + 4), 4.5))
     width = 0.8 / max(1, len(labels))
+    # One colour per row in both panels (a beam-search peer has no per-token latency, so the
+    # panels hold different rows), and one legend for all rows, a failed one named as such.
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colour = {label: palette[j % len(palette)] for j, label in enumerate(labels)}
+    failed = {r["label"] for _, p in pts for r in p["runs"] if "error" in r}
     for ax, key, title in ((axes[0], "decode_ms_per_token", "decode latency (ms / token, lower is better)"),
                            (axes[1], "tokens_per_second", "throughput (tokens / s, higher is better)")):
         for j, label in enumerate(labels):
@@ -44,16 +50,17 @@ def main():
                 ys.append(t["median"])
                 lo.append(t["median"] - t["min"])
                 hi.append(t["max"] - t["median"])
-            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=label)
+            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, color=colour[label])
         ax.set_xticks([i + width * (len(labels) - 1) / 2 for i in range(len(pts))])
         ax.set_xticklabels([name or doc.get("experiment", "") for name, _ in pts], rotation=20, ha="right", fontsize=8)
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    handles = [Patch(color=colour[label], label=label + (" (failed)" if label in failed else "")) for label in labels]
+    fig.legend(handles=handles, fontsize=8, loc="center right")
     first = pts[0][1]
     fig.suptitle(f"{doc.get('experiment', '')}: {first['model']['source']} on {first['environment']['device']}, "
                  f"{first['environment']['dtype']} (median, bars min-max)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
     fig.savefig(sys.argv[2], dpi=110)
 
 
