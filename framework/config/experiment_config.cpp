@@ -433,11 +433,6 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
         throw Error(where(file, list[i]) + path + ": unknown peer '" + p.name + "'" + did_you_mean(p.name, known) +
                     "; peers: " + join(known, ", "));
       }
-      if (p.name == "hf_static_compile" && c.model.device.rfind("cuda", 0) != 0) {
-        // torch.compile of a model on CPU alone takes minutes; fail before anything runs.
-        throw Error(where(file, list[i]) + path + ": peer 'hf_static_compile' runs on CUDA only, and model.device is '" +
-                    c.model.device + "'; drop it or set model.device: cuda");
-      }
       if (p.label.empty()) p.label = p.name;
       if (!labels.insert(p.label).second) {
         throw Error(where(file, list[i]) + path + ": the label '" + p.label + "' is already used");

@@ -570,9 +570,36 @@ TEST(Cli, PeersRunBesideBackendsAndThePlotIsWritten) {
   EXPECT_EQ(doc["runs"][1]["backend"], "peer:hf_eager");
   EXPECT_EQ(doc["runs"][2]["backend"], "peer:hf_jit_trace");
   // Same tokens and beams as transformers, as it ships and with the seed's jit-traced decode.
-  EXPECT_TRUE(doc["runs"][1]["tokens_match_first_row"].get<bool>());
-  EXPECT_TRUE(doc["runs"][2]["tokens_match_first_row"].get<bool>());
+  for (int i : {1, 2}) {
+    const auto& r = doc["runs"][i];
+    EXPECT_TRUE(r["tokens_match_first_row"].get<bool>()) << r["label"];
+    ASSERT_TRUE(r.contains("max_score_difference_to_first_row")) << r["label"];
+    EXPECT_LT(r["max_score_difference_to_first_row"].get<double>(), 1e-4) << r["label"];
+    // The peer's own process: its peak resident memory holds at least the interpreter and torch.
+    EXPECT_GT(r["memory"]["peak_rss_bytes"].get<double>(), 100e6) << r["label"];
+  }
   EXPECT_TRUE(std::filesystem::exists(dir / "p.png"));
+}
+
+// transformers' static cache with torch.compile of the forward (the third peer) gives
+// transformers' beams; on CPU its compile of a tiny model takes seconds (minutes for real sizes).
+TEST(Cli, TheStaticCacheCompiledPeerGivesTheSameBeams) {
+  testing::TempDir dir;
+  testing::write_file(dir / "p.yaml", "model: {preset: gpt2-tiny, seed: 2}\n"
+                                      "backends: [eager]\npeers: [hf_static_compile]\n"
+                                      "inputs: {prompts: [[1, 2, 3], [4, 5]]}\n"
+                                      "generation: {max_new_tokens: 5, num_beams: 2}\n"
+                                      "run: {warmup: 1, repeats: 1, peer_timeout_s: 600}\n");
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"run", (dir / "p.yaml").string(), "--output", (dir / "p.json").string(), "--quiet"}), 0);
+  ::testing::internal::GetCapturedStdout();
+  const auto doc = nlohmann::json::parse(testing::read_file(dir / "p.json"));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  const auto& r = doc["runs"][1];
+  EXPECT_EQ(r["backend"], "peer:hf_static_compile");
+  EXPECT_TRUE(r["tokens_match_first_row"].get<bool>());
+  ASSERT_TRUE(r.contains("max_score_difference_to_first_row"));
+  EXPECT_LT(r["max_score_difference_to_first_row"].get<double>(), 1e-4);
 }
 
 }  // namespace
