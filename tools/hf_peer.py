@@ -162,6 +162,20 @@ def kwargs_from(gen):
     return out
 
 
+def peak_rss_bytes():
+    """This process's peak resident memory. Not getrusage's ru_maxrss: Linux carries the spawning
+    process's high-water mark across exec (the peer is spawned from gengraph, which holds a model),
+    so ru_maxrss would report gengraph's peak wherever it is the larger. VmHWM is this image's own."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--request", required=True)
@@ -242,7 +256,7 @@ def main():
                        "total_ms": summary(total), "tokens_per_second": summary(tps)},
            # This process's peak (the model, torch and the interpreter), as gengraph's rows report
            # their process's; on CUDA the caching allocator's peak, weights included.
-           "memory": {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+           "memory": {"peak_rss_bytes": peak_rss_bytes(),
                       "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0},
            "peer": {"transformers": __import__("transformers").__version__, "torch": torch.__version__,
                     "note": "timed as a separate process after gengraph's rows; time to first token from a streamer"}}
