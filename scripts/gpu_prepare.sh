@@ -2,7 +2,7 @@
 # Run HERE (no GPU needed): builds gengraph and gathers what the GPU machine lacks into gpu_carry/
 # (git-ignored): the binaries, libgengraph, and the Debian libraries they need (yaml-cpp, Google
 # Benchmark). LibTorch itself is the GPU machine's own (the same torch 2.11.0+cu130).
-# Then call the device tool:  run(command="bash scripts/gpu_check.sh", carry=["gpu_carry"], timeout_s=370)
+# Then call the device tool:  run(command="bash scripts/gpu_check.sh", carry=["gpu_carry"], timeout_s=420)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh" gengraph_cli gengraph_tests gengraph_bench
