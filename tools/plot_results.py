@@ -45,12 +45,16 @@ def main():
                 run = next((r for r in p["runs"] if r["label"] == label), None)
                 t = run.get("timings", {}).get(key) if run else None  # a failed peer has none
                 if not t or "median" not in t:
+                    if run is not None:  # say why the slot is empty (failed, or no per-token time)
+                        ax.text(i + j * width, 0, " failed" if "error" in run else " n/a", rotation=90,
+                                ha="center", va="bottom", fontsize=7, color="0.4")
                     continue
                 xs.append(i + j * width)
                 ys.append(t["median"])
                 lo.append(t["median"] - t["min"])
                 hi.append(t["max"] - t["median"])
             ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, color=colour[label])
+        ax.set_xlim(-width / 2 - 0.1, len(pts) - 1 + (len(labels) - 0.5) * width + 0.1)  # every slot, empty ones too
         ax.set_xticks([i + width * (len(labels) - 1) / 2 for i in range(len(pts))])
         ax.set_xticklabels([name or doc.get("experiment", "") for name, _ in pts], rotation=20, ha="right", fontsize=8)
         ax.set_title(title, fontsize=10)
