@@ -27,6 +27,16 @@ at::Tensor vocab_mask(const std::vector<int64_t>& ids, int64_t vocab, const at::
                   at::tensor(ids, at::kLong).to(device));
 }
 
+// The mask of `ids` over the scores' vocabulary, built once per device and vocabulary size and
+// kept in `cache`: building it copies the ids to the device, which on CUDA waits for the stream
+// (a pageable host-to-device copy), once per decode step if it were rebuilt each call.
+const at::Tensor& cached_vocab_mask(at::Tensor& cache, const std::vector<int64_t>& ids, const at::Tensor& scores) {
+  if (!cache.defined() || cache.device() != scores.device() || cache.size(0) != scores.size(-1)) {
+    cache = vocab_mask(ids, scores.size(-1), scores.device());
+  }
+  return cache;
+}
+
 }  // namespace
 
 SequenceBias::SequenceBias(std::vector<std::pair<std::vector<int64_t>, double>> biases, int64_t vocab) {
@@ -104,10 +114,7 @@ at::Tensor SuppressTokens::process(const Sequences& seqs, at::Tensor scores) con
     const int64_t trigger = *at_length_ + (relative_ ? seqs.prompt_length : 0);
     if (seqs.length() != trigger) return scores;
   }
-  if (!mask_.defined() || mask_.device() != scores.device()) {
-    mask_ = vocab_mask(tokens_, scores.size(-1), scores.device());
-  }
-  return at::where(mask_, at::scalar_tensor(-kInf, scores.options()), scores);
+  return at::where(cached_vocab_mask(mask_, tokens_, scores), at::scalar_tensor(-kInf, scores.options()), scores);
 }
 
 ForceTokens::ForceTokens(std::string name, std::vector<int64_t> tokens, int64_t at_length)
@@ -128,8 +135,7 @@ MinLength::MinLength(int64_t min, std::vector<int64_t> eos, bool new_only)
 at::Tensor MinLength::process(const Sequences& seqs, at::Tensor scores) const {
   const int64_t len = new_only_ ? seqs.generated() : seqs.length();
   if (len >= min_) return scores;
-  const at::Tensor mask = vocab_mask(eos_, scores.size(-1), scores.device());
-  return at::where(mask, at::scalar_tensor(-kInf, scores.options()), scores);
+  return at::where(cached_vocab_mask(mask_, eos_, scores), at::scalar_tensor(-kInf, scores.options()), scores);
 }
 
 }  // namespace gengraph

@@ -86,6 +86,7 @@ class MinLength final : public LogitsProcessor {
   int64_t min_;
   std::vector<int64_t> eos_;
   bool new_only_;
+  mutable at::Tensor mask_;  // EOS over the vocabulary, built on first use per device
 };
 
 }  // namespace gengraph
