@@ -60,7 +60,10 @@ at::Tensor ExponentialDecayLengthPenalty::process(const Sequences& seqs, at::Ten
   const int64_t regulation_start = start_ + seqs.prompt_length;
   const int64_t cur_len = seqs.length();
   if (cur_len <= regulation_start) return scores;
-  const at::Tensor eos = at::tensor(eos_, at::kLong).to(scores.device());
+  if (!eos_ids_.defined() || eos_ids_.device() != scores.device()) {
+    eos_ids_ = at::tensor(eos_, at::kLong).to(scores.device());  // once: on CUDA the copy waits for the stream
+  }
+  const at::Tensor& eos = eos_ids_;
   const at::Tensor penalty =
       at::abs(scores.index_select(1, eos)) * (std::pow(factor_, static_cast<double>(cur_len - regulation_start)) - 1);
   at::Tensor penalties = at::zeros_like(scores);

@@ -98,9 +98,12 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
   StepDecision d;
   d.next_tokens = next_running.select(2, cur_len).reshape({b * nb});
   d.parent_rows = (parent + at::arange(b, parent.options()).unsqueeze(1) * nb).reshape({b * nb});
-  const bool can_improve = improvable_.any().item<bool>();
-  const bool all_full = early_true && is_finished_.all().item<bool>();
-  const bool all_hit = hits.all().item<bool>();
+  // The three stop conditions in one device-to-host copy: on CUDA each .item() waits for the device.
+  const at::Tensor flags = at::stack({improvable_.any(), is_finished_.all(), hits.all()}).to(at::kCPU);
+  const auto f = flags.accessor<bool, 1>();
+  const bool can_improve = f[0];
+  const bool all_full = early_true && f[1];
+  const bool all_hit = f[2];
   d.done = !(can_improve && !all_full && !all_hit);
   return d;
 }
