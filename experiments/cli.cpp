@@ -10,6 +10,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "experiments/compare.h"
 #include "experiments/runner.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/config/experiment_config.h"
@@ -33,6 +34,9 @@ const char* kUsage = R"(usage:
       Parse and check an experiment (every sweep point, backend names and options) without running it.
   gengraph show RESULTS.json
       Print the table of a results file (for example one written on another machine).
+  gengraph compare BEFORE.json AFTER.json [--metric total_ms|decode_ms_per_token|time_to_first_token_ms|tokens_per_second]
+      Row by row (same label, same sweep point): the speed-up of AFTER over BEFORE with a
+      distribution-free interval from both files' repeats, and the settings that differ.
   gengraph backends      List the registered backends and whether each is usable here.
   gengraph presets       List the built-in model presets.
 Exit status: 0 done; 1 an error (nothing written); 2 a usage error; 3 results written, but some
@@ -48,7 +52,7 @@ struct Args {
   std::vector<std::string> positional;
   std::vector<std::string> sets;
   std::vector<std::string> prompts, texts;
-  std::string output, model, backend = "eager", device = "cpu", dtype = "float32";
+  std::string output, model, backend = "eager", device = "cpu", dtype = "float32", metric = "total_ms";
   std::optional<std::string> max_new;  // --max-new-tokens as given
   bool quiet = false;
   std::vector<std::string> flags;  // every option given, for the per-command check
@@ -84,6 +88,7 @@ Args parse_args(int argc, char** argv, int first) {
     else if (s == "--device") a.device = value();
     else if (s == "--dtype") a.dtype = value();
     else if (s == "--max-new-tokens") a.max_new = value();
+    else if (s == "--metric") a.metric = value();
     else if (s == "--quiet") a.quiet = true;
     else if (s.rfind("--", 0) == 0) throw UsageError("unknown option '" + s + "'");
     else a.positional.push_back(s);
@@ -193,9 +198,9 @@ std::string generate_yaml(const Args& a) {
   return y.str();
 }
 
-// The table of a results file; errors name the file and what is missing.
-std::string show_results(const std::string& path) {
-  const nlohmann::json doc = read_json_file(path);
+// A results file, read and checked for what every reader needs; errors name the file.
+nlohmann::json read_results(const std::string& path) {
+  nlohmann::json doc = read_json_file(path);
   const std::string what = "'" + path + "' is not a gengraph results file: ";
   if (!doc.is_object()) throw Error(what + "expected a JSON object");
   if (doc.value("schema_version", 0) != 1) {
@@ -206,11 +211,23 @@ std::string show_results(const std::string& path) {
   if (!(sweep ? doc["points"].is_array() : doc.contains("runs") && doc["runs"].is_array())) {
     throw Error(what + "expected a 'runs' list (or 'points', each with 'runs')");
   }
+  return doc;
+}
+
+// Runs `f` on results files, turning a field of the wrong type into an error naming them.
+template <typename F>
+std::string with_results_errors(const std::string& files, F f) {
   try {
-    return format_table(doc);
+    return f();
   } catch (const nlohmann::json::exception& e) {
-    throw Error(what + "a field is missing or of the wrong type (" + e.what() + "); see docs/results-schema.md");
+    throw Error(files + ": a field is missing or of the wrong type (" + e.what() + "); see docs/results-schema.md");
   }
+}
+
+// The table of a results file; errors name the file and what is missing.
+std::string show_results(const std::string& path) {
+  const nlohmann::json doc = read_results(path);
+  return with_results_errors("'" + path + "' is not a gengraph results file", [&] { return format_table(doc); });
 }
 
 int list_backends() {
@@ -237,7 +254,7 @@ int cli_main(int argc, char** argv) {
       std::cout << kUsage;
       return 0;
     }
-    const std::vector<std::string> commands = {"run", "generate", "validate", "show", "backends", "presets"};
+    const std::vector<std::string> commands = {"run", "generate", "validate", "show", "compare", "backends", "presets"};
     if (std::find(commands.begin(), commands.end(), cmd) == commands.end()) {
       throw UsageError("unknown command '" + cmd + "'");
     }
@@ -263,6 +280,17 @@ int cli_main(int argc, char** argv) {
     if (cmd == "show") {
       check_usage(cmd, a, {}, 1);
       std::cout << show_results(a.positional[0]);
+      return 0;
+    }
+    if (cmd == "compare") {
+      check_usage(cmd, a, {"--metric"}, 2);
+      if (std::find(kCompareMetrics.begin(), kCompareMetrics.end(), a.metric) == kCompareMetrics.end()) {
+        throw UsageError("--metric: expected one of " + join(kCompareMetrics, ", ") + ", found '" + a.metric + "'");
+      }
+      const nlohmann::json before = read_results(a.positional[0]), after = read_results(a.positional[1]);
+      std::cout << with_results_errors("'" + a.positional[0] + "' or '" + a.positional[1] + "'", [&] {
+        return compare_results(before, a.positional[0], after, a.positional[1], a.metric);
+      });
       return 0;
     }
     check_usage(cmd, a, {}, 0);

@@ -1,0 +1,260 @@
+#include "experiments/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
+#include <utility>
+
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+const std::vector<std::string> kCompareMetrics = {"total_ms", "decode_ms_per_token", "time_to_first_token_ms",
+                                                  "tokens_per_second"};
+
+std::vector<double> mann_whitney_cdf(size_t n1, size_t n2) {
+  if (n1 > 100 || n2 > 100) throw Error("mann_whitney_cdf: exact only up to 100 per side");
+  // counts[b] = the number of orderings of a x-values and b y-values with each U, row a at a
+  // time: N(a, b, u) = N(a - 1, b, u - b) + N(a, b - 1, u), N(0, b) = N(a, 0) = [1].
+  std::vector<std::vector<double>> prev(n2 + 1, std::vector<double>{1.0}), cur(n2 + 1);
+  for (size_t a = 1; a <= n1; ++a) {
+    cur[0] = {1.0};
+    for (size_t b = 1; b <= n2; ++b) {
+      std::vector<double> c(a * b + 1, 0.0);
+      for (size_t u = 0; u < prev[b].size(); ++u) c[u + b] += prev[b][u];
+      for (size_t u = 0; u < cur[b - 1].size(); ++u) c[u] += cur[b - 1][u];
+      cur[b] = std::move(c);
+    }
+    std::swap(prev, cur);
+  }
+  std::vector<double> cdf = prev[n2];
+  double total = 0;
+  for (double c : cdf) total += c;
+  double acc = 0;
+  for (double& c : cdf) {
+    acc += c;
+    c = acc / total;
+  }
+  return cdf;
+}
+
+Speedup speedup(const std::vector<double>& before, const std::vector<double>& after) {
+  Speedup s;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  if (before.empty() || after.empty()) return s;
+  const bool positive = std::all_of(before.begin(), before.end(), [](double x) { return x > 0; }) &&
+                        std::all_of(after.begin(), after.end(), [](double x) { return x > 0; });
+  if (!positive || before.size() < 2 || after.size() < 2) {
+    const double a = median(after);
+    s.estimate = s.low = s.high = a > 0 ? median(before) / a : 0.0;
+    return s;
+  }
+  std::vector<double> d;  // log(before_i / after_j)
+  d.reserve(before.size() * after.size());
+  for (double x : before) {
+    for (double y : after) d.push_back(std::log(x) - std::log(y));
+  }
+  std::sort(d.begin(), d.end());
+  const size_t n1 = before.size(), n2 = after.size(), n = d.size();
+  size_t k = 1;
+  double confidence = 0;
+  if (n1 <= 100 && n2 <= 100) {
+    const auto cdf = mann_whitney_cdf(n1, n2);
+    while (k + 1 <= n / 2 && 1 - 2 * cdf[k] >= 0.95) ++k;
+    confidence = 1 - 2 * cdf[k - 1];
+  } else {
+    // Normal approximation of U: mean n1 n2 / 2, variance n1 n2 (n1 + n2 + 1) / 12.
+    const double mean = static_cast<double>(n) / 2;
+    const double sd = std::sqrt(static_cast<double>(n1 * n2 * (n1 + n2 + 1)) / 12.0);
+    k = static_cast<size_t>(std::max(1.0, std::floor(mean - 1.959964 * sd + 0.5)));
+    confidence = 1 - std::erfc((mean - (static_cast<double>(k) - 0.5)) / sd / std::sqrt(2.0));
+  }
+  s.estimate = std::exp(median(d));
+  s.low = std::exp(d[k - 1]);
+  s.high = std::exp(d[n - k]);
+  s.confidence = confidence;
+  s.has_interval = true;
+  return s;
+}
+
+namespace {
+
+using Json = nlohmann::json;
+
+// (point name, point document) for each point; one unnamed point for a file without a sweep.
+std::vector<std::pair<std::string, const Json*>> points_of(const Json& doc, const std::string& name) {
+  const std::string what = "'" + name + "' is not a gengraph results file: ";
+  if (!doc.is_object()) throw Error(what + "expected a JSON object");
+  std::vector<std::pair<std::string, const Json*>> out;
+  if (!doc.contains("points")) {
+    if (!doc.contains("runs") || !doc["runs"].is_array()) throw Error(what + "expected a 'runs' list (or 'points')");
+    out.emplace_back("", &doc);
+    return out;
+  }
+  if (!doc["points"].is_array()) throw Error(what + "expected 'points' to be a list");
+  for (size_t i = 0; i < doc["points"].size(); ++i) {
+    const Json& p = doc["points"][i];
+    if (!p.is_object() || !p.contains("runs") || !p["runs"].is_array()) {
+      throw Error(what + "points[" + std::to_string(i) + "] has no 'runs' list");
+    }
+    std::string label;
+    if (p.contains("point") && p["point"].is_array()) {
+      for (const auto& part : p["point"]) label += (label.empty() ? "" : ", ") + (part.is_string() ? part.get<std::string>() : part.dump());
+    }
+    out.emplace_back(label, &p);
+  }
+  return out;
+}
+
+const Json* find_run(const Json& point, const std::string& label) {
+  for (const auto& r : point["runs"]) {
+    if (r.is_object() && r.value("label", std::string()) == label) return &r;
+  }
+  return nullptr;
+}
+
+std::vector<double> values_of(const Json& run, const std::string& metric) {
+  const Json t = run.value("timings", Json::object());
+  if (!t.is_object() || !t.contains(metric) || !t[metric].is_object() || !t[metric].contains("values")) return {};
+  std::vector<double> v;
+  for (const auto& x : t[metric]["values"]) {
+    if (x.is_number()) v.push_back(x.get<double>());
+  }
+  return v;
+}
+
+std::string fmt(double x) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(x >= 1000 ? 0 : 2) << x;
+  return s.str();
+}
+
+std::string spread(const std::vector<double>& v) {
+  if (v.empty()) return "-";
+  std::vector<double> s = v;
+  std::sort(s.begin(), s.end());
+  const size_t n = s.size();
+  const double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  std::string out = fmt(m);
+  if (n > 1) out += " [" + fmt(s.front()) + "-" + fmt(s.back()) + "]";
+  return out + " (" + std::to_string(n) + ")";
+}
+
+std::string field(const Json& doc, const std::string& path) {
+  const Json* j = &doc;
+  std::stringstream ss(path);
+  for (std::string key; std::getline(ss, key, '.');) {
+    if (!j->is_object() || !j->contains(key)) return "(none)";
+    j = &(*j)[key];
+  }
+  std::string s = j->is_string() ? j->get<std::string>() : j->dump();
+  if (s.size() > 90) s = s.substr(0, 87) + "...";
+  return s;
+}
+
+}  // namespace
+
+std::string compare_results(const Json& before, const std::string& before_name, const Json& after,
+                            const std::string& after_name, const std::string& metric) {
+  if (std::find(kCompareMetrics.begin(), kCompareMetrics.end(), metric) == kCompareMetrics.end()) {
+    throw Error("compare: unknown metric '" + metric + "'; expected one of " + join(kCompareMetrics, ", "));
+  }
+  const auto bp = points_of(before, before_name), ap = points_of(after, after_name);
+  const bool higher_is_better = metric == "tokens_per_second";
+  std::ostringstream o;
+  const Json& b0 = *bp.front().second;
+  const Json& a0 = *ap.front().second;
+  o << "before: " << before_name << " (experiment " << field(before, "experiment") << ", commit "
+    << field(b0, "environment.gengraph_commit") << ", " << field(before, "created") << ")\n";
+  o << "after:  " << after_name << " (experiment " << field(after, "experiment") << ", commit "
+    << field(a0, "environment.gengraph_commit") << ", " << field(after, "created") << ")\n";
+  // Settings that make two files measure different things; listed, not refused: comparing two
+  // devices or dtypes can be the point.
+  const std::vector<std::string> keys = {"experiment", "model.source", "model.parameters", "environment.device",
+                                         "environment.dtype", "environment.threads", "environment.torch_version",
+                                         "generation", "inputs", "run.repeats", "run.warmup"};
+  std::vector<std::string> differ;
+  for (const auto& k : keys) {
+    const Json& bd = k == "experiment" ? before : b0;
+    const Json& ad = k == "experiment" ? after : a0;
+    const std::string x = field(bd, k), y = field(ad, k);
+    if (x != y) differ.push_back("  " + k + ": " + x + "  ->  " + y);
+  }
+  if (!differ.empty()) {
+    o << "settings that differ (the rows may not measure the same thing):\n";
+    for (const auto& d : differ) o << d << "\n";
+  }
+  o << "'speed-up' = before / after of " << metric << (higher_is_better ? " inverted (after / before: higher is better)" : "")
+    << ", > 1: after is faster. Hodges-Lehmann estimate over all before x after pairs of repeats, with the"
+       " distribution-free (Moses) interval; 'faster'/'slower' when the interval excludes 1. The interval"
+       " covers the spread of repeats within each file, not drift of the machine between the two runs: a row"
+       " whose code did not change (a transformers peer, say) shows that drift.\n";
+
+  std::vector<std::string> names;
+  for (const auto& p : bp) names.push_back(p.first);
+  for (const auto& p : ap) {
+    if (std::find(names.begin(), names.end(), p.first) == names.end()) names.push_back(p.first);
+  }
+  for (const auto& name : names) {
+    const Json* b = nullptr;
+    const Json* a = nullptr;
+    for (const auto& p : bp) if (p.first == name) b = p.second;
+    for (const auto& p : ap) if (p.first == name) a = p.second;
+    if (!name.empty()) o << "\n[" << name << "]\n";
+    if (!b || !a) {
+      o << "  only in " << (b ? "before" : "after") << "\n";
+      continue;
+    }
+    std::vector<std::string> labels;
+    for (const auto* doc : {b, a}) {
+      for (const auto& r : (*doc)["runs"]) {
+        const std::string l = r.is_object() ? r.value("label", std::string()) : std::string();
+        if (!l.empty() && std::find(labels.begin(), labels.end(), l) == labels.end()) labels.push_back(l);
+      }
+    }
+    o << std::left << std::setw(20) << "row" << std::setw(30) << "before " + metric << std::setw(30)
+      << "after " + metric << std::setw(22) << "speed-up" << std::setw(12) << "confidence" << "verdict\n";
+    for (const auto& l : labels) {
+      const Json* rb = find_run(*b, l);
+      const Json* ra = find_run(*a, l);
+      o << std::left << std::setw(20) << l;
+      if (!rb || !ra) {
+        o << "only in " << (rb ? "before" : "after") << "\n";
+        continue;
+      }
+      if (rb->contains("error") || ra->contains("error")) {
+        o << "FAILED in " << (rb->contains("error") ? (ra->contains("error") ? "both" : "before") : "after") << "\n";
+        continue;
+      }
+      const auto vb = values_of(*rb, metric), va = values_of(*ra, metric);
+      if (vb.empty() || va.empty()) {
+        o << std::setw(30) << spread(vb) << std::setw(30) << spread(va) << "no " << metric << " on "
+          << (vb.empty() ? (va.empty() ? "either side" : "the before side") : "the after side") << "\n";
+        continue;
+      }
+      const Speedup s = higher_is_better ? speedup(va, vb) : speedup(vb, va);
+      std::ostringstream cellv, conf;
+      cellv << std::fixed << std::setprecision(2) << s.estimate << "x";
+      if (s.has_interval) {
+        cellv << " [" << s.low << "-" << s.high << "]";
+        conf << std::fixed << std::setprecision(1) << 100 * s.confidence << "%";
+      } else {
+        conf << "-";
+      }
+      const std::string verdict = !s.has_interval ? "too few repeats for an interval"
+                                  : s.low > 1     ? "faster"
+                                  : s.high < 1    ? "slower"
+                                                  : "no clear change";
+      o << std::setw(30) << spread(vb) << std::setw(30) << spread(va) << std::setw(22) << cellv.str() << std::setw(12)
+        << conf.str() << verdict << "\n";
+    }
+  }
+  return o.str();
+}
+
+}  // namespace gengraph
