@@ -25,6 +25,10 @@ std::vector<std::string> bench_presets();
 
 void register_backend_benchmarks();
 
+// loop/<strategy>: the decoding loop's own cost per token, over a fixed-logits backend
+// (bench/bench_loop.cpp).
+void register_loop_benchmarks();
+
 // processor/<name>, processor/chain_sampling_default and strategy_step/<strategy> on CPU, over
 // vocab x rows (bench/bench_decoding.cpp).
 void register_decoding_benchmarks();

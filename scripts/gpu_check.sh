@@ -11,7 +11,7 @@
 #            figures); 1 warm-up, 3 repeats (210 s)
 #   gpt2     decode latency per token, GPT-2-small shape, batch 1 and 8: eager, trace, cuda_graph
 #            and transformers' generate(), in one run, with the share of read and copy bandwidth (55 s)
-#   bench    Google Benchmark prefill/decode-step entries on CUDA (60 s; took 40 s on the H200)
+#   bench    Google Benchmark prefill/decode-step and loop entries on CUDA (60 s; 40 s on the H200 without loop/)
 #   compile  not in the default: the seed's workload on eager and cuda_graph beside transformers'
 #            static cache + torch.compile (compiling GPT-J-6B takes minutes; 290 s)
 # A stage's limit can be changed for a rerun: T_TESTS, T_SEED, T_GPT2, T_BENCH, T_COMPILE (seconds).
@@ -69,7 +69,7 @@ for st in "${STAGES[@]}"; do
     echo "gpu_decode_gpt2 exit: $? (3: results written, some peer failed or timed out)" ;;
   bench)
     stage "bench: Google Benchmark on CUDA"
-    GENGRAPH_BENCH_DEVICE=cuda timeout "${T_BENCH:-60}" "$BIN/gengraph_bench" --benchmark_filter='^(prefill|decode_step)/gpt2' \
+    GENGRAPH_BENCH_DEVICE=cuda timeout "${T_BENCH:-60}" "$BIN/gengraph_bench" --benchmark_filter='^(prefill|decode_step)/gpt2|^loop/' \
       --benchmark_min_time=0.05 --benchmark_out="$OUT/bench_gpu.json" --benchmark_out_format=json
     echo "bench exit: $?" ;;
   compile)

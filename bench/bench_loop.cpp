@@ -1,0 +1,103 @@
+// The decoding loop's own cost per step: Generator::generate over a backend whose forward pass
+// returns fixed logits, so what is timed is everything but the model: the logits processors, the
+// search strategy, the stopping check, the sequences' bookkeeping and, on CUDA, the waits for the
+// device. A real run's decode ms/token minus decode_step/... is the same quantity, measured with
+// the model's noise on top.
+//
+// loop/<strategy>/rows:R (its per_step counter), GPT-2's vocabulary (50257), 32 new tokens with min_new_tokens 32 (as the
+// seed's config), on GENGRAPH_BENCH_DEVICE.
+#include <benchmark/benchmark.h>
+
+#include <ATen/ATen.h>
+
+#include "bench/bench_common.h"
+#include "framework/decoding/generator.h"
+#include "framework/model/loader.h"
+#include "framework/util/device.h"
+
+namespace gengraph::bench {
+namespace {
+
+constexpr int64_t kPrompt = 32;
+constexpr int64_t kNew = 32;
+constexpr int64_t kEos = 50256;
+
+// Returns the first rows of a fixed [64, vocab] logits tensor at every step. EOS is pushed down,
+// so every row runs to max_new_tokens.
+class FixedLogitsBackend final : public ForwardBackend {
+ public:
+  FixedLogitsBackend(std::shared_ptr<const CausalLM> model, at::Tensor logits)
+      : ForwardBackend(std::move(model)), logits_(std::move(logits)) {}
+  std::string name() const override { return "fixed_logits"; }
+
+ protected:
+  void do_prepare(const BatchShape&) override {}
+  at::Tensor do_prefill(const StepInputs& in, const at::Tensor&) override { return rows_of(in); }
+  at::Tensor do_decode(const StepInputs& in, const at::Tensor&) override { return rows_of(in); }
+
+ private:
+  at::Tensor rows_of(const StepInputs& in) const { return logits_.narrow(0, 0, in.input_ids.size(0)); }
+  at::Tensor logits_;
+};
+
+// A one-layer, width-64 model with GPT-2's vocabulary and token ids: the loop reads its config
+// (vocabulary, context length), never its weights.
+std::shared_ptr<const CausalLM> vocab_model() {
+  static std::shared_ptr<const CausalLM> m;
+  if (!m) {
+    ModelSource s;
+    s.preset = "gpt2";
+    s.config_overrides = {{"n_layer", 1}, {"n_embd", 64}, {"n_head", 4}};
+    s.load.device = bench_device();
+    m = load_model(s).model;
+  }
+  return m;
+}
+
+struct LoopCase {
+  std::string label;
+  int64_t beams = 1;
+  bool sample = false;
+};
+
+void BM_Loop(benchmark::State& state, LoopCase c) {
+  const int64_t rows = state.range(0), batch = rows / c.beams;
+  const auto dev = bench_device();
+  const auto model = vocab_model();
+  at::manual_seed(0);
+  at::Tensor logits = at::randn({64, model->config().vocab_size}).to(dev);
+  logits.select(1, kEos).fill_(-1e4);
+  FixedLogitsBackend backend(model, logits);
+  GenerationConfig g;
+  g.do_sample = c.sample;
+  g.num_beams = c.beams;
+  g.max_new_tokens = kNew;
+  g.min_new_tokens = kNew;
+  g.eos_token_id = {kEos};
+  const Generator generator(g, [dev] { synchronize(dev); });
+  std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch), std::vector<int64_t>(kPrompt));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (int64_t t = 0; t < kPrompt; ++t) prompts[i][static_cast<size_t>(t)] = static_cast<int64_t>((i * 131 + t * 17) % 50000);
+  }
+  for (int i = 0; i < 2; ++i) generator.generate(backend, prompts);  // warm-up
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(generator.generate(backend, prompts).timing.steps);
+  }
+  // Seconds per decoding step (each iteration is kNew steps, each a token for every row).
+  state.counters["per_step"] = benchmark::Counter(static_cast<double>(kNew),
+                                                   benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+}  // namespace
+
+void register_loop_benchmarks() {
+  const std::vector<std::pair<LoopCase, std::vector<int64_t>>> cases = {
+      {{"greedy", 1, false}, {1, 8}}, {{"sample", 1, true}, {1, 8}}, {{"beam4", 4, false}, {4, 16}}};
+  for (const auto& [c, rows] : cases) {
+    auto* b = benchmark::RegisterBenchmark(("loop/" + c.label).c_str(), BM_Loop, c)->ArgName("rows");
+    for (int64_t r : bench_smoke() ? std::vector<int64_t>{rows.front()} : rows) b->Arg(r);
+    b->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace gengraph::bench
