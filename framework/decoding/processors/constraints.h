@@ -22,6 +22,7 @@ class SequenceBias : public LogitsProcessor {
   std::vector<std::pair<std::vector<int64_t>, double>> multi_;  // length >= 2
   std::vector<std::pair<int64_t, double>> single_;
   mutable at::Tensor single_bias_;  // [vocab] float32, on the scores' device
+  mutable std::vector<at::Tensor> prefixes_;  // each multi_ sequence but its last token, on the device
 };
 
 // transformers' NoBadWordsLogitsProcessor: a sequence bias of -inf; a single-token bad word equal

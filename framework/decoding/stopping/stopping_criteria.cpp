@@ -26,12 +26,16 @@ at::Tensor MaxTimeCriterion::should_stop(const Sequences& seqs) const {
 }
 
 at::Tensor StopSequencesCriterion::should_stop(const Sequences& seqs) const {
+  if (on_device_.empty() || on_device_.front().device() != seqs.tokens.device()) {
+    // Once, not per step: on CUDA each host-to-device copy waits for the stream.
+    on_device_.clear();
+    for (const auto& s : sequences_) on_device_.push_back(at::tensor(s, at::kLong).to(seqs.tokens.device()));
+  }
   at::Tensor stop = at::zeros({seqs.rows()}, seqs.tokens.options().dtype(at::kBool));
-  for (const auto& s : sequences_) {
-    const int64_t n = static_cast<int64_t>(s.size());
+  for (size_t i = 0; i < sequences_.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(sequences_[i].size());
     if (n > seqs.length()) continue;
-    const at::Tensor want = at::tensor(s, at::kLong).to(seqs.tokens.device());
-    stop.logical_or_(seqs.tokens.narrow(1, seqs.length() - n, n).eq(want).all(1));
+    stop.logical_or_(seqs.tokens.narrow(1, seqs.length() - n, n).eq(on_device_[i]).all(1));
   }
   return stop;
 }

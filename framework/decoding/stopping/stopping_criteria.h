@@ -67,6 +67,7 @@ class StopSequencesCriterion final : public StoppingCriterion {
 
  private:
   std::vector<std::vector<int64_t>> sequences_;
+  mutable std::vector<at::Tensor> on_device_;  // sequences_ on the tokens' device, made once
 };
 
 class StoppingCriteria {
