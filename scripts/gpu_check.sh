@@ -38,6 +38,14 @@ export LD_LIBRARY_PATH="$ROOT/gpu_carry/lib:$TORCH_LIB:$NV_LIBS:/usr/local/cuda/
 export GENGRAPH_ROOT="$ROOT" GENGRAPH_PYTHON=python3 GENGRAPH_FIXTURES_DIR="$ROOT/tests/fixtures"
 BIN="$ROOT/gpu_carry/bin"
 stage() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; }
+# The new results beside the committed ones (docs/results/), row by row: what changed since the
+# last GPU run (machine drift included; a transformers peer's row shows it).
+compare_with_committed() {
+  if [ -f "docs/results/$1.json" ] && [ -f "$OUT/$1.json" ]; then
+    echo "--- $1: committed (before) vs this run (after)"
+    "$BIN/gengraph" compare "docs/results/$1.json" "$OUT/$1.json" || echo "(compare failed: exit $?)"
+  fi
+}
 
 stage "machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
@@ -60,13 +68,15 @@ for st in "${STAGES[@]}"; do
     timeout "${T_SEED:-210}" "$BIN/gengraph" run configs/seed_gptj6b_beam4.yaml --output "$OUT/seed_gptj6b_beam4.json" \
       --set plot="$OUT/seed_gptj6b_beam4.png" --set 'peers=[hf_eager, hf_jit_trace]' \
       --set run.warmup=1 --set run.repeats=3 --set run.peer_timeout_s=60
-    echo "seed exit: $? (3: results written, some peer failed or timed out)" ;;
+    echo "seed exit: $? (3: results written, some peer failed or timed out)"
+    compare_with_committed seed_gptj6b_beam4 ;;
   gpt2)
     stage "gpt2: decode latency, GPT-2-small shape, batch 1 and 8"
     timeout "${T_GPT2:-55}" "$BIN/gengraph" run configs/gpu_decode_gpt2.yaml --output "$OUT/gpu_decode_gpt2.json" \
       --set plot="$OUT/gpu_decode_gpt2.png" --set 'peers=[hf_eager]' --set run.repeats=5 \
       --set run.peer_timeout_s=25
-    echo "gpu_decode_gpt2 exit: $? (3: results written, some peer failed or timed out)" ;;
+    echo "gpu_decode_gpt2 exit: $? (3: results written, some peer failed or timed out)"
+    compare_with_committed gpu_decode_gpt2 ;;
   bench)
     stage "bench: Google Benchmark on CUDA"
     GENGRAPH_BENCH_DEVICE=cuda timeout "${T_BENCH:-60}" "$BIN/gengraph_bench" --benchmark_filter='^(prefill|decode_step)/gpt2|^loop/' \
