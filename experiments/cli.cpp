@@ -35,8 +35,10 @@ const char* kUsage = R"(usage:
   gengraph show RESULTS.json
       Print the table of a results file (for example one written on another machine).
   gengraph compare BEFORE.json AFTER.json [--metric total_ms|decode_ms_per_token|time_to_first_token_ms|tokens_per_second]
+                   [--output FILE]
       Row by row (same label, same sweep point): the speed-up of AFTER over BEFORE with a
-      distribution-free interval from both files' repeats, and the settings that differ.
+      distribution-free interval from both files' repeats, and the settings that differ; --output
+      writes the comparison as JSON too.
   gengraph backends      List the registered backends and whether each is usable here.
   gengraph presets       List the built-in model presets.
 Exit status: 0 done; 1 an error (nothing written); 2 a usage error; 3 results written, but some
@@ -283,14 +285,20 @@ int cli_main(int argc, char** argv) {
       return 0;
     }
     if (cmd == "compare") {
-      check_usage(cmd, a, {"--metric"}, 2);
+      check_usage(cmd, a, {"--metric", "--output"}, 2);
       if (std::find(kCompareMetrics.begin(), kCompareMetrics.end(), a.metric) == kCompareMetrics.end()) {
         throw UsageError("--metric: expected one of " + join(kCompareMetrics, ", ") + ", found '" + a.metric + "'");
       }
+      if (!a.output.empty()) check_output_path(a.output, "comparison");
       const nlohmann::json before = read_results(a.positional[0]), after = read_results(a.positional[1]);
-      std::cout << with_results_errors("'" + a.positional[0] + "' or '" + a.positional[1] + "'", [&] {
-        return compare_results(before, a.positional[0], after, a.positional[1], a.metric);
+      nlohmann::json comparison;
+      const std::string table = with_results_errors("'" + a.positional[0] + "' or '" + a.positional[1] + "'", [&] {
+        comparison = compare_documents(before, a.positional[0], after, a.positional[1], a.metric);
+        return format_comparison(comparison);
       });
+      if (!a.output.empty()) write_outputs(comparison, a.output, "");
+      std::cout << table;
+      if (!a.output.empty()) std::cout << "comparison: " << a.output << "\n";
       return 0;
     }
     check_usage(cmd, a, {}, 0);

@@ -159,41 +159,31 @@ std::string field(const Json& doc, const std::string& path) {
 
 }  // namespace
 
-std::string compare_results(const Json& before, const std::string& before_name, const Json& after,
-                            const std::string& after_name, const std::string& metric) {
+Json compare_documents(const Json& before, const std::string& before_name, const Json& after,
+                       const std::string& after_name, const std::string& metric) {
   if (std::find(kCompareMetrics.begin(), kCompareMetrics.end(), metric) == kCompareMetrics.end()) {
     throw Error("compare: unknown metric '" + metric + "'; expected one of " + join(kCompareMetrics, ", "));
   }
   const auto bp = points_of(before, before_name), ap = points_of(after, after_name);
   const bool higher_is_better = metric == "tokens_per_second";
-  std::ostringstream o;
   const Json& b0 = *bp.front().second;
   const Json& a0 = *ap.front().second;
-  o << "before: " << before_name << " (experiment " << field(before, "experiment") << ", commit "
-    << field(b0, "environment.gengraph_commit") << ", " << field(before, "created") << ")\n";
-  o << "after:  " << after_name << " (experiment " << field(after, "experiment") << ", commit "
-    << field(a0, "environment.gengraph_commit") << ", " << field(after, "created") << ")\n";
+  auto side = [](const Json& doc, const Json& first, const std::string& name) {
+    return Json{{"file", name}, {"experiment", field(doc, "experiment")},
+                {"commit", field(first, "environment.gengraph_commit")}, {"created", field(doc, "created")}};
+  };
+  Json out = {{"schema", "gengraph-compare-1"}, {"metric", metric}, {"higher_is_better", higher_is_better},
+              {"before", side(before, b0, before_name)}, {"after", side(after, a0, after_name)},
+              {"settings_that_differ", Json::array()}, {"points", Json::array()}};
   // Settings that make two files measure different things; listed, not refused: comparing two
   // devices or dtypes can be the point.
   const std::vector<std::string> keys = {"experiment", "model.source", "model.parameters", "environment.device",
                                          "environment.dtype", "environment.threads", "environment.torch_version",
                                          "generation", "inputs", "run.repeats", "run.warmup"};
-  std::vector<std::string> differ;
   for (const auto& k : keys) {
-    const Json& bd = k == "experiment" ? before : b0;
-    const Json& ad = k == "experiment" ? after : a0;
-    const std::string x = field(bd, k), y = field(ad, k);
-    if (x != y) differ.push_back("  " + k + ": " + x + "  ->  " + y);
+    const std::string x = field(k == "experiment" ? before : b0, k), y = field(k == "experiment" ? after : a0, k);
+    if (x != y) out["settings_that_differ"].push_back({{"key", k}, {"before", x}, {"after", y}});
   }
-  if (!differ.empty()) {
-    o << "settings that differ (the rows may not measure the same thing):\n";
-    for (const auto& d : differ) o << d << "\n";
-  }
-  o << "'speed-up' = before / after of " << metric << (higher_is_better ? " inverted (after / before: higher is better)" : "")
-    << ", > 1: after is faster. Hodges-Lehmann estimate over all before x after pairs of repeats, with the"
-       " distribution-free (Moses) interval; 'faster'/'slower' when the interval excludes 1. The interval"
-       " covers the spread of repeats within each file, not drift of the machine between the two runs: a row"
-       " whose code did not change (a transformers peer, say) shows that drift.\n";
 
   std::vector<std::string> names;
   for (const auto& p : bp) names.push_back(p.first);
@@ -205,9 +195,10 @@ std::string compare_results(const Json& before, const std::string& before_name, 
     const Json* a = nullptr;
     for (const auto& p : bp) if (p.first == name) b = p.second;
     for (const auto& p : ap) if (p.first == name) a = p.second;
-    if (!name.empty()) o << "\n[" << name << "]\n";
+    Json point = {{"point", name}, {"rows", Json::array()}};
     if (!b || !a) {
-      o << "  only in " << (b ? "before" : "after") << "\n";
+      point["only_in"] = b ? "before" : "after";
+      out["points"].push_back(point);
       continue;
     }
     std::vector<std::string> labels;
@@ -217,44 +208,105 @@ std::string compare_results(const Json& before, const std::string& before_name, 
         if (!l.empty() && std::find(labels.begin(), labels.end(), l) == labels.end()) labels.push_back(l);
       }
     }
-    o << std::left << std::setw(20) << "row" << std::setw(30) << "before " + metric << std::setw(30)
-      << "after " + metric << std::setw(22) << "speed-up" << std::setw(12) << "confidence" << "verdict\n";
     for (const auto& l : labels) {
       const Json* rb = find_run(*b, l);
       const Json* ra = find_run(*a, l);
-      o << std::left << std::setw(20) << l;
+      Json row = {{"label", l}};
       if (!rb || !ra) {
-        o << "only in " << (rb ? "before" : "after") << "\n";
+        row["status"] = rb ? "only in before" : "only in after";
+      } else if (rb->contains("error") || ra->contains("error")) {
+        row["status"] = std::string("failed in ") +
+                        (rb->contains("error") ? (ra->contains("error") ? "both" : "before") : "after");
+      } else {
+        const auto vb = values_of(*rb, metric), va = values_of(*ra, metric);
+        row["before"] = vb;
+        row["after"] = va;
+        if (vb.empty() || va.empty()) {
+          row["status"] = "no " + metric + " on " +
+                          (vb.empty() ? (va.empty() ? "either side" : "the before side") : "the after side");
+        } else {
+          const Speedup sp = higher_is_better ? speedup(va, vb) : speedup(vb, va);
+          row["status"] = "compared";
+          row["speedup"] = sp.estimate;
+          if (sp.has_interval) {
+            row["low"] = sp.low;
+            row["high"] = sp.high;
+            row["confidence"] = sp.confidence;
+          }
+          row["verdict"] = !sp.has_interval ? "too few repeats for an interval"
+                           : sp.low > 1     ? "faster"
+                           : sp.high < 1    ? "slower"
+                                            : "no clear change";
+        }
+      }
+      point["rows"].push_back(row);
+    }
+    out["points"].push_back(point);
+  }
+  return out;
+}
+
+std::string format_comparison(const Json& c) {
+  std::ostringstream o;
+  for (const char* side : {"before", "after"}) {
+    const Json& s = c.at(side);
+    o << std::left << std::setw(8) << std::string(side) + ":" << s.at("file").get<std::string>() << " (experiment "
+      << s.at("experiment").get<std::string>() << ", commit " << s.at("commit").get<std::string>() << ", "
+      << s.at("created").get<std::string>() << ")\n";
+  }
+  if (!c.at("settings_that_differ").empty()) {
+    o << "settings that differ (the rows may not measure the same thing):\n";
+    for (const auto& d : c.at("settings_that_differ")) {
+      o << "  " << d.at("key").get<std::string>() << ": " << d.at("before").get<std::string>() << "  ->  "
+        << d.at("after").get<std::string>() << "\n";
+    }
+  }
+  const std::string metric = c.at("metric").get<std::string>();
+  o << "'speed-up' = before / after of " << metric
+    << (c.at("higher_is_better").get<bool>() ? " inverted (after / before: higher is better)" : "")
+    << ", > 1: after is faster. Hodges-Lehmann estimate over all before x after pairs of repeats, with the"
+       " distribution-free (Moses) interval; 'faster'/'slower' when the interval excludes 1. The interval"
+       " covers the spread of repeats within each file, not drift of the machine between the two runs: a row"
+       " whose code did not change (a transformers peer, say) shows that drift.\n";
+  for (const auto& p : c.at("points")) {
+    const std::string name = p.at("point").get<std::string>();
+    if (!name.empty()) o << "\n[" << name << "]\n";
+    if (p.contains("only_in")) {
+      o << "  only in " << p.at("only_in").get<std::string>() << "\n";
+      continue;
+    }
+    o << std::left << std::setw(20) << "row" << std::setw(30) << "before " + metric << std::setw(30)
+      << "after " + metric << std::setw(22) << "speed-up" << std::setw(12) << "confidence" << "verdict\n";
+    for (const auto& r : p.at("rows")) {
+      o << std::left << std::setw(20) << r.at("label").get<std::string>();
+      const std::string status = r.at("status").get<std::string>();
+      if (!r.contains("before")) {
+        o << status << "\n";
         continue;
       }
-      if (rb->contains("error") || ra->contains("error")) {
-        o << "FAILED in " << (rb->contains("error") ? (ra->contains("error") ? "both" : "before") : "after") << "\n";
+      const auto vb = r.at("before").get<std::vector<double>>(), va = r.at("after").get<std::vector<double>>();
+      o << std::setw(30) << spread(vb) << std::setw(30) << spread(va);
+      if (status != "compared") {
+        o << status << "\n";
         continue;
       }
-      const auto vb = values_of(*rb, metric), va = values_of(*ra, metric);
-      if (vb.empty() || va.empty()) {
-        o << std::setw(30) << spread(vb) << std::setw(30) << spread(va) << "no " << metric << " on "
-          << (vb.empty() ? (va.empty() ? "either side" : "the before side") : "the after side") << "\n";
-        continue;
-      }
-      const Speedup s = higher_is_better ? speedup(va, vb) : speedup(vb, va);
       std::ostringstream cellv, conf;
-      cellv << std::fixed << std::setprecision(2) << s.estimate << "x";
-      if (s.has_interval) {
-        cellv << " [" << s.low << "-" << s.high << "]";
-        conf << std::fixed << std::setprecision(1) << 100 * s.confidence << "%";
+      cellv << std::fixed << std::setprecision(2) << r.at("speedup").get<double>() << "x";
+      if (r.contains("low")) {
+        cellv << " [" << r.at("low").get<double>() << "-" << r.at("high").get<double>() << "]";
+        conf << std::fixed << std::setprecision(1) << 100 * r.at("confidence").get<double>() << "%";
       } else {
         conf << "-";
       }
-      const std::string verdict = !s.has_interval ? "too few repeats for an interval"
-                                  : s.low > 1     ? "faster"
-                                  : s.high < 1    ? "slower"
-                                                  : "no clear change";
-      o << std::setw(30) << spread(vb) << std::setw(30) << spread(va) << std::setw(22) << cellv.str() << std::setw(12)
-        << conf.str() << verdict << "\n";
+      o << std::setw(22) << cellv.str() << std::setw(12) << conf.str() << r.at("verdict").get<std::string>() << "\n";
     }
   }
   return o.str();
+}
+
+std::string compare_results(const Json& before, const std::string& before_name, const Json& after,
+                            const std::string& after_name, const std::string& metric) {
+  return format_comparison(compare_documents(before, before_name, after, after_name, metric));
 }
 
 }  // namespace gengraph

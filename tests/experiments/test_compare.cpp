@@ -137,12 +137,31 @@ run: {warmup: 0, repeats: 3}
     EXPECT_THAT(out, HasSubstr("settings that differ"));
     EXPECT_THAT(out, HasSubstr("model.source: preset:gpt2-tiny  ->  preset:somewhere-else"));
   }
+  // --output writes the same comparison as JSON.
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "b.json").string(), "--output", (dir / "c" / "cmp.json").string()}), 0);
+  ::testing::internal::GetCapturedStdout();
+  const auto cmp = nlohmann::json::parse(testing::read_file(dir / "c" / "cmp.json"));
+  EXPECT_EQ(cmp["schema"], "gengraph-compare-1");
+  EXPECT_EQ(cmp["metric"], "total_ms");
+  ASSERT_EQ(cmp["points"].size(), 1u);
+  const auto& rows = cmp["points"][0]["rows"];
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["label"], "eager");
+  EXPECT_EQ(rows[0]["verdict"], "faster");
+  EXPECT_NEAR(rows[0]["speedup"].get<double>(), 2.0, 1e-12);
+  EXPECT_NEAR(rows[0]["confidence"].get<double>(), 1 - 8.0 / 252, 1e-12);
+  EXPECT_EQ(rows[1]["status"], "only in before");
+  EXPECT_EQ(cmp["settings_that_differ"][0]["key"], "model.source");
   // Bad input: not a results file (exit 1, naming it), an unknown metric and a missing file
   // argument (usage errors, exit 2).
   testing::write_file(dir / "x.json", "{\"hello\": 1}");
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "x.json").string()}), 1);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("x.json' is not a gengraph results file"));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "b.json").string(), "--output", dir.path().string()}), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("is a folder"));
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "b.json").string(), "--metric", "speed"}), 2);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("--metric: expected one of total_ms"));
