@@ -272,7 +272,7 @@ std::string format_comparison(const Json& c) {
     const std::string name = p.at("point").get<std::string>();
     if (!name.empty()) o << "\n[" << name << "]\n";
     if (p.contains("only_in")) {
-      o << "  only in " << p.at("only_in").get<std::string>() << "\n";
+      o << (name.empty() ? "\n[the file without a sweep]\n" : "") << "  only in " << p.at("only_in").get<std::string>() << "\n";
       continue;
     }
     o << std::left << std::setw(20) << "row" << std::setw(30) << "before " + metric << std::setw(30)
