@@ -80,14 +80,14 @@ void BM_Prefill(benchmark::State& state, Variant v, std::string preset) {
   if (!backend) return;
   const int64_t rows = state.range(0);
   const StepInputs in = prompt_inputs(rows, model->config().vocab_size);
-  for (int i = 0; i < kWarmup; ++i) {
+  auto prefill = [&] {
     backend->prepare(BatchShape{rows, kMaxLength});
-    backend->prefill(in);
-  }
+    return backend->prefill(in);
+  };
+  for (int i = 0; i < kWarmup; ++i) prefill();
   synchronize(bench_device());
   for (auto _ : state) {
-    backend->prepare(BatchShape{rows, kMaxLength});
-    benchmark::DoNotOptimize(backend->prefill(in));
+    benchmark::DoNotOptimize(prefill());
     synchronize(bench_device());  // GPU work counts in full (no-op on CPU)
   }
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(rows * kPrompt), benchmark::Counter::kIsIterationInvariantRate);
@@ -105,10 +105,11 @@ void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
   };
   at::Tensor next = restart();
   const auto valid = at::ones({rows, 1}, at::TensorOptions().dtype(at::kBool).device(bench_device()));
-  for (int i = 0; i < kWarmup; ++i) {
+  auto step = [&] {
     const auto pos = at::full({rows, 1}, backend->length(), at::TensorOptions().dtype(at::kLong).device(bench_device()));
     next = backend->decode(StepInputs{next, pos, valid, {}}).argmax(-1).unsqueeze(1);
-  }
+  };
+  for (int i = 0; i < kWarmup; ++i) step();
   next = restart();
   synchronize(bench_device());
   for (auto _ : state) {
@@ -117,8 +118,7 @@ void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
       next = restart();
       state.ResumeTiming();
     }
-    const auto pos = at::full({rows, 1}, backend->length(), at::TensorOptions().dtype(at::kLong).device(bench_device()));
-    next = backend->decode(StepInputs{next, pos, valid, {}}).argmax(-1).unsqueeze(1);
+    step();
     synchronize(bench_device());
   }
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsIterationInvariantRate);

@@ -39,13 +39,22 @@ std::vector<double> mann_whitney_cdf(size_t n1, size_t n2) {
   return cdf;
 }
 
+namespace {
+
+double median_of_sorted(const std::vector<double>& s) {
+  const size_t n = s.size();
+  return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return median_of_sorted(v);
+}
+
+}  // namespace
+
 Speedup speedup(const std::vector<double>& before, const std::vector<double>& after) {
   Speedup s;
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  };
   if (before.empty() || after.empty()) return s;
   const bool positive = std::all_of(before.begin(), before.end(), [](double x) { return x > 0; }) &&
                         std::all_of(after.begin(), after.end(), [](double x) { return x > 0; });
@@ -54,10 +63,13 @@ Speedup speedup(const std::vector<double>& before, const std::vector<double>& af
     s.estimate = s.low = s.high = a > 0 ? median(before) / a : 0.0;
     return s;
   }
+  std::vector<double> log_after;
+  for (double y : after) log_after.push_back(std::log(y));
   std::vector<double> d;  // log(before_i / after_j)
   d.reserve(before.size() * after.size());
   for (double x : before) {
-    for (double y : after) d.push_back(std::log(x) - std::log(y));
+    const double lx = std::log(x);
+    for (double ly : log_after) d.push_back(lx - ly);
   }
   std::sort(d.begin(), d.end());
   const size_t n1 = before.size(), n2 = after.size(), n = d.size();
@@ -74,7 +86,7 @@ Speedup speedup(const std::vector<double>& before, const std::vector<double>& af
     k = static_cast<size_t>(std::max(1.0, std::floor(mean - 1.959964 * sd + 0.5)));
     confidence = 1 - std::erfc((mean - (static_cast<double>(k) - 0.5)) / sd / std::sqrt(2.0));
   }
-  s.estimate = std::exp(median(d));
+  s.estimate = std::exp(median_of_sorted(d));
   s.low = std::exp(d[k - 1]);
   s.high = std::exp(d[n - k]);
   s.confidence = confidence;
@@ -138,11 +150,9 @@ std::string spread(const std::vector<double>& v) {
   if (v.empty()) return "-";
   std::vector<double> s = v;
   std::sort(s.begin(), s.end());
-  const size_t n = s.size();
-  const double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-  std::string out = fmt(m);
-  if (n > 1) out += " [" + fmt(s.front()) + "-" + fmt(s.back()) + "]";
-  return out + " (" + std::to_string(n) + ")";
+  std::string out = fmt(median_of_sorted(s));
+  if (s.size() > 1) out += " [" + fmt(s.front()) + "-" + fmt(s.back()) + "]";
+  return out + " (" + std::to_string(s.size()) + ")";
 }
 
 std::string field(const Json& doc, const std::string& path) {

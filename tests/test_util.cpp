@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include "experiments/cli.h"
 #include "framework/model/loader.h"
 #include "framework/model/safetensors.h"
 
@@ -89,6 +90,13 @@ std::string fixtures_dir() {
   // A binary carried to another machine (scripts/gpu_check.sh) finds the fixtures there.
   if (const char* dir = std::getenv("GENGRAPH_FIXTURES_DIR")) return dir;
   return GENGRAPH_FIXTURES_DIR;
+}
+
+int cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "gengraph");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return cli_main(static_cast<int>(argv.size()), argv.data());
 }
 
 }  // namespace gengraph::testing

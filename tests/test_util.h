@@ -59,6 +59,10 @@ class ScopedEnv {
 // tools/make_test_tokenizer.py's word-level tokenizer of `vocab` tokens into it.
 void make_folder_with_test_tokenizer(const std::string& fixture, const std::filesystem::path& folder, int vocab);
 
+// Runs the CLI in-process with `args` (the command and its arguments, without "gengraph"); returns
+// its exit status.
+int cli(std::vector<std::string> args);
+
 // "tiny" (the gpt2-tiny preset with `seed`) or a fixture model folder by name, e.g. "gpt2-a".
 std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t seed,
                                            const LoadOptions& load = {});

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <optional>
 
-#include "experiments/cli.h"
 #include "framework/decoding/generation_config.h"
 #include "tests/test_util.h"
 
@@ -18,12 +17,7 @@ using ::testing::HasSubstr;
 using testing::TempDir;
 using testing::write_file;
 
-int cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "gengraph");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  return cli_main(static_cast<int>(argv.size()), argv.data());
-}
+using testing::cli;
 
 TEST(Cli, RunWritesResultsWithTokensTimingsAndEnvironment) {
   TempDir dir;

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "experiments/cli.h"
 #include "experiments/compare.h"
 #include "tests/test_util.h"
 
@@ -13,12 +12,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-int cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "gengraph");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  return cli_main(static_cast<int>(argv.size()), argv.data());
-}
+using testing::cli;
 
 // The exact null distribution of the Mann-Whitney U, against brute force: every way to place n1
 // x-values among n1 + n2 ranks, U counting the (x, y) pairs with the x above the y.

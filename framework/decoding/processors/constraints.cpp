@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "framework/decoding/device_ids.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -56,6 +57,7 @@ SequenceBias::SequenceBias(std::vector<std::pair<std::vector<int64_t>, double>> 
       multi_.emplace_back(seq, by_seq[seq]);
     }
   }
+  multi_on_device_.resize(multi_.size());
 }
 
 at::Tensor SequenceBias::process(const Sequences& seqs, at::Tensor scores) const {
@@ -67,18 +69,11 @@ at::Tensor SequenceBias::process(const Sequences& seqs, at::Tensor scores) const
   }
   at::Tensor bias = at::zeros_like(scores) + single_bias_;
   const at::Tensor& ids = seqs.tokens;
-  if (prefixes_.size() != multi_.size() || (!prefixes_.empty() && prefixes_.front().device() != ids.device())) {
-    // Once, not per step: on CUDA each host-to-device copy waits for the stream.
-    prefixes_.clear();
-    for (const auto& m : multi_) {
-      prefixes_.push_back(at::tensor(std::vector<int64_t>(m.first.begin(), m.first.end() - 1), at::kLong).to(ids.device()));
-    }
-  }
   for (size_t i = 0; i < multi_.size(); ++i) {
     const auto& [seq, b] = multi_[i];
     const int64_t prefix = static_cast<int64_t>(seq.size()) - 1;
     if (static_cast<int64_t>(seq.size()) > ids.size(1)) continue;
-    const at::Tensor& want = prefixes_[i];
+    const at::Tensor want = ids_on_device(multi_on_device_[i], seq, ids.device()).narrow(0, 0, prefix);
     const at::Tensor match = ids.narrow(1, ids.size(1) - prefix, prefix).eq(want).prod(1).to(at::kBool);  // [rows]
     bias.select(1, seq.back()).add_(at::where(match, at::scalar_tensor(b, scores.options()),
                                               at::scalar_tensor(0.0, scores.options())));

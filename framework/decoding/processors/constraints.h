@@ -22,7 +22,7 @@ class SequenceBias : public LogitsProcessor {
   std::vector<std::pair<std::vector<int64_t>, double>> multi_;  // length >= 2
   std::vector<std::pair<int64_t, double>> single_;
   mutable at::Tensor single_bias_;  // [vocab] float32, on the scores' device
-  mutable std::vector<at::Tensor> prefixes_;  // each multi_ sequence but its last token, on the device
+  mutable std::vector<at::Tensor> multi_on_device_;  // each multi_ sequence on the device (ids_on_device)
 };
 
 // transformers' NoBadWordsLogitsProcessor: a sequence bias of -inf; a single-token bad word equal

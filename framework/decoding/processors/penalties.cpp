@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "framework/decoding/device_ids.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -60,10 +61,7 @@ at::Tensor ExponentialDecayLengthPenalty::process(const Sequences& seqs, at::Ten
   const int64_t regulation_start = start_ + seqs.prompt_length;
   const int64_t cur_len = seqs.length();
   if (cur_len <= regulation_start) return scores;
-  if (!eos_ids_.defined() || eos_ids_.device() != scores.device()) {
-    eos_ids_ = at::tensor(eos_, at::kLong).to(scores.device());  // once: on CUDA the copy waits for the stream
-  }
-  const at::Tensor& eos = eos_ids_;
+  const at::Tensor& eos = ids_on_device(eos_ids_, eos_, scores.device());
   const at::Tensor penalty =
       at::abs(scores.index_select(1, eos)) * (std::pow(factor_, static_cast<double>(cur_len - regulation_start)) - 1);
   at::Tensor penalties = at::zeros_like(scores);

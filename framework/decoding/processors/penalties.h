@@ -57,7 +57,7 @@ class ExponentialDecayLengthPenalty final : public LogitsProcessor {
   int64_t start_;
   double factor_;
   std::vector<int64_t> eos_;
-  mutable at::Tensor eos_ids_;  // eos_ on the scores' device, made on first use
+  mutable at::Tensor eos_ids_;  // eos_ on the scores' device (ids_on_device)
 };
 
 }  // namespace gengraph

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "framework/decoding/device_ids.h"
+
 namespace gengraph {
 
 at::Tensor MaxLengthCriterion::should_stop(const Sequences& seqs) const {
@@ -10,10 +12,7 @@ at::Tensor MaxLengthCriterion::should_stop(const Sequences& seqs) const {
 }
 
 at::Tensor EosCriterion::should_stop(const Sequences& seqs) const {
-  if (!eos_.defined() || eos_.device() != seqs.tokens.device()) {
-    eos_ = at::tensor(eos_ids_, at::kLong).to(seqs.tokens.device());
-  }
-  return at::isin(seqs.tokens.select(1, seqs.length() - 1), eos_);
+  return at::isin(seqs.tokens.select(1, seqs.length() - 1), ids_on_device(eos_, eos_ids_, seqs.tokens.device()));
 }
 
 MaxTimeCriterion::MaxTimeCriterion(double seconds)
@@ -26,16 +25,12 @@ at::Tensor MaxTimeCriterion::should_stop(const Sequences& seqs) const {
 }
 
 at::Tensor StopSequencesCriterion::should_stop(const Sequences& seqs) const {
-  if (on_device_.empty() || on_device_.front().device() != seqs.tokens.device()) {
-    // Once, not per step: on CUDA each host-to-device copy waits for the stream.
-    on_device_.clear();
-    for (const auto& s : sequences_) on_device_.push_back(at::tensor(s, at::kLong).to(seqs.tokens.device()));
-  }
   at::Tensor stop = at::zeros({seqs.rows()}, seqs.tokens.options().dtype(at::kBool));
   for (size_t i = 0; i < sequences_.size(); ++i) {
     const int64_t n = static_cast<int64_t>(sequences_[i].size());
     if (n > seqs.length()) continue;
-    stop.logical_or_(seqs.tokens.narrow(1, seqs.length() - n, n).eq(on_device_[i]).all(1));
+    stop.logical_or_(
+        seqs.tokens.narrow(1, seqs.length() - n, n).eq(ids_on_device(on_device_[i], sequences_[i], seqs.tokens.device())).all(1));
   }
   return stop;
 }

@@ -61,13 +61,13 @@ class MaxTimeCriterion final : public StoppingCriterion {
 class StopSequencesCriterion final : public StoppingCriterion {
  public:
   explicit StopSequencesCriterion(std::vector<std::vector<int64_t>> sequences)
-      : sequences_(std::move(sequences)) {}
+      : sequences_(std::move(sequences)), on_device_(sequences_.size()) {}
   std::string name() const override { return "stop_sequences"; }
   at::Tensor should_stop(const Sequences& seqs) const override;
 
  private:
   std::vector<std::vector<int64_t>> sequences_;
-  mutable std::vector<at::Tensor> on_device_;  // sequences_ on the tokens' device, made once
+  mutable std::vector<at::Tensor> on_device_;  // each of sequences_ on the tokens' device (ids_on_device)
 };
 
 class StoppingCriteria {
