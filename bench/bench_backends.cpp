@@ -1,8 +1,7 @@
 // Prefill and decode-step time of every registered backend, beside each other, per model size and
 // batch size. Each variant is checked against eager (same greedy tokens) before it is timed.
-#include <benchmark/benchmark.h>
-
 #include <ATen/ATen.h>
+#include <benchmark/benchmark.h>
 
 #include "bench/bench_common.h"
 #include "framework/backend/backend_registry.h"
@@ -28,7 +27,8 @@ std::vector<Variant> variants() {
   std::vector<Variant> v;
   for (const auto& name : BackendRegistry::instance().names()) {
     const auto& info = BackendRegistry::instance().get(name);
-    if (info.unavailable_reason && !info.unavailable_reason(BackendOptions(name, {})).empty()) continue;
+    if (info.unavailable_reason && !info.unavailable_reason(BackendOptions(name, {})).empty())
+      continue;
     if (name == "eager") {
       v.push_back({"eager", "eager", {}});
       v.push_back({"eager-static", "eager", {{"cache", "static"}}});
@@ -60,11 +60,14 @@ std::string check_against_eager(const Variant& v, const std::shared_ptr<const Ca
 StepInputs prompt_inputs(int64_t rows, int64_t vocab) {
   const auto dev = bench_device();
   const auto ids = at::randint(vocab, {rows, kPrompt}, at::kLong).to(dev);
-  return StepInputs{ids, at::arange(kPrompt, at::kLong).expand({rows, kPrompt}).contiguous().to(dev),
-                    at::ones({rows, kPrompt}, at::TensorOptions().dtype(at::kBool).device(dev)), {}};
+  return StepInputs{ids,
+                    at::arange(kPrompt, at::kLong).expand({rows, kPrompt}).contiguous().to(dev),
+                    at::ones({rows, kPrompt}, at::TensorOptions().dtype(at::kBool).device(dev)),
+                    {}};
 }
 
-// The variant's backend, after checking it against eager; null (and the entry skipped) if it differs.
+// The variant's backend, after checking it against eager; null (and the entry skipped) if it
+// differs.
 std::unique_ptr<ForwardBackend> checked_backend(benchmark::State& state, const Variant& v,
                                                 const std::shared_ptr<const CausalLM>& model) {
   if (const auto why = check_against_eager(v, model); !why.empty()) {
@@ -90,7 +93,8 @@ void BM_Prefill(benchmark::State& state, Variant v, std::string preset) {
     benchmark::DoNotOptimize(prefill());
     synchronize(bench_device());  // GPU work counts in full (no-op on CPU)
   }
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(rows * kPrompt), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(rows * kPrompt),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
@@ -104,9 +108,11 @@ void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
     return backend->prefill(in).argmax(-1).unsqueeze(1);
   };
   at::Tensor next = restart();
-  const auto valid = at::ones({rows, 1}, at::TensorOptions().dtype(at::kBool).device(bench_device()));
+  const auto valid =
+      at::ones({rows, 1}, at::TensorOptions().dtype(at::kBool).device(bench_device()));
   auto step = [&] {
-    const auto pos = at::full({rows, 1}, backend->length(), at::TensorOptions().dtype(at::kLong).device(bench_device()));
+    const auto pos = at::full({rows, 1}, backend->length(),
+                              at::TensorOptions().dtype(at::kLong).device(bench_device()));
     next = backend->decode(StepInputs{next, pos, valid, {}}).argmax(-1).unsqueeze(1);
   };
   for (int i = 0; i < kWarmup; ++i) step();
@@ -121,7 +127,8 @@ void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
     step();
     synchronize(bench_device());
   }
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace
@@ -130,10 +137,18 @@ void register_backend_benchmarks() {
   register_builtin_backends();
   for (const auto& preset : bench_presets()) {
     for (const auto& v : variants()) {
-      benchmark::RegisterBenchmark(("prefill/" + preset + "/" + v.label).c_str(), BM_Prefill, v, preset)
-          ->ArgName("rows")->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("decode_step/" + preset + "/" + v.label).c_str(), BM_DecodeStep, v, preset)
-          ->ArgName("rows")->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("prefill/" + preset + "/" + v.label).c_str(), BM_Prefill, v,
+                                   preset)
+          ->ArgName("rows")
+          ->Arg(1)
+          ->Arg(8)
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("decode_step/" + preset + "/" + v.label).c_str(), BM_DecodeStep,
+                                   v, preset)
+          ->ArgName("rows")
+          ->Arg(1)
+          ->Arg(8)
+          ->Unit(benchmark::kMillisecond);
     }
   }
 }

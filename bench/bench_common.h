@@ -1,9 +1,9 @@
 // Shared pieces of the benchmark binary: cached models and the size grid.
 #pragma once
 
-#include <memory>
-
 #include <c10/core/Device.h>
+
+#include <memory>
 #include <string>
 #include <vector>
 

@@ -4,11 +4,10 @@
 // device. A real run's decode ms/token minus decode_step/... is the same quantity, measured with
 // the model's noise on top.
 //
-// loop/<strategy>/rows:R (its per_step counter), GPT-2's vocabulary (50257), 32 new tokens with min_new_tokens 32 (as the
-// seed's config), on GENGRAPH_BENCH_DEVICE.
-#include <benchmark/benchmark.h>
-
+// loop/<strategy>/rows:R (its per_step counter), GPT-2's vocabulary (50257), 32 new tokens with
+// min_new_tokens 32 (as the seed's config), on GENGRAPH_BENCH_DEVICE.
 #include <ATen/ATen.h>
+#include <benchmark/benchmark.h>
 
 #include "bench/bench_common.h"
 #include "framework/decoding/generator.h"
@@ -36,7 +35,9 @@ class FixedLogitsBackend final : public ForwardBackend {
   at::Tensor do_decode(const StepInputs& in, const at::Tensor&) override { return rows_of(in); }
 
  private:
-  at::Tensor rows_of(const StepInputs& in) const { return logits_.narrow(0, 0, in.input_ids.size(0)); }
+  at::Tensor rows_of(const StepInputs& in) const {
+    return logits_.narrow(0, 0, in.input_ids.size(0));
+  }
   at::Tensor logits_;
 };
 
@@ -75,26 +76,32 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
   g.min_new_tokens = kNew;
   g.eos_token_id = {kEos};
   const Generator generator(g, [dev] { synchronize(dev); });
-  std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch), std::vector<int64_t>(kPrompt));
+  std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch),
+                                            std::vector<int64_t>(kPrompt));
   for (size_t i = 0; i < prompts.size(); ++i) {
-    for (int64_t t = 0; t < kPrompt; ++t) prompts[i][static_cast<size_t>(t)] = static_cast<int64_t>((i * 131 + t * 17) % 50000);
+    for (int64_t t = 0; t < kPrompt; ++t)
+      prompts[i][static_cast<size_t>(t)] = static_cast<int64_t>((i * 131 + t * 17) % 50000);
   }
   for (int i = 0; i < 2; ++i) generator.generate(backend, prompts);  // warm-up
   for (auto _ : state) {
     benchmark::DoNotOptimize(generator.generate(backend, prompts).timing.steps);
   }
   // Seconds per decoding step (each iteration is kNew steps, each a token for every row).
-  state.counters["per_step"] = benchmark::Counter(static_cast<double>(kNew),
-                                                   benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["per_step"] =
+      benchmark::Counter(static_cast<double>(kNew), benchmark::Counter::kIsIterationInvariantRate |
+                                                        benchmark::Counter::kInvert);
 }
 
 }  // namespace
 
 void register_loop_benchmarks() {
   const std::vector<std::pair<LoopCase, std::vector<int64_t>>> cases = {
-      {{"greedy", 1, false}, {1, 8}}, {{"sample", 1, true}, {1, 8}}, {{"beam4", 4, false}, {4, 16}}};
+      {{"greedy", 1, false}, {1, 8}},
+      {{"sample", 1, true}, {1, 8}},
+      {{"beam4", 4, false}, {4, 16}}};
   for (const auto& [c, rows] : cases) {
-    auto* b = benchmark::RegisterBenchmark(("loop/" + c.label).c_str(), BM_Loop, c)->ArgName("rows");
+    auto* b =
+        benchmark::RegisterBenchmark(("loop/" + c.label).c_str(), BM_Loop, c)->ArgName("rows");
     for (int64_t r : bench_smoke() ? std::vector<int64_t>{rows.front()} : rows) b->Arg(r);
     b->Unit(benchmark::kMillisecond);
   }

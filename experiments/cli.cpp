@@ -1,5 +1,7 @@
 #include "experiments/cli.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -7,8 +9,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <c10/util/Exception.h>
 
 #include "experiments/compare.h"
 #include "experiments/runner.h"
@@ -54,7 +54,8 @@ struct Args {
   std::vector<std::string> positional;
   std::vector<std::string> sets;
   std::vector<std::string> prompts, texts;
-  std::string output, model, backend = "eager", device = "cpu", dtype = "float32", metric = "total_ms";
+  std::string output, model, backend = "eager", device = "cpu", dtype = "float32",
+                             metric = "total_ms";
   std::optional<std::string> max_new;  // --max-new-tokens as given
   bool quiet = false;
   std::vector<std::string> flags;  // every option given, for the per-command check
@@ -79,27 +80,40 @@ Args parse_args(int argc, char** argv, int first) {
       a.sets.push_back(value());
       const auto eq = a.sets.back().find('=');
       if (eq == std::string::npos || eq == 0) {
-        throw UsageError("--set '" + a.sets.back() + "': expected KEY=VALUE, e.g. generation.max_new_tokens=16");
+        throw UsageError("--set '" + a.sets.back() +
+                         "': expected KEY=VALUE, e.g. generation.max_new_tokens=16");
       }
-    }
-    else if (s == "--output") a.output = value();
-    else if (s == "--prompt") a.prompts.push_back(value());
-    else if (s == "--text") a.texts.push_back(value());
-    else if (s == "--model") a.model = value();
-    else if (s == "--backend") a.backend = value();
-    else if (s == "--device") a.device = value();
-    else if (s == "--dtype") a.dtype = value();
-    else if (s == "--max-new-tokens") a.max_new = value();
-    else if (s == "--metric") a.metric = value();
-    else if (s == "--quiet") a.quiet = true;
-    else if (s.rfind("--", 0) == 0) throw UsageError("unknown option '" + s + "'");
-    else a.positional.push_back(s);
+    } else if (s == "--output")
+      a.output = value();
+    else if (s == "--prompt")
+      a.prompts.push_back(value());
+    else if (s == "--text")
+      a.texts.push_back(value());
+    else if (s == "--model")
+      a.model = value();
+    else if (s == "--backend")
+      a.backend = value();
+    else if (s == "--device")
+      a.device = value();
+    else if (s == "--dtype")
+      a.dtype = value();
+    else if (s == "--max-new-tokens")
+      a.max_new = value();
+    else if (s == "--metric")
+      a.metric = value();
+    else if (s == "--quiet")
+      a.quiet = true;
+    else if (s.rfind("--", 0) == 0)
+      throw UsageError("unknown option '" + s + "'");
+    else
+      a.positional.push_back(s);
   }
   return a;
 }
 
 // Refuses options the command does not take, and a wrong number of positional arguments.
-void check_usage(const std::string& cmd, const Args& a, const std::vector<std::string>& allowed, size_t positional) {
+void check_usage(const std::string& cmd, const Args& a, const std::vector<std::string>& allowed,
+                 size_t positional) {
   for (const auto& f : a.flags) {
     if (std::find(allowed.begin(), allowed.end(), f) == allowed.end()) {
       throw UsageError(cmd + ": option " + f + " does not apply to this command");
@@ -127,14 +141,15 @@ std::vector<int64_t> parse_ids(const std::string& flag_value) {
     ++item;
   }
   if (ids.empty() || flag_value.back() == ',') {
-    throw UsageError("--prompt '" + flag_value + "': expected comma-separated token ids, e.g. 1,2,3");
+    throw UsageError("--prompt '" + flag_value +
+                     "': expected comma-separated token ids, e.g. 1,2,3");
   }
   return ids;
 }
 
 int run_and_report(const ExperimentConfig& config, const std::string& output_flag, bool quiet) {
   std::ostringstream sink;
-  const std::string out = !output_flag.empty() ? output_flag
+  const std::string out = !output_flag.empty()     ? output_flag
                           : !config.output.empty() ? config.output
                                                    : "results/" + config.name + ".json";
   // Paths that can never be written fail before the run, not after it.
@@ -142,17 +157,19 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
   if (!config.plot.empty()) {
     check_output_path(config.plot, "plot");
     if (std::filesystem::weakly_canonical(config.plot) == std::filesystem::weakly_canonical(out)) {
-      throw UsageError("the plot '" + config.plot + "' and the results '" + out + "' are the same file");
+      throw UsageError("the plot '" + config.plot + "' and the results '" + out +
+                       "' are the same file");
     }
   }
-  const nlohmann::json doc = run_experiment(config, quiet ? static_cast<std::ostream&>(sink) : std::cerr);
+  const nlohmann::json doc =
+      run_experiment(config, quiet ? static_cast<std::ostream&>(sink) : std::cerr);
   write_outputs(doc, out, config.plot);
   std::cout << format_table(doc) << "results: " << out << "\n";
   if (!config.plot.empty()) std::cout << "plot: " << config.plot << "\n";
   const auto failed = failed_runs(doc);
   if (!failed.empty()) {
-    std::cerr << "error: " << failed.size() << " run(s) failed and are recorded as such in " << out << ": "
-              << join(failed, "; ") << "\n";
+    std::cerr << "error: " << failed.size() << " run(s) failed and are recorded as such in " << out
+              << ": " << join(failed, "; ") << "\n";
     return 3;
   }
   return 0;
@@ -164,14 +181,17 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
 std::string generate_yaml(const Args& a) {
   if (a.model.empty()) throw UsageError("generate: --model PRESET|FOLDER is required");
   if (a.prompts.empty() == a.texts.empty()) {
-    throw UsageError("generate: give --prompt IDS or --text TEXT (one or more of either, not both)");
+    throw UsageError(
+        "generate: give --prompt IDS or --text TEXT (one or more of either, not both)");
   }
   const bool is_folder = std::filesystem::exists(a.model);
   if (!is_folder && (a.model.find('/') != std::string::npos || a.model.rfind('.', 0) == 0)) {
-    throw Error("generate: --model '" + a.model + "': no such model folder (and not a preset name; see gengraph presets)");
+    throw Error("generate: --model '" + a.model +
+                "': no such model folder (and not a preset name; see gengraph presets)");
   }
   if (a.max_new && (a.max_new->empty() || a.max_new->size() > 9 ||
-                    a.max_new->find_first_not_of("0123456789") != std::string::npos || std::stoll(*a.max_new) < 1)) {
+                    a.max_new->find_first_not_of("0123456789") != std::string::npos ||
+                    std::stoll(*a.max_new) < 1)) {
     throw UsageError("--max-new-tokens: expected an integer >= 1, found '" + *a.max_new + "'");
   }
   if (a.dtype != "float32" && a.dtype != "bfloat16" && a.dtype != "float16") {
@@ -185,7 +205,8 @@ std::string generate_yaml(const Args& a) {
   std::ostringstream y;
   y << "name: generate\nmodel:\n  " << (is_folder ? "path" : "preset") << ": " << q(a.model)
     << "\n  device: " << q(a.device) << "\n  dtype: " << q(a.dtype) << "\n";
-  y << "backend: " << q(a.backend) << "\ninputs:\n  " << (a.texts.empty() ? "prompts" : "texts") << ":\n";
+  y << "backend: " << q(a.backend) << "\ninputs:\n  " << (a.texts.empty() ? "prompts" : "texts")
+    << ":\n";
   for (const auto& p : a.prompts) y << "    - " << nlohmann::json(parse_ids(p)).dump() << "\n";
   for (const auto& t : a.texts) {
     if (t.empty()) throw UsageError("--text: expected a non-empty text");
@@ -206,8 +227,9 @@ nlohmann::json read_results(const std::string& path) {
   const std::string what = "'" + path + "' is not a gengraph results file: ";
   if (!doc.is_object()) throw Error(what + "expected a JSON object");
   if (doc.value("schema_version", 0) != 1) {
-    throw Error(what + "expected schema_version 1, found " +
-                (doc.contains("schema_version") ? doc["schema_version"].dump() : std::string("none")));
+    throw Error(
+        what + "expected schema_version 1, found " +
+        (doc.contains("schema_version") ? doc["schema_version"].dump() : std::string("none")));
   }
   const bool sweep = doc.contains("points");
   if (!(sweep ? doc["points"].is_array() : doc.contains("runs") && doc["runs"].is_array())) {
@@ -222,21 +244,24 @@ std::string with_results_errors(const std::string& files, F f) {
   try {
     return f();
   } catch (const nlohmann::json::exception& e) {
-    throw Error(files + ": a field is missing or of the wrong type (" + e.what() + "); see docs/results-schema.md");
+    throw Error(files + ": a field is missing or of the wrong type (" + e.what() +
+                "); see docs/results-schema.md");
   }
 }
 
 // The table of a results file; errors name the file and what is missing.
 std::string show_results(const std::string& path) {
   const nlohmann::json doc = read_results(path);
-  return with_results_errors("'" + path + "' is not a gengraph results file", [&] { return format_table(doc); });
+  return with_results_errors("'" + path + "' is not a gengraph results file",
+                             [&] { return format_table(doc); });
 }
 
 int list_backends() {
   register_builtin_backends();
   for (const auto& name : BackendRegistry::instance().names()) {
     const auto& info = BackendRegistry::instance().get(name);
-    const std::string why = info.unavailable_reason ? info.unavailable_reason(BackendOptions(name, {})) : "";
+    const std::string why =
+        info.unavailable_reason ? info.unavailable_reason(BackendOptions(name, {})) : "";
     std::cout << name << "\t" << (why.empty() ? "available" : "unavailable: " + why) << "\n    "
               << info.description << "\n";
   }
@@ -256,7 +281,8 @@ int cli_main(int argc, char** argv) {
       std::cout << kUsage;
       return 0;
     }
-    const std::vector<std::string> commands = {"run", "generate", "validate", "show", "compare", "backends", "presets"};
+    const std::vector<std::string> commands = {"run",     "generate", "validate", "show",
+                                               "compare", "backends", "presets"};
     if (std::find(commands.begin(), commands.end(), cmd) == commands.end()) {
       throw UsageError("unknown command '" + cmd + "'");
     }
@@ -266,10 +292,13 @@ int cli_main(int argc, char** argv) {
       return run_and_report(load_experiment(a.positional[0], a.sets), a.output, a.quiet);
     }
     if (cmd == "generate") {
-      check_usage(cmd, a, {"--set", "--output", "--quiet", "--prompt", "--text", "--model", "--backend", "--device",
-                           "--dtype", "--max-new-tokens"}, 0);
-      return run_and_report(parse_experiment(generate_yaml(a), "gengraph generate (flags as YAML)", a.sets),
-                            a.output.empty() ? "results/generate.json" : a.output, a.quiet);
+      check_usage(cmd, a,
+                  {"--set", "--output", "--quiet", "--prompt", "--text", "--model", "--backend",
+                   "--device", "--dtype", "--max-new-tokens"},
+                  0);
+      return run_and_report(
+          parse_experiment(generate_yaml(a), "gengraph generate (flags as YAML)", a.sets),
+          a.output.empty() ? "results/generate.json" : a.output, a.quiet);
     }
     if (cmd == "validate") {
       check_usage(cmd, a, {"--set"}, 1);
@@ -286,16 +315,21 @@ int cli_main(int argc, char** argv) {
     }
     if (cmd == "compare") {
       check_usage(cmd, a, {"--metric", "--output"}, 2);
-      if (std::find(kCompareMetrics.begin(), kCompareMetrics.end(), a.metric) == kCompareMetrics.end()) {
-        throw UsageError("--metric: expected one of " + join(kCompareMetrics, ", ") + ", found '" + a.metric + "'");
+      if (std::find(kCompareMetrics.begin(), kCompareMetrics.end(), a.metric) ==
+          kCompareMetrics.end()) {
+        throw UsageError("--metric: expected one of " + join(kCompareMetrics, ", ") + ", found '" +
+                         a.metric + "'");
       }
       if (!a.output.empty()) check_output_path(a.output, "comparison");
-      const nlohmann::json before = read_results(a.positional[0]), after = read_results(a.positional[1]);
+      const nlohmann::json before = read_results(a.positional[0]),
+                           after = read_results(a.positional[1]);
       nlohmann::json comparison;
-      const std::string table = with_results_errors("'" + a.positional[0] + "' or '" + a.positional[1] + "'", [&] {
-        comparison = compare_documents(before, a.positional[0], after, a.positional[1], a.metric);
-        return format_comparison(comparison);
-      });
+      const std::string table =
+          with_results_errors("'" + a.positional[0] + "' or '" + a.positional[1] + "'", [&] {
+            comparison =
+                compare_documents(before, a.positional[0], after, a.positional[1], a.metric);
+            return format_comparison(comparison);
+          });
       if (!a.output.empty()) write_outputs(comparison, a.output, "");
       std::cout << table;
       if (!a.output.empty()) std::cout << "comparison: " << a.output << "\n";

@@ -10,8 +10,8 @@
 
 namespace gengraph {
 
-const std::vector<std::string> kCompareMetrics = {"total_ms", "decode_ms_per_token", "time_to_first_token_ms",
-                                                  "tokens_per_second"};
+const std::vector<std::string> kCompareMetrics = {"total_ms", "decode_ms_per_token",
+                                                  "time_to_first_token_ms", "tokens_per_second"};
 
 std::vector<double> mann_whitney_cdf(size_t n1, size_t n2) {
   if (n1 > 100 || n2 > 100) throw Error("mann_whitney_cdf: exact only up to 100 per side");
@@ -99,12 +99,14 @@ namespace {
 using Json = nlohmann::json;
 
 // (point name, point document) for each point; one unnamed point for a file without a sweep.
-std::vector<std::pair<std::string, const Json*>> points_of(const Json& doc, const std::string& name) {
+std::vector<std::pair<std::string, const Json*>> points_of(const Json& doc,
+                                                           const std::string& name) {
   const std::string what = "'" + name + "' is not a gengraph results file: ";
   if (!doc.is_object()) throw Error(what + "expected a JSON object");
   std::vector<std::pair<std::string, const Json*>> out;
   if (!doc.contains("points")) {
-    if (!doc.contains("runs") || !doc["runs"].is_array()) throw Error(what + "expected a 'runs' list (or 'points')");
+    if (!doc.contains("runs") || !doc["runs"].is_array())
+      throw Error(what + "expected a 'runs' list (or 'points')");
     out.emplace_back("", &doc);
     return out;
   }
@@ -116,7 +118,9 @@ std::vector<std::pair<std::string, const Json*>> points_of(const Json& doc, cons
     }
     std::string label;
     if (p.contains("point") && p["point"].is_array()) {
-      for (const auto& part : p["point"]) label += (label.empty() ? "" : ", ") + (part.is_string() ? part.get<std::string>() : part.dump());
+      for (const auto& part : p["point"])
+        label += (label.empty() ? "" : ", ") +
+                 (part.is_string() ? part.get<std::string>() : part.dump());
     }
     out.emplace_back(label, &p);
   }
@@ -132,7 +136,9 @@ const Json* find_run(const Json& point, const std::string& label) {
 
 std::vector<double> values_of(const Json& run, const std::string& metric) {
   const Json t = run.value("timings", Json::object());
-  if (!t.is_object() || !t.contains(metric) || !t[metric].is_object() || !t[metric].contains("values")) return {};
+  if (!t.is_object() || !t.contains(metric) || !t[metric].is_object() ||
+      !t[metric].contains("values"))
+    return {};
   std::vector<double> v;
   for (const auto& x : t[metric]["values"]) {
     if (x.is_number()) v.push_back(x.get<double>());
@@ -172,26 +178,42 @@ std::string field(const Json& doc, const std::string& path) {
 Json compare_documents(const Json& before, const std::string& before_name, const Json& after,
                        const std::string& after_name, const std::string& metric) {
   if (std::find(kCompareMetrics.begin(), kCompareMetrics.end(), metric) == kCompareMetrics.end()) {
-    throw Error("compare: unknown metric '" + metric + "'; expected one of " + join(kCompareMetrics, ", "));
+    throw Error("compare: unknown metric '" + metric + "'; expected one of " +
+                join(kCompareMetrics, ", "));
   }
   const auto bp = points_of(before, before_name), ap = points_of(after, after_name);
   const bool higher_is_better = metric == "tokens_per_second";
   const Json& b0 = *bp.front().second;
   const Json& a0 = *ap.front().second;
   auto side = [](const Json& doc, const Json& first, const std::string& name) {
-    return Json{{"file", name}, {"experiment", field(doc, "experiment")},
-                {"commit", field(first, "environment.gengraph_commit")}, {"created", field(doc, "created")}};
+    return Json{{"file", name},
+                {"experiment", field(doc, "experiment")},
+                {"commit", field(first, "environment.gengraph_commit")},
+                {"created", field(doc, "created")}};
   };
-  Json out = {{"schema", "gengraph-compare-1"}, {"metric", metric}, {"higher_is_better", higher_is_better},
-              {"before", side(before, b0, before_name)}, {"after", side(after, a0, after_name)},
-              {"settings_that_differ", Json::array()}, {"points", Json::array()}};
+  Json out = {{"schema", "gengraph-compare-1"},
+              {"metric", metric},
+              {"higher_is_better", higher_is_better},
+              {"before", side(before, b0, before_name)},
+              {"after", side(after, a0, after_name)},
+              {"settings_that_differ", Json::array()},
+              {"points", Json::array()}};
   // Settings that make two files measure different things; listed, not refused: comparing two
   // devices or dtypes can be the point.
-  const std::vector<std::string> keys = {"experiment", "model.source", "model.parameters", "environment.device",
-                                         "environment.dtype", "environment.threads", "environment.torch_version",
-                                         "generation", "inputs", "run.repeats", "run.warmup"};
+  const std::vector<std::string> keys = {"experiment",
+                                         "model.source",
+                                         "model.parameters",
+                                         "environment.device",
+                                         "environment.dtype",
+                                         "environment.threads",
+                                         "environment.torch_version",
+                                         "generation",
+                                         "inputs",
+                                         "run.repeats",
+                                         "run.warmup"};
   for (const auto& k : keys) {
-    const std::string x = field(k == "experiment" ? before : b0, k), y = field(k == "experiment" ? after : a0, k);
+    const std::string x = field(k == "experiment" ? before : b0, k),
+                      y = field(k == "experiment" ? after : a0, k);
     if (x != y) out["settings_that_differ"].push_back({{"key", k}, {"before", x}, {"after", y}});
   }
 
@@ -203,8 +225,10 @@ Json compare_documents(const Json& before, const std::string& before_name, const
   for (const auto& name : names) {
     const Json* b = nullptr;
     const Json* a = nullptr;
-    for (const auto& p : bp) if (p.first == name) b = p.second;
-    for (const auto& p : ap) if (p.first == name) a = p.second;
+    for (const auto& p : bp)
+      if (p.first == name) b = p.second;
+    for (const auto& p : ap)
+      if (p.first == name) a = p.second;
     Json point = {{"point", name}, {"rows", Json::array()}};
     if (!b || !a) {
       point["only_in"] = b ? "before" : "after";
@@ -215,7 +239,8 @@ Json compare_documents(const Json& before, const std::string& before_name, const
     for (const auto* doc : {b, a}) {
       for (const auto& r : (*doc)["runs"]) {
         const std::string l = r.is_object() ? r.value("label", std::string()) : std::string();
-        if (!l.empty() && std::find(labels.begin(), labels.end(), l) == labels.end()) labels.push_back(l);
+        if (!l.empty() && std::find(labels.begin(), labels.end(), l) == labels.end())
+          labels.push_back(l);
       }
     }
     for (const auto& l : labels) {
@@ -225,15 +250,17 @@ Json compare_documents(const Json& before, const std::string& before_name, const
       if (!rb || !ra) {
         row["status"] = rb ? "only in before" : "only in after";
       } else if (rb->contains("error") || ra->contains("error")) {
-        row["status"] = std::string("failed in ") +
-                        (rb->contains("error") ? (ra->contains("error") ? "both" : "before") : "after");
+        row["status"] =
+            std::string("failed in ") +
+            (rb->contains("error") ? (ra->contains("error") ? "both" : "before") : "after");
       } else {
         const auto vb = values_of(*rb, metric), va = values_of(*ra, metric);
         row["before"] = vb;
         row["after"] = va;
         if (vb.empty() || va.empty()) {
-          row["status"] = "no " + metric + " on " +
-                          (vb.empty() ? (va.empty() ? "either side" : "the before side") : "the after side");
+          row["status"] =
+              "no " + metric + " on " +
+              (vb.empty() ? (va.empty() ? "either side" : "the before side") : "the after side");
         } else {
           const Speedup sp = higher_is_better ? speedup(va, vb) : speedup(vb, va);
           row["status"] = "compared";
@@ -260,33 +287,38 @@ std::string format_comparison(const Json& c) {
   std::ostringstream o;
   for (const char* side : {"before", "after"}) {
     const Json& s = c.at(side);
-    o << std::left << std::setw(8) << std::string(side) + ":" << s.at("file").get<std::string>() << " (experiment "
-      << s.at("experiment").get<std::string>() << ", commit " << s.at("commit").get<std::string>() << ", "
-      << s.at("created").get<std::string>() << ")\n";
+    o << std::left << std::setw(8) << std::string(side) + ":" << s.at("file").get<std::string>()
+      << " (experiment " << s.at("experiment").get<std::string>() << ", commit "
+      << s.at("commit").get<std::string>() << ", " << s.at("created").get<std::string>() << ")\n";
   }
   if (!c.at("settings_that_differ").empty()) {
     o << "settings that differ (the rows may not measure the same thing):\n";
     for (const auto& d : c.at("settings_that_differ")) {
-      o << "  " << d.at("key").get<std::string>() << ": " << d.at("before").get<std::string>() << "  ->  "
-        << d.at("after").get<std::string>() << "\n";
+      o << "  " << d.at("key").get<std::string>() << ": " << d.at("before").get<std::string>()
+        << "  ->  " << d.at("after").get<std::string>() << "\n";
     }
   }
   const std::string metric = c.at("metric").get<std::string>();
   o << "'speed-up' = before / after of " << metric
     << (c.at("higher_is_better").get<bool>() ? " inverted (after / before: higher is better)" : "")
-    << ", > 1: after is faster. Hodges-Lehmann estimate over all before x after pairs of repeats, with the"
-       " distribution-free (Moses) interval; 'faster'/'slower' when the interval excludes 1. The interval"
-       " covers the spread of repeats within each file, not drift of the machine between the two runs: a row"
+    << ", > 1: after is faster. Hodges-Lehmann estimate over all before x after pairs of repeats, "
+       "with the"
+       " distribution-free (Moses) interval; 'faster'/'slower' when the interval excludes 1. The "
+       "interval"
+       " covers the spread of repeats within each file, not drift of the machine between the two "
+       "runs: a row"
        " whose code did not change (a transformers peer, say) shows that drift.\n";
   for (const auto& p : c.at("points")) {
     const std::string name = p.at("point").get<std::string>();
     if (!name.empty()) o << "\n[" << name << "]\n";
     if (p.contains("only_in")) {
-      o << (name.empty() ? "\n[the file without a sweep]\n" : "") << "  only in " << p.at("only_in").get<std::string>() << "\n";
+      o << (name.empty() ? "\n[the file without a sweep]\n" : "") << "  only in "
+        << p.at("only_in").get<std::string>() << "\n";
       continue;
     }
     o << std::left << std::setw(20) << "row" << std::setw(30) << "before " + metric << std::setw(30)
-      << "after " + metric << std::setw(22) << "speed-up" << std::setw(12) << "confidence" << "verdict\n";
+      << "after " + metric << std::setw(22) << "speed-up" << std::setw(12) << "confidence"
+      << "verdict\n";
     for (const auto& r : p.at("rows")) {
       o << std::left << std::setw(20) << r.at("label").get<std::string>();
       const std::string status = r.at("status").get<std::string>();
@@ -294,7 +326,8 @@ std::string format_comparison(const Json& c) {
         o << status << "\n";
         continue;
       }
-      const auto vb = r.at("before").get<std::vector<double>>(), va = r.at("after").get<std::vector<double>>();
+      const auto vb = r.at("before").get<std::vector<double>>(),
+                 va = r.at("after").get<std::vector<double>>();
       o << std::setw(30) << spread(vb) << std::setw(30) << spread(va);
       if (status != "compared") {
         o << status << "\n";
@@ -308,7 +341,8 @@ std::string format_comparison(const Json& c) {
       } else {
         conf << "-";
       }
-      o << std::setw(22) << cellv.str() << std::setw(12) << conf.str() << r.at("verdict").get<std::string>() << "\n";
+      o << std::setw(22) << cellv.str() << std::setw(12) << conf.str()
+        << r.at("verdict").get<std::string>() << "\n";
     }
   }
   return o.str();

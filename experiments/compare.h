@@ -3,10 +3,9 @@
 // distribution-free interval from the repeats of both, and which settings differ between them.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace gengraph {
 
@@ -19,10 +18,10 @@ namespace gengraph {
 // with the coverage that reaches when none does. It assumes the change scales the timing
 // distribution; the repeats of each file are taken as independent.
 struct Speedup {
-  double estimate = 0;         // > 1: AFTER is faster
-  double low = 0, high = 0;    // the interval (equal to estimate when there is none)
-  double confidence = 0;       // its coverage; 0 when there is no interval
-  bool has_interval = false;   // needs >= 2 repeats on each side, all > 0
+  double estimate = 0;        // > 1: AFTER is faster
+  double low = 0, high = 0;   // the interval (equal to estimate when there is none)
+  double confidence = 0;      // its coverage; 0 when there is no interval
+  bool has_interval = false;  // needs >= 2 repeats on each side, all > 0
 };
 Speedup speedup(const std::vector<double>& before, const std::vector<double>& after);
 
@@ -33,15 +32,18 @@ std::vector<double> mann_whitney_cdf(size_t n1, size_t n2);
 // the settings that differ, and per sweep point per row its status, the values of both sides,
 // and for compared rows speedup, low, high, confidence and verdict.
 nlohmann::json compare_documents(const nlohmann::json& before, const std::string& before_name,
-                                 const nlohmann::json& after, const std::string& after_name, const std::string& metric);
+                                 const nlohmann::json& after, const std::string& after_name,
+                                 const std::string& metric);
 // The readable table of such a document.
 std::string format_comparison(const nlohmann::json& comparison);
 
-// The comparison table (format_comparison of compare_documents). `metric` is one of total_ms (default), decode_ms_per_token,
-// time_to_first_token_ms, tokens_per_second; for tokens_per_second higher is better, and the
-// speed-up is after / before. Throws Error (naming the file) for what is not a results file.
-std::string compare_results(const nlohmann::json& before, const std::string& before_name, const nlohmann::json& after,
-                            const std::string& after_name, const std::string& metric);
+// The comparison table (format_comparison of compare_documents). `metric` is one of total_ms
+// (default), decode_ms_per_token, time_to_first_token_ms, tokens_per_second; for tokens_per_second
+// higher is better, and the speed-up is after / before. Throws Error (naming the file) for what is
+// not a results file.
+std::string compare_results(const nlohmann::json& before, const std::string& before_name,
+                            const nlohmann::json& after, const std::string& after_name,
+                            const std::string& metric);
 
 extern const std::vector<std::string> kCompareMetrics;
 

@@ -1,5 +1,8 @@
 #include "experiments/runner.h"
 
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -8,19 +11,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <cmath>
 #include <ctime>
 #include <fstream>
 #include <functional>
-#include <optional>
 #include <iomanip>
+#include <optional>
 #include <sstream>
-
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
@@ -73,8 +72,8 @@ std::pair<size_t, double> median_interval_rank(size_t n) {
 std::string ratio_confidence_text(int64_t repeats) {
   if (repeats < 2) return "none with one repeat";
   std::ostringstream s;
-  s << std::fixed << std::setprecision(1) << 100 * median_interval_rank(static_cast<size_t>(repeats)).second
-    << "% confidence";
+  s << std::fixed << std::setprecision(1)
+    << 100 * median_interval_rank(static_cast<size_t>(repeats)).second << "% confidence";
   return s.str();
 }
 
@@ -91,10 +90,13 @@ nlohmann::json ratio_to_baseline(const nlohmann::json& row, const nlohmann::json
   auto values = [](const nlohmann::json& r) {
     std::vector<double> v;
     const auto& t = r.value("timings", nlohmann::json::object());
-    if (t.contains("total_ms") && t["total_ms"].contains("values")) v = t["total_ms"]["values"].get<std::vector<double>>();
+    if (t.contains("total_ms") && t["total_ms"].contains("values"))
+      v = t["total_ms"]["values"].get<std::vector<double>>();
     return v;
   };
-  auto is_peer = [](const nlohmann::json& r) { return r.value("backend", std::string()).rfind("peer:", 0) == 0; };
+  auto is_peer = [](const nlohmann::json& r) {
+    return r.value("backend", std::string()).rfind("peer:", 0) == 0;
+  };
   const std::vector<double> x = values(row), b = values(base);
   nlohmann::json out = {{"baseline", base.at("label")}};
   if (x.empty() || b.empty()) return out;
@@ -170,7 +172,8 @@ OutputComparison compare_outputs(const nlohmann::json& a, const nlohmann::json& 
           sa[k]["tokens"] != sb[k].value("tokens", nlohmann::json())) {
         return c;
       }
-      const auto x = sa[k].value("score", nlohmann::json()), y = sb[k].value("score", nlohmann::json());
+      const auto x = sa[k].value("score", nlohmann::json()),
+                 y = sb[k].value("score", nlohmann::json());
       if (x.is_number() && y.is_number()) {
         max_diff = std::max(max_diff, std::abs(x.get<double>() - y.get<double>()));
       } else {
@@ -219,8 +222,10 @@ GenerationConfig resolve_generation(const LoadedModel& model, const nlohmann::js
   }
   g.validate();
   const bool preset = model.source.rfind("preset:", 0) == 0;
-  const std::string defaults = preset ? model.source + " (its config)"
-                               : model.source + (model.generation_defaults.is_object() ? "/generation_config.json" : "/config.json");
+  const std::string defaults =
+      preset ? model.source + " (its config)"
+             : model.source + (model.generation_defaults.is_object() ? "/generation_config.json"
+                                                                     : "/config.json");
   g.validate_for_vocab(model.model->config().vocab_size, [&](const std::string& key) {
     return overrides.contains(key) ? source : defaults;
   });
@@ -273,7 +278,8 @@ Bandwidth measure_bandwidth(const c10::Device& device) {
   const int64_t side = cuda ? 16384 : 8192;  // floats: 1 GiB on CUDA, 256 MiB elsewhere
   const int iters = cuda ? 8 : 1;
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
-  at::Tensor m = at::ones({side, side}, opts), v = at::ones({side}, opts), out = at::empty({side}, opts);
+  at::Tensor m = at::ones({side, side}, opts), v = at::ones({side}, opts),
+             out = at::empty({side}, opts);
   at::Tensor a = m.view({-1}), b = at::empty_like(a);
   const double bytes = static_cast<double>(m.nbytes()) * iters;
   auto best_of = [&](double bytes_moved, const std::function<void()>& op) {
@@ -292,9 +298,9 @@ Bandwidth measure_bandwidth(const c10::Device& device) {
   bw.read = best_of(bytes, [&] { at::mv_out(out, m, v); });
   bw.copy = best_of(2 * bytes, [&] { b.copy_(a); });
   std::ostringstream d;
-  d << "read: float32 mv over a " << side << "x" << side << " matrix (bytes of the matrix); copy: copy_ of "
-    << (m.nbytes() >> 20) << " MiB (bytes read + written); " << iters
-    << " op(s) per timing, best of 5 after a warm-up";
+  d << "read: float32 mv over a " << side << "x" << side
+    << " matrix (bytes of the matrix); copy: copy_ of " << (m.nbytes() >> 20)
+    << " MiB (bytes read + written); " << iters << " op(s) per timing, best of 5 after a warm-up";
   bw.method = d.str();
   return bw;
 }
@@ -338,7 +344,8 @@ class InterruptGuard {
  public:
   InterruptGuard() {
     if (g_guards++ > 0) return;
-    g_signal = 0;  // a signal before this had its default action; one noted by an earlier guard is handled
+    g_signal =
+        0;  // a signal before this had its default action; one noted by an earlier guard is handled
     struct sigaction sa {};
     sa.sa_handler = on_interrupt;
     sigemptyset(&sa.sa_mask);
@@ -354,7 +361,8 @@ class InterruptGuard {
   InterruptGuard& operator=(const InterruptGuard&) = delete;
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {
+  }, old_term_{};
 };
 
 void throw_if_interrupted() {
@@ -370,11 +378,13 @@ int run_command(const std::vector<std::string>& argv) {
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  if (const int err = posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ); err != 0) {
-    throw Error("cannot start '" + argv[0] + "': " + std::strerror(err) +
-                (argv[0].find("python") != std::string::npos
-                     ? " (the tools' Python: GENGRAPH_PYTHON, or .venv/bin/python in the source tree)"
-                     : ""));
+  if (const int err = posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ);
+      err != 0) {
+    throw Error(
+        "cannot start '" + argv[0] + "': " + std::strerror(err) +
+        (argv[0].find("python") != std::string::npos
+             ? " (the tools' Python: GENGRAPH_PYTHON, or .venv/bin/python in the source tree)"
+             : ""));
   }
   g_child_pid = pid;
   int status = 0;
@@ -404,7 +414,8 @@ class PeerModelFolder {
  public:
   PeerModelFolder(const ExperimentConfig& c, const LoadedModel& loaded) : path_(c.model.path) {
     if (!path_.empty()) return;
-    path_ = std::filesystem::temp_directory_path() / ("gengraph-peer-model-" + std::to_string(::getpid()));
+    path_ = std::filesystem::temp_directory_path() /
+            ("gengraph-peer-model-" + std::to_string(::getpid()));
     temporary_ = true;
     try {
       save_model_folder(loaded, path_);
@@ -429,7 +440,6 @@ class PeerModelFolder {
   bool temporary_ = false;
 };
 
-
 // Runs tools/SCRIPT --request REQ.json --out OUT.json with the tools' Python, optionally under
 // coreutils' timeout (TERM at the limit, KILL 10 s later; exit 124 when the limit hit). Returns the
 // exit status and, when it succeeded and wrote OUT, its JSON. Request and output files are removed.
@@ -438,10 +448,12 @@ struct ToolResult {
   std::optional<nlohmann::json> out;
 };
 
-ToolResult run_tool(const std::string& script, const nlohmann::json& request, int64_t timeout_s, std::ostream& log) {
+ToolResult run_tool(const std::string& script, const nlohmann::json& request, int64_t timeout_s,
+                    std::ostream& log) {
   static int calls = 0;
-  const auto stem = std::filesystem::temp_directory_path() /
-                    ("gengraph-" + script + "-" + std::to_string(::getpid()) + "-" + std::to_string(++calls));
+  const auto stem =
+      std::filesystem::temp_directory_path() /
+      ("gengraph-" + script + "-" + std::to_string(::getpid()) + "-" + std::to_string(++calls));
   const auto req_path = stem.string() + ".json", out_path = stem.string() + ".out.json";
   const RemoveOnExit remove_request{req_path}, remove_output{out_path};
   {
@@ -451,8 +463,9 @@ ToolResult run_tool(const std::string& script, const nlohmann::json& request, in
   }
   std::vector<std::string> argv;
   if (timeout_s > 0) argv = {"timeout", "-k", "10", std::to_string(timeout_s)};
-  for (const std::string& a : {python_for_tools().string(), (source_root() / "tools" / script).string(),
-                               std::string("--request"), req_path, std::string("--out"), out_path}) {
+  for (const std::string& a :
+       {python_for_tools().string(), (source_root() / "tools" / script).string(),
+        std::string("--request"), req_path, std::string("--out"), out_path}) {
     argv.push_back(a);
   }
   log << script << ":";
@@ -464,14 +477,19 @@ ToolResult run_tool(const std::string& script, const nlohmann::json& request, in
   return r;
 }
 
-nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c, const std::filesystem::path& folder,
-                        const nlohmann::json& generation, const std::vector<std::vector<int64_t>>& prompts,
-                        std::ostream& log) {
-  const nlohmann::json request = {{"peer", peer.name},       {"label", peer.label},
-                                  {"model", folder.string()}, {"dtype", c.model.dtype},
-                                  {"device", c.model.device}, {"prompts", prompts},
-                                  {"generation", generation}, {"warmup", c.run.warmup},
-                                  {"repeats", c.run.repeats}, {"seed", c.run.seed},
+nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
+                        const std::filesystem::path& folder, const nlohmann::json& generation,
+                        const std::vector<std::vector<int64_t>>& prompts, std::ostream& log) {
+  const nlohmann::json request = {{"peer", peer.name},
+                                  {"label", peer.label},
+                                  {"model", folder.string()},
+                                  {"dtype", c.model.dtype},
+                                  {"device", c.model.device},
+                                  {"prompts", prompts},
+                                  {"generation", generation},
+                                  {"warmup", c.run.warmup},
+                                  {"repeats", c.run.repeats},
+                                  {"seed", c.run.seed},
                                   {"threads", at::get_num_threads()}};
   log << "peer " << peer.label << "\n";
   ToolResult r = run_tool("hf_peer.py", request, c.run.peer_timeout_s, log);
@@ -487,12 +505,13 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c, const s
 }
 
 // Texts in and out through the model folder's own tokenizer (tools/hf_tokenizer.py).
-nlohmann::json tokenizer_call(const std::string& folder, const char* op, const nlohmann::json& items,
-                              const char* field, std::ostream& log) {
+nlohmann::json tokenizer_call(const std::string& folder, const char* op,
+                              const nlohmann::json& items, const char* field, std::ostream& log) {
   ToolResult r = run_tool("hf_tokenizer.py", {{"model", folder}, {op, items}}, 0, log);
   if (!r.out || !(*r.out).contains(field) || (*r.out)[field].size() != items.size()) {
-    throw Error(std::string("inputs.texts: tools/hf_tokenizer.py could not ") + op + " with the tokenizer in '" +
-                folder + "' (exit " + std::to_string(r.rc) + "; any message it printed is above)");
+    throw Error(std::string("inputs.texts: tools/hf_tokenizer.py could not ") + op +
+                " with the tokenizer in '" + folder + "' (exit " + std::to_string(r.rc) +
+                "; any message it printed is above)");
   }
   return (*r.out)[field];
 }
@@ -549,29 +568,31 @@ void check_runnable(const ExperimentConfig& c) {
     try {
       // The device as written (parse_device would also demand that it exist here: validating a
       // CUDA experiment on a CPU machine is allowed).
-      BackendRegistry::instance().validate(b.name, BackendOptions(b.name, b.options), c10::Device(c.model.device));
+      BackendRegistry::instance().validate(b.name, BackendOptions(b.name, b.options),
+                                           c10::Device(c.model.device));
     } catch (const Error& e) {
       throw Error(c.file + ": backends: '" + b.label + "': " + e.what());
     }
   }
   if (c.model.preset.empty() && !std::filesystem::is_directory(c.model.path)) {
     throw Error(c.file + ": model.path: '" + c.model.path + "' is not a folder");
-  } else if (c.model.preset.empty() &&
-             !std::filesystem::is_regular_file(std::filesystem::path(c.model.path) / "config.json")) {
+  } else if (c.model.preset.empty() && !std::filesystem::is_regular_file(
+                                           std::filesystem::path(c.model.path) / "config.json")) {
     throw Error(c.file + ": model.path: '" + c.model.path + "' has no config.json");
   }
   // The model's configuration (no weights): the preset and its overrides, and the prompts and
   // lengths against its vocabulary and context. Texts are checked once encoded, at run time.
   const ModelConfig mc = model_config_of(model_source(c));
   if (c.inputs.texts.empty()) {
-    GenerationConfig g;  // the experiment's keys; a folder's generation_config.json joins at run time
+    GenerationConfig
+        g;  // the experiment's keys; a folder's generation_config.json joins at run time
     for (auto it = c.generation.begin(); it != c.generation.end(); ++it) {
       apply_generation_key(g, it.key(), it.value(), c.file + ": generation");
     }
-    const auto prompts = c.inputs.synthetic
-                             ? std::vector<std::vector<int64_t>>(c.inputs.batch_size,
-                                                                 std::vector<int64_t>(c.inputs.prompt_length, 0))
-                             : c.inputs.prompts;
+    const auto prompts = c.inputs.synthetic ? std::vector<std::vector<int64_t>>(
+                                                  c.inputs.batch_size,
+                                                  std::vector<int64_t>(c.inputs.prompt_length, 0))
+                                            : c.inputs.prompts;
     try {
       check_prompts(mc, g, prompts);
     } catch (const Error& e) {
@@ -580,7 +601,8 @@ void check_runnable(const ExperimentConfig& c) {
   }
 }
 
-std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> check_experiment(const ExperimentConfig& c) {
+std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> check_experiment(
+    const ExperimentConfig& c) {
   auto points = expand_sweep(c);
   for (const auto& [overrides, pc] : points) {
     try {
@@ -605,8 +627,10 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log) {
   // Texts are encoded before the (possibly slow) model load too, so a tokenizer problem fails fast.
   std::vector<std::vector<int64_t>> prompts;
   if (!c.inputs.texts.empty()) {
-    log << "encoding " << c.inputs.texts.size() << " text(s) with the tokenizer in " << c.model.path << "\n";
-    prompts = tokenizer_call(c.model.path, "encode", c.inputs.texts, "ids", log).get<std::vector<std::vector<int64_t>>>();
+    log << "encoding " << c.inputs.texts.size() << " text(s) with the tokenizer in " << c.model.path
+        << "\n";
+    prompts = tokenizer_call(c.model.path, "encode", c.inputs.texts, "ids", log)
+                  .get<std::vector<std::vector<int64_t>>>();
   }
 
   ModelSource src = model_source(c);
@@ -616,9 +640,12 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log) {
   const LoadedModel loaded = [&] {
     try {
       return load_model(src);
-    } catch (const c10::Error& e) {  // e.g. an allocation for a model.config too big for this machine
-      throw Error("loading model " + (src.preset.empty() ? "'" + src.path.string() + "'" : "preset " + src.preset) +
-                  " (" + c.model.dtype + ", " + c.model.device + ") failed: " + e.what_without_backtrace());
+    } catch (
+        const c10::Error& e) {  // e.g. an allocation for a model.config too big for this machine
+      throw Error("loading model " +
+                  (src.preset.empty() ? "'" + src.path.string() + "'" : "preset " + src.preset) +
+                  " (" + c.model.dtype + ", " + c.model.device +
+                  ") failed: " + e.what_without_backtrace());
     }
   }();
   const auto& mc = loaded.model->config();
@@ -632,9 +659,10 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log) {
     for (size_t i = 0; i < prompts.size(); ++i) {
       for (const int64_t id : prompts[i]) {
         if (id < 0 || id >= mc.vocab_size) {
-          throw Error(c.file + ": inputs.texts[" + std::to_string(i) + "]: the tokenizer in '" + c.model.path +
-                      "' gave token id " + std::to_string(id) + ", outside the model's vocabulary [0, " +
-                      std::to_string(mc.vocab_size) + "): the tokenizer does not match the model");
+          throw Error(c.file + ": inputs.texts[" + std::to_string(i) + "]: the tokenizer in '" +
+                      c.model.path + "' gave token id " + std::to_string(id) +
+                      ", outside the model's vocabulary [0, " + std::to_string(mc.vocab_size) +
+                      "): the tokenizer does not match the model");
         }
       }
     }
@@ -658,18 +686,21 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log) {
                   {"load_seconds", loaded.load_seconds}};
   doc["generation"] = gen.to_json();
   if (!ignored.empty()) doc["generation_config_ignored_keys"] = ignored;
-  doc["inputs"] = {{"batch_size", prompts.size()},
-                   {"prompt_lengths", [&] {
-                      std::vector<size_t> l;
-                      for (const auto& p : prompts) l.push_back(p.size());
-                      return l;
-                    }()}};
+  doc["inputs"] = {{"batch_size", prompts.size()}, {"prompt_lengths", [&] {
+                                                      std::vector<size_t> l;
+                                                      for (const auto& p : prompts)
+                                                        l.push_back(p.size());
+                                                      return l;
+                                                    }()}};
   if (!c.inputs.texts.empty()) {
     doc["inputs"]["texts"] = c.inputs.texts;
     doc["inputs"]["prompts"] = prompts;  // as the tokenizer encoded them
   }
-  doc["run"] = {{"warmup", c.run.warmup}, {"repeats", c.run.repeats}, {"seed", c.run.seed},
-                {"order", "interleaved: each repeat runs every backend once, the starting backend rotating"}};
+  doc["run"] = {
+      {"warmup", c.run.warmup},
+      {"repeats", c.run.repeats},
+      {"seed", c.run.seed},
+      {"order", "interleaved: each repeat runs every backend once, the starting backend rotating"}};
 
   // Build and warm up every backend first, then interleave the timed repeats.
   std::vector<Row> rows;
@@ -677,7 +708,8 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log) {
     log << "backend " << spec.label << ": preparing and warming up\n";
     Row row;
     row.spec = spec;
-    row.backend = BackendRegistry::instance().create(spec.name, loaded.model, BackendOptions(spec.name, spec.options));
+    row.backend = BackendRegistry::instance().create(spec.name, loaded.model,
+                                                     BackendOptions(spec.name, spec.options));
     reset_peak_memory(device);
     for (int64_t i = 0; i < c.run.warmup; ++i) {
       at::manual_seed(c.run.seed);
@@ -698,7 +730,8 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log) {
       row.timings.add(r, prompts.size());
     }
   }
-  log << "timed " << c.run.repeats << " interleaved repeat(s) of " << rows.size() << " backend(s)\n";
+  log << "timed " << c.run.repeats << " interleaved repeat(s) of " << rows.size()
+      << " backend(s)\n";
 
   const Bandwidth bandwidth = c.run.bandwidth ? measure_bandwidth(device) : Bandwidth{};
   if (c.run.bandwidth) {
@@ -720,10 +753,13 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log) {
     run["timings"] = row.timings.to_json();
     run["memory"] = {{"peak_rss_bytes", peak_rss_bytes()}, {"peak_device_bytes", row.peak_device}};
     if (c.run.bandwidth && !row.timings.per_token.empty()) {
-      const double mean_len = static_cast<double>(prompts.empty() ? 0 : prompts[0].size()) + row.steps / 2.0;
-      const double bytes = decode_bytes_per_step(*loaded.model, static_cast<int64_t>(prompts.size()) * rows_per_input(gen), mean_len);
+      const double mean_len =
+          static_cast<double>(prompts.empty() ? 0 : prompts[0].size()) + row.steps / 2.0;
+      const double bytes = decode_bytes_per_step(
+          *loaded.model, static_cast<int64_t>(prompts.size()) * rows_per_input(gen), mean_len);
       const double step_s = summary(row.timings.per_token)["median"].get<double>() / 1e3;
-      run["bandwidth"] = {{"bytes_per_decode_step", bytes}, {"achieved_bytes_per_second", bytes / step_s},
+      run["bandwidth"] = {{"bytes_per_decode_step", bytes},
+                          {"achieved_bytes_per_second", bytes / step_s},
                           {"fraction_of_read_bandwidth", bytes / step_s / bandwidth.read},
                           {"fraction_of_copy_bandwidth", bytes / step_s / bandwidth.copy}};
     }
@@ -759,7 +795,8 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log) {
       if (r["label"] == c.baseline && !r.contains("error")) base = r;
     }
     for (auto& r : doc["runs"]) {
-      if (!r.contains("error") && !base.contains("error")) r["vs_baseline"] = ratio_to_baseline(r, base);
+      if (!r.contains("error") && !base.contains("error"))
+        r["vs_baseline"] = ratio_to_baseline(r, base);
     }
   }
   return doc;
@@ -787,7 +824,8 @@ nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log) {
   for (const auto& [key, values] : c.sweep) doc["sweep"][key] = values;
   doc["points"] = nlohmann::json::array();
   for (size_t i = 0; i < points.size(); ++i) {
-    log << "sweep point " << i + 1 << "/" << points.size() << ": " << join(points[i].first, ", ") << "\n";
+    log << "sweep point " << i + 1 << "/" << points.size() << ": " << join(points[i].first, ", ")
+        << "\n";
     nlohmann::json point = run_checked_point(points[i].second, log);
     point["point"] = points[i].first;
     doc["points"].push_back(point);
@@ -807,17 +845,20 @@ void check_output_path(const std::filesystem::path& path, const std::string& wha
     }
     if (p == p.parent_path()) break;
   }
-  if (std::filesystem::is_directory(path)) throw Error(what + " '" + path.string() + "' is a folder, expected a file");
+  if (std::filesystem::is_directory(path))
+    throw Error(what + " '" + path.string() + "' is a folder, expected a file");
 }
 
-void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path, const std::filesystem::path& plot) {
+void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
+                   const std::filesystem::path& plot) {
   const InterruptGuard guard;
   std::string text;
   try {
     text = doc.dump(2) + "\n";
   } catch (const nlohmann::json::exception& e) {
     throw Error("cannot write results to '" + path.string() +
-                "': they hold text that is not valid UTF-8 (the experiment's name, a label, or a file name?): " +
+                "': they hold text that is not valid UTF-8 (the experiment's name, a label, or a "
+                "file name?): " +
                 e.what());
   }
   check_output_path(path, "results");
@@ -828,10 +869,13 @@ void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
   const auto st = std::filesystem::symlink_status(path);
   const bool device = std::filesystem::exists(st) && !std::filesystem::is_regular_file(st);
   const std::filesystem::path tmp =
-      device ? std::filesystem::temp_directory_path() / ("gengraph-results-" + std::to_string(::getpid()) + ".json")
+      device ? std::filesystem::temp_directory_path() /
+                   ("gengraph-results-" + std::to_string(::getpid()) + ".json")
              : std::filesystem::path(path.string() + ".tmp");
   const std::filesystem::path plot_tmp =
-      plot.empty() ? plot : plot.parent_path() / (plot.stem().string() + ".tmp" + plot.extension().string());
+      plot.empty()
+          ? plot
+          : plot.parent_path() / (plot.stem().string() + ".tmp" + plot.extension().string());
   auto clean = [&] {
     std::error_code ignored;
     std::filesystem::remove(tmp, ignored);
@@ -852,7 +896,8 @@ void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
                                              tmp.string(), plot_tmp.string()};
       const int rc = run_command(argv);
       if (rc != 0 || !std::filesystem::exists(plot_tmp)) {
-        throw Error("plot: tools/plot_results.py failed for '" + plot.string() + "' (exit " + std::to_string(rc) +
+        throw Error("plot: tools/plot_results.py failed for '" + plot.string() + "' (exit " +
+                    std::to_string(rc) +
                     "; any message it printed is above); no results were written");
       }
     }
@@ -868,7 +913,8 @@ void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
     throw_if_interrupted();
   } catch (const std::filesystem::filesystem_error& e) {
     clean();
-    throw Error("writing results to '" + path.string() + "'" + (plot.empty() ? "" : " and the plot '" + plot.string() + "'") +
+    throw Error("writing results to '" + path.string() + "'" +
+                (plot.empty() ? "" : " and the plot '" + plot.string() + "'") +
                 " failed: " + e.code().message() + " ('" + e.path1().string() + "')");
   } catch (...) {
     clean();
@@ -884,7 +930,8 @@ std::string cell(const nlohmann::json& t, const char* key) {
   const double m = t.at(key).at("median").get<double>();
   s << std::fixed << std::setprecision(m >= 1000 ? 0 : 2) << m;
   if (t.at(key).at("values").size() > 1) {
-    s << " [" << t.at(key).at("min").get<double>() << "-" << t.at(key).at("max").get<double>() << "]";
+    s << " [" << t.at(key).at("min").get<double>() << "-" << t.at(key).at("max").get<double>()
+      << "]";
   }
   return s.str();
 }
@@ -892,70 +939,84 @@ std::string cell(const nlohmann::json& t, const char* key) {
 // The "same tokens" cell: from the outputs both rows recorded (so files written when the flag
 // still compared scores too read right), else the recorded flag; a score difference is shown.
 std::string same_tokens_cell(const nlohmann::json& r, const nlohmann::json& first) {
-  if (!r.contains("outputs") || !first.contains("outputs")) return r.value("tokens_match_first_row", true) ? "yes" : "NO";
+  if (!r.contains("outputs") || !first.contains("outputs"))
+    return r.value("tokens_match_first_row", true) ? "yes" : "NO";
   const OutputComparison c = compare_outputs(first.at("outputs"), r.at("outputs"));
   if (!c.same_tokens) return "NO";
   if (!c.max_score_difference || *c.max_score_difference == 0) return "yes";
   std::ostringstream s;
-  s << "yes (scores +-" << std::scientific << std::setprecision(1) << *c.max_score_difference << ")";
+  s << "yes (scores +-" << std::scientific << std::setprecision(1) << *c.max_score_difference
+    << ")";
   return s.str();
 }
 
-void point_table(std::ostringstream& o, const nlohmann::json& doc, const std::string& baseline_label) {
+void point_table(std::ostringstream& o, const nlohmann::json& doc,
+                 const std::string& baseline_label) {
   const auto& runs = doc.at("runs");
   if (runs.empty()) return;
   const nlohmann::json* base = &runs.at(0);
   for (const auto& r : runs) {
-    if (r.at("label") == baseline_label && !r.contains("error")) base = &r;  // a failed peer divides nothing
+    if (r.at("label") == baseline_label && !r.contains("error"))
+      base = &r;  // a failed peer divides nothing
   }
   o << std::left << std::setw(20) << "row" << std::setw(24) << "first token ms" << std::setw(24)
-    << "decode ms/token" << std::setw(24) << "total ms" << std::setw(24) << "tokens/s" << std::setw(22)
-    << "vs " + (*base).at("label").get<std::string>() << "same tokens\n";
+    << "decode ms/token" << std::setw(24) << "total ms" << std::setw(24) << "tokens/s"
+    << std::setw(22) << "vs " + (*base).at("label").get<std::string>() << "same tokens\n";
   for (const auto& r : runs) {
     if (r.contains("error")) {
-      o << std::left << std::setw(20) << r.at("label").get<std::string>() << "FAILED: " << r.at("error").get<std::string>()
-        << "\n";
+      o << std::left << std::setw(20) << r.at("label").get<std::string>()
+        << "FAILED: " << r.at("error").get<std::string>() << "\n";
       continue;
     }
     // Recomputed from the values, so results files written before vs_baseline existed show it too.
-    const nlohmann::json v = base->contains("error") ? nlohmann::json::object() : ratio_to_baseline(r, *base);
+    const nlohmann::json v =
+        base->contains("error") ? nlohmann::json::object() : ratio_to_baseline(r, *base);
     std::ostringstream ratio;
     ratio << std::fixed << std::setprecision(2) << v.value("median", 0.0) << "x";
-    if (v.contains("low") && &r != base) ratio << " [" << v.at("low").get<double>() << "-" << v.at("high").get<double>() << "]";
+    if (v.contains("low") && &r != base)
+      ratio << " [" << v.at("low").get<double>() << "-" << v.at("high").get<double>() << "]";
     o << std::left << std::setw(20) << r.at("label").get<std::string>() << std::setw(24)
-      << cell(r.at("timings"), "time_to_first_token_ms") << std::setw(24) << cell(r.at("timings"), "decode_ms_per_token")
-      << std::setw(24) << cell(r.at("timings"), "total_ms") << std::setw(24) << cell(r.at("timings"), "tokens_per_second")
-      << std::setw(22) << ratio.str() << same_tokens_cell(r, runs.at(0)) << "\n";
+      << cell(r.at("timings"), "time_to_first_token_ms") << std::setw(24)
+      << cell(r.at("timings"), "decode_ms_per_token") << std::setw(24)
+      << cell(r.at("timings"), "total_ms") << std::setw(24)
+      << cell(r.at("timings"), "tokens_per_second") << std::setw(22) << ratio.str()
+      << same_tokens_cell(r, runs.at(0)) << "\n";
     if (r.contains("bandwidth")) {
       // Results written before the read measurement existed carry only the copy fraction.
       const auto& bw = r.at("bandwidth");
-      o << "    decode reads >= " << std::setprecision(1) << bw.at("bytes_per_decode_step").get<double>() / 1e6 << " MB/step: ";
+      o << "    decode reads >= " << std::setprecision(1)
+        << bw.at("bytes_per_decode_step").get<double>() / 1e6 << " MB/step: ";
       if (bw.contains("fraction_of_read_bandwidth"))
-        o << 100 * bw.at("fraction_of_read_bandwidth").get<double>() << "% of the measured read (mv) bandwidth, ";
+        o << 100 * bw.at("fraction_of_read_bandwidth").get<double>()
+          << "% of the measured read (mv) bandwidth, ";
       o << 100 * bw.at("fraction_of_copy_bandwidth").get<double>() << "% of the copy bandwidth\n";
     }
   }
 }
 
 void point_header(std::ostringstream& o, const nlohmann::json& doc) {
-  o << "model " << doc.at("model").at("source").get<std::string>() << " (" << doc.at("model").at("model_type").get<std::string>()
-    << ", " << doc.at("model").at("parameters").get<int64_t>() << " parameters), "
-    << doc.at("environment").at("device").get<std::string>() << ", " << doc.at("environment").at("dtype").get<std::string>()
-    << ", batch " << doc.at("inputs").at("batch_size").get<int64_t>() << ", " << doc.at("run").at("repeats").get<int64_t>()
-    << " repeats (median [min-max])\n"
-    << "'vs' = baseline total time / row total time: for rows timed in the same interleaved repeats, the median"
-    << " of per-repeat ratios [its order-statistic interval, " << ratio_confidence_text(doc.at("run").at("repeats").get<int64_t>())
+  o << "model " << doc.at("model").at("source").get<std::string>() << " ("
+    << doc.at("model").at("model_type").get<std::string>() << ", "
+    << doc.at("model").at("parameters").get<int64_t>() << " parameters), "
+    << doc.at("environment").at("device").get<std::string>() << ", "
+    << doc.at("environment").at("dtype").get<std::string>() << ", batch "
+    << doc.at("inputs").at("batch_size").get<int64_t>() << ", "
+    << doc.at("run").at("repeats").get<int64_t>() << " repeats (median [min-max])\n"
+    << "'vs' = baseline total time / row total time: for rows timed in the same interleaved "
+       "repeats, the median"
+    << " of per-repeat ratios [its order-statistic interval, "
+    << ratio_confidence_text(doc.at("run").at("repeats").get<int64_t>())
     << "]; for peers, the ratio of medians\n";
   if (doc.contains("bandwidth")) {
     const auto& bw = doc.at("bandwidth");
     o << "measured bandwidth: " << std::fixed << std::setprecision(1);
-    if (bw.contains("read_bytes_per_second")) o << "read (mv) " << bw.at("read_bytes_per_second").get<double>() / 1e9 << " GB/s, ";
+    if (bw.contains("read_bytes_per_second"))
+      o << "read (mv) " << bw.at("read_bytes_per_second").get<double>() / 1e9 << " GB/s, ";
     o << "copy " << bw.at("copy_bytes_per_second").get<double>() / 1e9 << " GB/s\n";
   }
 }
 
 }  // namespace
-
 
 std::vector<std::string> failed_runs(const nlohmann::json& doc) {
   std::vector<std::string> out;
@@ -965,7 +1026,8 @@ std::vector<std::string> failed_runs(const nlohmann::json& doc) {
     }
   };
   if (doc.contains("points")) {
-    for (const auto& p : doc.at("points")) scan(p, " [" + join(p.at("point").get<std::vector<std::string>>(), ", ") + "]");
+    for (const auto& p : doc.at("points"))
+      scan(p, " [" + join(p.at("point").get<std::vector<std::string>>(), ", ") + "]");
   } else {
     scan(doc, "");
   }

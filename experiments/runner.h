@@ -3,12 +3,11 @@
 #pragma once
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "framework/config/experiment_config.h"
 #include "framework/decoding/generation_config.h"
@@ -32,7 +31,8 @@ void check_runnable(const ExperimentConfig& config);
 
 // Every point of the experiment (expand_sweep), each passed through check_runnable; an error
 // names its sweep point.
-std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> check_experiment(const ExperimentConfig& config);
+std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> check_experiment(
+    const ExperimentConfig& config);
 
 // `log` receives progress lines; the results document is returned (nothing is written). With a
 // sweep, every point is validated first, then run; the document holds one entry per point.
@@ -47,7 +47,8 @@ nlohmann::json run_point(const ExperimentConfig& config, std::ostream& log);
 // are written. The CLI exits with 128 + the signal, as a shell does.
 struct Interrupted : Error {
   explicit Interrupted(int sig)
-      : Error("interrupted by signal " + std::to_string(sig) + ": temporary files removed, no results written"),
+      : Error("interrupted by signal " + std::to_string(sig) +
+              ": temporary files removed, no results written"),
         signal(sig) {}
   int signal;
 };
@@ -56,7 +57,8 @@ struct Interrupted : Error {
 // tools/plot_results.py (matplotlib in the .venv). Both are written to temporary files and renamed
 // into place only when both succeeded: on any error neither exists afterwards. Creates parent
 // folders; a device or pipe (/dev/stdout) as `path` is written through.
-void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path, const std::filesystem::path& plot);
+void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
+                   const std::filesystem::path& plot);
 
 // Refuses an output path that cannot be a file: a parent that exists but is not a folder, or the
 // path itself a folder. `what` names it in the error ("results", "plot").

@@ -1,12 +1,12 @@
 #include "tests/test_util.h"
 
+#include <ATen/ATen.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <stdexcept>
-
-#include <ATen/ATen.h>
 
 #include "experiments/cli.h"
 #include "framework/model/loader.h"
@@ -45,7 +45,8 @@ std::string safetensors_bytes(const nlohmann::json& header, const std::string& d
   return out + h + data;
 }
 
-std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t seed, const LoadOptions& load) {
+std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t seed,
+                                           const LoadOptions& load) {
   ModelSource s;
   if (which == "tiny") {
     s.preset = "gpt2-tiny";
@@ -78,11 +79,13 @@ ScopedEnv::~ScopedEnv() {
   }
 }
 
-void make_folder_with_test_tokenizer(const std::string& fixture, const std::filesystem::path& folder, int vocab) {
+void make_folder_with_test_tokenizer(const std::string& fixture,
+                                     const std::filesystem::path& folder, int vocab) {
   std::filesystem::copy(std::filesystem::path(fixtures_dir()) / "models" / fixture, folder);
   const std::string root = GENGRAPH_SOURCE_DIR;
-  const std::string cmd = "\"" + root + "/.venv/bin/python\" \"" + root + "/tools/make_test_tokenizer.py\" \"" +
-                          folder.string() + "\" " + std::to_string(vocab);
+  const std::string cmd = "\"" + root + "/.venv/bin/python\" \"" + root +
+                          "/tools/make_test_tokenizer.py\" \"" + folder.string() + "\" " +
+                          std::to_string(vocab);
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
 }
 

@@ -1,14 +1,14 @@
 // Helpers shared by the tests: temporary folders and hand-made safetensors files.
 #pragma once
 
+#include <ATen/Tensor.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <ATen/Tensor.h>
-#include <nlohmann/json.hpp>
 
 #include "framework/model/weights.h"
 
@@ -57,7 +57,8 @@ class ScopedEnv {
 
 // Copies the fixture model folder `fixture` (e.g. "gpt2-a") to `folder` and writes
 // tools/make_test_tokenizer.py's word-level tokenizer of `vocab` tokens into it.
-void make_folder_with_test_tokenizer(const std::string& fixture, const std::filesystem::path& folder, int vocab);
+void make_folder_with_test_tokenizer(const std::string& fixture,
+                                     const std::filesystem::path& folder, int vocab);
 
 // Runs the CLI in-process with `args` (the command and its arguments, without "gengraph"); returns
 // its exit status.

@@ -1,14 +1,14 @@
 #include "backends/cuda_graph/cuda_graph_backend.h"
 
-#include <chrono>
-#include <map>
-#include <sstream>
-
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <chrono>
+#include <map>
+#include <sstream>
 
 #include "backends/trace/traced_step.h"
 #include "framework/cache/kv_cache.h"
@@ -20,7 +20,9 @@ namespace gengraph {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 struct Settings {
   std::vector<int64_t> buckets;
@@ -43,8 +45,10 @@ std::vector<int64_t> parse_buckets(const std::string& text) {
       used = 0;
     }
     if (used == 0 || used != item.size() || v <= 0) {
-      throw Error("backend 'cuda_graph' option 'buckets': expected comma-separated positive row counts, found '" +
-                  text + "'");
+      throw Error(
+          "backend 'cuda_graph' option 'buckets': expected comma-separated positive row counts, "
+          "found '" +
+          text + "'");
     }
     out.push_back(v);
   }
@@ -56,14 +60,16 @@ std::vector<int64_t> parse_buckets(const std::string& text) {
 
 int64_t reserved_bytes(const c10::Device& d) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
-  return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+  return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+      .current;
 }
 
 // Device memory held by the graphs' private pool: the caching allocator's segments it owns.
 int64_t pool_bytes(const at::cuda::MempoolId_t& pool, const c10::Device& d) {
   int64_t total = 0;
   for (const auto& seg : c10::cuda::CUDACachingAllocator::snapshot({0, 0}, false).segments) {
-    if (seg.owner_private_pool_id == pool && seg.device == d.index()) total += static_cast<int64_t>(seg.total_size);
+    if (seg.owner_private_pool_id == pool && seg.device == d.index())
+      total += static_cast<int64_t>(seg.total_size);
   }
   return total;
 }
@@ -74,8 +80,8 @@ struct Bucket {
   at::Tensor keys, values;  // [layers, rows, kv_heads, max_length, head_dim]
   at::Tensor valid;         // [rows, max_length] bool
   at::Tensor ids, positions, token_valid, slot, parents;  // decode inputs [rows,1] x3, [1], [rows]
-  at::Tensor identity;      // [rows] 0..rows-1: parents when there are no beams
-  at::Tensor logits;        // [rows, vocab] output of the captured step
+  at::Tensor identity;  // [rows] 0..rows-1: parents when there are no beams
+  at::Tensor logits;    // [rows, vocab] output of the captured step
   std::unique_ptr<at::cuda::CUDAGraph> graph;
   std::unique_ptr<TracedStep> trace;  // when the step runs the trace
 };
@@ -88,9 +94,14 @@ class CudaGraphBackend final : public ForwardBackend {
   std::string name() const override { return "cuda_graph"; }
 
   BackendReport report() const override {
-    return {{"capture_seconds", capture_s_}, {"buckets", double(buckets_.size())}, {"graphs", double(graphs_)},
-            {"graph_pool_bytes", double(pool_bytes_)}, {"capture_reserved_bytes", double(reserved_growth_)}, {"max_length", double(max_length_)},
-            {"step_is_trace", s_.use_trace ? 1.0 : 0.0}, {"captured", s_.capture ? 1.0 : 0.0}};
+    return {{"capture_seconds", capture_s_},
+            {"buckets", double(buckets_.size())},
+            {"graphs", double(graphs_)},
+            {"graph_pool_bytes", double(pool_bytes_)},
+            {"capture_reserved_bytes", double(reserved_growth_)},
+            {"max_length", double(max_length_)},
+            {"step_is_trace", s_.use_trace ? 1.0 : 0.0},
+            {"captured", s_.capture ? 1.0 : 0.0}};
   }
 
  protected:
@@ -104,8 +115,8 @@ class CudaGraphBackend final : public ForwardBackend {
     auto it = std::lower_bound(s_.buckets.begin(), s_.buckets.end(), shape.rows);
     if (it == s_.buckets.end()) {
       throw Error("backend 'cuda_graph': " + std::to_string(shape.rows) +
-                  " rows (batch x beams) exceed the largest bucket " + std::to_string(s_.buckets.back()) +
-                  "; add a larger one to the option 'buckets'");
+                  " rows (batch x beams) exceed the largest bucket " +
+                  std::to_string(s_.buckets.back()) + "; add a larger one to the option 'buckets'");
     }
     bucket_ = &bucket_for(*it);
     bucket_->valid.fill_(false);
@@ -126,7 +137,9 @@ class CudaGraphBackend final : public ForwardBackend {
         TraceMeta meta = expected_meta(model(), b.rows, t, max_length_);
         found = prefill_traces_.emplace(key, TracedStep::trace(model(), meta, s_.trace)).first;
       }
-      auto run = [&] { return found->second.prefill(ids, pos, slots, tv, b.valid, b.keys, b.values); };
+      auto run = [&] {
+        return found->second.prefill(ids, pos, slots, tv, b.valid, b.keys, b.values);
+      };
       // As the trace backend does: the profiling runs first (they rewrite the same slots with the
       // same values), so every prefill runs the optimized plan.
       for (int64_t i = 0; fresh && i < s_.warmup; ++i) run();
@@ -172,7 +185,8 @@ class CudaGraphBackend final : public ForwardBackend {
     b.values.copy_(b.values.index_select(1, b.parents));
     b.valid.copy_(b.valid.index_select(0, b.parents));
     if (b.trace) {
-      b.logits.copy_(b.trace->decode(b.ids, b.positions, b.slot, b.token_valid, b.valid, b.keys, b.values));
+      b.logits.copy_(
+          b.trace->decode(b.ids, b.positions, b.slot, b.token_valid, b.valid, b.keys, b.values));
     } else {
       StaticCache cache(b.keys, b.values, b.valid);
       b.logits.copy_(run_forward_step(model(), cache, b.ids, b.positions, b.slot, b.token_valid));
@@ -222,7 +236,7 @@ class CudaGraphBackend final : public ForwardBackend {
       step(b);
       b.graph->capture_end();
     }
-    synchronize(dev);  // before the current stream uses what the side stream wrote
+    synchronize(dev);      // before the current stream uses what the side stream wrote
     b.valid.fill_(false);  // warm-up and capture wrote slot 0 of every row
     capture_s_ += since(t0);
     reserved_growth_ += reserved_bytes(dev) - before;
@@ -249,7 +263,9 @@ Settings read_settings(const BackendOptions& o) {
   s.use_trace = o.get_string("step", "eager", {"eager", "trace"}) == "trace";
   read_step_options(o, s.trace);
   if (!s.use_trace && (o.values().count("freeze") || o.values().count("fuser"))) {
-    throw Error("backend 'cuda_graph': options 'freeze' and 'fuser' apply to the traced step; set step: trace");
+    throw Error(
+        "backend 'cuda_graph': options 'freeze' and 'fuser' apply to the traced step; set step: "
+        "trace");
   }
   s.warmup = o.get_int("warmup", 3, 1, 100);
   s.capture = o.get_bool("capture", true);
@@ -262,24 +278,30 @@ BackendInfo cuda_graph_backend_info() {
   BackendInfo info;
   info.name = "cuda_graph";
   info.description =
-      "decode step (beam reorder included) captured as CUDA graphs per batch bucket over a static cache; "
-      "options buckets, max_length, step (eager|trace), freeze and fuser (as trace's, for step: trace), "
+      "decode step (beam reorder included) captured as CUDA graphs per batch bucket over a static "
+      "cache; "
+      "options buckets, max_length, step (eager|trace), freeze and fuser (as trace's, for step: "
+      "trace), "
       "warmup, capture (true|false: false runs the same "
       "static-buffer step uncaptured, on any device)";
   info.unavailable_reason = [](const BackendOptions& o) -> std::string {
     if (cuda_available() || !o.get_bool("capture", true)) return "";
-    return "capture needs a CUDA device, and none is visible here (capture: false runs the step uncaptured)";
+    return "capture needs a CUDA device, and none is visible here (capture: false runs the step "
+           "uncaptured)";
   };
   // Capture needs the model on CUDA (whether this machine has one is unavailable_reason's concern).
   auto settings_for = [](const BackendOptions& o, const c10::Device& device) {
     Settings s = read_settings(o);
     if (s.capture && !device.is_cuda()) {
-      throw Error("backend 'cuda_graph' needs the model on a CUDA device; set model.device: cuda (found " +
-                  device.str() + "), or capture: false to run its static-buffer step uncaptured");
+      throw Error(
+          "backend 'cuda_graph' needs the model on a CUDA device; set model.device: cuda (found " +
+          device.str() + "), or capture: false to run its static-buffer step uncaptured");
     }
     return s;
   };
-  info.check_options = [settings_for](const BackendOptions& o, const c10::Device& device) { settings_for(o, device); };
+  info.check_options = [settings_for](const BackendOptions& o, const c10::Device& device) {
+    settings_for(o, device);
+  };
   info.create = [settings_for](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
     Settings s = settings_for(o, model->device());
     return std::make_unique<CudaGraphBackend>(std::move(model), std::move(s));

@@ -15,9 +15,7 @@ class EagerBackend final : public ForwardBackend {
 
   std::string name() const override { return "eager"; }
 
-  BackendReport report() const override {
-    return {{"static_cache", static_cache_ ? 1.0 : 0.0}};
-  }
+  BackendReport report() const override { return {{"static_cache", static_cache_ ? 1.0 : 0.0}}; }
 
  protected:
   void do_prepare(const BatchShape& shape) override {
@@ -26,14 +24,13 @@ class EagerBackend final : public ForwardBackend {
       return;
     }
     auto* existing = dynamic_cast<StaticCache*>(cache_.get());
-    if (existing && existing->rows() == shape.rows &&
-        existing->max_len() == shape.max_length) {
+    if (existing && existing->rows() == shape.rows && existing->max_len() == shape.max_length) {
       existing->reset();  // same shape: reuse the buffers
       return;
     }
     const auto options = at::TensorOptions().dtype(model().dtype()).device(model().device());
-    cache_ = std::make_unique<StaticCache>(model().cache_shape(shape.rows, shape.max_length),
-                                           options);
+    cache_ =
+        std::make_unique<StaticCache>(model().cache_shape(shape.rows, shape.max_length), options);
   }
 
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
@@ -59,8 +56,11 @@ BackendInfo eager_backend_info() {
   auto static_cache = [](const BackendOptions& o) {
     return o.get_string("cache", "growing", {"growing", "static"}) == "static";
   };
-  info.check_options = [static_cache](const BackendOptions& o, const c10::Device&) { static_cache(o); };
-  info.create = [static_cache](std::shared_ptr<const CausalLM> model, const BackendOptions& options) {
+  info.check_options = [static_cache](const BackendOptions& o, const c10::Device&) {
+    static_cache(o);
+  };
+  info.create = [static_cache](std::shared_ptr<const CausalLM> model,
+                               const BackendOptions& options) {
     return std::make_unique<EagerBackend>(std::move(model), static_cache(options));
   };
   return info;

@@ -1,12 +1,12 @@
 #include "backends/trace/trace_backend.h"
 
-#include <cstdlib>
+#include <ATen/ATen.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <tuple>
-
-#include <ATen/ATen.h>
 
 #include "backends/trace/traced_step.h"
 #include "framework/model/causal_lm.h"
@@ -17,7 +17,9 @@ namespace gengraph {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 struct Settings {
   TraceOptions trace;
@@ -35,8 +37,11 @@ class TraceBackend final : public ForwardBackend {
   std::string name() const override { return "trace"; }
 
   BackendReport report() const override {
-    return {{"trace_seconds", trace_s_}, {"warmup_seconds", warmup_s_}, {"traces_built", double(built_)},
-            {"traces_loaded", double(loaded_)}, {"freeze", s_.trace.freeze ? 1.0 : 0.0},
+    return {{"trace_seconds", trace_s_},
+            {"warmup_seconds", warmup_s_},
+            {"traces_built", double(built_)},
+            {"traces_loaded", double(loaded_)},
+            {"freeze", s_.trace.freeze ? 1.0 : 0.0},
             {"optimize_for_inference", s_.trace.optimize_for_inference ? 1.0 : 0.0},
             {"profiling_runs", double(s_.trace.profiling_runs)}};
   }
@@ -57,7 +62,8 @@ class TraceBackend final : public ForwardBackend {
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
     current_ = &step_for(in.input_ids.size(1));
     auto run = [&] {
-      return current_->prefill(in.input_ids, in.positions, slots, in.token_valid, valid_, keys_, values_);
+      return current_->prefill(in.input_ids, in.positions, slots, in.token_valid, valid_, keys_,
+                               values_);
     };
     // Prefill rewrites the same slots with the same values, so warm-up calls are harmless.
     if (warm_prefill_.insert(current_).second) warm_up(run);
@@ -71,7 +77,8 @@ class TraceBackend final : public ForwardBackend {
       valid_.copy_(valid_.index_select(0, in.parent_rows));
     }
     auto run = [&] {
-      return current_->decode(in.input_ids, in.positions, slots, in.token_valid, valid_, keys_, values_);
+      return current_->decode(in.input_ids, in.positions, slots, in.token_valid, valid_, keys_,
+                              values_);
     };
     if (warm_decode_.insert(current_).second) warm_up(run);
     return run();
@@ -103,9 +110,10 @@ class TraceBackend final : public ForwardBackend {
       meta.model_fingerprint = fingerprint_;
       const std::filesystem::path path =
           std::filesystem::path(s_.cache_dir) /
-          (fingerprint_ + "-r" + std::to_string(meta.rows) + "-p" + std::to_string(prompt_length) + "-m" +
-           std::to_string(meta.max_length) + "-" + meta.dtype + "-" + model().device().str() +
-           (s_.trace.freeze ? "-frozen" : "") + (s_.trace.optimize_for_inference ? "-ofi" : "") + ".pt");
+          (fingerprint_ + "-r" + std::to_string(meta.rows) + "-p" + std::to_string(prompt_length) +
+           "-m" + std::to_string(meta.max_length) + "-" + meta.dtype + "-" +
+           model().device().str() + (s_.trace.freeze ? "-frozen" : "") +
+           (s_.trace.optimize_for_inference ? "-ofi" : "") + ".pt");
       if (std::filesystem::exists(path)) {
         it = steps_.emplace(key, TracedStep::load(path, model().device(), meta, s_.trace)).first;
         ++loaded_;
@@ -149,7 +157,8 @@ Settings read_settings(const BackendOptions& o) {
   s.trace.profiling_runs = o.get_int("profiling_runs", 1, 0, 100);
   s.cache_dir = expand_home(o.get_string("cache_dir", ""));
   s.file = expand_home(o.get_string("file", ""));
-  if (!s.cache_dir.empty() && std::filesystem::exists(s.cache_dir) && !std::filesystem::is_directory(s.cache_dir)) {
+  if (!s.cache_dir.empty() && std::filesystem::exists(s.cache_dir) &&
+      !std::filesystem::is_directory(s.cache_dir)) {
     throw Error("backend 'trace' option 'cache_dir': '" + s.cache_dir + "' is not a folder");
   }
   if (!s.file.empty() && !s.cache_dir.empty()) {
@@ -168,7 +177,8 @@ BackendInfo trace_backend_info() {
   BackendInfo info;
   info.name = "trace";
   info.description =
-      "TorchScript trace of the step over a static cache; options freeze, optimize_for_inference, fuser, "
+      "TorchScript trace of the step over a static cache; options freeze, optimize_for_inference, "
+      "fuser, "
       "profiling_runs, cache_dir, file";
   info.check_options = [](const BackendOptions& o, const c10::Device&) { read_settings(o); };
   info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {

@@ -1,15 +1,15 @@
 #include "backends/trace/traced_step.h"
 
-#include <optional>
-#include <sstream>
-
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/codegen/fuser/interface.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
-#include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/serialization/import.h>
+
+#include <optional>
+#include <sstream>
 
 #include "framework/backend/options.h"
 #include "framework/cache/kv_cache.h"
@@ -62,10 +62,12 @@ std::vector<at::Tensor> example_args(const CausalLM& model, const TraceMeta& met
           at::zeros({meta.layers, meta.rows, meta.kv_heads, meta.max_length, meta.head_dim}, f)};
 }
 
-void compare(const std::string& file, const char* field, const std::string& want, const std::string& got) {
+void compare(const std::string& file, const char* field, const std::string& want,
+             const std::string& got) {
   if (want != got) {
-    throw Error("trace file '" + file + "' was made for " + field + " " + got + ", but this run needs " +
-                field + " " + want + " (delete the file or make a new trace)");
+    throw Error("trace file '" + file + "' was made for " + field + " " + got +
+                ", but this run needs " + field + " " + want +
+                " (delete the file or make a new trace)");
   }
 }
 
@@ -86,7 +88,8 @@ class JitSettingsScope {
       torch::jit::overrideCanFuseOnGPU(true);
       torch::jit::overrideCanFuseOnCPU(true);
     }
-    if (o.profiling_runs > 0) torch::jit::getNumProfiledRuns() = static_cast<size_t>(o.profiling_runs);
+    if (o.profiling_runs > 0)
+      torch::jit::getNumProfiledRuns() = static_cast<size_t>(o.profiling_runs);
   }
   ~JitSettingsScope() {
     torch::jit::setTensorExprFuserEnabled(te_);
@@ -113,21 +116,31 @@ void read_step_options(const BackendOptions& o, TraceOptions& out) {
 }
 
 nlohmann::json TraceMeta::to_json() const {
-  return {{"format", format},         {"model_type", model_type}, {"model_fingerprint", model_fingerprint},
-          {"layers", layers},         {"kv_heads", kv_heads},     {"head_dim", head_dim},
-          {"vocab_size", vocab_size}, {"dtype", dtype},           {"rows", rows},
-          {"prompt_length", prompt_length}, {"max_length", max_length}, {"made_by", made_by}};
+  return {{"format", format},
+          {"model_type", model_type},
+          {"model_fingerprint", model_fingerprint},
+          {"layers", layers},
+          {"kv_heads", kv_heads},
+          {"head_dim", head_dim},
+          {"vocab_size", vocab_size},
+          {"dtype", dtype},
+          {"rows", rows},
+          {"prompt_length", prompt_length},
+          {"max_length", max_length},
+          {"made_by", made_by}};
 }
 
 TraceMeta TraceMeta::from_json(const nlohmann::json& j, const std::string& source) {
   TraceMeta m;
-  if (!j.is_object()) throw Error(source + ": gengraph.json: expected a JSON object, found " + j.dump());
+  if (!j.is_object())
+    throw Error(source + ": gengraph.json: expected a JSON object, found " + j.dump());
   auto need = [&](const char* key) -> const nlohmann::json& {
     if (!j.contains(key)) throw Error(source + ": gengraph.json lacks '" + key + "'");
     return j[key];
   };
   auto wrong = [&](const char* key, const char* expected, const nlohmann::json& found) {
-    return Error(source + ": gengraph.json '" + key + "': expected " + expected + ", found " + found.dump());
+    return Error(source + ": gengraph.json '" + key + "': expected " + expected + ", found " +
+                 found.dump());
   };
   auto integer = [&](const char* key) {
     const auto& v = need(key);
@@ -152,11 +165,13 @@ TraceMeta TraceMeta::from_json(const nlohmann::json& j, const std::string& sourc
   m.prompt_length = integer("prompt_length");
   m.max_length = integer("max_length");
   m.made_by = text("made_by", "");
-  if (m.format != 1) throw Error(source + ": gengraph.json format " + std::to_string(m.format) + ", expected 1");
+  if (m.format != 1)
+    throw Error(source + ": gengraph.json format " + std::to_string(m.format) + ", expected 1");
   return m;
 }
 
-TraceMeta expected_meta(const CausalLM& model, int64_t rows, int64_t prompt_length, int64_t max_length) {
+TraceMeta expected_meta(const CausalLM& model, int64_t rows, int64_t prompt_length,
+                        int64_t max_length) {
   const auto& c = model.config();
   TraceMeta m;
   m.model_type = c.model_type;
@@ -175,19 +190,25 @@ TraceMeta expected_meta(const CausalLM& model, int64_t rows, int64_t prompt_leng
 std::string model_fingerprint(const CausalLM& model) {
   std::ostringstream o;
   const auto& c = model.config();
-  o << c.model_type << c.vocab_size << c.hidden_size << c.num_layers << c.num_heads << c.num_kv_heads
-    << c.head_dim << c.intermediate_size << c.max_positions << c.norm_eps << c.activation;
+  o << c.model_type << c.vocab_size << c.hidden_size << c.num_layers << c.num_heads
+    << c.num_kv_heads << c.head_dim << c.intermediate_size << c.max_positions << c.norm_eps
+    << c.activation;
   for (const auto& [name, t] : model.weights()) {
     o << name << shape_str(t.sizes());
     const at::Tensor flat = t.reshape({-1});
-    o << flat.narrow(0, 0, std::min<int64_t>(flat.numel(), 64)).to(at::kDouble).sum().item<double>();
+    o << flat.narrow(0, 0, std::min<int64_t>(flat.numel(), 64))
+             .to(at::kDouble)
+             .sum()
+             .item<double>();
   }
   return std::to_string(std::hash<std::string>{}(o.str()));
 }
 
-TracedStep TracedStep::trace(const CausalLM& model, const TraceMeta& meta, const TraceOptions& options) {
+TracedStep TracedStep::trace(const CausalLM& model, const TraceMeta& meta,
+                             const TraceOptions& options) {
   at::AutoGradMode no_grad(false);
-  auto m = std::make_shared<torch::jit::Module>(c10::QualifiedName("__torch__.gengraph.TracedStep"));
+  auto m =
+      std::make_shared<torch::jit::Module>(c10::QualifiedName("__torch__.gengraph.TracedStep"));
   m->register_attribute("training", c10::BoolType::get(), false);
   trace_method(*m, "prefill", model, example_args(model, meta, meta.prompt_length));
   trace_method(*m, "decode", model, example_args(model, meta, 1));
@@ -218,10 +239,12 @@ TracedStep TracedStep::load(const std::filesystem::path& path, const c10::Device
   try {
     *m = torch::jit::load(file, device, extra);
   } catch (const c10::Error& e) {
-    throw Error("trace file '" + file + "' is not a readable TorchScript archive: " + e.what_without_backtrace());
+    throw Error("trace file '" + file +
+                "' is not a readable TorchScript archive: " + e.what_without_backtrace());
   }
   if (extra["gengraph.json"].empty()) {
-    throw Error("trace file '" + file + "' has no gengraph.json extra file (see docs/tracing.md for the contract)");
+    throw Error("trace file '" + file +
+                "' has no gengraph.json extra file (see docs/tracing.md for the contract)");
   }
   nlohmann::json j;
   try {
@@ -237,7 +260,8 @@ TracedStep TracedStep::load(const std::filesystem::path& path, const c10::Device
   compare(file, "vocab_size", std::to_string(expected.vocab_size), std::to_string(got.vocab_size));
   compare(file, "dtype", expected.dtype, got.dtype);
   compare(file, "rows", std::to_string(expected.rows), std::to_string(got.rows));
-  compare(file, "prompt_length", std::to_string(expected.prompt_length), std::to_string(got.prompt_length));
+  compare(file, "prompt_length", std::to_string(expected.prompt_length),
+          std::to_string(got.prompt_length));
   compare(file, "max_length", std::to_string(expected.max_length), std::to_string(got.max_length));
   if (!expected.model_fingerprint.empty() && !got.model_fingerprint.empty()) {
     compare(file, "model weights (fingerprint)", expected.model_fingerprint, got.model_fingerprint);
@@ -266,7 +290,8 @@ void TracedStep::save(const std::filesystem::path& path) const {
   std::filesystem::rename(tmp, path);
 }
 
-at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& args, bool& checked) {
+at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& args,
+                            bool& checked) {
   std::vector<c10::IValue> in(args.begin(), args.end());
   c10::IValue out;
   try {
@@ -275,11 +300,13 @@ at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& a
   } catch (const std::exception& e) {  // c10::Error, or what TensorExpr throws (std::runtime_error)
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     const std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
-    const bool no_llvm = options_.fuser == TraceOptions::Fuser::kTe && what.find("LLVM") != std::string::npos;
-    throw Error("trace '" + source_ + "' method " + method + " failed: " + what +
-                (no_llvm ? " (fuser: te fuses on CPU only in a LibTorch built with LLVM, which the PyPI "
-                           "wheels are not; use fuser: default or none on CPU)"
-                         : ""));
+    const bool no_llvm =
+        options_.fuser == TraceOptions::Fuser::kTe && what.find("LLVM") != std::string::npos;
+    throw Error(
+        "trace '" + source_ + "' method " + method + " failed: " + what +
+        (no_llvm ? " (fuser: te fuses on CPU only in a LibTorch built with LLVM, which the PyPI "
+                   "wheels are not; use fuser: default or none on CPU)"
+                 : ""));
   }
   if (!out.isTensor()) {
     throw Error("trace '" + source_ + "' method " + method + " returned a " + out.tagKind() +
@@ -288,11 +315,13 @@ at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& a
   at::Tensor logits = out.toTensor();
   if (!checked) {  // the contract's output shape, checked on the first call of each method
     if (logits.dim() != 2 || logits.size(0) != meta_.rows || logits.size(1) != meta_.vocab_size) {
-      throw Error("trace '" + source_ + "' " + method + " returned " + shape_str(logits.sizes()) + ", expected [" +
-                  std::to_string(meta_.rows) + ", " + std::to_string(meta_.vocab_size) + "]");
+      throw Error("trace '" + source_ + "' " + method + " returned " + shape_str(logits.sizes()) +
+                  ", expected [" + std::to_string(meta_.rows) + ", " +
+                  std::to_string(meta_.vocab_size) + "]");
     }
     if (!at::isFloatingType(logits.scalar_type())) {
-      throw Error("trace '" + source_ + "' " + method + " returned " + std::string(c10::toString(logits.scalar_type())) +
+      throw Error("trace '" + source_ + "' " + method + " returned " +
+                  std::string(c10::toString(logits.scalar_type())) +
                   " logits, expected floating-point scores (the model's dtype)");
     }
     checked = true;
@@ -300,8 +329,9 @@ at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& a
   return logits;
 }
 
-at::Tensor TracedStep::prefill(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slots,
-                               const at::Tensor& tv, const at::Tensor& valid, const at::Tensor& keys,
+at::Tensor TracedStep::prefill(const at::Tensor& ids, const at::Tensor& pos,
+                               const at::Tensor& slots, const at::Tensor& tv,
+                               const at::Tensor& valid, const at::Tensor& keys,
                                const at::Tensor& values) {
   return call("prefill", {ids, pos, slots, tv, valid, keys, values}, checked_prefill_);
 }

@@ -13,14 +13,14 @@
 //   and an extra file "gengraph.json" (TraceMeta) saying what it was made for.
 #pragma once
 
+#include <ATen/Tensor.h>
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <string>
-
-#include <ATen/Tensor.h>
-#include <c10/core/Device.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace torch::jit {
 struct Module;
@@ -34,7 +34,8 @@ class CausalLM;
 struct TraceMeta {
   int format = 1;
   std::string model_type;
-  std::string model_fingerprint;  // identifies the weights a C++ trace has baked in ("" = unchecked)
+  std::string
+      model_fingerprint;  // identifies the weights a C++ trace has baked in ("" = unchecked)
   int64_t layers = 0, kv_heads = 0, head_dim = 0, vocab_size = 0;
   std::string dtype;  // float32 | bfloat16 | float16
   int64_t rows = 0, prompt_length = 0, max_length = 0;
@@ -45,7 +46,8 @@ struct TraceMeta {
 };
 
 // What the running model and batch need; compared field by field with a file's TraceMeta.
-TraceMeta expected_meta(const CausalLM& model, int64_t rows, int64_t prompt_length, int64_t max_length);
+TraceMeta expected_meta(const CausalLM& model, int64_t rows, int64_t prompt_length,
+                        int64_t max_length);
 
 // A stable identifier of a model's weights and shape (config, tensor names/shapes, value samples).
 std::string model_fingerprint(const CausalLM& model);
@@ -67,7 +69,8 @@ void read_step_options(const BackendOptions& options, TraceOptions& out);
 class TracedStep {
  public:
   // Traces prefill (T = meta.prompt_length) and decode from `model` over a static cache.
-  static TracedStep trace(const CausalLM& model, const TraceMeta& meta, const TraceOptions& options);
+  static TracedStep trace(const CausalLM& model, const TraceMeta& meta,
+                          const TraceOptions& options);
   // Loads a module following the contract; refuses, naming the file and the difference, one made
   // for another model, shape or dtype, or one without the methods.
   static TracedStep load(const std::filesystem::path& path, const c10::Device& device,
@@ -75,12 +78,12 @@ class TracedStep {
   // Writes the module and its gengraph.json atomically.
   void save(const std::filesystem::path& path) const;
 
-  at::Tensor prefill(const at::Tensor& input_ids, const at::Tensor& positions, const at::Tensor& slots,
-                     const at::Tensor& token_valid, const at::Tensor& valid, const at::Tensor& keys,
-                     const at::Tensor& values);
-  at::Tensor decode(const at::Tensor& input_ids, const at::Tensor& positions, const at::Tensor& slots,
-                    const at::Tensor& token_valid, const at::Tensor& valid, const at::Tensor& keys,
-                    const at::Tensor& values);
+  at::Tensor prefill(const at::Tensor& input_ids, const at::Tensor& positions,
+                     const at::Tensor& slots, const at::Tensor& token_valid,
+                     const at::Tensor& valid, const at::Tensor& keys, const at::Tensor& values);
+  at::Tensor decode(const at::Tensor& input_ids, const at::Tensor& positions,
+                    const at::Tensor& slots, const at::Tensor& token_valid, const at::Tensor& valid,
+                    const at::Tensor& keys, const at::Tensor& values);
   const TraceMeta& meta() const { return meta_; }
   const std::string& source() const { return source_; }
 
@@ -89,7 +92,7 @@ class TracedStep {
   std::shared_ptr<torch::jit::Module> module_;
   TraceMeta meta_;
   TraceOptions options_;  // fuser and profiled runs apply to each call (LibTorch keeps them global)
-  std::string source_;  // file path or "traced in C++"
+  std::string source_;    // file path or "traced in C++"
   bool checked_prefill_ = false, checked_decode_ = false;
 };
 

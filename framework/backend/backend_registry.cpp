@@ -1,7 +1,6 @@
 #include "framework/backend/backend_registry.h"
 
 #include "framework/model/causal_lm.h"
-
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -12,7 +11,8 @@ BackendRegistry& BackendRegistry::instance() {
 }
 
 void BackendRegistry::add(BackendInfo info) {
-  if (info.name.empty() || !info.create) throw Error("a backend needs a name and a create function");
+  if (info.name.empty() || !info.create)
+    throw Error("a backend needs a name and a create function");
   if (backends_.count(info.name)) throw Error("backend '" + info.name + "' is already registered");
   backends_.emplace(info.name, std::move(info));
 }

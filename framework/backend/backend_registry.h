@@ -32,13 +32,14 @@ struct BackendInfo {
 class BackendRegistry {
  public:
   static BackendRegistry& instance();
-  void add(BackendInfo info);  // throws on a duplicate name
+  void add(BackendInfo info);                             // throws on a duplicate name
   const BackendInfo& get(const std::string& name) const;  // throws listing the known names
   std::vector<std::string> names() const;
   bool contains(const std::string& name) const { return backends_.count(name) != 0; }
   // Checks the name and, where the backend can without a model (check_options), the options:
   // their values and that none is unknown.
-  void validate(const std::string& name, const BackendOptions& options, const c10::Device& device) const;
+  void validate(const std::string& name, const BackendOptions& options,
+                const c10::Device& device) const;
   // get(name).create(...) after validate(), checking availability, and that every option was read.
   std::unique_ptr<ForwardBackend> create(const std::string& name,
                                          std::shared_ptr<const CausalLM> model,

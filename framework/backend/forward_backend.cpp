@@ -9,7 +9,8 @@ namespace gengraph {
 
 void ForwardBackend::prepare(const BatchShape& shape) {
   if (shape.rows <= 0 || shape.max_length <= 0) {
-    throw Error("backend '" + name() + "': batch shape needs positive rows and max_length, found rows=" +
+    throw Error("backend '" + name() +
+                "': batch shape needs positive rows and max_length, found rows=" +
                 std::to_string(shape.rows) + " max_length=" + std::to_string(shape.max_length));
   }
   do_prepare(shape);

@@ -2,14 +2,14 @@
 // Backends never see decoding settings; strategies never see backends.
 #pragma once
 
+#include <ATen/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
-
-#include <ATen/Tensor.h>
-#include <c10/core/Device.h>
-#include <c10/core/ScalarType.h>
 
 #include "framework/backend/options.h"
 

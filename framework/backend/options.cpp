@@ -51,7 +51,8 @@ void BackendOptions::check_all_used() const {
   std::vector<std::string> known(known_.begin(), known_.end());
   for (const auto& [k, v] : values_) {
     if (!known_.count(k)) {
-      throw Error("backend '" + backend_ + "': unknown option '" + k + "'" + did_you_mean(k, known) +
+      throw Error("backend '" + backend_ + "': unknown option '" + k + "'" +
+                  did_you_mean(k, known) +
                   "; options: " + (known.empty() ? std::string("none") : join(known, ", ")));
     }
   }

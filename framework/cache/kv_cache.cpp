@@ -57,11 +57,13 @@ void StaticCache::reset() { valid_.fill_(false); }
 
 at::Tensor attention_mask(const at::Tensor& valid, const at::Tensor& slots) {
   const auto key_index = at::arange(valid.size(1), slots.options());  // [L]
-  const auto q = slots.unsqueeze(1);                                 // [T, 1]
+  const auto q = slots.unsqueeze(1);                                  // [T, 1]
   const auto causal = key_index.unsqueeze(0).le(q);                   // [T, L]
   const auto self = key_index.unsqueeze(0).eq(q);                     // [T, L]
   // [rows, 1, 1, L] & [1, 1, T, L] | [1, 1, T, L]
-  return valid.unsqueeze(1).unsqueeze(1).logical_and(causal.unsqueeze(0).unsqueeze(0))
+  return valid.unsqueeze(1)
+      .unsqueeze(1)
+      .logical_and(causal.unsqueeze(0).unsqueeze(0))
       .logical_or(self.unsqueeze(0).unsqueeze(0));
 }
 

@@ -2,17 +2,18 @@
 //  - GrowingCache: appends along the sequence axis (concatenation); attention reads only what was
 //    written. The natural eager choice.
 //  - StaticCache: preallocated [layers, rows, kv_heads, max_len, head_dim] for keys and for values,
-//    written in place with index_copy_ at slots given as a tensor. Shapes never change, which is what a trace or a CUDA
-//    graph needs; unwritten slots are masked out by the validity mask.
-// Both track which cache slots hold real tokens (left padding does not), so attention can mask them.
+//    written in place with index_copy_ at slots given as a tensor. Shapes never change, which is
+//    what a trace or a CUDA graph needs; unwritten slots are masked out by the validity mask.
+// Both track which cache slots hold real tokens (left padding does not), so attention can mask
+// them.
 #pragma once
+
+#include <ATen/Tensor.h>
 
 #include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
-
-#include <ATen/Tensor.h>
 
 namespace gengraph {
 

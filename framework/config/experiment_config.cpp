@@ -1,12 +1,12 @@
 #include "framework/config/experiment_config.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <filesystem>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
-
-#include <yaml-cpp/yaml.h>
 
 #include "framework/decoding/generation_config.h"
 #include "framework/util/error.h"
@@ -75,8 +75,8 @@ class MapReader {
   }
   [[noreturn]] void fail(const std::string& key, const std::string& expected) {
     const YAML::Node n = child(key);
-    throw Error(where(file_, n.IsDefined() ? n : node_) + key_path(key) + ": expected " +
-                expected + ", found " + describe(n));
+    throw Error(where(file_, n.IsDefined() ? n : node_) + key_path(key) + ": expected " + expected +
+                ", found " + describe(n));
   }
 
   template <typename T>
@@ -139,7 +139,8 @@ nlohmann::json to_json(const YAML::Node& n) {
   }
   if (n.IsMap()) {
     nlohmann::json o = nlohmann::json::object();
-    for (auto it = n.begin(); it != n.end(); ++it) o[it->first.as<std::string>()] = to_json(it->second);
+    for (auto it = n.begin(); it != n.end(); ++it)
+      o[it->first.as<std::string>()] = to_json(it->second);
     return o;
   }
   const std::string& s = n.Scalar();
@@ -226,7 +227,9 @@ InputsSpec read_inputs(MapReader r, const std::string& file) {
   InputsSpec in;
   const int given = r.has("prompts") + r.has("synthetic") + r.has("texts");
   if (given != 1) {
-    r.fail(r.has("texts") ? "texts" : r.has("synthetic") ? "synthetic" : "prompts",
+    r.fail(r.has("texts")       ? "texts"
+           : r.has("synthetic") ? "synthetic"
+                                : "prompts",
            "exactly one of inputs.prompts (token-id lists), inputs.texts or inputs.synthetic");
   }
   if (r.has("texts")) {
@@ -235,7 +238,8 @@ InputsSpec read_inputs(MapReader r, const std::string& file) {
     for (size_t i = 0; i < t.size(); ++i) {
       const std::string path = "inputs.texts[" + std::to_string(i) + "]";
       if (!t[i].IsScalar() || t[i].Scalar().empty()) {
-        throw Error(where(file, t[i]) + path + ": expected a non-empty string, found " + describe(t[i]));
+        throw Error(where(file, t[i]) + path + ": expected a non-empty string, found " +
+                    describe(t[i]));
       }
       in.texts.push_back(t[i].Scalar());
     }
@@ -246,7 +250,8 @@ InputsSpec read_inputs(MapReader r, const std::string& file) {
       const std::string path = "inputs.prompts[" + std::to_string(i) + "]";
       in.prompts.push_back(token_list(p[i], path, file));
       if (in.prompts.back().empty()) {
-        throw Error(where(file, p[i]) + path + ": expected at least one token, found an empty list");
+        throw Error(where(file, p[i]) + path +
+                    ": expected at least one token, found an empty list");
       }
     }
   } else {
@@ -309,7 +314,8 @@ void check_keys(const YAML::Node& n, const std::string& source) {
     std::set<std::string> seen;
     for (auto it = n.begin(); it != n.end(); ++it) {
       if (!it->first.IsScalar()) {
-        throw Error(where(source, it->first) + "expected a plain key name, found " + describe(it->first));
+        throw Error(where(source, it->first) + "expected a plain key name, found " +
+                    describe(it->first));
       }
       if (!seen.insert(it->first.Scalar()).second) {
         throw Error(where(source, it->first) + "duplicate key '" + it->first.Scalar() +
@@ -329,7 +335,8 @@ void apply_override(YAML::Node& root, const std::string& spec) {
   const std::string key = spec.substr(0, eq);
   if (first_invalid_utf8(spec)) throw Error("--set '" + spec + "': expected UTF-8 text");
   if (spec.find_first_not_of(" \t", eq + 1) == std::string::npos) {
-    throw Error("--set '" + spec + "': expected a value after '=' (write KEY=null for an explicit null)");
+    throw Error("--set '" + spec +
+                "': expected a value after '=' (write KEY=null for an explicit null)");
   }
   YAML::Node value;
   try {
@@ -370,7 +377,8 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   c.name = r.scalar<std::string>("name", stem, "a name");
   if (!r.has("model")) r.fail("model", "a model: mapping (preset or path)");
   c.model = read_model(MapReader(r.child("model"), "model", file), file);
-  if (r.has("backend") && r.has("backends")) r.fail("backend", "either backend or backends, not both");
+  if (r.has("backend") && r.has("backends"))
+    r.fail("backend", "either backend or backends, not both");
   if (r.has("backends")) {
     const YAML::Node list = r.child("backends");
     if (!list.IsSequence() || list.size() == 0) r.fail("backends", "a non-empty list of backends");
@@ -394,11 +402,14 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   if (!c.inputs.texts.empty()) {
     // Texts are encoded with the model folder's own tokenizer; a preset has none.
     if (c.model.path.empty()) {
-      throw Error(file + ": inputs.texts: needs model.path, a folder with a Hugging Face tokenizer; model.preset '" +
+      throw Error(file +
+                  ": inputs.texts: needs model.path, a folder with a Hugging Face tokenizer; "
+                  "model.preset '" +
                   c.model.preset + "' has none (give inputs.prompts as token ids instead)");
     }
     const std::filesystem::path folder(c.model.path);
-    if (std::filesystem::is_directory(folder) && !std::filesystem::exists(folder / "tokenizer.json") &&
+    if (std::filesystem::is_directory(folder) &&
+        !std::filesystem::exists(folder / "tokenizer.json") &&
         !std::filesystem::exists(folder / "tokenizer_config.json")) {
       throw Error(file + ": inputs.texts: the model folder '" + c.model.path +
                   "' has no tokenizer (expected tokenizer.json or tokenizer_config.json)");
@@ -416,7 +427,8 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   run.finish();
   if (r.has("peers")) {
     const YAML::Node list = r.child("peers");
-    if (!list.IsSequence()) r.fail("peers", "a list of peers (hf_eager, hf_jit_trace, hf_static_compile)");
+    if (!list.IsSequence())
+      r.fail("peers", "a list of peers (hf_eager, hf_jit_trace, hf_static_compile)");
     const std::vector<std::string> known = {"hf_eager", "hf_jit_trace", "hf_static_compile"};
     for (size_t i = 0; i < list.size(); ++i) {
       PeerSpec p;
@@ -430,8 +442,8 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
         pr.finish();
       }
       if (std::find(known.begin(), known.end(), p.name) == known.end()) {
-        throw Error(where(file, list[i]) + path + ": unknown peer '" + p.name + "'" + did_you_mean(p.name, known) +
-                    "; peers: " + join(known, ", "));
+        throw Error(where(file, list[i]) + path + ": unknown peer '" + p.name + "'" +
+                    did_you_mean(p.name, known) + "; peers: " + join(known, ", "));
       }
       if (p.label.empty()) p.label = p.name;
       if (!labels.insert(p.label).second) {
@@ -442,12 +454,13 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   }
   if (r.has("sweep")) {
     const YAML::Node sw = r.child("sweep");
-    if (!sw.IsMap() || sw.size() == 0) r.fail("sweep", "a mapping of dotted keys to lists of values");
+    if (!sw.IsMap() || sw.size() == 0)
+      r.fail("sweep", "a mapping of dotted keys to lists of values");
     for (auto it = sw.begin(); it != sw.end(); ++it) {
       const std::string key = it->first.as<std::string>();
       if (!it->second.IsSequence() || it->second.size() == 0) {
-        throw Error(where(file, it->second) + "sweep." + key + ": expected a non-empty list of values, found " +
-                    describe(it->second));
+        throw Error(where(file, it->second) + "sweep." + key +
+                    ": expected a non-empty list of values, found " + describe(it->second));
       }
       std::vector<std::string> values;
       for (const auto& v : it->second) {
@@ -514,7 +527,8 @@ ExperimentConfig parse_experiment(const std::string& text, const std::string& so
   return c;
 }
 
-std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> expand_sweep(const ExperimentConfig& c) {
+std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> expand_sweep(
+    const ExperimentConfig& c) {
   std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> out;
   if (c.sweep.empty()) {
     out.emplace_back(std::vector<std::string>{}, c);
@@ -523,7 +537,8 @@ std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> expand_sweep(
   std::vector<size_t> index(c.sweep.size(), 0);
   while (true) {
     std::vector<std::string> point;
-    for (size_t k = 0; k < c.sweep.size(); ++k) point.push_back(c.sweep[k].first + "=" + c.sweep[k].second[index[k]]);
+    for (size_t k = 0; k < c.sweep.size(); ++k)
+      point.push_back(c.sweep[k].first + "=" + c.sweep[k].second[index[k]]);
     std::vector<std::string> all = c.overrides;
     all.insert(all.end(), point.begin(), point.end());
     try {
@@ -543,7 +558,8 @@ std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> expand_sweep(
 
 ExperimentConfig load_experiment(const std::filesystem::path& path,
                                  const std::vector<std::string>& overrides) {
-  if (std::filesystem::is_directory(path)) throw Error("experiment file '" + path.string() + "' is a folder");
+  if (std::filesystem::is_directory(path))
+    throw Error("experiment file '" + path.string() + "' is a folder");
   std::ifstream in(path);
   if (!in) throw Error("cannot read experiment file '" + path.string() + "'");
   std::stringstream ss;

@@ -4,10 +4,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace gengraph {
 
@@ -41,7 +40,8 @@ struct RunSpec {
   uint64_t seed = 0;       // torch's default generator is seeded with this before every run
   int64_t threads = 0;     // intra-op threads; 0 keeps LibTorch's default
   bool bandwidth = false;  // measure the device's copy bandwidth and report decode's fraction of it
-  int64_t peer_timeout_s = 0;  // a peer running longer is stopped and recorded as failed; 0 = no limit
+  int64_t peer_timeout_s =
+      0;  // a peer running longer is stopped and recorded as failed; 0 = no limit
 };
 
 // A peer: transformers' generate() run by tools/hf_peer.py on the same model, inputs and settings.
@@ -52,7 +52,8 @@ struct PeerSpec {
 
 struct ExperimentConfig {
   std::string name;  // from `name:` or the file stem
-  std::string file;  // where it was read from ("gengraph generate (flags as YAML)" for `gengraph generate`)
+  std::string
+      file;  // where it was read from ("gengraph generate (flags as YAML)" for `gengraph generate`)
   ModelSpec model;
   std::vector<BackendSpec> backends;
   InputsSpec inputs;
@@ -72,7 +73,8 @@ struct ExperimentConfig {
 
 // The configuration of every sweep point (the config itself when it has no sweep), each parsed
 // and validated before anything runs. Pairs: (the point's key=value overrides, its config).
-std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> expand_sweep(const ExperimentConfig& config);
+std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> expand_sweep(
+    const ExperimentConfig& config);
 
 // Reads and validates an experiment file; `overrides` are "dotted.key=yaml-value" strings applied
 // before validation (the CLI's --set). Errors name the file, line and column, and the key.

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <functional>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "framework/util/error.h"
@@ -13,8 +12,8 @@ namespace {
 
 using Json = nlohmann::json;
 
-[[noreturn]] void bad(const std::string& source, const std::string& key, const std::string& expected,
-                      const Json& found) {
+[[noreturn]] void bad(const std::string& source, const std::string& key,
+                      const std::string& expected, const Json& found) {
   throw Error(source + ": '" + key + "': expected " + expected + ", found " + found.dump());
 }
 
@@ -42,7 +41,8 @@ struct Reader {
     return v.get<bool>();
   }
   static int64_t token_of(const Json& x, const std::string& source, const std::string& key) {
-    if (!x.is_number_integer() || x.get<int64_t>() < 0) bad(source, key, "non-negative token ids", x);
+    if (!x.is_number_integer() || x.get<int64_t>() < 0)
+      bad(source, key, "non-negative token ids", x);
     return x.get<int64_t>();
   }
   std::optional<int64_t> token() const {
@@ -83,19 +83,25 @@ const std::map<std::string, Setter>& setters() {
   static const std::map<std::string, Setter> kSetters = {
       {"max_new_tokens", [](auto& c, const Reader& r) { c.max_new_tokens = r.opt_integer(1); }},
       {"max_length", [](auto& c, const Reader& r) { c.max_length = r.opt_integer(1); }},
-      {"min_length", [](auto& c, const Reader& r) { c.min_length = r.v.is_null() ? 0 : r.integer(0); }},
+      {"min_length",
+       [](auto& c, const Reader& r) { c.min_length = r.v.is_null() ? 0 : r.integer(0); }},
       {"min_new_tokens", [](auto& c, const Reader& r) { c.min_new_tokens = r.opt_integer(0); }},
       {"max_time",
        [](auto& c, const Reader& r) {
-         c.max_time = r.v.is_null() ? std::nullopt
-                                    : std::optional<double>(r.number("a positive number of seconds", positive));
+         c.max_time =
+             r.v.is_null()
+                 ? std::nullopt
+                 : std::optional<double>(r.number("a positive number of seconds", positive));
        }},
       {"do_sample", [](auto& c, const Reader& r) { c.do_sample = r.boolean(); }},
       {"num_beams", [](auto& c, const Reader& r) { c.num_beams = r.integer(1); }},
       {"num_beam_groups", [](auto& c, const Reader& r) { c.num_beam_groups = r.integer(1); }},
       {"diversity_penalty",
-       [](auto& c, const Reader& r) { c.diversity_penalty = r.number("a number >= 0", [](double x) { return x >= 0; }); }},
-      {"length_penalty", [](auto& c, const Reader& r) { c.length_penalty = r.number("a number", any_number); }},
+       [](auto& c, const Reader& r) {
+         c.diversity_penalty = r.number("a number >= 0", [](double x) { return x >= 0; });
+       }},
+      {"length_penalty",
+       [](auto& c, const Reader& r) { c.length_penalty = r.number("a number", any_number); }},
       {"early_stopping",
        [](auto& c, const Reader& r) {
          if (r.v.is_boolean()) {
@@ -106,27 +112,48 @@ const std::map<std::string, Setter>& setters() {
            bad(r.source, r.key, "true, false or \"never\"", r.v);
          }
        }},
-      {"num_return_sequences", [](auto& c, const Reader& r) { c.num_return_sequences = r.integer(1); }},
-      {"temperature", [](auto& c, const Reader& r) { c.temperature = r.number("a number > 0", positive); }},
+      {"num_return_sequences",
+       [](auto& c, const Reader& r) { c.num_return_sequences = r.integer(1); }},
+      {"temperature",
+       [](auto& c, const Reader& r) { c.temperature = r.number("a number > 0", positive); }},
       {"top_k", [](auto& c, const Reader& r) { c.top_k = r.v.is_null() ? 0 : r.integer(0); }},
-      {"top_p", [](auto& c, const Reader& r) { c.top_p = r.number("a number in (0, 1]", unit_open_closed); }},
+      {"top_p",
+       [](auto& c, const Reader& r) {
+         c.top_p = r.number("a number in (0, 1]", unit_open_closed);
+       }},
       {"min_p",
        [](auto& c, const Reader& r) {
-         c.min_p = r.v.is_null() ? std::nullopt : std::optional<double>(r.number("a number in [0, 1]", unit_closed));
+         c.min_p = r.v.is_null()
+                       ? std::nullopt
+                       : std::optional<double>(r.number("a number in [0, 1]", unit_closed));
        }},
-      {"typical_p", [](auto& c, const Reader& r) { c.typical_p = r.number("a number in (0, 1]", unit_open_closed); }},
-      {"epsilon_cutoff", [](auto& c, const Reader& r) { c.epsilon_cutoff = r.number("a number in [0, 1)", unit_half_open); }},
-      {"eta_cutoff", [](auto& c, const Reader& r) { c.eta_cutoff = r.number("a number in [0, 1)", unit_half_open); }},
-      {"repetition_penalty", [](auto& c, const Reader& r) { c.repetition_penalty = r.number("a number > 0", positive); }},
-      {"frequency_penalty", [](auto& c, const Reader& r) { c.frequency_penalty = r.number("a number", any_number); }},
-      {"presence_penalty", [](auto& c, const Reader& r) { c.presence_penalty = r.number("a number", any_number); }},
-      {"no_repeat_ngram_size", [](auto& c, const Reader& r) { c.no_repeat_ngram_size = r.v.is_null() ? 0 : r.integer(0); }},
+      {"typical_p",
+       [](auto& c, const Reader& r) {
+         c.typical_p = r.number("a number in (0, 1]", unit_open_closed);
+       }},
+      {"epsilon_cutoff",
+       [](auto& c, const Reader& r) {
+         c.epsilon_cutoff = r.number("a number in [0, 1)", unit_half_open);
+       }},
+      {"eta_cutoff",
+       [](auto& c, const Reader& r) {
+         c.eta_cutoff = r.number("a number in [0, 1)", unit_half_open);
+       }},
+      {"repetition_penalty",
+       [](auto& c, const Reader& r) { c.repetition_penalty = r.number("a number > 0", positive); }},
+      {"frequency_penalty",
+       [](auto& c, const Reader& r) { c.frequency_penalty = r.number("a number", any_number); }},
+      {"presence_penalty",
+       [](auto& c, const Reader& r) { c.presence_penalty = r.number("a number", any_number); }},
+      {"no_repeat_ngram_size",
+       [](auto& c, const Reader& r) { c.no_repeat_ngram_size = r.v.is_null() ? 0 : r.integer(0); }},
       {"bad_words_ids", [](auto& c, const Reader& r) { c.bad_words_ids = r.token_lists(); }},
       {"sequence_bias",
        [](auto& c, const Reader& r) {
          c.sequence_bias.clear();
          if (r.v.is_null()) return;
-         if (!r.v.is_array() || r.v.empty()) bad(r.source, r.key, "a list of [[token ids], bias] pairs", r.v);
+         if (!r.v.is_array() || r.v.empty())
+           bad(r.source, r.key, "a list of [[token ids], bias] pairs", r.v);
          for (const auto& pair : r.v) {
            if (!pair.is_array() || pair.size() != 2 || !pair[0].is_array() || pair[0].empty() ||
                !pair[1].is_number()) {
@@ -151,13 +178,15 @@ const std::map<std::string, Setter>& setters() {
              used = 0;
            }
            if (used != it.key().size() || id < 0 || !it.value().is_number()) {
-             bad(r.source, r.key, "token id keys with numeric biases", Json{{it.key(), it.value()}});
+             bad(r.source, r.key, "token id keys with numeric biases",
+                 Json{{it.key(), it.value()}});
            }
            c.logit_bias.emplace_back(id, it.value().get<double>());
          }
        }},
       {"suppress_tokens", [](auto& c, const Reader& r) { c.suppress_tokens = r.tokens(); }},
-      {"begin_suppress_tokens", [](auto& c, const Reader& r) { c.begin_suppress_tokens = r.tokens(); }},
+      {"begin_suppress_tokens",
+       [](auto& c, const Reader& r) { c.begin_suppress_tokens = r.tokens(); }},
       {"forced_bos_token_id", [](auto& c, const Reader& r) { c.forced_bos_token_id = r.token(); }},
       {"forced_eos_token_id", [](auto& c, const Reader& r) { c.forced_eos_token_id = r.tokens(); }},
       {"exponential_decay_length_penalty",
@@ -166,13 +195,15 @@ const std::map<std::string, Setter>& setters() {
            c.exponential_decay_length_penalty.reset();
            return;
          }
-         if (!r.v.is_array() || r.v.size() != 2 || !r.v[0].is_number_integer() || r.v[0].get<int64_t>() < 0 ||
-             !r.v[1].is_number() || !(r.v[1].get<double>() > 0)) {
+         if (!r.v.is_array() || r.v.size() != 2 || !r.v[0].is_number_integer() ||
+             r.v[0].get<int64_t>() < 0 || !r.v[1].is_number() || !(r.v[1].get<double>() > 0)) {
            bad(r.source, r.key, "[start index >= 0, decay factor > 0]", r.v);
          }
-         c.exponential_decay_length_penalty = std::make_pair(r.v[0].get<int64_t>(), r.v[1].get<double>());
+         c.exponential_decay_length_penalty =
+             std::make_pair(r.v[0].get<int64_t>(), r.v[1].get<double>());
        }},
-      {"remove_invalid_values", [](auto& c, const Reader& r) { c.remove_invalid_values = r.boolean(); }},
+      {"remove_invalid_values",
+       [](auto& c, const Reader& r) { c.remove_invalid_values = r.boolean(); }},
       {"renormalize_logits", [](auto& c, const Reader& r) { c.renormalize_logits = r.boolean(); }},
       {"processors",
        [](auto& c, const Reader& r) {
@@ -265,12 +296,14 @@ void GenerationConfig::validate() const {
             ") must not exceed num_beams (" + beams + ")");
   }
   if (num_beams == 1 && !do_sample && num_return_sequences > 1) {
-    invalid("greedy search returns one sequence; 'num_return_sequences' > 1 needs do_sample: true or "
-            "num_beams > 1");
+    invalid(
+        "greedy search returns one sequence; 'num_return_sequences' > 1 needs do_sample: true or "
+        "num_beams > 1");
   }
   if (!processors.empty() && sets_processor_parameters()) {
-    invalid("'processors' replaces the chain built from processor parameters (temperature, top_k, "
-            "...); set those inside the list, not beside it");
+    invalid(
+        "'processors' replaces the chain built from processor parameters (temperature, top_k, "
+        "...); set those inside the list, not beside it");
   }
   // Without an EOS id there is nothing for these to suppress; transformers drops them silently.
   if (eos_token_id.empty() && min_length > 0) invalid("'min_length' needs an 'eos_token_id'");
@@ -295,12 +328,13 @@ int64_t GenerationConfig::resolve_max_length(int64_t prompt_length, int64_t max_
   return std::min(prompt_length + 20, max_positions);
 }
 
-void GenerationConfig::validate_for_vocab(int64_t vocab,
-                                          const std::function<std::string(const std::string&)>& source_of) const {
+void GenerationConfig::validate_for_vocab(
+    int64_t vocab, const std::function<std::string(const std::string&)>& source_of) const {
   auto check = [&](const char* key, int64_t id) {
     if (id < 0 || id >= vocab) {
-      throw Error((source_of ? source_of(key) : std::string("generation")) + ": '" + key + "': token id " + std::to_string(id) +
-                  " is outside the model's vocabulary [0, " + std::to_string(vocab) + ")");
+      throw Error((source_of ? source_of(key) : std::string("generation")) + ": '" + key +
+                  "': token id " + std::to_string(id) + " is outside the model's vocabulary [0, " +
+                  std::to_string(vocab) + ")");
     }
   };
   for (auto id : eos_token_id) check("eos_token_id", id);
@@ -310,10 +344,13 @@ void GenerationConfig::validate_for_vocab(int64_t vocab,
   for (auto id : forced_eos_token_id) check("forced_eos_token_id", id);
   for (auto id : suppress_tokens) check("suppress_tokens", id);
   for (auto id : begin_suppress_tokens) check("begin_suppress_tokens", id);
-  for (const auto& s : bad_words_ids) for (auto id : s) check("bad_words_ids", id);
-  for (const auto& [s, b] : sequence_bias) for (auto id : s) check("sequence_bias", id);
+  for (const auto& s : bad_words_ids)
+    for (auto id : s) check("bad_words_ids", id);
+  for (const auto& [s, b] : sequence_bias)
+    for (auto id : s) check("sequence_bias", id);
   for (const auto& [id, b] : logit_bias) check("logit_bias", id);
-  for (const auto& s : stop_sequences) for (auto id : s) check("stop_sequences", id);
+  for (const auto& s : stop_sequences)
+    for (auto id : s) check("stop_sequences", id);
 }
 
 bool GenerationConfig::sets_processor_parameters() const {
@@ -339,8 +376,9 @@ Json GenerationConfig::to_json() const {
   j["num_beam_groups"] = num_beam_groups;
   j["diversity_penalty"] = diversity_penalty;
   j["length_penalty"] = length_penalty;
-  j["early_stopping"] = early_stopping == EarlyStopping::kNever ? Json("never")
-                                                                 : Json(early_stopping == EarlyStopping::kTrue);
+  j["early_stopping"] = early_stopping == EarlyStopping::kNever
+                            ? Json("never")
+                            : Json(early_stopping == EarlyStopping::kTrue);
   j["num_return_sequences"] = num_return_sequences;
   j["temperature"] = temperature;
   j["top_k"] = top_k;

@@ -5,12 +5,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace gengraph {
 
@@ -82,8 +81,9 @@ struct GenerationConfig {
   int64_t resolve_max_length(int64_t prompt_length, int64_t max_positions) const;
   // Checks every token id against the vocabulary.
   // `source_of(key)`, when given, names where a key's value came from (a file) in the error.
-  void validate_for_vocab(int64_t vocab_size,
-                          const std::function<std::string(const std::string& key)>& source_of = {}) const;
+  void validate_for_vocab(
+      int64_t vocab_size,
+      const std::function<std::string(const std::string& key)>& source_of = {}) const;
   // True when any logits-processor parameter differs from its default.
   bool sets_processor_parameters() const;
   nlohmann::json to_json() const;

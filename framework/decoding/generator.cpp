@@ -1,8 +1,8 @@
 #include "framework/decoding/generator.h"
 
-#include <chrono>
-
 #include <ATen/ATen.h>
+
+#include <chrono>
 
 #include "framework/model/causal_lm.h"
 #include "framework/util/error.h"
@@ -48,8 +48,9 @@ int64_t check_prompts(const ModelConfig& mc, const GenerationConfig& g,
   }
   if (max_length > mc.max_positions) {
     throw Error("the longest prompt (" + std::to_string(prompt_len) + " tokens) plus " +
-                std::to_string(max_length - prompt_len) + " new tokens exceeds the model's context of " +
-                std::to_string(mc.max_positions) + " positions (" + mc.source + ")");
+                std::to_string(max_length - prompt_len) +
+                " new tokens exceeds the model's context of " + std::to_string(mc.max_positions) +
+                " positions (" + mc.source + ")");
   }
 
   return max_length;
@@ -60,7 +61,8 @@ GenerationResult Generator::generate(ForwardBackend& backend,
   const CausalLM& model = backend.model();
   const auto& mc = model.config();
   int64_t prompt_len = 0;
-  for (const auto& p : prompts) prompt_len = std::max<int64_t>(prompt_len, static_cast<int64_t>(p.size()));
+  for (const auto& p : prompts)
+    prompt_len = std::max<int64_t>(prompt_len, static_cast<int64_t>(p.size()));
   const int64_t max_length = check_prompts(mc, config_, prompts);
 
   Pipeline pipe = build_pipeline(config_, PipelineShape{max_length, prompt_len, mc.vocab_size});
@@ -104,9 +106,9 @@ GenerationResult Generator::generate(ForwardBackend& backend,
     if (d.done) break;
     if (d.parent_rows.defined()) last_pos = last_pos.index_select(0, d.parent_rows);
     last_pos = last_pos + 1;
-    logits = backend
-                 .decode(StepInputs{d.next_tokens.unsqueeze(1), last_pos, one_valid, d.parent_rows})
-                 .to(at::kFloat);
+    logits =
+        backend.decode(StepInputs{d.next_tokens.unsqueeze(1), last_pos, one_valid, d.parent_rows})
+            .to(at::kFloat);
   }
   if (sync_) sync_();
   result.timing.total_s = since(t0);

@@ -36,7 +36,8 @@ Pipeline build_pipeline(const GenerationConfig& c, const PipelineShape& shape) {
 
   p.stopping.add(std::make_unique<MaxLengthCriterion>(shape.max_length));
   if (c.max_time) p.stopping.add(std::make_unique<MaxTimeCriterion>(*c.max_time));
-  if (!c.stop_sequences.empty()) p.stopping.add(std::make_unique<StopSequencesCriterion>(c.stop_sequences));
+  if (!c.stop_sequences.empty())
+    p.stopping.add(std::make_unique<StopSequencesCriterion>(c.stop_sequences));
   if (!c.eos_token_id.empty()) p.stopping.add(std::make_unique<EosCriterion>(c.eos_token_id));
 
   BeamSearchOptions beams;
@@ -58,8 +59,8 @@ Pipeline build_pipeline(const GenerationConfig& c, const PipelineShape& shape) {
     if (c.diversity_penalty > 0) {
       // transformers 4.55 placed the Hamming-diversity processor right after sequence_bias.
       size_t at = 0;
-      while (at < p.processors.size() &&
-             (p.processors.at(at).name() == "sequence_bias" || p.processors.at(at).name() == "logit_bias")) {
+      while (at < p.processors.size() && (p.processors.at(at).name() == "sequence_bias" ||
+                                          p.processors.at(at).name() == "logit_bias")) {
         ++at;
       }
       p.processors.insert(at, std::make_unique<HammingDiversity>(state, c.diversity_penalty));

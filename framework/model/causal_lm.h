@@ -1,11 +1,11 @@
 // The model side of a forward step: a causal language model reading and writing a KV cache.
 #pragma once
 
+#include <ATen/Tensor.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
-
-#include <ATen/Tensor.h>
 
 #include "framework/cache/kv_cache.h"
 #include "framework/model/model_config.h"

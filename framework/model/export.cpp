@@ -1,7 +1,7 @@
 // Writing a model back out as a Hugging Face folder (for peers that must load the same weights).
-#include <fstream>
-
 #include <ATen/ATen.h>
+
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "framework/model/loader.h"

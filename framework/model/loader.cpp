@@ -16,42 +16,100 @@ const std::map<std::string, nlohmann::json>& presets() {
   static const std::map<std::string, nlohmann::json> kPresets = {
       // A small random model for quick runs and tests.
       {"gpt2-tiny",
-       {{"model_type", "gpt2"}, {"vocab_size", 1024}, {"n_positions", 256}, {"n_embd", 64},
-        {"n_layer", 2}, {"n_head", 4}, {"bos_token_id", 0}, {"eos_token_id", 0}}},
+       {{"model_type", "gpt2"},
+        {"vocab_size", 1024},
+        {"n_positions", 256},
+        {"n_embd", 64},
+        {"n_layer", 2},
+        {"n_head", 4},
+        {"bos_token_id", 0},
+        {"eos_token_id", 0}}},
       // Published GPT-2 shapes (transformers' gpt2 / gpt2-medium / gpt2-large config.json).
       {"gpt2",
-       {{"model_type", "gpt2"}, {"vocab_size", 50257}, {"n_positions", 1024}, {"n_embd", 768},
-        {"n_layer", 12}, {"n_head", 12}, {"bos_token_id", 50256}, {"eos_token_id", 50256}}},
+       {{"model_type", "gpt2"},
+        {"vocab_size", 50257},
+        {"n_positions", 1024},
+        {"n_embd", 768},
+        {"n_layer", 12},
+        {"n_head", 12},
+        {"bos_token_id", 50256},
+        {"eos_token_id", 50256}}},
       {"gpt2-medium",
-       {{"model_type", "gpt2"}, {"vocab_size", 50257}, {"n_positions", 1024}, {"n_embd", 1024},
-        {"n_layer", 24}, {"n_head", 16}, {"bos_token_id", 50256}, {"eos_token_id", 50256}}},
+       {{"model_type", "gpt2"},
+        {"vocab_size", 50257},
+        {"n_positions", 1024},
+        {"n_embd", 1024},
+        {"n_layer", 24},
+        {"n_head", 16},
+        {"bos_token_id", 50256},
+        {"eos_token_id", 50256}}},
       {"gpt2-large",
-       {{"model_type", "gpt2"}, {"vocab_size", 50257}, {"n_positions", 1024}, {"n_embd", 1280},
-        {"n_layer", 36}, {"n_head", 20}, {"bos_token_id", 50256}, {"eos_token_id", 50256}}},
+       {{"model_type", "gpt2"},
+        {"vocab_size", 50257},
+        {"n_positions", 1024},
+        {"n_embd", 1280},
+        {"n_layer", 36},
+        {"n_head", 20},
+        {"bos_token_id", 50256},
+        {"eos_token_id", 50256}}},
       // GPT-J: a small random one, and the published GPT-J-6B shape (EleutherAI/gpt-j-6b).
       {"gptj-tiny",
-       {{"model_type", "gptj"}, {"vocab_size", 1024}, {"n_positions", 256}, {"n_embd", 64},
-        {"n_layer", 2}, {"n_head", 4}, {"rotary_dim", 8}, {"bos_token_id", 0},
+       {{"model_type", "gptj"},
+        {"vocab_size", 1024},
+        {"n_positions", 256},
+        {"n_embd", 64},
+        {"n_layer", 2},
+        {"n_head", 4},
+        {"rotary_dim", 8},
+        {"bos_token_id", 0},
         {"eos_token_id", 0}}},
       {"gptj-6b",
-       {{"model_type", "gptj"}, {"vocab_size", 50400}, {"n_positions", 2048}, {"n_embd", 4096},
-        {"n_layer", 28}, {"n_head", 16}, {"rotary_dim", 64}, {"n_inner", nullptr},
-        {"activation_function", "gelu_new"}, {"layer_norm_epsilon", 1e-5},
-        {"tie_word_embeddings", false}, {"bos_token_id", 50256}, {"eos_token_id", 50256}}},
+       {{"model_type", "gptj"},
+        {"vocab_size", 50400},
+        {"n_positions", 2048},
+        {"n_embd", 4096},
+        {"n_layer", 28},
+        {"n_head", 16},
+        {"rotary_dim", 64},
+        {"n_inner", nullptr},
+        {"activation_function", "gelu_new"},
+        {"layer_norm_epsilon", 1e-5},
+        {"tie_word_embeddings", false},
+        {"bos_token_id", 50256},
+        {"eos_token_id", 50256}}},
       // LLaMA: a small random one with grouped-query attention, and the published
       // Meta-Llama-3-8B shape.
       {"llama-tiny",
-       {{"model_type", "llama"}, {"vocab_size", 1024}, {"max_position_embeddings", 256},
-        {"hidden_size", 64}, {"intermediate_size", 160}, {"num_hidden_layers", 2},
-        {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-5},
-        {"tie_word_embeddings", false}, {"bos_token_id", 0}, {"eos_token_id", 0}}},
+       {{"model_type", "llama"},
+        {"vocab_size", 1024},
+        {"max_position_embeddings", 256},
+        {"hidden_size", 64},
+        {"intermediate_size", 160},
+        {"num_hidden_layers", 2},
+        {"num_attention_heads", 4},
+        {"num_key_value_heads", 2},
+        {"rms_norm_eps", 1e-5},
+        {"tie_word_embeddings", false},
+        {"bos_token_id", 0},
+        {"eos_token_id", 0}}},
       {"llama-3-8b",
-       {{"model_type", "llama"}, {"vocab_size", 128256}, {"max_position_embeddings", 8192},
-        {"hidden_size", 4096}, {"intermediate_size", 14336}, {"num_hidden_layers", 32},
-        {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"hidden_act", "silu"},
-        {"rms_norm_eps", 1e-5}, {"rope_theta", 500000.0}, {"rope_scaling", nullptr},
-        {"attention_bias", false}, {"mlp_bias", false}, {"tie_word_embeddings", false},
-        {"bos_token_id", 128000}, {"eos_token_id", 128001}}},
+       {{"model_type", "llama"},
+        {"vocab_size", 128256},
+        {"max_position_embeddings", 8192},
+        {"hidden_size", 4096},
+        {"intermediate_size", 14336},
+        {"num_hidden_layers", 32},
+        {"num_attention_heads", 32},
+        {"num_key_value_heads", 8},
+        {"hidden_act", "silu"},
+        {"rms_norm_eps", 1e-5},
+        {"rope_theta", 500000.0},
+        {"rope_scaling", nullptr},
+        {"attention_bias", false},
+        {"mlp_bias", false},
+        {"tie_word_embeddings", false},
+        {"bos_token_id", 128000},
+        {"eos_token_id", 128001}}},
   };
   return kPresets;
 }
@@ -97,9 +155,10 @@ ModelConfig preset_model_config(const ModelSource& src, const nlohmann::json& do
       return k == it.key() || k.rfind(it.key() + ".", 0) == 0;
     });
     if (!used) {
-      throw Error("model.config: '" + it.key() + "' is not a key gengraph's " + config.model_type +
-                  " config reader uses (with this configuration), so overriding it would change nothing" +
-                  did_you_mean(it.key(), known));
+      throw Error(
+          "model.config: '" + it.key() + "' is not a key gengraph's " + config.model_type +
+          " config reader uses (with this configuration), so overriding it would change nothing" +
+          did_you_mean(it.key(), known));
     }
   }
   return config;
@@ -112,7 +171,8 @@ std::filesystem::path folder_config_path(const std::filesystem::path& dir) {
                 "model.safetensors inside)");
   }
   const auto config_path = dir / "config.json";
-  if (!std::filesystem::exists(config_path)) throw Error("model folder '" + dir.string() + "' has no config.json");
+  if (!std::filesystem::exists(config_path))
+    throw Error("model folder '" + dir.string() + "' has no config.json");
   return config_path;
 }
 
@@ -134,8 +194,8 @@ LoadedModel load_model(const ModelSource& src) {
     out.config_json = preset_document(src);
     ModelConfig config = preset_model_config(src, out.config_json);
     const Architecture& arch = ModelRegistry::instance().get(config.model_type, out.source);
-    WeightMap w = random_weights(arch.weight_specs(config), config.initializer_range, src.seed,
-                                 src.load);
+    WeightMap w =
+        random_weights(arch.weight_specs(config), config.initializer_range, src.seed, src.load);
     out.model = arch.build(std::move(config), std::move(w));
   } else {
     const auto& dir = src.path;
@@ -145,7 +205,8 @@ LoadedModel load_model(const ModelSource& src) {
     if (std::filesystem::exists(dir / "generation_config.json")) {
       out.generation_defaults = read_json_file(dir / "generation_config.json");
       if (!out.generation_defaults.is_object()) {
-        throw Error("'" + (dir / "generation_config.json").string() + "': expected a JSON object, found " +
+        throw Error("'" + (dir / "generation_config.json").string() +
+                    "': expected a JSON object, found " +
                     out.generation_defaults.dump().substr(0, 60));
       }
     }

@@ -5,10 +5,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "framework/model/causal_lm.h"
 
@@ -24,7 +23,7 @@ struct ModelSource {
 
 struct LoadedModel {
   std::shared_ptr<const CausalLM> model;
-  std::string source;                 // "preset:NAME" or the folder
+  std::string source;                  // "preset:NAME" or the folder
   nlohmann::json generation_defaults;  // generation_config.json when the folder has one, else null
   nlohmann::json config_json;          // the config.json document the model was built from
   double load_seconds = 0;

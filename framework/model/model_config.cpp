@@ -1,9 +1,8 @@
 #include "framework/model/model_config.h"
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "framework/model/json_fields.h"
 #include "framework/model/model_registry.h"
@@ -12,7 +11,8 @@
 namespace gengraph {
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {
-  if (std::filesystem::is_directory(path)) throw Error("'" + path.string() + "' is a folder, expected a JSON file");
+  if (std::filesystem::is_directory(path))
+    throw Error("'" + path.string() + "' is a folder, expected a JSON file");
   std::ifstream in(path);
   if (!in) throw Error("cannot read '" + path.string() + "': file missing or unreadable");
   std::stringstream ss;
@@ -30,7 +30,8 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
     throw Error(source + ": missing string field 'model_type' (which architecture is this?)");
   }
   ConfigKeyRecorder::note("model_type");
-  const Architecture& arch = ModelRegistry::instance().get(doc["model_type"].get<std::string>(), source);
+  const Architecture& arch =
+      ModelRegistry::instance().get(doc["model_type"].get<std::string>(), source);
   ModelConfig c = arch.parse_config(doc, source);
   c.model_type = arch.model_type;
   c.source = source;
@@ -48,12 +49,12 @@ void ModelConfig::validate() const {
   };
   need(vocab_size > 0 && hidden_size > 0 && num_layers > 0 && num_heads > 0,
        "vocab size, hidden size, layer and head counts must be positive");
-  need(hidden_size % num_heads == 0 || head_dim > 0,
-       "hidden size " + std::to_string(hidden_size) + " is not divisible by the head count " +
-           std::to_string(num_heads));
+  need(hidden_size % num_heads == 0 || head_dim > 0, "hidden size " + std::to_string(hidden_size) +
+                                                         " is not divisible by the head count " +
+                                                         std::to_string(num_heads));
   need(num_kv_heads > 0 && num_heads % num_kv_heads == 0,
-       "head count " + std::to_string(num_heads) + " is not a multiple of the key/value head count " +
-           std::to_string(num_kv_heads));
+       "head count " + std::to_string(num_heads) +
+           " is not a multiple of the key/value head count " + std::to_string(num_kv_heads));
   need(max_positions > 0, "the context length (max positions) must be positive");
   need(head_dim > 0, "the head size (head_dim) must be positive");
   need(rotary_dim >= 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0,

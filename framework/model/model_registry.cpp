@@ -23,8 +23,8 @@ const Architecture& ModelRegistry::get(const std::string& model_type,
                                        const std::string& context) const {
   auto it = archs_.find(model_type);
   if (it == archs_.end()) {
-    throw Error(context + ": unsupported model_type '" + model_type + "'; supported: " +
-                join(names(), ", "));
+    throw Error(context + ": unsupported model_type '" + model_type +
+                "'; supported: " + join(names(), ", "));
   }
   return it->second;
 }

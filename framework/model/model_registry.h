@@ -5,10 +5,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "framework/model/model_config.h"
 #include "framework/model/weights.h"

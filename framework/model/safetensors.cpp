@@ -1,7 +1,6 @@
 #include "framework/model/safetensors.h"
 
-#include <limits>
-
+#include <ATen/ATen.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,8 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-
-#include <ATen/ATen.h>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "framework/model/model_config.h"
@@ -29,12 +27,18 @@ size_t dtype_size(at::ScalarType t) { return c10::elementSize(t); }
 }  // namespace
 
 at::ScalarType safetensors_dtype(const std::string& d, const std::string& context) {
-  static const std::map<std::string, at::ScalarType> kTypes = {
-      {"F64", at::kDouble},        {"F32", at::kFloat},         {"F16", at::kHalf},
-      {"BF16", at::kBFloat16},     {"I64", at::kLong},          {"I32", at::kInt},
-      {"I16", at::kShort},         {"I8", at::kChar},           {"U8", at::kByte},
-      {"BOOL", at::kBool},         {"F8_E4M3", at::kFloat8_e4m3fn},
-      {"F8_E5M2", at::kFloat8_e5m2}};
+  static const std::map<std::string, at::ScalarType> kTypes = {{"F64", at::kDouble},
+                                                               {"F32", at::kFloat},
+                                                               {"F16", at::kHalf},
+                                                               {"BF16", at::kBFloat16},
+                                                               {"I64", at::kLong},
+                                                               {"I32", at::kInt},
+                                                               {"I16", at::kShort},
+                                                               {"I8", at::kChar},
+                                                               {"U8", at::kByte},
+                                                               {"BOOL", at::kBool},
+                                                               {"F8_E4M3", at::kFloat8_e4m3fn},
+                                                               {"F8_E5M2", at::kFloat8_e5m2}};
   auto it = kTypes.find(d);
   if (it == kTypes.end()) {
     std::vector<std::string> known;
@@ -61,7 +65,8 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size < 8) {
     ::close(fd);
-    fail(path, "truncated: " + std::to_string(size) + " bytes, a file needs at least the 8-byte header length");
+    fail(path, "truncated: " + std::to_string(size) +
+                   " bytes, a file needs at least the 8-byte header length");
   }
   // Private, writable mapping: pages are shared with the page cache until written (never, here).
   void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
@@ -100,20 +105,25 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
     e.name = it.key();
     if (!v["dtype"].is_string()) fail(path, ctx + ": dtype must be a string");
     e.dtype = v["dtype"].get<std::string>();
-    const auto st_type = safetensors_dtype(e.dtype, "safetensors file '" + path.string() + "': " + ctx);
+    const auto st_type =
+        safetensors_dtype(e.dtype, "safetensors file '" + path.string() + "': " + ctx);
     if (!v["shape"].is_array()) fail(path, ctx + ": shape must be an array");
     uint64_t numel = 1;
     bool overflow = false;
     for (const auto& d : v["shape"]) {
-      if (!d.is_number_unsigned()) fail(path, ctx + ": shape entries must be non-negative integers");
+      if (!d.is_number_unsigned())
+        fail(path, ctx + ": shape entries must be non-negative integers");
       const uint64_t n = d.get<uint64_t>();
       overflow = overflow || n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
                  __builtin_mul_overflow(numel, n, &numel);
       e.shape.push_back(static_cast<int64_t>(n));
     }
     uint64_t expected = 0;
-    overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(st_type)), &expected);
-    if (overflow) fail(path, ctx + ": shape " + v["shape"].dump() + " is too large: its size overflows 64 bits");
+    overflow = overflow ||
+               __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(st_type)), &expected);
+    if (overflow)
+      fail(path,
+           ctx + ": shape " + v["shape"].dump() + " is too large: its size overflows 64 bits");
     const auto& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
         !off[1].is_number_unsigned()) {
@@ -128,8 +138,8 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
                      " bytes (file truncated?)");
     }
     if (e.end - e.begin != expected) {
-      fail(path, ctx + ": holds " + std::to_string(e.end - e.begin) + " bytes but dtype " + e.dtype +
-                     " x shape needs " + std::to_string(expected));
+      fail(path, ctx + ": holds " + std::to_string(e.end - e.begin) + " bytes but dtype " +
+                     e.dtype + " x shape needs " + std::to_string(expected));
     }
     f->entries_.emplace(e.name, std::move(e));
   }
@@ -158,18 +168,29 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
 
 void write_safetensors(const std::filesystem::path& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
-  static const std::map<at::ScalarType, std::string> kNames = {
-      {at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"}, {at::kBFloat16, "BF16"},
-      {at::kLong, "I64"},   {at::kInt, "I32"},   {at::kShort, "I16"}, {at::kChar, "I8"},
-      {at::kByte, "U8"},    {at::kBool, "BOOL"}, {at::kFloat8_e4m3fn, "F8_E4M3"}, {at::kFloat8_e5m2, "F8_E5M2"}};
+  static const std::map<at::ScalarType, std::string> kNames = {{at::kDouble, "F64"},
+                                                               {at::kFloat, "F32"},
+                                                               {at::kHalf, "F16"},
+                                                               {at::kBFloat16, "BF16"},
+                                                               {at::kLong, "I64"},
+                                                               {at::kInt, "I32"},
+                                                               {at::kShort, "I16"},
+                                                               {at::kChar, "I8"},
+                                                               {at::kByte, "U8"},
+                                                               {at::kBool, "BOOL"},
+                                                               {at::kFloat8_e4m3fn, "F8_E4M3"},
+                                                               {at::kFloat8_e5m2, "F8_E5M2"}};
   nlohmann::json header = nlohmann::json::object();
   std::vector<at::Tensor> data;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     const at::Tensor c = t.to(at::kCPU).contiguous();
     auto it = kNames.find(c.scalar_type());
-    if (it == kNames.end()) fail(path, "cannot store tensor '" + name + "' of dtype " + c10::toString(c.scalar_type()));
-    header[name] = {{"dtype", it->second}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + c.nbytes()}}};
+    if (it == kNames.end())
+      fail(path, "cannot store tensor '" + name + "' of dtype " + c10::toString(c.scalar_type()));
+    header[name] = {{"dtype", it->second},
+                    {"shape", c.sizes().vec()},
+                    {"data_offsets", {offset, offset + c.nbytes()}}};
     offset += c.nbytes();
     data.push_back(c);
   }
@@ -181,7 +202,8 @@ void write_safetensors(const std::filesystem::path& path,
     std::ofstream out(tmp, std::ios::binary);
     out.write(reinterpret_cast<const char*>(&n), 8);
     out << h;
-    for (const auto& c : data) out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+    for (const auto& c : data)
+      out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
     if (!out) fail(path, "write failed");
   }
   std::filesystem::rename(tmp, path);

@@ -4,14 +4,14 @@
 // with dtype x shape are all refused with the file and tensor named.
 #pragma once
 
+#include <ATen/Tensor.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/Tensor.h>
 
 namespace gengraph {
 

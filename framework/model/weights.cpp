@@ -1,10 +1,10 @@
 #include "framework/model/weights.h"
 
-#include <set>
-
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/accumulate.h>
+
+#include <set>
 
 #include "framework/model/safetensors.h"
 #include "framework/util/error.h"
@@ -49,8 +49,8 @@ WeightMap load_weights(const Checkpoint& ckpt, const std::vector<TensorSpec>& sp
     }
   }
   if (!unexpected.empty()) {
-    throw Error(ckpt.description() + ": unexpected tensor(s) for this architecture: " +
-                join(unexpected, ", "));
+    throw Error(ckpt.description() +
+                ": unexpected tensor(s) for this architecture: " + join(unexpected, ", "));
   }
   std::vector<std::string> missing;
   for (const auto& s : specs) {
@@ -71,9 +71,12 @@ WeightMap load_weights(const Checkpoint& ckpt, const std::vector<TensorSpec>& sp
     if (!at::isFloatingType(dt) || at::isFloat8Type(dt)) {
       // FP8 checkpoints store per-block scales beside their weights; a plain cast without them
       // would load a different model, silently.
-      throw Error("'" + ckpt.file_of(key).string() + "': tensor '" + key + "' has dtype " +
-                  e.dtype + ", expected F32, F16, BF16 or F64" +
-                  (at::isFloat8Type(dt) ? " (FP8-quantized checkpoints need their scales, which gengraph does not apply)" : ""));
+      throw Error(
+          "'" + ckpt.file_of(key).string() + "': tensor '" + key + "' has dtype " + e.dtype +
+          ", expected F32, F16, BF16 or F64" +
+          (at::isFloat8Type(dt)
+               ? " (FP8-quantized checkpoints need their scales, which gengraph does not apply)"
+               : ""));
     }
     at::Tensor view = ckpt.view(key);
     // Same dtype on CPU keeps the zero-copy view of the mapped file; otherwise one converted copy.

@@ -2,16 +2,16 @@
 // name, shape and dtype checks) or at random from a seed.
 #pragma once
 
+#include <ATen/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <ATen/Tensor.h>
-#include <c10/core/Device.h>
-#include <c10/core/ScalarType.h>
 
 namespace gengraph {
 

@@ -1,12 +1,11 @@
 #include "framework/util/device.h"
 
-#include <sys/resource.h>
-
-#include <fstream>
-
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <sys/resource.h>
+
+#include <fstream>
 
 #include "framework/util/error.h"
 
@@ -23,14 +22,16 @@ void synchronize(const c10::Device& device) {
 }
 
 void reset_peak_memory(const c10::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? 0 : device.index());
+  if (device.is_cuda())
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? 0 : device.index());
 }
 
 int64_t peak_memory_bytes(const c10::Device& device) {
   if (!device.is_cuda()) return 0;
   const auto stats =
       c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index());
-  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+      .peak;
 }
 
 int64_t peak_rss_bytes() {

@@ -1,11 +1,11 @@
 // Device helpers that keep CUDA headers out of the rest of the framework.
 #pragma once
 
-#include <cstdint>
-#include <string>
-
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
 
 namespace gengraph {
 

@@ -1,8 +1,7 @@
 // One suite over every registered backend configuration: tokens identical to the eager reference
 // (growing cache) and logits within tolerance, on CPU. CUDA-only backends skip without a GPU.
-#include <gtest/gtest.h>
-
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
@@ -50,8 +49,8 @@ TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
   }
   const auto model = testing::test_model(which, 11);
   auto reference = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
-  auto backend = BackendRegistry::instance().create(variant.backend, model,
-                                                    BackendOptions(variant.backend, variant.options));
+  auto backend = BackendRegistry::instance().create(
+      variant.backend, model, BackendOptions(variant.backend, variant.options));
   const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
   GenerationConfig g;
   g.max_new_tokens = 12;
@@ -62,7 +61,8 @@ TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
   GenerationConfig beam = g;
   beam.num_beams = 3;
   beam.num_return_sequences = 2;
-  for (const auto& [what, config] : {std::pair{"greedy", g}, std::pair{"sample", sample}, std::pair{"beam", beam}}) {
+  for (const auto& [what, config] :
+       {std::pair{"greedy", g}, std::pair{"sample", sample}, std::pair{"beam", beam}}) {
     at::manual_seed(17);
     const auto a = Generator(config).generate(*reference, prompts);
     at::manual_seed(17);
@@ -70,8 +70,10 @@ TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
     for (size_t i = 0; i < prompts.size(); ++i) {
       ASSERT_EQ(a.outputs[i].size(), b.outputs[i].size());
       for (size_t j = 0; j < a.outputs[i].size(); ++j) {
-        EXPECT_EQ(a.outputs[i][j].tokens, b.outputs[i][j].tokens) << what << " input " << i << " sequence " << j;
-        if (a.outputs[i][j].score) EXPECT_NEAR(*a.outputs[i][j].score, *b.outputs[i][j].score, 1e-4) << what;
+        EXPECT_EQ(a.outputs[i][j].tokens, b.outputs[i][j].tokens)
+            << what << " input " << i << " sequence " << j;
+        if (a.outputs[i][j].score)
+          EXPECT_NEAR(*a.outputs[i][j].score, *b.outputs[i][j].score, 1e-4) << what;
       }
     }
   }
@@ -91,14 +93,16 @@ TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
   EXPECT_TRUE(at::allclose(da, db, 1e-4, 1e-5)) << (da - db).abs().max().item<float>();
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Registry, BackendConformance,
-    ::testing::Combine(::testing::ValuesIn(variants()), ::testing::Values("tiny", "gpt2-a", "gpt2-b", "gptj-a", "llama-a", "llama-b", "mistral-a", "qwen2-a")),
-    [](const auto& info) {
-      std::string m = std::get<1>(info.param);
-      std::replace(m.begin(), m.end(), '-', '_');
-      return std::get<0>(info.param).label + "_" + m;
-    });
+INSTANTIATE_TEST_SUITE_P(Registry, BackendConformance,
+                         ::testing::Combine(::testing::ValuesIn(variants()),
+                                            ::testing::Values("tiny", "gpt2-a", "gpt2-b", "gptj-a",
+                                                              "llama-a", "llama-b", "mistral-a",
+                                                              "qwen2-a")),
+                         [](const auto& info) {
+                           std::string m = std::get<1>(info.param);
+                           std::replace(m.begin(), m.end(), '-', '_');
+                           return std::get<0>(info.param).label + "_" + m;
+                         });
 
 }  // namespace
 }  // namespace gengraph

@@ -1,11 +1,10 @@
 // The cuda_graph backend. Option and device errors are checked everywhere; the GPU suite (token
 // equality of eager, trace and cuda_graph on CUDA, float32 and bfloat16) skips without a GPU.
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-
-#include <ATen/ATen.h>
 
 #include "backends/cuda_graph/cuda_graph_backend.h"
 #include "framework/backend/backend_registry.h"
@@ -17,15 +16,17 @@
 namespace gengraph {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 
 // cuBLAS is bit-reproducible across streams (capture runs on a side stream) only with a fixed
 // workspace configuration (NVIDIA's cuBLAS docs, "Results reproducibility"). Set before any CUDA
 // use, at static initialisation; a value already in the environment is kept.
-const bool kCublasWorkspaceFixed = setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0) == 0;
+const bool kCublasWorkspaceFixed =
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0) == 0;
 
-std::shared_ptr<const CausalLM> model(const std::string& which, at::ScalarType dtype, const std::string& device) {
+std::shared_ptr<const CausalLM> model(const std::string& which, at::ScalarType dtype,
+                                      const std::string& device) {
   return testing::test_model(which, 3, LoadOptions{dtype, parse_device(device)});
 }
 
@@ -35,7 +36,8 @@ TEST(CudaGraphBackend, ListedWithTheReasonWhenUnavailable) {
   if (cuda_available()) {
     EXPECT_EQ(info.unavailable_reason(BackendOptions("cuda_graph", {})), "");
   } else {
-    EXPECT_THAT(info.unavailable_reason(BackendOptions("cuda_graph", {})), HasSubstr("needs a CUDA device"));
+    EXPECT_THAT(info.unavailable_reason(BackendOptions("cuda_graph", {})),
+                HasSubstr("needs a CUDA device"));
     EXPECT_EQ(info.unavailable_reason(BackendOptions("cuda_graph", {{"capture", "false"}})), "");
     EXPECT_THAT(error_of([] {
                   BackendRegistry::instance().create("cuda_graph", model("tiny", at::kFloat, "cpu"),
@@ -51,15 +53,21 @@ TEST(CudaGraphBackend, OptionsAndDeviceErrorsNameTheOption) {
   auto create = [&](std::map<std::string, std::string> o) {
     return error_of([&] { info.create(cpu, BackendOptions("cuda_graph", std::move(o))); });
   };
-  EXPECT_THAT(create({{"buckets", "1,two"}}), HasSubstr("option 'buckets': expected comma-separated positive"));
+  EXPECT_THAT(create({{"buckets", "1,two"}}),
+              HasSubstr("option 'buckets': expected comma-separated positive"));
   EXPECT_THAT(create({{"buckets", "0"}}), HasSubstr("option 'buckets'"));
-  EXPECT_THAT(create({{"step", "script"}}), HasSubstr("option 'step': expected one of eager, trace"));
-  EXPECT_THAT(create({}), HasSubstr("needs the model on a CUDA device; set model.device: cuda (found cpu)"));
+  EXPECT_THAT(create({{"step", "script"}}),
+              HasSubstr("option 'step': expected one of eager, trace"));
+  EXPECT_THAT(create({}),
+              HasSubstr("needs the model on a CUDA device; set model.device: cuda (found cpu)"));
   EXPECT_THAT(create({{"capture", "maybe"}}), HasSubstr("option 'capture'"));
   EXPECT_THAT(create({{"fuser", "none"}, {"capture", "false"}}),
               HasSubstr("options 'freeze' and 'fuser' apply to the traced step; set step: trace"));
-  EXPECT_THAT(create({{"step", "trace"}, {"fuser", "nnc"}}), HasSubstr("option 'fuser': expected one of default, none, te"));
-  EXPECT_EQ(create({{"step", "trace"}, {"fuser", "none"}, {"freeze", "false"}, {"capture", "false"}}), "<no error>");
+  EXPECT_THAT(create({{"step", "trace"}, {"fuser", "nnc"}}),
+              HasSubstr("option 'fuser': expected one of default, none, te"));
+  EXPECT_EQ(
+      create({{"step", "trace"}, {"fuser", "none"}, {"freeze", "false"}, {"capture", "false"}}),
+      "<no error>");
   EXPECT_EQ(create({{"capture", "false"}}), "<no error>");
 }
 
@@ -67,8 +75,10 @@ TEST(CudaGraphBackend, OptionsAndDeviceErrorsNameTheOption) {
 // (tests/backends/test_backend_conformance.cpp). Here: which buckets a batch lands in.
 TEST(CudaGraphBackend, UncapturedPicksTheSmallestBucketThatFits) {
   register_builtin_backends();
-  auto b = BackendRegistry::instance().create("cuda_graph", model("tiny", at::kFloat, "cpu"),
-                                              BackendOptions("cuda_graph", {{"capture", "false"}, {"buckets", "2,4,16"}, {"max_length", "16"}}));
+  auto b = BackendRegistry::instance().create(
+      "cuda_graph", model("tiny", at::kFloat, "cpu"),
+      BackendOptions("cuda_graph",
+                     {{"capture", "false"}, {"buckets", "2,4,16"}, {"max_length", "16"}}));
   GenerationConfig g;
   g.max_new_tokens = 3;
   Generator(g).generate(*b, {{1}, {2}, {3}});  // 3 rows: bucket 4
@@ -80,7 +90,9 @@ TEST(CudaGraphBackend, UncapturedPicksTheSmallestBucketThatFits) {
   EXPECT_EQ(b->report().at("graphs"), 0.0);
   EXPECT_EQ(b->report().at("captured"), 0.0);
   g.num_beams = 9;
-  EXPECT_THAT(error_of([&] { Generator(g).generate(*b, {{1, 2}, {3}}); }),
+  EXPECT_THAT(error_of([&] {
+                Generator(g).generate(*b, {{1, 2}, {3}});
+              }),
               HasSubstr("18 rows (batch x beams) exceed the largest bucket 16"));
 }
 
@@ -121,7 +133,8 @@ std::vector<std::pair<std::string, GenerationConfig>> modes() {
   return {{"greedy", greedy}, {"sample", sample}, {"beam", beam}};
 }
 
-std::unique_ptr<ForwardBackend> make(const std::shared_ptr<const CausalLM>& m, const std::string& name,
+std::unique_ptr<ForwardBackend> make(const std::shared_ptr<const CausalLM>& m,
+                                     const std::string& name,
                                      std::map<std::string, std::string> options = {}) {
   return BackendRegistry::instance().create(name, m, BackendOptions(name, std::move(options)));
 }
@@ -138,7 +151,8 @@ void expect_same(const GenerationResult& want, const GenerationResult& got, bool
   for (size_t i = 0; i < want.outputs.size(); ++i) {
     ASSERT_EQ(want.outputs[i].size(), got.outputs[i].size()) << what;
     for (size_t j = 0; j < want.outputs[i].size(); ++j) {
-      EXPECT_EQ(want.outputs[i][j].tokens, got.outputs[i][j].tokens) << what << ", input " << i << " sequence " << j;
+      EXPECT_EQ(want.outputs[i][j].tokens, got.outputs[i][j].tokens)
+          << what << ", input " << i << " sequence " << j;
       if (exact_scores && want.outputs[i][j].score) {
         EXPECT_EQ(*want.outputs[i][j].score, *got.outputs[i][j].score) << what << ", input " << i;
       }
@@ -161,8 +175,10 @@ TEST_P(CudaGraphGpu, ReplayIsBitwiseTheUncapturedStep) {
   auto trace = make(m, "trace");
   auto graph_trace = make(m, "cuda_graph", with({{"step", "trace"}}));
   for (const auto& [what, config] : modes()) {
-    expect_same(run(config, *eager_static), run(config, *graph), true, what + ": cuda_graph vs eager static");
-    expect_same(run(config, *trace), run(config, *graph_trace), true, what + ": cuda_graph step trace vs trace");
+    expect_same(run(config, *eager_static), run(config, *graph), true,
+                what + ": cuda_graph vs eager static");
+    expect_same(run(config, *trace), run(config, *graph_trace), true,
+                what + ": cuda_graph step trace vs trace");
   }
   EXPECT_EQ(graph->report().at("graphs"), 2.0);  // buckets 3 and 12
   EXPECT_GT(graph->report().at("graph_pool_bytes"), 0.0);
@@ -174,13 +190,15 @@ TEST_P(CudaGraphGpuModels, Float32SameTokensOnEveryBackend) {
   std::vector<std::pair<std::string, std::unique_ptr<ForwardBackend>>> backends;
   backends.emplace_back("eager static", make(m, "eager", {{"cache", "static"}}));
   backends.emplace_back("trace", make(m, "trace"));
-  backends.emplace_back("trace unfrozen unfused", make(m, "trace", {{"freeze", "false"}, {"fuser", "none"}}));
+  backends.emplace_back("trace unfrozen unfused",
+                        make(m, "trace", {{"freeze", "false"}, {"fuser", "none"}}));
   backends.emplace_back("cuda_graph", make(m, "cuda_graph"));  // 3 rows in bucket 4, 12 in 16
   backends.emplace_back("cuda_graph step trace", make(m, "cuda_graph", {{"step", "trace"}}));
   backends.emplace_back("cuda_graph uncaptured", make(m, "cuda_graph", {{"capture", "false"}}));
   for (const auto& [what, config] : modes()) {
     const auto want = run(config, *reference);
-    for (auto& [name, b] : backends) expect_same(want, run(config, *b), false, what + ": " + name + " vs eager");
+    for (auto& [name, b] : backends)
+      expect_same(want, run(config, *b), false, what + ": " + name + " vs eager");
   }
 }
 
@@ -198,14 +216,16 @@ TEST_P(CudaGraphGpuModels, Bfloat16LogitsAsCloseAsBfloat16Eager) {
   auto logits = [&](ForwardBackend& b) {
     b.prepare(BatchShape{2, 8});
     at::Tensor a = b.prefill(StepInputs{ids, pos, valid, {}}).to(at::kFloat);
-    at::Tensor d = b.decode(StepInputs{next, p2, at::ones({2, 1}, valid.options()), parents}).to(at::kFloat);
+    at::Tensor d =
+        b.decode(StepInputs{next, p2, at::ones({2, 1}, valid.options()), parents}).to(at::kFloat);
     return std::make_pair(a, d);
   };
   auto e32 = make(m32, "eager");
   auto e16 = make(m16, "eager");
   const auto [ref_a, ref_d] = logits(*e32);
   const auto [a16, d16] = logits(*e16);
-  const double err_a = (a16 - ref_a).abs().max().item<double>(), err_d = (d16 - ref_d).abs().max().item<double>();
+  const double err_a = (a16 - ref_a).abs().max().item<double>(),
+               err_d = (d16 - ref_d).abs().max().item<double>();
   std::vector<std::pair<std::string, std::unique_ptr<ForwardBackend>>> backends;
   backends.emplace_back("eager static", make(m16, "eager", {{"cache", "static"}}));
   backends.emplace_back("trace", make(m16, "trace"));
@@ -213,20 +233,25 @@ TEST_P(CudaGraphGpuModels, Bfloat16LogitsAsCloseAsBfloat16Eager) {
   backends.emplace_back("cuda_graph step trace", make(m16, "cuda_graph", {{"step", "trace"}}));
   for (auto& [name, b] : backends) {
     const auto [a, d] = logits(*b);
-    EXPECT_LE((a - a16).abs().max().item<double>(), 2 * err_a) << name << " prefill; bf16 eager vs fp32: " << err_a;
-    EXPECT_LE((d - d16).abs().max().item<double>(), 2 * err_d) << name << " decode; bf16 eager vs fp32: " << err_d;
+    EXPECT_LE((a - a16).abs().max().item<double>(), 2 * err_a)
+        << name << " prefill; bf16 eager vs fp32: " << err_a;
+    EXPECT_LE((d - d16).abs().max().item<double>(), 2 * err_d)
+        << name << " decode; bf16 eager vs fp32: " << err_d;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphGpu,
-                         ::testing::Combine(::testing::Values("tiny", "gpt2-a", "gptj-a", "llama-a"),
+                         ::testing::Combine(::testing::Values("tiny", "gpt2-a", "gptj-a",
+                                                              "llama-a"),
                                             ::testing::Values(at::kFloat, at::kBFloat16)),
                          [](const auto& info) {
                            std::string m = std::get<0>(info.param);
                            std::replace(m.begin(), m.end(), '-', '_');
-                           return m + (std::get<1>(info.param) == at::kFloat ? "_float32" : "_bfloat16");
+                           return m + (std::get<1>(info.param) == at::kFloat ? "_float32"
+                                                                             : "_bfloat16");
                          });
-INSTANTIATE_TEST_SUITE_P(Models, CudaGraphGpuModels, ::testing::Values("tiny", "gpt2-a", "gptj-a", "llama-a"),
+INSTANTIATE_TEST_SUITE_P(Models, CudaGraphGpuModels,
+                         ::testing::Values("tiny", "gpt2-a", "gptj-a", "llama-a"),
                          [](const auto& info) {
                            std::string m = info.param;
                            std::replace(m.begin(), m.end(), '-', '_');
@@ -237,14 +262,19 @@ TEST(CudaGraphGpuErrors, BucketsAndLengthLimitsNameTheOption) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   register_builtin_backends();
   const auto m = model("tiny", at::kFloat, "cuda");
-  auto b = BackendRegistry::instance().create("cuda_graph", m,
-                                              BackendOptions("cuda_graph", {{"buckets", "1,2"}, {"max_length", "12"}}));
+  auto b = BackendRegistry::instance().create(
+      "cuda_graph", m, BackendOptions("cuda_graph", {{"buckets", "1,2"}, {"max_length", "12"}}));
   GenerationConfig g;
   g.max_new_tokens = 4;
-  EXPECT_THAT(error_of([&] { Generator(g).generate(*b, {{1}, {2}, {3}}); }),
-              HasSubstr("3 rows (batch x beams) exceed the largest bucket 2; add a larger one to the option 'buckets'"));
+  EXPECT_THAT(error_of([&] {
+                Generator(g).generate(*b, {{1}, {2}, {3}});
+              }),
+              HasSubstr("3 rows (batch x beams) exceed the largest bucket 2; add a larger one to "
+                        "the option 'buckets'"));
   g.max_new_tokens = 20;
-  EXPECT_THAT(error_of([&] { Generator(g).generate(*b, {{1, 2}}); }),
+  EXPECT_THAT(error_of([&] {
+                Generator(g).generate(*b, {{1, 2}});
+              }),
               HasSubstr("raise the backend option 'max_length'"));
 }
 

@@ -1,8 +1,7 @@
 // The trace backend beyond conformance: the on-disk cache, files traced elsewhere, bad files.
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <ATen/ATen.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/codegen/fuser/interface.h>
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
@@ -18,8 +17,8 @@
 namespace gengraph {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 using testing::TempDir;
 
 std::shared_ptr<const CausalLM> tiny(at::ScalarType dtype = at::kFloat) {
@@ -33,7 +32,8 @@ std::shared_ptr<const CausalLM> tiny(at::ScalarType dtype = at::kFloat) {
 std::unique_ptr<ForwardBackend> make(const std::string& name, std::shared_ptr<const CausalLM> m,
                                      std::map<std::string, std::string> options = {}) {
   register_builtin_backends();
-  return BackendRegistry::instance().create(name, std::move(m), BackendOptions(name, std::move(options)));
+  return BackendRegistry::instance().create(name, std::move(m),
+                                            BackendOptions(name, std::move(options)));
 }
 
 GenerationConfig greedy(int64_t n) {
@@ -51,20 +51,23 @@ TEST(TraceBackend, SavesTracesAndASecondRunLoadsThem) {
   const auto a = Generator(greedy(6)).generate(*first, kPrompts);
   EXPECT_EQ(first->report().at("traces_built"), 1.0);
   int files = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path())) files += e.path().extension() == ".pt";
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    files += e.path().extension() == ".pt";
   EXPECT_EQ(files, 1);
   auto second = make("trace", m, {{"cache_dir", dir.path().string()}});
   const auto b = Generator(greedy(6)).generate(*second, kPrompts);
   EXPECT_EQ(second->report().at("traces_built"), 0.0);
   EXPECT_EQ(second->report().at("traces_loaded"), 1.0);
-  for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(a.outputs[i][0].tokens, b.outputs[i][0].tokens);
+  for (size_t i = 0; i < kPrompts.size(); ++i)
+    EXPECT_EQ(a.outputs[i][0].tokens, b.outputs[i][0].tokens);
   // The cached file passed as `file:` runs for the same weights, and is refused for others: the
   // trace holds its weights, so it would silently compute another model.
   std::filesystem::path file;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) file = e.path();
   auto third = make("trace", m, {{"file", file.string()}});
   const auto c = Generator(greedy(6)).generate(*third, kPrompts);
-  for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(a.outputs[i][0].tokens, c.outputs[i][0].tokens);
+  for (size_t i = 0; i < kPrompts.size(); ++i)
+    EXPECT_EQ(a.outputs[i][0].tokens, c.outputs[i][0].tokens);
   ModelSource other;
   other.preset = "gpt2-tiny";
   other.seed = 6;
@@ -102,7 +105,8 @@ TEST(TraceBackend, FuserAndProfilingOptionsDoNotLeakOutOfTheStep) {
       EXPECT_THAT(error, HasSubstr("fuser: te fuses on CPU only in a LibTorch built with LLVM"));
     } else {
       ASSERT_EQ(error, "<no error>");
-      for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(want.outputs[i][0].tokens, got.outputs[i][0].tokens);
+      for (size_t i = 0; i < kPrompts.size(); ++i)
+        EXPECT_EQ(want.outputs[i][0].tokens, got.outputs[i][0].tokens);
     }
     EXPECT_EQ(torch::jit::tensorExprFuserEnabled(), te);
     EXPECT_EQ(torch::jit::canFuseOnCPU(), cpu);
@@ -117,20 +121,27 @@ TEST(TraceBackendErrors, FileForAnotherShapeOrDtype) {
   const auto m = tiny();
   const auto path = dir / "t.pt";
   TracedStep::trace(*m, expected_meta(*m, 2, 4, 10), {}).save(path);
-  auto run = [&](std::shared_ptr<const CausalLM> model, std::vector<std::vector<int64_t>> prompts, int64_t n) {
+  auto run = [&](std::shared_ptr<const CausalLM> model, std::vector<std::vector<int64_t>> prompts,
+                 int64_t n) {
     auto t = make("trace", std::move(model), {{"file", path.string()}});
     return error_of([&] { Generator(greedy(n)).generate(*t, prompts); });
   };
   EXPECT_EQ(run(m, kPrompts, 6), "<no error>");
-  EXPECT_THAT(run(m, {{1, 2, 3, 4}}, 6), HasSubstr("was made for rows 2, but this run needs rows 1"));
-  EXPECT_THAT(run(m, kPrompts, 7), HasSubstr("was made for max_length 10, but this run needs max_length 11"));
-  EXPECT_THAT(run(m, {{1, 2, 3}, {4}}, 6), HasSubstr("prompt_length 4, but this run needs prompt_length 3"));
-  EXPECT_THAT(run(tiny(at::kBFloat16), kPrompts, 6), HasSubstr("made for dtype float32, but this run needs dtype bfloat16"));
+  EXPECT_THAT(run(m, {{1, 2, 3, 4}}, 6),
+              HasSubstr("was made for rows 2, but this run needs rows 1"));
+  EXPECT_THAT(run(m, kPrompts, 7),
+              HasSubstr("was made for max_length 10, but this run needs max_length 11"));
+  EXPECT_THAT(run(m, {{1, 2, 3}, {4}}, 6),
+              HasSubstr("prompt_length 4, but this run needs prompt_length 3"));
+  EXPECT_THAT(run(tiny(at::kBFloat16), kPrompts, 6),
+              HasSubstr("made for dtype float32, but this run needs dtype bfloat16"));
 }
 
 TEST(TraceBackendErrors, MissingCorruptOrIncompleteFiles) {
   TempDir dir;
-  EXPECT_THAT(error_of([&] { make("trace", tiny(), {{"file", (dir / "none.pt").string()}}); }),
+  EXPECT_THAT(error_of([&] {
+                make("trace", tiny(), {{"file", (dir / "none.pt").string()}});
+              }),
               HasSubstr("does not exist"));
   testing::write_file(dir / "junk.pt", "not a zip archive");
   const auto m = tiny();
@@ -178,11 +189,17 @@ def decode(self, a, b, c, d, e, f, g):
 }
 
 TEST(TraceBackendErrors, OptionsAreChecked) {
-  EXPECT_THAT(error_of([] { make("trace", tiny(), {{"fuser", "nnc"}}); }),
+  EXPECT_THAT(error_of([] {
+                make("trace", tiny(), {{"fuser", "nnc"}});
+              }),
               HasSubstr("option 'fuser': expected one of default, none, te"));
-  EXPECT_THAT(error_of([] { make("trace", tiny(), {{"file", "a.pt"}, {"cache_dir", "/tmp"}}); }),
+  EXPECT_THAT(error_of([] {
+                make("trace", tiny(), {{"file", "a.pt"}, {"cache_dir", "/tmp"}});
+              }),
               HasSubstr("exclude each other"));
-  EXPECT_THAT(error_of([] { make("trace", tiny(), {{"profiling_runs", "-1"}}); }),
+  EXPECT_THAT(error_of([] {
+                make("trace", tiny(), {{"profiling_runs", "-1"}});
+              }),
               HasSubstr("expected an integer in [0, 100]"));
 }
 

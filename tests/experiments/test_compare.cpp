@@ -17,7 +17,8 @@ using testing::cli;
 // The exact null distribution of the Mann-Whitney U, against brute force: every way to place n1
 // x-values among n1 + n2 ranks, U counting the (x, y) pairs with the x above the y.
 TEST(Compare, MannWhitneyDistributionMatchesEnumeration) {
-  for (const auto& [n1, n2] : std::vector<std::pair<size_t, size_t>>{{3, 4}, {5, 5}, {6, 2}, {1, 7}}) {
+  for (const auto& [n1, n2] :
+       std::vector<std::pair<size_t, size_t>>{{3, 4}, {5, 5}, {6, 2}, {1, 7}}) {
     const size_t n = n1 + n2;
     std::vector<double> counts(n1 * n2 + 1, 0.0);
     double total = 0;
@@ -25,7 +26,10 @@ TEST(Compare, MannWhitneyDistributionMatchesEnumeration) {
       if (static_cast<size_t>(__builtin_popcount(mask)) != n1) continue;
       size_t u = 0, ys_below = 0;
       for (size_t r = 0; r < n; ++r) {
-        if (mask & (1u << r)) u += ys_below; else ++ys_below;
+        if (mask & (1u << r))
+          u += ys_below;
+        else
+          ++ys_below;
       }
       counts[u] += 1;
       total += 1;
@@ -101,7 +105,8 @@ inputs: {prompts: [[1, 2, 3]]}
 generation: {max_new_tokens: 3}
 run: {warmup: 0, repeats: 3}
 )");
-  ASSERT_EQ(cli({"run", (dir / "e.yaml").string(), "--output", (dir / "a.json").string(), "--quiet"}), 0);
+  ASSERT_EQ(
+      cli({"run", (dir / "e.yaml").string(), "--output", (dir / "a.json").string(), "--quiet"}), 0);
   // The eager row's timings are set, so that the verdict does not hang on this machine's noise:
   // AFTER took half the time (twice the tokens/s) in each of 5 repeats.
   nlohmann::json a = nlohmann::json::parse(testing::read_file(dir / "a.json"));
@@ -124,16 +129,22 @@ run: {warmup: 0, repeats: 3}
   testing::write_file(dir / "b.json", b.dump());
   for (const std::string metric : {"total_ms", "tokens_per_second"}) {
     ::testing::internal::CaptureStdout();
-    ASSERT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "b.json").string(), "--metric", metric}), 0);
+    ASSERT_EQ(
+        cli({"compare", (dir / "a.json").string(), (dir / "b.json").string(), "--metric", metric}),
+        0);
     const std::string out = ::testing::internal::GetCapturedStdout();
-    EXPECT_THAT(out, ::testing::ContainsRegex("\neager +[^\n]*2\\.00x \\[1\\.[^\n]* 96\\.8% +faster\n")) << out;
+    EXPECT_THAT(out,
+                ::testing::ContainsRegex("\neager +[^\n]*2\\.00x \\[1\\.[^\n]* 96\\.8% +faster\n"))
+        << out;
     EXPECT_THAT(out, ::testing::ContainsRegex("\nstatic +only in before\n")) << out;
     EXPECT_THAT(out, HasSubstr("settings that differ"));
     EXPECT_THAT(out, HasSubstr("model.source: preset:gpt2-tiny  ->  preset:somewhere-else"));
   }
   // --output writes the same comparison as JSON.
   ::testing::internal::CaptureStdout();
-  ASSERT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "b.json").string(), "--output", (dir / "c" / "cmp.json").string()}), 0);
+  ASSERT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "b.json").string(), "--output",
+                 (dir / "c" / "cmp.json").string()}),
+            0);
   ::testing::internal::GetCapturedStdout();
   const auto cmp = nlohmann::json::parse(testing::read_file(dir / "c" / "cmp.json"));
   EXPECT_EQ(cmp["schema"], "gengraph-compare-1");
@@ -152,16 +163,23 @@ run: {warmup: 0, repeats: 3}
   testing::write_file(dir / "x.json", "{\"hello\": 1}");
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "x.json").string()}), 1);
-  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("x.json' is not a gengraph results file"));
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("x.json' is not a gengraph results file"));
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "b.json").string(), "--output", dir.path().string()}), 1);
+  EXPECT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "b.json").string(), "--output",
+                 dir.path().string()}),
+            1);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("is a folder"));
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "b.json").string(), "--metric", "speed"}), 2);
-  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("--metric: expected one of total_ms"));
+  EXPECT_EQ(
+      cli({"compare", (dir / "a.json").string(), (dir / "b.json").string(), "--metric", "speed"}),
+      2);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("--metric: expected one of total_ms"));
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(cli({"compare", (dir / "a.json").string()}), 2);
-  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("compare: expected 2 argument(s), found 1"));
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("compare: expected 2 argument(s), found 1"));
   // A row whose timings are not an object is reported as such, not read out of bounds.
   b["runs"][0]["timings"] = "broken";
   testing::write_file(dir / "c.json", b.dump());

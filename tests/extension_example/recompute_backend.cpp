@@ -54,7 +54,8 @@ void register_recompute_backend() {
   gengraph::BackendInfo info;
   info.name = "recompute";
   info.description = "example plug-in: re-runs the whole sequence every step (no KV cache)";
-  info.create = [](std::shared_ptr<const gengraph::CausalLM> model, const gengraph::BackendOptions&) {
+  info.create = [](std::shared_ptr<const gengraph::CausalLM> model,
+                   const gengraph::BackendOptions&) {
     return std::make_unique<RecomputeBackend>(std::move(model));
   };
   gengraph::BackendRegistry::instance().add(std::move(info));

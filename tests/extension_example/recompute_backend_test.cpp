@@ -1,9 +1,10 @@
+#include "recompute_backend.h"
+
 #include <gtest/gtest.h>
 
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
-#include "recompute_backend.h"
 
 TEST(RecomputeBackend, RegisteredAndTokenIdenticalToEager) {
   gengraph::register_builtin_backends();
@@ -20,5 +21,6 @@ TEST(RecomputeBackend, RegisteredAndTokenIdenticalToEager) {
   auto recompute = registry.create("recompute", model, gengraph::BackendOptions("recompute", {}));
   const auto a = gengraph::Generator(g).generate(*eager, prompts);
   const auto b = gengraph::Generator(g).generate(*recompute, prompts);
-  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(a.outputs[i][0].tokens, b.outputs[i][0].tokens);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(a.outputs[i][0].tokens, b.outputs[i][0].tokens);
 }

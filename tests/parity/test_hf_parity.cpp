@@ -1,10 +1,9 @@
 // Token-exact parity with transformers' generate() (CPU float32), over the cases recorded by
 // tools/make_fixtures.py in tests/fixtures/hf_generate.json, for each cache kind.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
-
-#include <ATen/ATen.h>
 
 #include "experiments/runner.h"
 #include "framework/backend/backend_registry.h"
@@ -47,7 +46,8 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
   ModelSource src;
   src.path = testing::fixtures_dir() + "/models/" + rec["model"].get<std::string>();
   const LoadedModel loaded = load_model(src);
-  const GenerationConfig gen = resolve_generation(loaded, rec["generation"], rec["name"].get<std::string>());
+  const GenerationConfig gen =
+      resolve_generation(loaded, rec["generation"], rec["name"].get<std::string>());
   register_builtin_backends();
   auto backend = BackendRegistry::instance().create(
       "eager", loaded.model, BackendOptions("eager", {{"cache", GetParam().cache}}));
@@ -62,12 +62,14 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
     for (size_t j = 0; j < expected[i].size(); ++j) {
       const auto& want = expected[i][j];
       const auto& got = r.outputs[i][j];
-      EXPECT_EQ(got.tokens, want["tokens"].get<std::vector<int64_t>>()) << "input " << i << " sequence " << j;
+      EXPECT_EQ(got.tokens, want["tokens"].get<std::vector<int64_t>>())
+          << "input " << i << " sequence " << j;
       if (want["score"].is_null()) {
         EXPECT_FALSE(got.score.has_value());
       } else {
         ASSERT_TRUE(got.score.has_value());
-        EXPECT_NEAR(*got.score, want["score"].get<double>(), 1e-5) << "input " << i << " sequence " << j;
+        EXPECT_NEAR(*got.score, want["score"].get<double>(), 1e-5)
+            << "input " << i << " sequence " << j;
       }
     }
   }
@@ -75,8 +77,8 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) {
-                           std::string n = info.param.record["name"].template get<std::string>() + "_" +
-                                           info.param.cache;
+                           std::string n = info.param.record["name"].template get<std::string>() +
+                                           "_" + info.param.cache;
                            for (char& ch : n) {
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            }

@@ -1,9 +1,9 @@
 #include "framework/decoding/processors/constraints.h"
 
+#include <ATen/ATen.h>
+
 #include <limits>
 #include <map>
-
-#include <ATen/ATen.h>
 
 #include "framework/decoding/device_ids.h"
 #include "framework/util/error.h"
@@ -31,7 +31,8 @@ at::Tensor vocab_mask(const std::vector<int64_t>& ids, int64_t vocab, const at::
 // The mask of `ids` over the scores' vocabulary, built once per device and vocabulary size and
 // kept in `cache`: building it copies the ids to the device, which on CUDA waits for the stream
 // (a pageable host-to-device copy), once per decode step if it were rebuilt each call.
-const at::Tensor& cached_vocab_mask(at::Tensor& cache, const std::vector<int64_t>& ids, const at::Tensor& scores) {
+const at::Tensor& cached_vocab_mask(at::Tensor& cache, const std::vector<int64_t>& ids,
+                                    const at::Tensor& scores) {
   if (!cache.defined() || cache.device() != scores.device() || cache.size(0) != scores.size(-1)) {
     cache = vocab_mask(ids, scores.size(-1), scores.device());
   }
@@ -40,7 +41,8 @@ const at::Tensor& cached_vocab_mask(at::Tensor& cache, const std::vector<int64_t
 
 }  // namespace
 
-SequenceBias::SequenceBias(std::vector<std::pair<std::vector<int64_t>, double>> biases, int64_t vocab) {
+SequenceBias::SequenceBias(std::vector<std::pair<std::vector<int64_t>, double>> biases,
+                           int64_t vocab) {
   // transformers keeps a dict keyed by the sequence: a repeated sequence keeps its last bias, at
   // its first position.
   std::vector<std::vector<int64_t>> order;
@@ -73,10 +75,13 @@ at::Tensor SequenceBias::process(const Sequences& seqs, at::Tensor scores) const
     const auto& [seq, b] = multi_[i];
     const int64_t prefix = static_cast<int64_t>(seq.size()) - 1;
     if (static_cast<int64_t>(seq.size()) > ids.size(1)) continue;
-    const at::Tensor want = ids_on_device(multi_on_device_[i], seq, ids.device()).narrow(0, 0, prefix);
-    const at::Tensor match = ids.narrow(1, ids.size(1) - prefix, prefix).eq(want).prod(1).to(at::kBool);  // [rows]
-    bias.select(1, seq.back()).add_(at::where(match, at::scalar_tensor(b, scores.options()),
-                                              at::scalar_tensor(0.0, scores.options())));
+    const at::Tensor want =
+        ids_on_device(multi_on_device_[i], seq, ids.device()).narrow(0, 0, prefix);
+    const at::Tensor match =
+        ids.narrow(1, ids.size(1) - prefix, prefix).eq(want).prod(1).to(at::kBool);  // [rows]
+    bias.select(1, seq.back())
+        .add_(at::where(match, at::scalar_tensor(b, scores.options()),
+                        at::scalar_tensor(0.0, scores.options())));
   }
   return scores + bias;
 }
@@ -93,10 +98,12 @@ std::vector<std::pair<std::vector<int64_t>, double>> bad_word_biases(
 }
 }  // namespace
 
-BadWords::BadWords(const std::vector<std::vector<int64_t>>& bad, const std::vector<int64_t>& eos, int64_t vocab)
+BadWords::BadWords(const std::vector<std::vector<int64_t>>& bad, const std::vector<int64_t>& eos,
+                   int64_t vocab)
     : SequenceBias(bad_word_biases(bad, eos), vocab) {}
 
-LogitBias::LogitBias(std::vector<std::pair<int64_t, double>> bias, int64_t vocab) : bias_(std::move(bias)) {
+LogitBias::LogitBias(std::vector<std::pair<int64_t, double>> bias, int64_t vocab)
+    : bias_(std::move(bias)) {
   for (const auto& [id, b] : bias_) check_vocab({id}, vocab, "logit_bias");
 }
 
@@ -109,7 +116,8 @@ at::Tensor LogitBias::process(const Sequences&, at::Tensor scores) const {
   return scores + dense_;
 }
 
-SuppressTokens::SuppressTokens(std::vector<int64_t> tokens, std::optional<int64_t> at_length, bool relative)
+SuppressTokens::SuppressTokens(std::vector<int64_t> tokens, std::optional<int64_t> at_length,
+                               bool relative)
     : tokens_(std::move(tokens)), at_length_(at_length), relative_(relative) {}
 
 at::Tensor SuppressTokens::process(const Sequences& seqs, at::Tensor scores) const {
@@ -117,7 +125,8 @@ at::Tensor SuppressTokens::process(const Sequences& seqs, at::Tensor scores) con
     const int64_t trigger = *at_length_ + (relative_ ? seqs.prompt_length : 0);
     if (seqs.length() != trigger) return scores;
   }
-  return at::where(cached_vocab_mask(mask_, tokens_, scores), at::scalar_tensor(-kInf, scores.options()), scores);
+  return at::where(cached_vocab_mask(mask_, tokens_, scores),
+                   at::scalar_tensor(-kInf, scores.options()), scores);
 }
 
 ForceTokens::ForceTokens(std::string name, std::vector<int64_t> tokens, int64_t at_length)
@@ -138,7 +147,8 @@ MinLength::MinLength(int64_t min, std::vector<int64_t> eos, bool new_only)
 at::Tensor MinLength::process(const Sequences& seqs, at::Tensor scores) const {
   const int64_t len = new_only_ ? seqs.generated() : seqs.length();
   if (len >= min_) return scores;
-  return at::where(cached_vocab_mask(mask_, eos_, scores), at::scalar_tensor(-kInf, scores.options()), scores);
+  return at::where(cached_vocab_mask(mask_, eos_, scores),
+                   at::scalar_tensor(-kInf, scores.options()), scores);
 }
 
 }  // namespace gengraph

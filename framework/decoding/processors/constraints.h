@@ -22,14 +22,16 @@ class SequenceBias : public LogitsProcessor {
   std::vector<std::pair<std::vector<int64_t>, double>> multi_;  // length >= 2
   std::vector<std::pair<int64_t, double>> single_;
   mutable at::Tensor single_bias_;  // [vocab] float32, on the scores' device
-  mutable std::vector<at::Tensor> multi_on_device_;  // each multi_ sequence on the device (ids_on_device)
+  mutable std::vector<at::Tensor>
+      multi_on_device_;  // each multi_ sequence on the device (ids_on_device)
 };
 
 // transformers' NoBadWordsLogitsProcessor: a sequence bias of -inf; a single-token bad word equal
 // to an EOS id is dropped, as transformers does.
 class BadWords final : public SequenceBias {
  public:
-  BadWords(const std::vector<std::vector<int64_t>>& bad_words, const std::vector<int64_t>& eos, int64_t vocab);
+  BadWords(const std::vector<std::vector<int64_t>>& bad_words, const std::vector<int64_t>& eos,
+           int64_t vocab);
   std::string name() const override { return "bad_words"; }
 };
 
@@ -51,7 +53,9 @@ class SuppressTokens final : public LogitsProcessor {
  public:
   SuppressTokens(std::vector<int64_t> tokens, std::optional<int64_t> at_length = std::nullopt,
                  bool relative_to_prompt = false);
-  std::string name() const override { return at_length_ ? "begin_suppress_tokens" : "suppress_tokens"; }
+  std::string name() const override {
+    return at_length_ ? "begin_suppress_tokens" : "suppress_tokens";
+  }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
 
  private:

@@ -2,12 +2,12 @@
 // and can time each member.
 #pragma once
 
+#include <ATen/Tensor.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/Tensor.h>
 
 #include "framework/decoding/sequences.h"
 
@@ -34,7 +34,10 @@ class ProcessorChain final : public LogitsProcessor {
   const LogitsProcessor& at(size_t i) const { return *members_.at(i); }
 
   // When enabled, each member's wall time is accumulated (seconds) in member order.
-  void enable_timing(bool on) { timing_ = on; seconds_.assign(members_.size(), 0.0); }
+  void enable_timing(bool on) {
+    timing_ = on;
+    seconds_.assign(members_.size(), 0.0);
+  }
   const std::vector<double>& member_seconds() const { return seconds_; }
 
  private:

@@ -1,9 +1,9 @@
 #include "framework/decoding/processors/penalties.h"
 
+#include <ATen/ATen.h>
+
 #include <cmath>
 #include <limits>
-
-#include <ATen/ATen.h>
 
 #include "framework/decoding/device_ids.h"
 #include "framework/util/error.h"
@@ -11,7 +11,8 @@
 namespace gengraph {
 
 RepetitionPenalty::RepetitionPenalty(double penalty) : penalty_(penalty) {
-  if (!(penalty > 0)) throw Error("repetition_penalty: expected a number > 0, found " + std::to_string(penalty));
+  if (!(penalty > 0))
+    throw Error("repetition_penalty: expected a number > 0, found " + std::to_string(penalty));
 }
 
 at::Tensor RepetitionPenalty::process(const Sequences& seqs, at::Tensor scores) const {
@@ -33,7 +34,8 @@ at::Tensor FrequencyPresencePenalty::process(const Sequences& seqs, at::Tensor s
 }
 
 NoRepeatNGram::NoRepeatNGram(int64_t n) : n_(n) {
-  if (n <= 0) throw Error("no_repeat_ngram_size: expected an integer > 0, found " + std::to_string(n));
+  if (n <= 0)
+    throw Error("no_repeat_ngram_size: expected an integer > 0, found " + std::to_string(n));
 }
 
 at::Tensor NoRepeatNGram::process(const Sequences& seqs, at::Tensor scores) const {
@@ -41,13 +43,14 @@ at::Tensor NoRepeatNGram::process(const Sequences& seqs, at::Tensor scores) cons
   const int64_t len = ids.size(1);
   if (len < n_) return scores;
   const int64_t vocab = scores.size(-1);
-  const at::Tensor prefix = ids.narrow(1, len + 1 - n_, n_ - 1);   // [rows, n-1]
-  const at::Tensor windows = ids.unfold(1, n_, 1);                 // [rows, len-n+1, n]
+  const at::Tensor prefix = ids.narrow(1, len + 1 - n_, n_ - 1);  // [rows, n-1]
+  const at::Tensor windows = ids.unfold(1, n_, 1);                // [rows, len-n+1, n]
   const at::Tensor matches =
       windows.narrow(-1, 0, n_ - 1).eq(prefix.unsqueeze(1)).all(-1);  // [rows, len-n+1]
   at::Tensor banned = at::zeros({scores.size(0), vocab + 1}, scores.options().dtype(at::kBool));
-  banned.scatter_(1, at::where(matches, windows.select(-1, n_ - 1), at::full_like(matches, vocab, at::kLong)),
-                  true);
+  banned.scatter_(
+      1, at::where(matches, windows.select(-1, n_ - 1), at::full_like(matches, vocab, at::kLong)),
+      true);
   return scores.masked_fill(banned.narrow(1, 0, vocab), -std::numeric_limits<double>::infinity());
 }
 
@@ -63,7 +66,8 @@ at::Tensor ExponentialDecayLengthPenalty::process(const Sequences& seqs, at::Ten
   if (cur_len <= regulation_start) return scores;
   const at::Tensor& eos = ids_on_device(eos_ids_, eos_, scores.device());
   const at::Tensor penalty =
-      at::abs(scores.index_select(1, eos)) * (std::pow(factor_, static_cast<double>(cur_len - regulation_start)) - 1);
+      at::abs(scores.index_select(1, eos)) *
+      (std::pow(factor_, static_cast<double>(cur_len - regulation_start)) - 1);
   at::Tensor penalties = at::zeros_like(scores);
   penalties.index_copy_(1, eos, penalty);
   return scores + penalties;

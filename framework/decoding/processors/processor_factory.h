@@ -13,9 +13,9 @@ namespace gengraph {
 // What processors may depend on beyond their own parameters; known once the prompt is laid out.
 struct ProcessorContext {
   int64_t vocab_size = 0;
-  std::vector<int64_t> eos;    // the generation's EOS ids
-  int64_t max_length = 0;      // resolved total length (forced_eos fires at max_length - 1)
-  int64_t prompt_length = 0;   // padded prompt length
+  std::vector<int64_t> eos;        // the generation's EOS ids
+  int64_t max_length = 0;          // resolved total length (forced_eos fires at max_length - 1)
+  int64_t prompt_length = 0;       // padded prompt length
   int64_t min_tokens_to_keep = 1;  // 1; for beam sampling n_eos + 1 (at least 2), as transformers
 };
 

@@ -1,9 +1,9 @@
 #include "framework/decoding/processors/warpers.h"
 
+#include <ATen/ATen.h>
+
 #include <cmath>
 #include <limits>
-
-#include <ATen/ATen.h>
 
 #include "framework/util/error.h"
 
@@ -43,7 +43,9 @@ at::Tensor TopP::process(const Sequences&, at::Tensor scores) const {
   auto [sorted, idx] = at::sort(scores, -1, /*descending=*/false);
   const at::Tensor cum = sorted.softmax(-1).cumsum(-1);
   at::Tensor remove = cum.le(1 - p_);
-  remove.narrow(-1, remove.size(-1) - std::min(keep_, remove.size(-1)), std::min(keep_, remove.size(-1)))
+  remove
+      .narrow(-1, remove.size(-1) - std::min(keep_, remove.size(-1)),
+              std::min(keep_, remove.size(-1)))
       .fill_(false);
   return scores.masked_fill(remove.scatter(1, idx, remove), -kInf);
 }
@@ -61,7 +63,8 @@ at::Tensor MinP::process(const Sequences&, at::Tensor scores) const {
 }
 
 Typical::Typical(double mass, int64_t keep) : mass_(mass), keep_(keep) {
-  require(mass > 0 && mass < 1, "typical_p: expected a number in (0, 1), found " + std::to_string(mass));
+  require(mass > 0 && mass < 1,
+          "typical_p: expected a number in (0, 1), found " + std::to_string(mass));
 }
 at::Tensor Typical::process(const Sequences&, at::Tensor scores) const {
   const at::Tensor normalized = at::log_softmax(scores, -1);
@@ -80,7 +83,8 @@ at::Tensor Typical::process(const Sequences&, at::Tensor scores) const {
 EpsilonCutoff::EpsilonCutoff(double epsilon, int64_t keep, bool eta)
     : epsilon_(epsilon), keep_(keep), eta_(eta) {
   require(epsilon > 0 && epsilon < 1, std::string(eta ? "eta_cutoff" : "epsilon_cutoff") +
-                                          ": expected a number in (0, 1), found " + std::to_string(epsilon));
+                                          ": expected a number in (0, 1), found " +
+                                          std::to_string(epsilon));
 }
 at::Tensor EpsilonCutoff::process(const Sequences&, at::Tensor scores) const {
   const at::Tensor probs = scores.softmax(-1);

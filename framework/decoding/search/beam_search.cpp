@@ -1,8 +1,8 @@
 #include "framework/decoding/search/beam_search.h"
 
-#include <cmath>
-
 #include <ATen/ATen.h>
+
+#include <cmath>
 
 namespace gengraph {
 namespace {
@@ -28,16 +28,18 @@ void BeamSearch::begin(const Sequences& seqs) {
   const auto f = seqs.tokens.options().dtype(at::kFloat);
   running_scores_ = at::zeros({batch_, nb}, f);
   running_scores_.narrow(1, 1, nb - 1).fill_(kBlocked);
-  fin_tokens_ = at::full({batch_, nb, options_.max_length}, options_.fill_token, seqs.tokens.options());
+  fin_tokens_ =
+      at::full({batch_, nb, options_.max_length}, options_.fill_token, seqs.tokens.options());
   fin_scores_ = at::full({batch_, nb}, kBlocked, f);
   fin_lengths_ = at::zeros({batch_, nb}, seqs.tokens.options());
   is_finished_ = at::zeros({batch_, nb}, f.dtype(at::kBool));
   improvable_ = at::ones({batch_, 1}, f.dtype(at::kBool));
-  top_mask_ = at::cat({at::ones({nb}, f.dtype(at::kBool)), at::zeros({candidates_ - nb}, f.dtype(at::kBool))});
+  top_mask_ = at::cat(
+      {at::ones({nb}, f.dtype(at::kBool)), at::zeros({candidates_ - nb}, f.dtype(at::kBool))});
 }
 
-StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
-                              const StoppingCriteria& stop) {
+StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& processors,
+                              Sequences& seqs, const StoppingCriteria& stop) {
   const int64_t nb = options_.num_beams, b = batch_, k = candidates_, vocab = logits.size(-1);
   const int64_t cur_len = seqs.length();
   const bool early_true = options_.early_stopping == EarlyStopping::kTrue;
@@ -56,39 +58,47 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
   const at::Tensor beam = top_idx.div(vocab, "floor");  // [B, K] source beam
   const at::Tensor token = top_idx.remainder(vocab);    // [B, K]
   const at::Tensor running = seqs.tokens.view({b, nb, cur_len});
-  const at::Tensor cand = at::cat({gather_beams(running, beam), token.unsqueeze(-1)}, 2);  // [B, K, L+1]
-  const at::Tensor hits =
-      stop.should_stop(Sequences{cand.view({b * k, cur_len + 1}), seqs.prompt_valid, seqs.prompt_length})
-          .view({b, k});  // [B, K]
+  const at::Tensor cand =
+      at::cat({gather_beams(running, beam), token.unsqueeze(-1)}, 2);  // [B, K, L+1]
+  const at::Tensor hits = stop.should_stop(Sequences{cand.view({b * k, cur_len + 1}),
+                                                     seqs.prompt_valid, seqs.prompt_length})
+                              .view({b, k});  // [B, K]
 
   // The best num_beams candidates that did not stop keep running.
   const at::Tensor running_candidates = top_scores + hits.to(at::kFloat) * kBlocked;
   const at::Tensor next = std::get<1>(at::topk(running_candidates, nb));  // [B, nb]
-  const at::Tensor next_running = gather_beams(cand, next);                // [B, nb, L+1]
+  const at::Tensor next_running = gather_beams(cand, next);               // [B, nb, L+1]
   running_scores_ = gather_beams(running_candidates, next);
   const at::Tensor parent = gather_beams(beam, next);  // [B, nb]
 
   // Candidates among the top num_beams that stopped join the finished pool.
   const at::Tensor just_finished = hits.logical_and(top_mask_.unsqueeze(0));
-  at::Tensor fin = top_scores / std::pow(static_cast<double>(cur_len + 1 - prompt_len_), options_.length_penalty);
+  at::Tensor fin = top_scores / std::pow(static_cast<double>(cur_len + 1 - prompt_len_),
+                                         options_.length_penalty);
   if (early_true) fin = fin + is_finished_.all(-1, /*keepdim=*/true).to(at::kFloat) * kBlocked;
   fin = fin + improvable_.logical_not().to(at::kFloat) * kBlocked;
   fin = fin + just_finished.logical_not().to(at::kFloat) * kBlocked;
   const at::Tensor merged_scores = at::cat({fin_scores_, fin}, 1);  // [B, nb+K]
   const at::Tensor keep = std::get<1>(at::topk(merged_scores, nb));
-  const at::Tensor cand_padded =
-      at::cat({cand, at::full({b, k, options_.max_length - cur_len - 1}, options_.fill_token, cand.options())}, 2);
+  const at::Tensor cand_padded = at::cat({cand, at::full({b, k, options_.max_length - cur_len - 1},
+                                                         options_.fill_token, cand.options())},
+                                         2);
   fin_tokens_ = gather_beams(at::cat({fin_tokens_, cand_padded}, 1), keep);
   fin_scores_ = gather_beams(merged_scores, keep);
-  fin_lengths_ = gather_beams(at::cat({fin_lengths_, at::full({b, k}, cur_len + 1 - prompt_len_, fin_lengths_.options())}, 1), keep);
+  fin_lengths_ = gather_beams(
+      at::cat({fin_lengths_, at::full({b, k}, cur_len + 1 - prompt_len_, fin_lengths_.options())},
+              1),
+      keep);
   is_finished_ = gather_beams(at::cat({is_finished_, just_finished}, 1), keep);
 
   // Could a running beam still beat the worst finished one? (transformers' heuristic)
   const int64_t new_len = cur_len + 1;
-  const double best_len = (options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0)
-                              ? static_cast<double>(options_.max_length - prompt_len_)
-                              : static_cast<double>(new_len - prompt_len_);
-  const at::Tensor best_possible = running_scores_.narrow(1, 0, 1) / std::pow(best_len, options_.length_penalty);
+  const double best_len =
+      (options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0)
+          ? static_cast<double>(options_.max_length - prompt_len_)
+          : static_cast<double>(new_len - prompt_len_);
+  const at::Tensor best_possible =
+      running_scores_.narrow(1, 0, 1) / std::pow(best_len, options_.length_penalty);
   const at::Tensor worst_finished =
       at::where(is_finished_, std::get<0>(fin_scores_.min(1, /*keepdim=*/true)),
                 at::scalar_tensor(kBlocked, fin_scores_.options()));
@@ -98,8 +108,10 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
   StepDecision d;
   d.next_tokens = next_running.select(2, cur_len).reshape({b * nb});
   d.parent_rows = (parent + at::arange(b, parent.options()).unsqueeze(1) * nb).reshape({b * nb});
-  // The three stop conditions in one device-to-host copy: on CUDA each .item() waits for the device.
-  const at::Tensor flags = at::stack({improvable_.any(), is_finished_.all(), hits.all()}).to(at::kCPU);
+  // The three stop conditions in one device-to-host copy: on CUDA each .item() waits for the
+  // device.
+  const at::Tensor flags =
+      at::stack({improvable_.any(), is_finished_.all(), hits.all()}).to(at::kCPU);
   const auto f = flags.accessor<bool, 1>();
   const bool can_improve = f[0];
   const bool all_full = early_true && f[1];

@@ -17,7 +17,7 @@ struct BeamSearchOptions {
   int64_t num_return_sequences = 1;
   bool do_sample = false;
   int64_t n_eos = 0;
-  int64_t max_length = 0;  // resolved total length
+  int64_t max_length = 0;   // resolved total length
   int64_t fill_token = -1;  // transformers: (pad or eos[0]) if eos is set, else -1
 };
 

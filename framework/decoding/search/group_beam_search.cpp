@@ -1,9 +1,9 @@
 #include "framework/decoding/search/group_beam_search.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <ATen/ATen.h>
 
 namespace gengraph {
 
@@ -21,7 +21,8 @@ at::Tensor HammingDiversity::process(const Sequences&, at::Tensor scores) const 
   return out;
 }
 
-GroupBeamSearch::GroupBeamSearch(GroupBeamSearchOptions options, std::shared_ptr<DiverseBeamState> state)
+GroupBeamSearch::GroupBeamSearch(GroupBeamSearchOptions options,
+                                 std::shared_ptr<DiverseBeamState> state)
     : options_(std::move(options)), state_(std::move(state)) {
   group_size_ = options_.num_beams / options_.num_beam_groups;
   state_->num_beams = options_.num_beams;
@@ -32,14 +33,17 @@ void GroupBeamSearch::begin(const Sequences& seqs) {
   batch_ = seqs.rows() / options_.num_beams;
   prompt_len_ = seqs.prompt_length;
   // The first beam of every group starts at 0, the others at -1e9.
-  beam_scores_ = at::full({batch_, options_.num_beams}, -1e9, seqs.tokens.options().dtype(at::kFloat));
+  beam_scores_ =
+      at::full({batch_, options_.num_beams}, -1e9, seqs.tokens.options().dtype(at::kFloat));
   beam_scores_.slice(1, 0, options_.num_beams, group_size_).fill_(0.0);
   beam_scores_ = beam_scores_.view({-1});
   pools_.assign(batch_ * options_.num_beam_groups, Pool{});
 }
 
-void GroupBeamSearch::add(Pool& pool, double sum_logprobs, std::vector<int64_t> tokens, int64_t generated_len) const {
-  const double score = sum_logprobs / std::pow(static_cast<double>(generated_len), options_.length_penalty);
+void GroupBeamSearch::add(Pool& pool, double sum_logprobs, std::vector<int64_t> tokens,
+                          int64_t generated_len) const {
+  const double score =
+      sum_logprobs / std::pow(static_cast<double>(generated_len), options_.length_penalty);
   const auto cap = static_cast<size_t>(group_size_);
   if (pool.beams.size() < cap || score > pool.worst) {
     pool.beams.push_back(Finished{score, std::move(tokens)});
@@ -66,9 +70,11 @@ bool GroupBeamSearch::is_done(const Pool& pool, double best, int64_t cur_len) co
   return pool.worst >= best / std::pow(static_cast<double>(len), options_.length_penalty);
 }
 
-void GroupBeamSearch::select_group(int64_t g, const at::Tensor& top_scores, const at::Tensor& top_tokens,
-                                   const at::Tensor& top_beams, const at::Tensor& group_tokens, int64_t cur_len,
-                                   at::Tensor& next_scores, at::Tensor& next_tokens, at::Tensor& next_rows) {
+void GroupBeamSearch::select_group(int64_t g, const at::Tensor& top_scores,
+                                   const at::Tensor& top_tokens, const at::Tensor& top_beams,
+                                   const at::Tensor& group_tokens, int64_t cur_len,
+                                   at::Tensor& next_scores, at::Tensor& next_tokens,
+                                   at::Tensor& next_rows) {
   const auto s = top_scores.accessor<float, 2>();
   const auto t = top_tokens.accessor<int64_t, 2>();
   const auto src = top_beams.accessor<int64_t, 2>();
@@ -108,8 +114,8 @@ void GroupBeamSearch::select_group(int64_t g, const at::Tensor& top_scores, cons
   }
 }
 
-StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
-                                   const StoppingCriteria& stop) {
+StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcessor& processors,
+                                   Sequences& seqs, const StoppingCriteria& stop) {
   const int64_t nb = options_.num_beams, gs = group_size_, vocab = logits.size(-1);
   const int64_t cur_len = seqs.length();
   const int64_t k = std::max<int64_t>(2, 1 + static_cast<int64_t>(options_.eos.size())) * gs;
@@ -128,21 +134,25 @@ StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcess
     const at::Tensor rows = at::tensor(idx, at::kLong).to(dev);  // [B*gs]
     const at::Tensor group_tokens = seqs.tokens.index_select(0, rows);
     state_->group = g;
-    const Sequences group_seqs{group_tokens, seqs.prompt_valid.index_select(0, rows), seqs.prompt_length};
-    const at::Tensor lp = processors.process(group_seqs, at::log_softmax(logits.index_select(0, rows), -1));
-    const at::Tensor acc = (lp + beam_scores_.index_select(0, rows).unsqueeze(-1)).view({batch_, gs * vocab});
+    const Sequences group_seqs{group_tokens, seqs.prompt_valid.index_select(0, rows),
+                               seqs.prompt_length};
+    const at::Tensor lp =
+        processors.process(group_seqs, at::log_softmax(logits.index_select(0, rows), -1));
+    const at::Tensor acc =
+        (lp + beam_scores_.index_select(0, rows).unsqueeze(-1)).view({batch_, gs * vocab});
     auto [top_scores, top_idx] = at::topk(acc, k, 1, /*largest=*/true, /*sorted=*/true);
     const at::Tensor beams = top_idx.div(vocab, "floor").to(at::kCPU);
     const at::Tensor toks = top_idx.remainder(vocab).to(at::kCPU);
     at::Tensor ns = at::zeros({batch_, gs}, at::kFloat), nt = at::zeros({batch_, gs}, at::kLong),
                nr = at::zeros({batch_, gs}, at::kLong);
-    select_group(g, top_scores.to(at::kCPU).contiguous(), toks, beams, cpu_tokens.index_select(0, rows.to(at::kCPU)),
-                 cur_len, ns, nt, nr);
+    select_group(g, top_scores.to(at::kCPU).contiguous(), toks, beams,
+                 cpu_tokens.index_select(0, rows.to(at::kCPU)), cur_len, ns, nt, nr);
     const at::Tensor next_rows = nr.view({-1}).to(dev);
     beam_scores_.index_copy_(0, rows, ns.view({-1}).to(dev));
     tokens.index_copy_(0, rows, group_tokens.index_select(0, next_rows));
     current.index_copy_(0, rows, nt.view({-1}).to(dev));
-    reorder.index_copy_(0, rows, next_rows.div(gs, "floor") * nb + g * gs + next_rows.remainder(gs));
+    reorder.index_copy_(0, rows,
+                        next_rows.div(gs, "floor") * nb + g * gs + next_rows.remainder(gs));
   }
   seqs.tokens = at::cat({tokens, current.unsqueeze(1)}, 1);
   bool all_done = true;
@@ -176,7 +186,8 @@ std::vector<std::vector<Hypothesis>> GroupBeamSearch::finalize(const Sequences& 
       const auto& beams = pools_[b * groups + g].beams;
       all.insert(all.end(), beams.begin(), beams.end());
     }
-    std::stable_sort(all.begin(), all.end(), [](const Finished& x, const Finished& y) { return x.score < y.score; });
+    std::stable_sort(all.begin(), all.end(),
+                     [](const Finished& x, const Finished& y) { return x.score < y.score; });
     for (int64_t j = 0; j < options_.num_return_sequences && !all.empty(); ++j) {
       out[b].push_back(Hypothesis{all.back().tokens, all.back().score});
       all.pop_back();

@@ -63,7 +63,8 @@ class GroupBeamSearch final : public SearchStrategy {
     double worst = 1e9;
     bool done = false;
   };
-  void add(Pool& pool, double sum_logprobs, std::vector<int64_t> tokens, int64_t generated_len) const;
+  void add(Pool& pool, double sum_logprobs, std::vector<int64_t> tokens,
+           int64_t generated_len) const;
   bool is_done(const Pool& pool, double best_sum_logprobs, int64_t cur_len) const;
   // One group's candidates -> next scores/tokens/source rows; [B, gs] each, on the CPU.
   void select_group(int64_t g, const at::Tensor& top_scores, const at::Tensor& top_tokens,
@@ -73,7 +74,7 @@ class GroupBeamSearch final : public SearchStrategy {
   GroupBeamSearchOptions options_;
   std::shared_ptr<DiverseBeamState> state_;
   int64_t batch_ = 0, prompt_len_ = 0, group_size_ = 1;
-  at::Tensor beam_scores_;  // [B * num_beams] float32
+  at::Tensor beam_scores_;   // [B * num_beams] float32
   std::vector<Pool> pools_;  // [B * groups], index b * groups + g
 };
 

@@ -2,12 +2,12 @@
 // the returned sequences. It never sees a backend; the Generator moves tensors between the two.
 #pragma once
 
+#include <ATen/Tensor.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <ATen/Tensor.h>
 
 #include "framework/decoding/processors/logits_processor.h"
 #include "framework/decoding/sequences.h"

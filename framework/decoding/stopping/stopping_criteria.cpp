@@ -12,7 +12,8 @@ at::Tensor MaxLengthCriterion::should_stop(const Sequences& seqs) const {
 }
 
 at::Tensor EosCriterion::should_stop(const Sequences& seqs) const {
-  return at::isin(seqs.tokens.select(1, seqs.length() - 1), ids_on_device(eos_, eos_ids_, seqs.tokens.device()));
+  return at::isin(seqs.tokens.select(1, seqs.length() - 1),
+                  ids_on_device(eos_, eos_ids_, seqs.tokens.device()));
 }
 
 MaxTimeCriterion::MaxTimeCriterion(double seconds)
@@ -29,8 +30,9 @@ at::Tensor StopSequencesCriterion::should_stop(const Sequences& seqs) const {
   for (size_t i = 0; i < sequences_.size(); ++i) {
     const int64_t n = static_cast<int64_t>(sequences_[i].size());
     if (n > seqs.length()) continue;
-    stop.logical_or_(
-        seqs.tokens.narrow(1, seqs.length() - n, n).eq(ids_on_device(on_device_[i], sequences_[i], seqs.tokens.device())).all(1));
+    stop.logical_or_(seqs.tokens.narrow(1, seqs.length() - n, n)
+                         .eq(ids_on_device(on_device_[i], sequences_[i], seqs.tokens.device()))
+                         .all(1));
   }
   return stop;
 }

@@ -1,13 +1,13 @@
 // Stopping criteria: each says, per row, whether that row is done after the token just appended.
 #pragma once
 
+#include <ATen/Tensor.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/Tensor.h>
 
 #include "framework/decoding/sequences.h"
 
@@ -45,7 +45,8 @@ class EosCriterion final : public StoppingCriterion {
   mutable at::Tensor eos_;  // [n_eos] int64 on the sequences' device
 };
 
-// Stops every row once `seconds` have passed since the criterion was built (transformers' max_time).
+// Stops every row once `seconds` have passed since the criterion was built (transformers'
+// max_time).
 class MaxTimeCriterion final : public StoppingCriterion {
  public:
   explicit MaxTimeCriterion(double seconds);
@@ -67,7 +68,8 @@ class StopSequencesCriterion final : public StoppingCriterion {
 
  private:
   std::vector<std::vector<int64_t>> sequences_;
-  mutable std::vector<at::Tensor> on_device_;  // each of sequences_ on the tokens' device (ids_on_device)
+  mutable std::vector<at::Tensor>
+      on_device_;  // each of sequences_ on the tokens' device (ids_on_device)
 };
 
 class StoppingCriteria {

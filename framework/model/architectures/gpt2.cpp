@@ -1,8 +1,8 @@
 // GPT-2 (transformers' GPT2LMHeadModel): learned positions, pre-norm blocks, Conv1D projections,
 // fused qkv, tied LM head.
-#include <cmath>
-
 #include <ATen/ATen.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "framework/model/architectures/ops.h"
@@ -85,13 +85,16 @@ class Gpt2 final : public CausalLM {
     ln_f_ = {w("transformer.ln_f.weight"), w("transformer.ln_f.bias")};
     lm_head_ = c.tie_word_embeddings ? wte_ : w("lm_head.weight");
     for (int64_t i = 0; i < c.num_layers; ++i) {
-      blocks_.push_back(Block{
-          {w(layer(i, "ln_1.weight")), w(layer(i, "ln_1.bias"))},
-          w(layer(i, "attn.c_attn.weight")), w(layer(i, "attn.c_attn.bias")),
-          w(layer(i, "attn.c_proj.weight")), w(layer(i, "attn.c_proj.bias")),
-          {w(layer(i, "ln_2.weight")), w(layer(i, "ln_2.bias"))},
-          w(layer(i, "mlp.c_fc.weight")), w(layer(i, "mlp.c_fc.bias")),
-          w(layer(i, "mlp.c_proj.weight")), w(layer(i, "mlp.c_proj.bias"))});
+      blocks_.push_back(Block{{w(layer(i, "ln_1.weight")), w(layer(i, "ln_1.bias"))},
+                              w(layer(i, "attn.c_attn.weight")),
+                              w(layer(i, "attn.c_attn.bias")),
+                              w(layer(i, "attn.c_proj.weight")),
+                              w(layer(i, "attn.c_proj.bias")),
+                              {w(layer(i, "ln_2.weight")), w(layer(i, "ln_2.bias"))},
+                              w(layer(i, "mlp.c_fc.weight")),
+                              w(layer(i, "mlp.c_fc.bias")),
+                              w(layer(i, "mlp.c_proj.weight")),
+                              w(layer(i, "mlp.c_proj.bias"))});
     }
   }
 
@@ -99,7 +102,8 @@ class Gpt2 final : public CausalLM {
     const auto& c = config();
     const int64_t rows = b.input_ids.size(0), t = b.input_ids.size(1);
     const int64_t d = c.hidden_size, heads = c.num_heads, hd = c.head_dim;
-    at::Tensor h = at::embedding(wte_, b.input_ids) + at::embedding(wpe_, b.positions);  // [rows, T, d]
+    at::Tensor h =
+        at::embedding(wte_, b.input_ids) + at::embedding(wpe_, b.positions);  // [rows, T, d]
     for (int64_t i = 0; i < static_cast<int64_t>(blocks_.size()); ++i) {
       const Block& blk = blocks_[i];
       at::Tensor a = at::layer_norm(h, {d}, blk.ln_1.w, blk.ln_1.b, c.norm_eps);

@@ -1,9 +1,9 @@
 // GPT-J (transformers' GPTJForCausalLM): rotary embeddings on the first rotary_dim dims of each
 // head in interleaved pairs, attention and MLP in parallel from one LayerNorm, bias-free q/k/v/out
 // projections, an LM head with a bias, untied embeddings by default.
-#include <cmath>
-
 #include <ATen/ATen.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "framework/model/architectures/ops.h"

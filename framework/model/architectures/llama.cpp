@@ -2,13 +2,13 @@
 // pre-norm blocks, rotary embeddings in the rotate_half form, grouped-query attention, SwiGLU MLP.
 // One implementation; the three model types differ only in their config.json parsing: which
 // biases exist, which defaults apply, and which layers use sliding-window attention.
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <optional>
-
-#include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "framework/model/architectures/ops.h"
 #include "framework/model/architectures/rope.h"

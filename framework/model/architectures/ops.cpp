@@ -1,9 +1,9 @@
 #include "framework/model/architectures/ops.h"
 
+#include <ATen/ATen.h>
+
 #include <cmath>
 #include <map>
-
-#include <ATen/ATen.h>
 
 #include "framework/util/error.h"
 
@@ -11,15 +11,16 @@ namespace gengraph {
 
 Activation parse_activation(const std::string& name, const std::string& source) {
   static const std::map<std::string, Activation> kNames = {
-      {"gelu_new", Activation::kGeluNew},     {"gelu_pytorch_tanh", Activation::kGeluNew},
-      {"gelu_fast", Activation::kGeluNew},    {"gelu", Activation::kGeluExact},
-      {"relu", Activation::kRelu},            {"silu", Activation::kSilu},
-      {"swish", Activation::kSilu},           {"quick_gelu", Activation::kQuickGelu}};
+      {"gelu_new", Activation::kGeluNew},  {"gelu_pytorch_tanh", Activation::kGeluNew},
+      {"gelu_fast", Activation::kGeluNew}, {"gelu", Activation::kGeluExact},
+      {"relu", Activation::kRelu},         {"silu", Activation::kSilu},
+      {"swish", Activation::kSilu},        {"quick_gelu", Activation::kQuickGelu}};
   auto it = kNames.find(name);
   if (it == kNames.end()) {
     std::vector<std::string> known;
     for (const auto& [k, v] : kNames) known.push_back(k);
-    throw Error(source + ": unsupported activation '" + name + "'; supported: " + join(known, ", "));
+    throw Error(source + ": unsupported activation '" + name +
+                "'; supported: " + join(known, ", "));
   }
   return it->second;
 }

@@ -1,9 +1,9 @@
 // Small tensor functions shared by architectures.
 #pragma once
 
-#include <string>
-
 #include <ATen/Tensor.h>
+
+#include <string>
 
 namespace gengraph {
 

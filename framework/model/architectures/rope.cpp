@@ -1,8 +1,8 @@
 #include "framework/model/architectures/rope.h"
 
-#include <cmath>
-
 #include <ATen/ATen.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "framework/model/json_fields.h"

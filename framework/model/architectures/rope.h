@@ -3,13 +3,13 @@
 // Everything per step is a tensor op on the positions tensor, so forward() traces.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <utility>
-
 #include <ATen/Tensor.h>
 #include <c10/core/ScalarType.h>
+
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <utility>
 
 #include "framework/model/model_config.h"
 

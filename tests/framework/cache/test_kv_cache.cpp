@@ -1,6 +1,5 @@
-#include <gtest/gtest.h>
-
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include "framework/cache/kv_cache.h"
 #include "framework/model/loader.h"

@@ -8,8 +8,8 @@
 namespace gengraph {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 
 const char* kValid = R"(name: t
 model: {preset: gpt2-tiny, seed: 3, dtype: bfloat16}
@@ -41,8 +41,8 @@ TEST(ExperimentConfig, ParsesEverySection) {
 
 TEST(ExperimentConfig, SetOverridesApplyBeforeValidation) {
   const auto c = parse_experiment(kValid, "t.yaml",
-                                  {"generation.max_new_tokens=3", "model.dtype=float32", "run.threads=1",
-                                   "inputs.prompts=[[9, 9]]"});
+                                  {"generation.max_new_tokens=3", "model.dtype=float32",
+                                   "run.threads=1", "inputs.prompts=[[9, 9]]"});
   EXPECT_EQ(c.generation["max_new_tokens"], 3);
   EXPECT_EQ(c.model.dtype, "float32");
   EXPECT_EQ(c.run.threads, 1);
@@ -55,7 +55,9 @@ TEST(ExperimentConfig, SetOverridesApplyBeforeValidation) {
 
 TEST(ExperimentConfig, SyntheticInputs) {
   const auto c = parse_experiment(
-      "model: {preset: gpt2-tiny}\ninputs: {synthetic: {batch_size: 4, prompt_length: 32, seed: 1}}\n", "s.yaml");
+      "model: {preset: gpt2-tiny}\ninputs: {synthetic: {batch_size: 4, prompt_length: 32, seed: "
+      "1}}\n",
+      "s.yaml");
   EXPECT_TRUE(c.inputs.synthetic);
   EXPECT_EQ(c.inputs.batch_size, 4);
   EXPECT_EQ(c.inputs.prompt_length, 32);
@@ -105,22 +107,30 @@ INSTANTIATE_TEST_SUITE_P(
                 "inputs.prompts[0]: expected at least one token"},
         BadYaml{"wrong_type", "model: {preset: gpt2-tiny}\n" + kInputs + "run: {repeats: many}\n",
                 "bad.yaml:3:16: run.repeats: expected an integer in [1, 100000], found 'many'"},
-        BadYaml{"generation_unknown", "model: {preset: gpt2-tiny}\n" + kInputs + "generation: {max_new_token: 3}\n",
+        BadYaml{"generation_unknown",
+                "model: {preset: gpt2-tiny}\n" + kInputs + "generation: {max_new_token: 3}\n",
                 "unknown generation parameter 'max_new_token' (did you mean 'max_new_tokens'?)"},
-        BadYaml{"generation_range", "model: {preset: gpt2-tiny}\n" + kInputs + "generation: {max_new_tokens: 0}\n",
+        BadYaml{"generation_range",
+                "model: {preset: gpt2-tiny}\n" + kInputs + "generation: {max_new_tokens: 0}\n",
                 "'max_new_tokens': expected an integer >= 1, found 0"},
-        BadYaml{"duplicate_label", "model: {preset: gpt2-tiny}\n" + kInputs + "backends: [eager, eager]\n",
+        BadYaml{"duplicate_label",
+                "model: {preset: gpt2-tiny}\n" + kInputs + "backends: [eager, eager]\n",
                 "label 'eager' is used twice"},
-        BadYaml{"backend_and_backends", "model: {preset: gpt2-tiny}\n" + kInputs + "backend: eager\nbackends: [eager]\n",
+        BadYaml{"backend_and_backends",
+                "model: {preset: gpt2-tiny}\n" + kInputs + "backend: eager\nbackends: [eager]\n",
                 "either backend or backends"},
         // yaml-cpp keeps a duplicate key silently (some readers then see the first, some the last).
-        BadYaml{"duplicate_key", "model: {preset: gpt2-tiny}\n" + kInputs + "generation: {max_new_tokens: 2, max_new_tokens: 5}\n",
+        BadYaml{"duplicate_key",
+                "model: {preset: gpt2-tiny}\n" + kInputs +
+                    "generation: {max_new_tokens: 2, max_new_tokens: 5}\n",
                 "bad.yaml:3:33: duplicate key 'max_new_tokens'"},
-        BadYaml{"duplicate_top_key", "model: {preset: gpt2-tiny}\n" + kInputs + "run: {repeats: 1}\nrun: {repeats: 2}\n",
+        BadYaml{"duplicate_top_key",
+                "model: {preset: gpt2-tiny}\n" + kInputs + "run: {repeats: 1}\nrun: {repeats: 2}\n",
                 "bad.yaml:4:1: duplicate key 'run'"},
         BadYaml{"complex_key", "model: {preset: gpt2-tiny}\n" + kInputs + "? [a]\n: 1\n",
                 "bad.yaml:3:3: expected a plain key name, found a list"},
-        BadYaml{"second_document", "model: {preset: gpt2-tiny}\n" + kInputs + "---\nrun: {repeats: 1}\n",
+        BadYaml{"second_document",
+                "model: {preset: gpt2-tiny}\n" + kInputs + "---\nrun: {repeats: 1}\n",
                 "bad.yaml: expected one YAML document, found 2"},
         BadYaml{"not_utf8", "model: {preset: gpt2-tiny}\n" + kInputs + "name: caf\xe9\n",
                 "bad.yaml:3:10: expected UTF-8 text, found a byte that is not valid UTF-8"},
@@ -134,21 +144,27 @@ INSTANTIATE_TEST_SUITE_P(
 // override's text, not in the file.
 TEST(ExperimentConfig, ErrorsInOverridesNameTheOverride) {
   EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"run={repeats: many}"}); }),
-              HasSubstr("override 'run={repeats: many}': run.repeats: expected an integer in [1, 100000], found 'many'"));
+              HasSubstr("override 'run={repeats: many}': run.repeats: expected an integer in [1, "
+                        "100000], found 'many'"));
   EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"inputs.prompts=[[1, -2]]"}); }),
               HasSubstr("override 'inputs.prompts=[[1, -2]]': inputs.prompts[0][1]"));
   // Values from the file keep their file position.
-  EXPECT_THAT(error_of([] { parse_experiment(std::string(kValid) + "plot: x.txt\n", "t.yaml", {"run={repeats: 2}"}); }),
+  EXPECT_THAT(error_of([] {
+                parse_experiment(std::string(kValid) + "plot: x.txt\n", "t.yaml",
+                                 {"run={repeats: 2}"});
+              }),
               HasSubstr("t.yaml:12:7: plot"));
 }
 
 TEST(ExperimentConfig, SetNeedsAValue) {
   EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"generation.max_new_tokens="}); }),
               HasSubstr("--set 'generation.max_new_tokens=': expected a value after '='"));
-  EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"model={preset: a, preset: b}"}); }),
-              HasSubstr("--set 'model={preset: a, preset: b}'"));
-  EXPECT_THAT(error_of([] { parse_experiment(kValid, "t.yaml", {"model={preset: a, preset: b}"}); }),
-              HasSubstr("duplicate key 'preset'"));
+  EXPECT_THAT(
+      error_of([] { parse_experiment(kValid, "t.yaml", {"model={preset: a, preset: b}"}); }),
+      HasSubstr("--set 'model={preset: a, preset: b}'"));
+  EXPECT_THAT(
+      error_of([] { parse_experiment(kValid, "t.yaml", {"model={preset: a, preset: b}"}); }),
+      HasSubstr("duplicate key 'preset'"));
 }
 
 TEST(ExperimentConfig, MissingFileIsNamed) {
@@ -177,20 +193,26 @@ peers: [hf_eager]
   ASSERT_EQ(c.peers.size(), 1u);
   const auto points = expand_sweep(c);
   ASSERT_EQ(points.size(), 4u);
-  EXPECT_EQ(points[3].first, (std::vector<std::string>{"inputs.synthetic.batch_size=8", "generation.num_beams=4"}));
+  EXPECT_EQ(points[3].first,
+            (std::vector<std::string>{"inputs.synthetic.batch_size=8", "generation.num_beams=4"}));
   EXPECT_EQ(points[3].second.inputs.batch_size, 8);
   EXPECT_EQ(points[3].second.generation["num_beams"], 4);
   // A bad value in any point fails the whole sweep before anything runs.
   const std::string bad = std::string(text) + "";
-  const auto c2 = parse_experiment(std::string(text).replace(std::string(text).find("[1, 4]"), 6, "[1, 0]"), "s.yaml");
-  EXPECT_THAT(testing::error_of([&] { expand_sweep(c2); }),
-              ::testing::HasSubstr("sweep point inputs.synthetic.batch_size=1, generation.num_beams=0"));
-  EXPECT_THAT(testing::error_of([&] { parse_experiment(std::string(text) + "plot: 3\n", "s.yaml", {"baseline=nope"}); }),
+  const auto c2 = parse_experiment(
+      std::string(text).replace(std::string(text).find("[1, 4]"), 6, "[1, 0]"), "s.yaml");
+  EXPECT_THAT(
+      testing::error_of([&] { expand_sweep(c2); }),
+      ::testing::HasSubstr("sweep point inputs.synthetic.batch_size=1, generation.num_beams=0"));
+  EXPECT_THAT(testing::error_of([&] {
+                parse_experiment(std::string(text) + "plot: 3\n", "s.yaml", {"baseline=nope"});
+              }),
               ::testing::HasSubstr("baseline: expected one of the row labels"));
   EXPECT_THAT(testing::error_of([&] { parse_experiment(text, "s.yaml", {"peers=[hf_jit]"}); }),
               ::testing::HasSubstr("unknown peer 'hf_jit'"));
-  EXPECT_THAT(testing::error_of([&] { parse_experiment(text, "s.yaml", {"run.peer_timeout_s=-1"}); }),
-              ::testing::HasSubstr("peer_timeout_s"));
+  EXPECT_THAT(
+      testing::error_of([&] { parse_experiment(text, "s.yaml", {"run.peer_timeout_s=-1"}); }),
+      ::testing::HasSubstr("peer_timeout_s"));
 }
 
 }  // namespace

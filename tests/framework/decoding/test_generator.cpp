@@ -1,7 +1,6 @@
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <ATen/ATen.h>
 
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
@@ -12,8 +11,8 @@
 namespace gengraph {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 
 std::shared_ptr<const CausalLM> tiny(uint64_t seed = 0) {
   ModelSource s;
@@ -22,14 +21,16 @@ std::shared_ptr<const CausalLM> tiny(uint64_t seed = 0) {
   return load_model(s).model;
 }
 
-std::unique_ptr<ForwardBackend> eager(std::shared_ptr<const CausalLM> m, const std::string& cache = "growing") {
+std::unique_ptr<ForwardBackend> eager(std::shared_ptr<const CausalLM> m,
+                                      const std::string& cache = "growing") {
   register_builtin_backends();
-  return BackendRegistry::instance().create("eager", std::move(m), BackendOptions("eager", {{"cache", cache}}));
+  return BackendRegistry::instance().create("eager", std::move(m),
+                                            BackendOptions("eager", {{"cache", cache}}));
 }
 
 // Independent reference: no cache at all, the whole (unpadded) sequence re-run every step.
-std::vector<int64_t> greedy_without_cache(const CausalLM& m, std::vector<int64_t> seq, int64_t steps,
-                                          const std::vector<int64_t>& eos) {
+std::vector<int64_t> greedy_without_cache(const CausalLM& m, std::vector<int64_t> seq,
+                                          int64_t steps, const std::vector<int64_t>& eos) {
   std::vector<int64_t> out;
   for (int64_t i = 0; i < steps; ++i) {
     const int64_t n = static_cast<int64_t>(seq.size());
@@ -55,7 +56,8 @@ TEST(Generator, LeftPaddedBatchEqualsEachPromptAlone) {
     const auto r = Generator(g).generate(*b, prompts);
     ASSERT_EQ(r.outputs.size(), 3u);
     for (size_t i = 0; i < prompts.size(); ++i) {
-      EXPECT_EQ(r.outputs[i][0].tokens, greedy_without_cache(*m, prompts[i], 9, {})) << cache << " input " << i;
+      EXPECT_EQ(r.outputs[i][0].tokens, greedy_without_cache(*m, prompts[i], 9, {}))
+          << cache << " input " << i;
     }
   }
 }
@@ -72,7 +74,8 @@ TEST(Generator, EosStopsARowAndTheOthersContinue) {
   g.eos_token_id = {eos};
   const auto r = Generator(g).generate(*b, prompts);
   const auto& row0 = r.outputs[0][0].tokens;
-  const auto first = std::find(free_run.outputs[0][0].tokens.begin(), free_run.outputs[0][0].tokens.end(), eos);
+  const auto first =
+      std::find(free_run.outputs[0][0].tokens.begin(), free_run.outputs[0][0].tokens.end(), eos);
   EXPECT_EQ(row0, std::vector<int64_t>(free_run.outputs[0][0].tokens.begin(), first + 1));
   EXPECT_EQ(r.outputs[1][0].tokens, greedy_without_cache(*m, prompts[1], 10, {eos}));
 }
@@ -81,7 +84,9 @@ TEST(GeneratorErrors, TokenOutsideVocabulary) {
   auto b = eager(tiny());
   GenerationConfig g;
   g.max_new_tokens = 2;
-  EXPECT_THAT(error_of([&] { Generator(g).generate(*b, {{1, 2}, {3, 1024}}); }),
+  EXPECT_THAT(error_of([&] {
+                Generator(g).generate(*b, {{1, 2}, {3, 1024}});
+              }),
               HasSubstr("input 1 token 1: id 1024 is outside the vocabulary [0, 1024)"));
 }
 
@@ -99,25 +104,31 @@ TEST(GeneratorErrors, MaxLengthWithoutRoomAndBadSpecialTokens) {
   auto b = eager(tiny());
   GenerationConfig g;
   g.max_length = 3;
-  EXPECT_THAT(error_of([&] { Generator(g).generate(*b, {{1, 2, 3}}); }),
+  EXPECT_THAT(error_of([&] {
+                Generator(g).generate(*b, {{1, 2, 3}});
+              }),
               HasSubstr("'max_length' 3 leaves no room after the longest prompt (3 tokens"));
   GenerationConfig e;
   e.eos_token_id = {5000};
   EXPECT_THAT(error_of([&] { Generator(e).generate(*b, {{1}}); }),
               HasSubstr("'eos_token_id': token id 5000 is outside the model's vocabulary"));
-  EXPECT_THAT(error_of([&] { Generator(GenerationConfig{}).generate(*b, {{1}, {}}); }),
+  EXPECT_THAT(error_of([&] {
+                Generator(GenerationConfig{}).generate(*b, {{1}, {}});
+              }),
               HasSubstr("input 1: empty prompt"));
 }
 
 TEST(GeneratorErrors, InconsistentSearchSettingsAreRefusedNotIgnored) {
   GenerationConfig g;
   g.num_beam_groups = 2;
-  EXPECT_THAT(error_of([&] { Generator{g}; }), HasSubstr("'num_beam_groups' (2) needs num_beams > 1"));
+  EXPECT_THAT(error_of([&] { Generator{g}; }),
+              HasSubstr("'num_beam_groups' (2) needs num_beams > 1"));
   g.num_beams = 3;
   EXPECT_THAT(error_of([&] { Generator{g}; }), HasSubstr("must be divisible by 'num_beam_groups'"));
   g.num_beams = 4;
   g.do_sample = true;
-  EXPECT_THAT(error_of([&] { Generator{g}; }), HasSubstr("diverse beam search ('num_beam_groups' > 1) cannot sample"));
+  EXPECT_THAT(error_of([&] { Generator{g}; }),
+              HasSubstr("diverse beam search ('num_beam_groups' > 1) cannot sample"));
   GenerationConfig d;
   d.diversity_penalty = 1.0;
   EXPECT_THAT(error_of([&] { Generator{d}; }), HasSubstr("'diversity_penalty' has no effect"));
@@ -129,7 +140,9 @@ TEST(Backend, DecodeBeyondPreparedLengthIsRefused) {
   const auto one = at::ones({1, 1}, at::kLong);
   b->prefill(StepInputs{one, one, at::ones({1, 1}, at::kBool), {}});
   b->decode(StepInputs{one, one, at::ones({1, 1}, at::kBool), {}});
-  EXPECT_THAT(error_of([&] { b->decode(StepInputs{one, one, at::ones({1, 1}, at::kBool), {}}); }),
+  EXPECT_THAT(error_of([&] {
+                b->decode(StepInputs{one, one, at::ones({1, 1}, at::kBool), {}});
+              }),
               HasSubstr("exceeds the prepared max_length 2"));
 }
 
@@ -137,12 +150,14 @@ TEST(BackendRegistry, UnknownNameListsKnownOnesAndOptionsAreChecked) {
   register_builtin_backends();
   EXPECT_THAT(error_of([] { BackendRegistry::instance().get("eagre"); }),
               HasSubstr("unknown backend 'eagre' (did you mean 'eager'?); known backends:"));
-  EXPECT_THAT(error_of([] { BackendRegistry::instance().add(BackendRegistry::instance().get("eager")); }),
-              HasSubstr("already registered"));
+  EXPECT_THAT(
+      error_of([] { BackendRegistry::instance().add(BackendRegistry::instance().get("eager")); }),
+      HasSubstr("already registered"));
   EXPECT_THAT(error_of([] { eager(tiny(), "dynamic"); }),
               HasSubstr("option 'cache': expected one of growing, static, found 'dynamic'"));
   EXPECT_THAT(error_of([] {
-                BackendRegistry::instance().create("eager", tiny(), BackendOptions("eager", {{"cach", "static"}}));
+                BackendRegistry::instance().create("eager", tiny(),
+                                                   BackendOptions("eager", {{"cach", "static"}}));
               }),
               HasSubstr("unknown option 'cach' (did you mean 'cache'?)"));
 }

@@ -1,11 +1,10 @@
 // Table tests for logits processors (scores in, scores out) and for the pipeline's configuration
 // errors. Parity of the transformers processors with transformers itself is in tests/parity.
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <limits>
-
-#include <ATen/ATen.h>
 
 #include "framework/decoding/pipeline.h"
 #include "framework/decoding/processors/constraints.h"
@@ -19,8 +18,8 @@
 namespace gengraph {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -64,53 +63,134 @@ TEST_P(ProcessorTable, ScoresInScoresOut) {
 INSTANTIATE_TEST_SUITE_P(
     Processors, ProcessorTable,
     ::testing::Values(
-        Row{"temperature", [] { return std::make_unique<Temperature>(2.0); }, {0}, 1, {2, -4, 1}, {1, -2, 0.5}},
-        Row{"top_k_2", [] { return std::make_unique<TopK>(2, 1); }, {0}, 1, {1, 3, 2, 0}, {-kInf, 3, 2, -kInf}},
-        Row{"top_k_min_keep", [] { return std::make_unique<TopK>(1, 3); }, {0}, 1, {1, 3, 2, 0}, {1, 3, 2, -kInf}},
+        Row{"temperature",
+            [] { return std::make_unique<Temperature>(2.0); },
+            {0},
+            1,
+            {2, -4, 1},
+            {1, -2, 0.5}},
+        Row{"top_k_2",
+            [] { return std::make_unique<TopK>(2, 1); },
+            {0},
+            1,
+            {1, 3, 2, 0},
+            {-kInf, 3, 2, -kInf}},
+        Row{"top_k_min_keep",
+            [] { return std::make_unique<TopK>(1, 3); },
+            {0},
+            1,
+            {1, 3, 2, 0},
+            {1, 3, 2, -kInf}},
         // softmax([0, ln 2, ln 7]) = [0.1, 0.2, 0.7]: top_p 0.75 keeps {0.7, 0.2}
-        Row{"top_p", [] { return std::make_unique<TopP>(0.75, 1); }, {0}, 1,
-            {0, std::log(2.0f), std::log(7.0f)}, {-kInf, std::log(2.0f), std::log(7.0f)}},
-        Row{"min_p", [] { return std::make_unique<MinP>(0.2, 1); }, {0}, 1,
-            {0, std::log(2.0f), std::log(7.0f)}, {-kInf, std::log(2.0f), std::log(7.0f)}},
-        Row{"repetition_penalty", [] { return std::make_unique<RepetitionPenalty>(2.0); }, {1, 2}, 1,
-            {4, 4, -4, 4}, {4, 2, -8, 4}},
-        Row{"frequency_presence", [] { return std::make_unique<FrequencyPresencePenalty>(0.5, 1.0); },
-            {3, 1, 1, 2}, 1, {0, 0, 0, 0}, {0, -2, -1.5, 0}},  // prompt token 3 is not counted
-        Row{"no_repeat_bigram", [] { return std::make_unique<NoRepeatNGram>(2); }, {1, 2, 3, 1}, 1,
-            {0, 0, 0, 0}, {0, 0, -kInf, 0}},
-        Row{"sequence_bias", [] {
+        Row{"top_p",
+            [] { return std::make_unique<TopP>(0.75, 1); },
+            {0},
+            1,
+            {0, std::log(2.0f), std::log(7.0f)},
+            {-kInf, std::log(2.0f), std::log(7.0f)}},
+        Row{"min_p",
+            [] { return std::make_unique<MinP>(0.2, 1); },
+            {0},
+            1,
+            {0, std::log(2.0f), std::log(7.0f)},
+            {-kInf, std::log(2.0f), std::log(7.0f)}},
+        Row{"repetition_penalty",
+            [] { return std::make_unique<RepetitionPenalty>(2.0); },
+            {1, 2},
+            1,
+            {4, 4, -4, 4},
+            {4, 2, -8, 4}},
+        Row{"frequency_presence",
+            [] { return std::make_unique<FrequencyPresencePenalty>(0.5, 1.0); },
+            {3, 1, 1, 2},
+            1,
+            {0, 0, 0, 0},
+            {0, -2, -1.5, 0}},  // prompt token 3 is not counted
+        Row{"no_repeat_bigram",
+            [] { return std::make_unique<NoRepeatNGram>(2); },
+            {1, 2, 3, 1},
+            1,
+            {0, 0, 0, 0},
+            {0, 0, -kInf, 0}},
+        Row{"sequence_bias",
+            [] {
               return std::make_unique<SequenceBias>(
-                  std::vector<std::pair<std::vector<int64_t>, double>>{{{0}, 1.0}, {{2, 3}, -2.0}, {{1, 3}, 5.0}}, 4);
+                  std::vector<std::pair<std::vector<int64_t>, double>>{
+                      {{0}, 1.0}, {{2, 3}, -2.0}, {{1, 3}, 5.0}},
+                  4);
             },
-            {1, 2}, 1, {0, 0, 0, 0}, {1, 0, 0, -2}},
-        Row{"bad_words_keep_eos", [] {
-              return std::make_unique<BadWords>(std::vector<std::vector<int64_t>>{{3}, {0}}, std::vector<int64_t>{0}, 4);
+            {1, 2},
+            1,
+            {0, 0, 0, 0},
+            {1, 0, 0, -2}},
+        Row{"bad_words_keep_eos",
+            [] {
+              return std::make_unique<BadWords>(std::vector<std::vector<int64_t>>{{3}, {0}},
+                                                std::vector<int64_t>{0}, 4);
             },
-            {1}, 1, {1, 1, 1, 1}, {1, 1, 1, -kInf}},
-        Row{"logit_bias", [] { return std::make_unique<LogitBias>(std::vector<std::pair<int64_t, double>>{{1, 2.5}}, 3); },
-            {0}, 1, {0, 0, 0}, {0, 2.5, 0}},
-        Row{"suppress", [] { return std::make_unique<SuppressTokens>(std::vector<int64_t>{0, 2}); }, {1}, 1,
-            {1, 1, 1}, {-kInf, 1, -kInf}},
+            {1},
+            1,
+            {1, 1, 1, 1},
+            {1, 1, 1, -kInf}},
+        Row{"logit_bias",
+            [] {
+              return std::make_unique<LogitBias>(std::vector<std::pair<int64_t, double>>{{1, 2.5}},
+                                                 3);
+            },
+            {0},
+            1,
+            {0, 0, 0},
+            {0, 2.5, 0}},
+        Row{"suppress",
+            [] {
+              return std::make_unique<SuppressTokens>(std::vector<int64_t>{0, 2});
+            },
+            {1},
+            1,
+            {1, 1, 1},
+            {-kInf, 1, -kInf}},
         Row{"begin_suppress_fires_at_first_step",
-            [] { return std::make_unique<SuppressTokens>(std::vector<int64_t>{1}, 0, true); }, {1, 2}, 2,
-            {1, 1, 1}, {1, -kInf, 1}},
+            [] { return std::make_unique<SuppressTokens>(std::vector<int64_t>{1}, 0, true); },
+            {1, 2},
+            2,
+            {1, 1, 1},
+            {1, -kInf, 1}},
         Row{"begin_suppress_later_no_op",
-            [] { return std::make_unique<SuppressTokens>(std::vector<int64_t>{1}, 0, true); }, {1, 2, 0}, 2,
-            {1, 1, 1}, {1, 1, 1}},
+            [] { return std::make_unique<SuppressTokens>(std::vector<int64_t>{1}, 0, true); },
+            {1, 2, 0},
+            2,
+            {1, 1, 1},
+            {1, 1, 1}},
         Row{"forced_eos_at_trigger",
-            [] { return std::make_unique<ForceTokens>("forced_eos", std::vector<int64_t>{2}, 3); }, {1, 1, 1}, 1,
-            {5, 5, 5}, {-kInf, -kInf, 0}},
+            [] { return std::make_unique<ForceTokens>("forced_eos", std::vector<int64_t>{2}, 3); },
+            {1, 1, 1},
+            1,
+            {5, 5, 5},
+            {-kInf, -kInf, 0}},
         Row{"min_new_tokens_blocks_eos",
-            [] { return std::make_unique<MinLength>(2, std::vector<int64_t>{0}, true); }, {1, 1, 1}, 2,
-            {3, 1, 1}, {-kInf, 1, 1}},
+            [] { return std::make_unique<MinLength>(2, std::vector<int64_t>{0}, true); },
+            {1, 1, 1},
+            2,
+            {3, 1, 1},
+            {-kInf, 1, 1}},
         Row{"min_new_tokens_reached",
-            [] { return std::make_unique<MinLength>(1, std::vector<int64_t>{0}, true); }, {1, 1, 1}, 2,
-            {3, 1, 1}, {3, 1, 1}},
-        Row{"remove_invalid", [] { return std::make_unique<RemoveInvalidValues>(); }, {0}, 1,
+            [] { return std::make_unique<MinLength>(1, std::vector<int64_t>{0}, true); },
+            {1, 1, 1},
+            2,
+            {3, 1, 1},
+            {3, 1, 1}},
+        Row{"remove_invalid",
+            [] { return std::make_unique<RemoveInvalidValues>(); },
+            {0},
+            1,
             {std::nanf(""), kInf, -kInf, 1},
             {0, std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest(), 1}},
-        Row{"renormalize", [] { return std::make_unique<Renormalize>(); }, {0}, 1,
-            {0, 0}, {-std::log(2.0f), -std::log(2.0f)}}),
+        Row{"renormalize",
+            [] { return std::make_unique<Renormalize>(); },
+            {0},
+            1,
+            {0, 0},
+            {-std::log(2.0f), -std::log(2.0f)}}),
     [](const auto& info) { return info.param.name; });
 
 TEST(ProcessorChain, TimesEachMemberWhenAsked) {
@@ -145,23 +225,29 @@ TEST(ProcessorFactory, DefaultChainFollowsTransformersOrder) {
   c.repetition_penalty = 1.1;
   c.min_new_tokens = 2;
   c.suppress_tokens = {5};
-  EXPECT_EQ(chain_names(c), (std::vector<std::string>{"repetition_penalty", "min_new_tokens", "suppress_tokens",
-                                                      "temperature", "top_k", "top_p"}));
+  EXPECT_EQ(chain_names(c),
+            (std::vector<std::string>{"repetition_penalty", "min_new_tokens", "suppress_tokens",
+                                      "temperature", "top_k", "top_p"}));
   c.do_sample = false;  // warpers only act when sampling, as in transformers
-  EXPECT_EQ(chain_names(c), (std::vector<std::string>{"repetition_penalty", "min_new_tokens", "suppress_tokens"}));
+  EXPECT_EQ(chain_names(c),
+            (std::vector<std::string>{"repetition_penalty", "min_new_tokens", "suppress_tokens"}));
 }
 
 TEST(ProcessorFactory, ExplicitListKeepsItsOrderAndValidatesParameters) {
   GenerationConfig c = sampling();
   c.top_k = 50;
-  c.processors = {{"top_p", {{"top_p", 0.5}}}, {"temperature", {{"temperature", 0.5}}}, {"top_k", {{"top_k", 3}}}};
+  c.processors = {{"top_p", {{"top_p", 0.5}}},
+                  {"temperature", {{"temperature", 0.5}}},
+                  {"top_k", {{"top_k", 3}}}};
   EXPECT_EQ(chain_names(c), (std::vector<std::string>{"top_p", "temperature", "top_k"}));
   c.processors = {{"top_pp", {}}};
-  EXPECT_THAT(error_of([&] { chain_names(c); }), HasSubstr("unknown processor (did you mean 'top_p'?)"));
+  EXPECT_THAT(error_of([&] { chain_names(c); }),
+              HasSubstr("unknown processor (did you mean 'top_p'?)"));
   c.processors = {{"top_p", {{"top_k", 3}}}};
   EXPECT_THAT(error_of([&] { chain_names(c); }), HasSubstr("unknown parameter 'top_k'"));
   c.processors = {{"top_p", {{"top_p", 1.5}}}};
-  EXPECT_THAT(error_of([&] { chain_names(c); }), HasSubstr("'top_p': expected a number in (0, 1], found 1.5"));
+  EXPECT_THAT(error_of([&] { chain_names(c); }),
+              HasSubstr("'top_p': expected a number in (0, 1], found 1.5"));
   c.processors = {{"temperature", {{"temperature", 0.5}}}};
   c.temperature = 0.9;
   EXPECT_THAT(error_of([&] { c.validate(); }), HasSubstr("'processors' replaces the chain"));
@@ -192,12 +278,20 @@ TEST_P(GenerationConfigErrors, ClearMessage) {
 
 INSTANTIATE_TEST_SUITE_P(
     Combos, GenerationConfigErrors,
-    ::testing::Values(
-        BadCombo{"return_more_than_beams", [](auto& c) { c.num_beams = 2; c.num_return_sequences = 3; },
-                 "'num_return_sequences' (3) must not exceed num_beams (2)"},
-        BadCombo{"greedy_many_returns", [](auto& c) { c.num_return_sequences = 2; }, "greedy search returns one"},
-        BadCombo{"min_length_without_eos", [](auto& c) { c.eos_token_id.clear(); c.min_length = 3; },
-                 "'min_length' needs an 'eos_token_id'"}),
+    ::testing::Values(BadCombo{"return_more_than_beams",
+                               [](auto& c) {
+                                 c.num_beams = 2;
+                                 c.num_return_sequences = 3;
+                               },
+                               "'num_return_sequences' (3) must not exceed num_beams (2)"},
+                      BadCombo{"greedy_many_returns", [](auto& c) { c.num_return_sequences = 2; },
+                               "greedy search returns one"},
+                      BadCombo{"min_length_without_eos",
+                               [](auto& c) {
+                                 c.eos_token_id.clear();
+                                 c.min_length = 3;
+                               },
+                               "'min_length' needs an 'eos_token_id'"}),
     [](const auto& info) { return info.param.name; });
 
 TEST(GenerationConfigKeys, ValueErrorsNameKeyAndValue) {
@@ -206,14 +300,22 @@ TEST(GenerationConfigKeys, ValueErrorsNameKeyAndValue) {
               HasSubstr("g: 'top_p': expected a number in (0, 1], found 0.0"));
   EXPECT_THAT(error_of([&] { apply_generation_key(c, "early_stopping", "sometimes", "g"); }),
               HasSubstr("'early_stopping': expected true, false or \"never\""));
-  EXPECT_THAT(error_of([&] { apply_generation_key(c, "temperature", -1, "g"); }), HasSubstr("expected a number > 0"));
-  EXPECT_THAT(error_of([&] { apply_generation_key(c, "bad_words_ids", nlohmann::json::array({1, 2}), "g"); }),
+  EXPECT_THAT(error_of([&] { apply_generation_key(c, "temperature", -1, "g"); }),
+              HasSubstr("expected a number > 0"));
+  EXPECT_THAT(error_of([&] {
+                apply_generation_key(c, "bad_words_ids", nlohmann::json::array({1, 2}), "g");
+              }),
               HasSubstr("non-empty lists of token ids"));
-  EXPECT_THAT(error_of([&] { apply_generation_key(c, "sequence_bias", nlohmann::json::parse("[[1, 2.0]]"), "g"); }),
+  EXPECT_THAT(error_of([&] {
+                apply_generation_key(c, "sequence_bias", nlohmann::json::parse("[[1, 2.0]]"), "g");
+              }),
               HasSubstr("[[token ids], bias] pairs"));
-  EXPECT_THAT(error_of([&] { apply_generation_key(c, "logit_bias", nlohmann::json::parse(R"({"x": 1})"), "g"); }),
+  EXPECT_THAT(error_of([&] {
+                apply_generation_key(c, "logit_bias", nlohmann::json::parse(R"({"x": 1})"), "g");
+              }),
               HasSubstr("token id keys with numeric biases"));
-  EXPECT_THAT(error_of([&] { apply_generation_key(c, "top_kk", 3, "g"); }), HasSubstr("did you mean 'top_k'"));
+  EXPECT_THAT(error_of([&] { apply_generation_key(c, "top_kk", 3, "g"); }),
+              HasSubstr("did you mean 'top_k'"));
 }
 
 TEST(StoppingCriteria, StopSequencesAndMaxTime) {

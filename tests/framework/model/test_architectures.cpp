@@ -2,13 +2,12 @@
 // are refused naming the file, key or tensor; config variants (old rope keys, sliding windows) mean
 // what transformers makes of them; the presets parse. Token parity with transformers is in
 // tests/parity (fixtures from tools/fixture_cases_arch.py).
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
@@ -21,8 +20,8 @@
 namespace gengraph {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 using testing::TempDir;
 using testing::write_file;
 using Tensors = std::vector<std::pair<std::string, at::Tensor>>;

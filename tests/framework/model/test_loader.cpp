@@ -1,7 +1,6 @@
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <ATen/ATen.h>
 
 #include "framework/model/loader.h"
 #include "framework/model/model_registry.h"
@@ -12,8 +11,8 @@
 namespace gengraph {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 using testing::TempDir;
 using testing::write_file;
 
@@ -21,8 +20,9 @@ const nlohmann::json kTinyConfig = {{"model_type", "gpt2"}, {"vocab_size", 40}, 
                                     {"n_embd", 8},          {"n_layer", 1},     {"n_head", 2}};
 
 // Writes config.json and a checkpoint with the architecture's expected tensors, after `edit`.
-void write_model(const std::filesystem::path& dir, const nlohmann::json& config,
-                 const std::function<void(std::vector<std::pair<std::string, at::Tensor>>&)>& edit = {}) {
+void write_model(
+    const std::filesystem::path& dir, const nlohmann::json& config,
+    const std::function<void(std::vector<std::pair<std::string, at::Tensor>>&)>& edit = {}) {
   register_builtin_architectures();
   write_file(dir / "config.json", config.dump());
   const ModelConfig mc = parse_model_config(config, "test");
@@ -87,7 +87,8 @@ TEST(LoaderErrors, AnOverrideNoConfigReaderUsesIsRefused) {
   EXPECT_THAT(error_of([&] { load_model(s); }), HasSubstr("(did you mean 'n_layer'?)"));
   // A dict counts as used when the reader looks at its entries (rope_scaling.factor).
   s.preset = "llama-tiny";
-  s.config_overrides = {{"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}}, {"num_key_value_heads", 2}};
+  s.config_overrides = {{"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}},
+                        {"num_key_value_heads", 2}};
   EXPECT_EQ(load_model(s).model->config().rope.factor, 2.0);
   s.config_overrides = {{"rope_scalng", {{"rope_type", "linear"}, {"factor", 2.0}}}};
   EXPECT_THAT(error_of([&] { load_model(s); }), HasSubstr("(did you mean 'rope_scaling'?)"));
@@ -101,7 +102,8 @@ TEST(LoaderErrors, WeightsOfANonFloatOrFp8DtypeAreRefused) {
   for (const auto& [dtype, name, expected] :
        std::vector<std::tuple<at::ScalarType, std::string, std::string>>{
            {at::kLong, "I64", "has dtype I64, expected F32, F16, BF16 or F64"},
-           {at::kFloat8_e4m3fn, "F8", "has dtype F8_E4M3, expected F32, F16, BF16 or F64 (FP8-quantized checkpoints"}}) {
+           {at::kFloat8_e4m3fn, "F8",
+            "has dtype F8_E4M3, expected F32, F16, BF16 or F64 (FP8-quantized checkpoints"}}) {
     const auto m = dir / name;
     std::filesystem::copy(src, m);
     std::vector<std::pair<std::string, at::Tensor>> tensors;
@@ -114,7 +116,8 @@ TEST(LoaderErrors, WeightsOfANonFloatOrFp8DtypeAreRefused) {
     }
     std::filesystem::remove(m / "model.safetensors");
     testing::write_safetensors(m / "model.safetensors", tensors);
-    EXPECT_THAT(error_of([&] { load_model(folder(m)); }), HasSubstr("tensor 'transformer.wte.weight' " + expected));
+    EXPECT_THAT(error_of([&] { load_model(folder(m)); }),
+                HasSubstr("tensor 'transformer.wte.weight' " + expected));
   }
 }
 
@@ -125,7 +128,8 @@ TEST(LoaderErrors, UnknownPresetSuggestsClosest) {
 }
 
 TEST(LoaderErrors, MissingFolderOrConfig) {
-  EXPECT_THAT(error_of([] { load_model(folder("/no/such/model")); }), HasSubstr("'/no/such/model' is not a folder"));
+  EXPECT_THAT(error_of([] { load_model(folder("/no/such/model")); }),
+              HasSubstr("'/no/such/model' is not a folder"));
   TempDir dir;
   EXPECT_THAT(error_of([&] { load_model(folder(dir.path())); }), HasSubstr("has no config.json"));
   // A folder where a file belongs is named as such, not reported as bad JSON or a failed mmap.
@@ -133,14 +137,17 @@ TEST(LoaderErrors, MissingFolderOrConfig) {
   std::filesystem::copy(std::filesystem::path(testing::fixtures_dir()) / "models" / "gpt2-a", m);
   std::filesystem::remove(m / "generation_config.json");
   std::filesystem::create_directory(m / "generation_config.json");
-  EXPECT_THAT(error_of([&] { load_model(folder(m)); }), HasSubstr("generation_config.json' is a folder, expected a JSON file"));
+  EXPECT_THAT(error_of([&] { load_model(folder(m)); }),
+              HasSubstr("generation_config.json' is a folder, expected a JSON file"));
   std::filesystem::remove(m / "generation_config.json");
   testing::write_file(m / "generation_config.json", "[]");
-  EXPECT_THAT(error_of([&] { load_model(folder(m)); }), HasSubstr("generation_config.json': expected a JSON object, found []"));
+  EXPECT_THAT(error_of([&] { load_model(folder(m)); }),
+              HasSubstr("generation_config.json': expected a JSON object, found []"));
   std::filesystem::remove(m / "generation_config.json");
   std::filesystem::remove(m / "model.safetensors");
   std::filesystem::create_directory(m / "model.safetensors");
-  EXPECT_THAT(error_of([&] { load_model(folder(m)); }), HasSubstr("model.safetensors': is a folder, expected a file"));
+  EXPECT_THAT(error_of([&] { load_model(folder(m)); }),
+              HasSubstr("model.safetensors': is a folder, expected a file"));
 }
 
 TEST(LoaderErrors, ConfigJsonDefects) {
@@ -152,12 +159,15 @@ TEST(LoaderErrors, ConfigJsonDefects) {
     write_file(dir / "config.json", c.dump());
     return error_of([&] { load_model(folder(dir.path())); });
   };
-  EXPECT_THAT(with({{"model_type", "gpt7"}}), HasSubstr("unsupported model_type 'gpt7'; supported: gpt2"));
+  EXPECT_THAT(with({{"model_type", "gpt7"}}),
+              HasSubstr("unsupported model_type 'gpt7'; supported: gpt2"));
   EXPECT_THAT(with({{"model_type", nullptr}}), HasSubstr("missing string field 'model_type'"));
-  EXPECT_THAT(with({{"n_layer", "two"}}), HasSubstr("key 'n_layer': expected a positive integer, found \"two\""));
+  EXPECT_THAT(with({{"n_layer", "two"}}),
+              HasSubstr("key 'n_layer': expected a positive integer, found \"two\""));
   EXPECT_THAT(with({{"n_head", 3}}), HasSubstr("not divisible by n_head"));
   EXPECT_THAT(with({{"eos_token_id", 99}}), HasSubstr("outside the vocabulary"));
-  EXPECT_THAT(with({{"activation_function", "gelu_old"}}), HasSubstr("unsupported activation 'gelu_old'"));
+  EXPECT_THAT(with({{"activation_function", "gelu_old"}}),
+              HasSubstr("unsupported activation 'gelu_old'"));
   write_file(dir / "config.json", "{\"model_type\": ");
   EXPECT_THAT(error_of([&] { load_model(folder(dir.path())); }), HasSubstr("is not valid JSON"));
 }
@@ -165,12 +175,14 @@ TEST(LoaderErrors, ConfigJsonDefects) {
 TEST(LoaderErrors, MissingUnexpectedAndMisshapenTensors) {
   TempDir dir;
   write_model(dir.path(), kTinyConfig, [](auto& t) {
-    t.erase(std::remove_if(t.begin(), t.end(), [](auto& p) { return p.first == "transformer.ln_f.bias"; }),
+    t.erase(std::remove_if(t.begin(), t.end(),
+                           [](auto& p) { return p.first == "transformer.ln_f.bias"; }),
             t.end());
   });
   EXPECT_THAT(error_of([&] { load_model(folder(dir.path())); }),
               HasSubstr("missing tensor(s): transformer.ln_f.bias"));
-  write_model(dir.path(), kTinyConfig, [](auto& t) { t.emplace_back("transformer.extra.weight", at::ones({2})); });
+  write_model(dir.path(), kTinyConfig,
+              [](auto& t) { t.emplace_back("transformer.extra.weight", at::ones({2})); });
   EXPECT_THAT(error_of([&] { load_model(folder(dir.path())); }),
               HasSubstr("unexpected tensor(s) for this architecture: transformer.extra.weight"));
   write_model(dir.path(), kTinyConfig, [](auto& t) {
@@ -178,8 +190,10 @@ TEST(LoaderErrors, MissingUnexpectedAndMisshapenTensors) {
       if (p.first == "transformer.wte.weight") p.second = at::zeros({41, 8});
     }
   });
-  EXPECT_THAT(error_of([&] { load_model(folder(dir.path())); }),
-              HasSubstr("tensor 'transformer.wte.weight' has shape [41, 8] but the config expects [40, 8]"));
+  EXPECT_THAT(
+      error_of([&] { load_model(folder(dir.path())); }),
+      HasSubstr(
+          "tensor 'transformer.wte.weight' has shape [41, 8] but the config expects [40, 8]"));
 }
 
 TEST(LoaderErrors, OldStyleNamesAndMaskBuffersAreAccepted) {

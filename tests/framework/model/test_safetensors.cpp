@@ -1,7 +1,6 @@
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <ATen/ATen.h>
 
 #include "framework/model/safetensors.h"
 #include "framework/util/error.h"
@@ -10,8 +9,8 @@
 namespace gengraph {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 using testing::safetensors_bytes;
 using testing::TempDir;
 using testing::write_file;
@@ -52,18 +51,25 @@ std::vector<BadCase> bad_cases() {
   auto hdr = [](nlohmann::json h) { return h; };
   return {
       {"too_short", "abc", "truncated"},
-      {"header_longer_than_file", std::string("\xff\x00\x00\x00\x00\x00\x00\x00", 8) + "{}", "exceeds"},
-      {"not_json", safetensors_bytes(nlohmann::json::object(), "").replace(8, 2, "{["), "not valid JSON"},
-      {"not_object", safetensors_bytes(nlohmann::json::array({1, 2}), ""), "expected a JSON object"},
-      {"missing_fields", safetensors_bytes(hdr({{"w", {{"dtype", "F32"}}}}), ""), "must have dtype"},
+      {"header_longer_than_file", std::string("\xff\x00\x00\x00\x00\x00\x00\x00", 8) + "{}",
+       "exceeds"},
+      {"not_json", safetensors_bytes(nlohmann::json::object(), "").replace(8, 2, "{["),
+       "not valid JSON"},
+      {"not_object", safetensors_bytes(nlohmann::json::array({1, 2}), ""),
+       "expected a JSON object"},
+      {"missing_fields", safetensors_bytes(hdr({{"w", {{"dtype", "F32"}}}}), ""),
+       "must have dtype"},
       {"unknown_dtype",
-       safetensors_bytes(hdr({{"w", {{"dtype", "F7"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}), "abcd"),
+       safetensors_bytes(hdr({{"w", {{"dtype", "F7"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}),
+                         "abcd"),
        "unsupported dtype 'F7'"},
       {"out_of_range",
-       safetensors_bytes(hdr({{"w", {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, 16}}}}}), eight),
+       safetensors_bytes(
+           hdr({{"w", {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, 16}}}}}), eight),
        "out of range"},
       {"size_mismatch",
-       safetensors_bytes(hdr({{"w", {{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 8}}}}}), eight),
+       safetensors_bytes(hdr({{"w", {{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 8}}}}}),
+                         eight),
        "needs 12"},
       {"overlap",
        safetensors_bytes(hdr({{"a", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}},
@@ -71,20 +77,29 @@ std::vector<BadCase> bad_cases() {
                          eight),
        "overlaps"},
       {"hole",
-       safetensors_bytes(hdr({{"a", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {4, 8}}}}}), eight),
+       safetensors_bytes(hdr({{"a", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {4, 8}}}}}),
+                         eight),
        "hole"},
       {"trailing_bytes",
-       safetensors_bytes(hdr({{"a", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}), eight),
+       safetensors_bytes(hdr({{"a", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}),
+                         eight),
        "trailing"},
       // 2^62 x 4 floats wraps to 0 bytes in 64 bits; 2^63 does not fit a tensor dimension.
       {"size_overflow",
-       safetensors_bytes(hdr({{"a", {{"dtype", "F32"}, {"shape", {uint64_t{1} << 62, 4}}, {"data_offsets", {0, 0}}}}}), ""),
+       safetensors_bytes(
+           hdr({{"a",
+                 {{"dtype", "F32"}, {"shape", {uint64_t{1} << 62, 4}}, {"data_offsets", {0, 0}}}}}),
+           ""),
        "shape [4611686018427387904,4] is too large: its size overflows 64 bits"},
       {"dimension_overflow",
-       safetensors_bytes(hdr({{"a", {{"dtype", "F32"}, {"shape", {uint64_t{1} << 63, 0}}, {"data_offsets", {0, 0}}}}}), ""),
+       safetensors_bytes(
+           hdr({{"a",
+                 {{"dtype", "F32"}, {"shape", {uint64_t{1} << 63, 0}}, {"data_offsets", {0, 0}}}}}),
+           ""),
        "is too large"},
       {"negative_shape",
-       safetensors_bytes(hdr({{"a", {{"dtype", "F32"}, {"shape", {-1}}, {"data_offsets", {0, 4}}}}}), "abcd"),
+       safetensors_bytes(
+           hdr({{"a", {{"dtype", "F32"}, {"shape", {-1}}, {"data_offsets", {0, 4}}}}}), "abcd"),
        "non-negative"},
   };
 }
