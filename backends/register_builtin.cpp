@@ -1,4 +1,6 @@
 // The built-in backends, registered explicitly (static initialisers in libraries get dropped).
+#include "backends/register_builtin.h"
+
 #include <mutex>
 
 #include "backends/cuda_graph/cuda_graph_backend.h"

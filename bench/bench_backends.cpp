@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
+#include "backends/register_builtin.h"
 #include "bench/bench_common.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"

@@ -13,6 +13,7 @@
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
 #include "framework/util/device.h"
+#include "tests/support/fixed_logits_backend.h"
 
 namespace gengraph::bench {
 namespace {
@@ -20,26 +21,6 @@ namespace {
 constexpr int64_t kPrompt = 32;
 constexpr int64_t kNew = 32;
 constexpr int64_t kEos = 50256;
-
-// Returns the first rows of a fixed [64, vocab] logits tensor at every step. EOS is pushed down,
-// so every row runs to max_new_tokens.
-class FixedLogitsBackend final : public ForwardBackend {
- public:
-  FixedLogitsBackend(std::shared_ptr<const CausalLM> model, at::Tensor logits)
-      : ForwardBackend(std::move(model)), logits_(std::move(logits)) {}
-  std::string name() const override { return "fixed_logits"; }
-
- protected:
-  void do_prepare(const BatchShape&) override {}
-  at::Tensor do_prefill(const StepInputs& in, const at::Tensor&) override { return rows_of(in); }
-  at::Tensor do_decode(const StepInputs& in, const at::Tensor&) override { return rows_of(in); }
-
- private:
-  at::Tensor rows_of(const StepInputs& in) const {
-    return logits_.narrow(0, 0, in.input_ids.size(0));
-  }
-  at::Tensor logits_;
-};
 
 // A one-layer, width-64 model with GPT-2's vocabulary and token ids: the loop reads its config
 // (vocabulary, context length), never its weights.
@@ -68,7 +49,7 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
   at::manual_seed(0);
   at::Tensor logits = at::randn({64, model->config().vocab_size}).to(dev);
   logits.select(1, kEos).fill_(-1e4);
-  FixedLogitsBackend backend(model, logits);
+  testing::FixedLogitsBackend backend(model, logits);
   GenerationConfig g;
   g.do_sample = c.sample;
   g.num_beams = c.beams;

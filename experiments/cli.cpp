@@ -10,10 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "backends/register_builtin.h"
 #include "experiments/compare.h"
+#include "experiments/experiment_config.h"
+#include "experiments/process.h"
+#include "experiments/results.h"
 #include "experiments/runner.h"
+#include "experiments/table.h"
 #include "framework/backend/backend_registry.h"
-#include "framework/config/experiment_config.h"
 #include "framework/model/loader.h"
 #include "framework/model/model_config.h"
 #include "framework/model/model_registry.h"
@@ -27,9 +31,10 @@ const char* kUsage = R"(usage:
       Run an experiment; write results JSON (default results/<name>.json) and print a table.
   gengraph generate --model PRESET|FOLDER (--prompt IDS | --text TEXT)... [--backend NAME]
                     [--max-new-tokens N] [--device cpu|cuda] [--dtype float32|bfloat16|float16]
-                    [--set KEY=VALUE]... [--output FILE]
+                    [--set KEY=VALUE]... [--output FILE] [--stream]
       One-off generation; IDS are comma-separated token ids, e.g. --prompt 1,2,3. --text needs a
       model FOLDER with a Hugging Face tokenizer; the output is then decoded to text too.
+      --stream prints each token as it is chosen, one line per step (greedy search and sampling).
   gengraph validate CONFIG.yaml [--set KEY=VALUE]...
       Parse and check an experiment (every sweep point, backend names and options) without running it.
   gengraph show RESULTS.json
@@ -57,7 +62,7 @@ struct Args {
   std::string output, model, backend = "eager", device = "cpu", dtype = "float32",
                              metric = "total_ms";
   std::optional<std::string> max_new;  // --max-new-tokens as given
-  bool quiet = false;
+  bool quiet = false, stream = false;
   std::vector<std::string> flags;  // every option given, for the per-command check
 };
 
@@ -103,6 +108,8 @@ Args parse_args(int argc, char** argv, int first) {
       a.metric = value();
     else if (s == "--quiet")
       a.quiet = true;
+    else if (s == "--stream")
+      a.stream = true;
     else if (s.rfind("--", 0) == 0)
       throw UsageError("unknown option '" + s + "'");
     else
@@ -147,7 +154,31 @@ std::vector<int64_t> parse_ids(const std::string& flag_value) {
   return ids;
 }
 
-int run_and_report(const ExperimentConfig& config, const std::string& output_flag, bool quiet) {
+// Prints streamed tokens to stdout as they arrive: one line per step, each token as
+// [input] or [input.sequence] followed by the id.
+class StreamPrinter {
+ public:
+  void operator()(const StreamedToken& t) {
+    if (t.step != step_) {
+      if (step_ >= 0) std::cout << "\n";
+      std::cout << "step " << t.step << ":";
+      step_ = t.step;
+    }
+    std::cout << " [" << t.input;
+    if (t.sequence > 0) std::cout << "." << t.sequence;
+    std::cout << "] " << t.token << std::flush;
+  }
+  void finish() {
+    if (step_ >= 0) std::cout << "\n";
+    step_ = -1;
+  }
+
+ private:
+  int64_t step_ = -1;
+};
+
+int run_and_report(const ExperimentConfig& config, const std::string& output_flag, bool quiet,
+                   bool stream = false) {
   std::ostringstream sink;
   const std::string out = !output_flag.empty()     ? output_flag
                           : !config.output.empty() ? config.output
@@ -161,8 +192,12 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
                        "' are the same file");
     }
   }
+  StreamPrinter printer;
+  TokenStream on_token;
+  if (stream) on_token = [&printer](const StreamedToken& t) { printer(t); };
   const nlohmann::json doc =
-      run_experiment(config, quiet ? static_cast<std::ostream&>(sink) : std::cerr);
+      run_experiment(config, quiet ? static_cast<std::ostream&>(sink) : std::cerr, on_token);
+  printer.finish();
   write_outputs(doc, out, config.plot);
   std::cout << format_table(doc) << "results: " << out << "\n";
   if (!config.plot.empty()) std::cout << "plot: " << config.plot << "\n";
@@ -221,34 +256,6 @@ std::string generate_yaml(const Args& a) {
   return y.str();
 }
 
-// A results file, read and checked for what every reader needs; errors name the file.
-nlohmann::json read_results(const std::string& path) {
-  nlohmann::json doc = read_json_file(path);
-  const std::string what = "'" + path + "' is not a gengraph results file: ";
-  if (!doc.is_object()) throw Error(what + "expected a JSON object");
-  if (doc.value("schema_version", 0) != 1) {
-    throw Error(
-        what + "expected schema_version 1, found " +
-        (doc.contains("schema_version") ? doc["schema_version"].dump() : std::string("none")));
-  }
-  const bool sweep = doc.contains("points");
-  if (!(sweep ? doc["points"].is_array() : doc.contains("runs") && doc["runs"].is_array())) {
-    throw Error(what + "expected a 'runs' list (or 'points', each with 'runs')");
-  }
-  return doc;
-}
-
-// Runs `f` on results files, turning a field of the wrong type into an error naming them.
-template <typename F>
-std::string with_results_errors(const std::string& files, F f) {
-  try {
-    return f();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(files + ": a field is missing or of the wrong type (" + e.what() +
-                "); see docs/results-schema.md");
-  }
-}
-
 // The table of a results file; errors name the file and what is missing.
 std::string show_results(const std::string& path) {
   const nlohmann::json doc = read_results(path);
@@ -294,11 +301,11 @@ int cli_main(int argc, char** argv) {
     if (cmd == "generate") {
       check_usage(cmd, a,
                   {"--set", "--output", "--quiet", "--prompt", "--text", "--model", "--backend",
-                   "--device", "--dtype", "--max-new-tokens"},
+                   "--device", "--dtype", "--max-new-tokens", "--stream"},
                   0);
       return run_and_report(
           parse_experiment(generate_yaml(a), "gengraph generate (flags as YAML)", a.sets),
-          a.output.empty() ? "results/generate.json" : a.output, a.quiet);
+          a.output.empty() ? "results/generate.json" : a.output, a.quiet, a.stream);
     }
     if (cmd == "validate") {
       check_usage(cmd, a, {"--set"}, 1);

@@ -7,26 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "experiments/statistics.h"
+
 namespace gengraph {
-
-// The speed-up of AFTER over BEFORE from two independent sets of repeat timings (lower is
-// better): the Hodges-Lehmann estimate of the shift between log(before) and log(after), i.e. the
-// median of the n1 x n2 ratios before_i / after_j, and the Moses interval for it:
-// [r(k), r(n1 n2 + 1 - k)] over the sorted ratios, with the largest k whose coverage
-// 1 - 2 P(U <= k - 1) is at least 95%, U being the Mann-Whitney statistic under no change
-// (exact for up to 100 repeats a side, normal approximation above), or k = 1 (min to max ratio)
-// with the coverage that reaches when none does. It assumes the change scales the timing
-// distribution; the repeats of each file are taken as independent.
-struct Speedup {
-  double estimate = 0;        // > 1: AFTER is faster
-  double low = 0, high = 0;   // the interval (equal to estimate when there is none)
-  double confidence = 0;      // its coverage; 0 when there is no interval
-  bool has_interval = false;  // needs >= 2 repeats on each side, all > 0
-};
-Speedup speedup(const std::vector<double>& before, const std::vector<double>& after);
-
-// P(U <= u) for u = 0..n1*n2 under no difference (exact; n1, n2 <= 100).
-std::vector<double> mann_whitney_cdf(size_t n1, size_t n2);
 
 // The comparison as a document ("schema": "gengraph-compare-1"; docs/experiments.md): both files,
 // the settings that differ, and per sweep point per row its status, the values of both sides,

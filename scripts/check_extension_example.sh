@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs gengraph into BUILD/install, builds tests/extension_example against the installed
+# Installs gengraph into BUILD/install, builds tests/extension_example (a backend, a processor, a
+# stopping criterion and a strategy) against the installed
 # package, and runs its tests. Usage: check_extension_example.sh BUILD_DIR SOURCE_DIR TORCH_PREFIX
 set -euo pipefail
 BUILD="$1"; SRC="$2"; TORCH_PREFIX="$3"

@@ -157,8 +157,9 @@ def kwargs_from(gen):
     for k in ("frequency_penalty", "presence_penalty"):
         if gen.get(k):
             raise SystemExit(f"hf_peer: '{k}' is a gengraph extension that transformers does not have")
-    if gen.get("logit_bias") or gen.get("stop_sequences") or gen.get("processors"):
-        raise SystemExit("hf_peer: logit_bias, stop_sequences and processors lists are gengraph extensions")
+    for k in ("logit_bias", "stop_sequences", "processors", "stopping_criteria", "strategy"):
+        if gen.get(k):
+            raise SystemExit(f"hf_peer: '{k}' is a gengraph extension that transformers does not have")
     return out
 
 

@@ -77,8 +77,7 @@ int64_t pool_bytes(const at::cuda::MempoolId_t& pool, const c10::Device& d) {
 // One bucket: static cache, static inputs, the captured decode step.
 struct Bucket {
   int64_t rows = 0;
-  at::Tensor keys, values;  // [layers, rows, kv_heads, max_length, head_dim]
-  at::Tensor valid;         // [rows, max_length] bool
+  std::unique_ptr<StaticCache> cache;                     // the graph reads and writes it in place
   at::Tensor ids, positions, token_valid, slot, parents;  // decode inputs [rows,1] x3, [1], [rows]
   at::Tensor identity;  // [rows] 0..rows-1: parents when there are no beams
   at::Tensor logits;    // [rows, vocab] output of the captured step
@@ -119,7 +118,7 @@ class CudaGraphBackend final : public ForwardBackend {
                   std::to_string(s_.buckets.back()) + "; add a larger one to the option 'buckets'");
     }
     bucket_ = &bucket_for(*it);
-    bucket_->valid.fill_(false);
+    bucket_->cache->reset();
   }
 
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
@@ -138,15 +137,15 @@ class CudaGraphBackend final : public ForwardBackend {
         found = prefill_traces_.emplace(key, TracedStep::trace(model(), meta, s_.trace)).first;
       }
       auto run = [&] {
-        return found->second.prefill(ids, pos, slots, tv, b.valid, b.keys, b.values);
+        return found->second.prefill(ids, pos, slots, tv, b.cache->validity(), b.cache->keys(),
+                                     b.cache->values());
       };
       // As the trace backend does: the profiling runs first (they rewrite the same slots with the
       // same values), so every prefill runs the optimized plan.
       for (int64_t i = 0; fresh && i < s_.warmup; ++i) run();
       logits = run();
     } else {
-      StaticCache cache(b.keys, b.values, b.valid);
-      logits = run_forward_step(model(), cache, ids, pos, slots, tv);
+      logits = run_forward_step(model(), *b.cache, ids, pos, slots, tv);
     }
     return logits.narrow(0, 0, rows);
   }
@@ -181,15 +180,13 @@ class CudaGraphBackend final : public ForwardBackend {
 
   // The captured step: reorder the cache by parent rows, then one decode step.
   void step(Bucket& b) {
-    b.keys.copy_(b.keys.index_select(1, b.parents));
-    b.values.copy_(b.values.index_select(1, b.parents));
-    b.valid.copy_(b.valid.index_select(0, b.parents));
+    b.cache->reorder(b.parents);
     if (b.trace) {
-      b.logits.copy_(
-          b.trace->decode(b.ids, b.positions, b.slot, b.token_valid, b.valid, b.keys, b.values));
+      b.logits.copy_(b.trace->decode(b.ids, b.positions, b.slot, b.token_valid, b.cache->validity(),
+                                     b.cache->keys(), b.cache->values()));
     } else {
-      StaticCache cache(b.keys, b.values, b.valid);
-      b.logits.copy_(run_forward_step(model(), cache, b.ids, b.positions, b.slot, b.token_valid));
+      b.logits.copy_(
+          run_forward_step(model(), *b.cache, b.ids, b.positions, b.slot, b.token_valid));
     }
   }
 
@@ -202,9 +199,7 @@ class CudaGraphBackend final : public ForwardBackend {
     const auto l = f.dtype(at::kLong);
     Bucket b;
     b.rows = rows;
-    b.keys = at::zeros({c.num_layers, rows, c.num_kv_heads, max_length_, c.head_dim}, f);
-    b.values = at::zeros_like(b.keys);
-    b.valid = at::zeros({rows, max_length_}, f.dtype(at::kBool));
+    reuse_or_allocate(b.cache, model().cache_shape(rows, max_length_), f);
     b.ids = at::zeros({rows, 1}, l);
     b.positions = at::zeros({rows, 1}, l);
     b.token_valid = at::ones({rows, 1}, f.dtype(at::kBool));
@@ -236,8 +231,8 @@ class CudaGraphBackend final : public ForwardBackend {
       step(b);
       b.graph->capture_end();
     }
-    synchronize(dev);      // before the current stream uses what the side stream wrote
-    b.valid.fill_(false);  // warm-up and capture wrote slot 0 of every row
+    synchronize(dev);  // before the current stream uses what the side stream wrote
+    b.cache->reset();  // warm-up and capture wrote slot 0 of every row
     capture_s_ += since(t0);
     reserved_growth_ += reserved_bytes(dev) - before;
     pool_bytes_ = pool_bytes(pool_, dev);

@@ -20,17 +20,13 @@ class EagerBackend final : public ForwardBackend {
  protected:
   void do_prepare(const BatchShape& shape) override {
     if (!static_cache_) {
-      cache_ = std::make_unique<GrowingCache>(model().config().num_layers);
-      return;
-    }
-    auto* existing = dynamic_cast<StaticCache*>(cache_.get());
-    if (existing && existing->rows() == shape.rows && existing->max_len() == shape.max_length) {
-      existing->reset();  // same shape: reuse the buffers
+      growing_ = std::make_unique<GrowingCache>(model().config().num_layers);
+      cache_ = growing_.get();
       return;
     }
     const auto options = at::TensorOptions().dtype(model().dtype()).device(model().device());
     cache_ =
-        std::make_unique<StaticCache>(model().cache_shape(shape.rows, shape.max_length), options);
+        &reuse_or_allocate(static_, model().cache_shape(shape.rows, shape.max_length), options);
   }
 
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
@@ -44,7 +40,9 @@ class EagerBackend final : public ForwardBackend {
 
  private:
   bool static_cache_;
-  std::unique_ptr<KVCache> cache_;
+  std::unique_ptr<GrowingCache> growing_;
+  std::unique_ptr<StaticCache> static_;
+  KVCache* cache_ = nullptr;  // the one of the two in use
 };
 
 }  // namespace

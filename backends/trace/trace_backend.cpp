@@ -48,22 +48,15 @@ class TraceBackend final : public ForwardBackend {
 
  protected:
   void do_prepare(const BatchShape& shape) override {
-    if (keys_.defined() && keys_.size(1) == shape.rows && valid_.size(1) == shape.max_length) {
-      valid_.fill_(false);
-      return;
-    }
-    const auto& c = model().config();
     const auto f = at::TensorOptions().dtype(model().dtype()).device(model().device());
-    keys_ = at::zeros({c.num_layers, shape.rows, c.num_kv_heads, shape.max_length, c.head_dim}, f);
-    values_ = at::zeros_like(keys_);
-    valid_ = at::zeros({shape.rows, shape.max_length}, f.dtype(at::kBool));
+    reuse_or_allocate(cache_, model().cache_shape(shape.rows, shape.max_length), f);
   }
 
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
     current_ = &step_for(in.input_ids.size(1));
     auto run = [&] {
-      return current_->prefill(in.input_ids, in.positions, slots, in.token_valid, valid_, keys_,
-                               values_);
+      return current_->prefill(in.input_ids, in.positions, slots, in.token_valid,
+                               cache_->validity(), cache_->keys(), cache_->values());
     };
     // Prefill rewrites the same slots with the same values, so warm-up calls are harmless.
     if (warm_prefill_.insert(current_).second) warm_up(run);
@@ -71,14 +64,10 @@ class TraceBackend final : public ForwardBackend {
   }
 
   at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {
-    if (in.parent_rows.defined()) {
-      keys_.copy_(keys_.index_select(1, in.parent_rows));
-      values_.copy_(values_.index_select(1, in.parent_rows));
-      valid_.copy_(valid_.index_select(0, in.parent_rows));
-    }
+    if (in.parent_rows.defined()) cache_->reorder(in.parent_rows);
     auto run = [&] {
-      return current_->decode(in.input_ids, in.positions, slots, in.token_valid, valid_, keys_,
-                              values_);
+      return current_->decode(in.input_ids, in.positions, slots, in.token_valid, cache_->validity(),
+                              cache_->keys(), cache_->values());
     };
     if (warm_decode_.insert(current_).second) warm_up(run);
     return run();
@@ -136,8 +125,7 @@ class TraceBackend final : public ForwardBackend {
   std::map<std::tuple<int64_t, int64_t, int64_t>, TracedStep> steps_;  // (rows, prompt, max_length)
   TracedStep* current_ = nullptr;
   std::set<const TracedStep*> warm_prefill_, warm_decode_;
-  at::Tensor keys_, values_;  // [layers, rows, kv_heads, max_length, head_dim]
-  at::Tensor valid_;          // [rows, max_length] bool
+  std::unique_ptr<StaticCache> cache_;  // what the traced steps read and write in place
   double trace_s_ = 0, warmup_s_ = 0;
   int64_t built_ = 0, loaded_ = 0;
 };

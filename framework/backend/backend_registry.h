@@ -1,5 +1,6 @@
-// Backends by name. Built-ins are registered explicitly (register_builtin_backends()); a backend
-// from another library registers itself with BackendRegistry::instance().add(...).
+// Backends by name. Built-ins are registered by register_builtin_backends()
+// (backends/register_builtin.h); a backend from another library registers itself with
+// BackendRegistry::instance().add(...).
 #pragma once
 
 #include <functional>
@@ -48,8 +49,5 @@ class BackendRegistry {
  private:
   std::map<std::string, BackendInfo> backends_;
 };
-
-// Idempotent. Registers eager (and any other built-in backend compiled in).
-void register_builtin_backends();
 
 }  // namespace gengraph

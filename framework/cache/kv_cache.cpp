@@ -55,6 +55,20 @@ void StaticCache::reorder(const at::Tensor& parent_rows) {
 
 void StaticCache::reset() { valid_.fill_(false); }
 
+StaticCache& reuse_or_allocate(std::unique_ptr<StaticCache>& cache, const CacheShape& shape,
+                               const at::TensorOptions& options) {
+  const auto& k = cache ? cache->keys() : at::Tensor();
+  if (cache && k.size(0) == shape.layers && k.size(1) == shape.rows &&
+      k.size(2) == shape.kv_heads && k.size(3) == shape.max_len && k.size(4) == shape.head_dim &&
+      k.options().dtype() == options.dtype() && k.device() == options.device()) {
+    cache->reset();  // same shape: reuse the buffers
+    return *cache;
+  }
+  cache.reset();  // the old buffers go before the new ones are allocated
+  cache = std::make_unique<StaticCache>(shape, options);
+  return *cache;
+}
+
 at::Tensor attention_mask(const at::Tensor& valid, const at::Tensor& slots) {
   const auto key_index = at::arange(valid.size(1), slots.options());  // [L]
   const auto q = slots.unsqueeze(1);                                  // [T, 1]

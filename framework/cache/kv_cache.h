@@ -91,6 +91,11 @@ class StaticCache final : public KVCache {
   at::Tensor valid_;   // [rows, max_len] bool
 };
 
+// The static cache every backend that needs one uses (eager's `cache: static`, trace, cuda_graph):
+// `cache` itself, reset, when it already has `shape`; otherwise a new one of that shape.
+StaticCache& reuse_or_allocate(std::unique_ptr<StaticCache>& cache, const CacheShape& shape,
+                               const at::TensorOptions& options);
+
 // The attention mask for T queries written at `slots` over a cache with validity `valid`:
 // query i may read key j when j is valid and j <= slots[i]; it may always read itself, so rows of
 // pure padding stay finite. Pure tensor ops, so it traces and captures.

@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "framework/decoding/registry.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -49,6 +50,23 @@ struct Reader {
     if (v.is_null()) return std::nullopt;
     if (v.is_array() && v.size() == 1) return token_of(v[0], source, key);
     return token_of(v, source, key);
+  }
+  // A part by name: "name" or {name: ..., <parameters>}.
+  ProcessorSpec component(const Json& item) const {
+    if (item.is_string()) return {item.get<std::string>(), Json::object()};
+    if (!item.is_object() || !item.contains("name") || !item["name"].is_string()) {
+      bad(source, key, "a name or {name: ..., <parameters>}", item);
+    }
+    Json params = item;
+    params.erase("name");
+    return {item["name"].get<std::string>(), params};
+  }
+  std::vector<ProcessorSpec> components() const {
+    if (v.is_null()) return {};
+    if (!v.is_array()) bad(source, key, "a list of {name: ..., <parameters>}", v);
+    std::vector<ProcessorSpec> out;
+    for (const auto& item : v) out.push_back(component(item));
+    return out;
   }
   std::vector<int64_t> tokens() const {
     if (v.is_null()) return {};
@@ -205,23 +223,13 @@ const std::map<std::string, Setter>& setters() {
       {"remove_invalid_values",
        [](auto& c, const Reader& r) { c.remove_invalid_values = r.boolean(); }},
       {"renormalize_logits", [](auto& c, const Reader& r) { c.renormalize_logits = r.boolean(); }},
-      {"processors",
+      {"processors", [](auto& c, const Reader& r) { c.processors = r.components(); }},
+      {"stopping_criteria", [](auto& c, const Reader& r) { c.stopping_criteria = r.components(); }},
+      {"strategy",
        [](auto& c, const Reader& r) {
-         c.processors.clear();
+         c.strategy.reset();
          if (r.v.is_null()) return;
-         if (!r.v.is_array()) bad(r.source, r.key, "a list of {name: ..., <parameters>}", r.v);
-         for (const auto& item : r.v) {
-           if (item.is_string()) {
-             c.processors.push_back({item.get<std::string>(), Json::object()});
-             continue;
-           }
-           if (!item.is_object() || !item.contains("name") || !item["name"].is_string()) {
-             bad(r.source, r.key, "entries with a 'name'", item);
-           }
-           Json params = item;
-           params.erase("name");
-           c.processors.push_back({item["name"].get<std::string>(), params});
-         }
+         c.strategy = r.component(r.v);
        }},
       {"stop_sequences", [](auto& c, const Reader& r) { c.stop_sequences = r.token_lists(); }},
       {"eos_token_id", [](auto& c, const Reader& r) { c.eos_token_id = r.tokens(); }},
@@ -305,6 +313,7 @@ void GenerationConfig::validate() const {
         "'processors' replaces the chain built from processor parameters (temperature, top_k, "
         "...); set those inside the list, not beside it");
   }
+  check_registered_parts(*this);
   // Without an EOS id there is nothing for these to suppress; transformers drops them silently.
   if (eos_token_id.empty() && min_length > 0) invalid("'min_length' needs an 'eos_token_id'");
   if (eos_token_id.empty() && min_new_tokens.value_or(0) > 0) {
@@ -413,6 +422,17 @@ Json GenerationConfig::to_json() const {
     j["processors"].push_back(e);
   }
   j["stop_sequences"] = stop_sequences;
+  // Written only when set, so results of runs without them keep their exact form.
+  auto component = [](const ProcessorSpec& p) {
+    Json e = p.params;
+    e["name"] = p.name;
+    return e;
+  };
+  if (!stopping_criteria.empty()) {
+    j["stopping_criteria"] = Json::array();
+    for (const auto& p : stopping_criteria) j["stopping_criteria"].push_back(component(p));
+  }
+  if (strategy) j["strategy"] = component(*strategy);
   j["eos_token_id"] = eos_token_id;
   j["pad_token_id"] = opt(pad_token_id);
   j["bos_token_id"] = opt(bos_token_id);

@@ -15,7 +15,8 @@ namespace gengraph {
 
 enum class EarlyStopping { kFalse, kTrue, kNever };
 
-// One entry of an explicit processor list: a registered processor name and its parameters.
+// One entry of an explicit processor list, a stopping criterion or a strategy: a built-in or
+// registered name (framework/decoding/registry.h) and its parameters.
 struct ProcessorSpec {
   std::string name;
   nlohmann::json params = nlohmann::json::object();
@@ -68,6 +69,11 @@ struct GenerationConfig {
 
   // Stopping (gengraph extension: token-id sequences; transformers' stop_strings need text).
   std::vector<std::vector<int64_t>> stop_sequences;
+
+  // gengraph extensions: registered stopping criteria, added to the built-in ones, and a
+  // registered search strategy, replacing the one the settings above would select.
+  std::vector<ProcessorSpec> stopping_criteria;
+  std::optional<ProcessorSpec> strategy;
 
   // Special tokens.
   std::vector<int64_t> eos_token_id;

@@ -16,6 +16,20 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Hands the step's output tokens to `stream`, row r being sequence r % per_input of input
+// r / per_input (rows are laid out input by input).
+void emit(const TokenStream& stream, const StepDecision& d, int64_t per_input, int64_t step) {
+  const at::Tensor tokens = d.next_tokens.to(at::kCPU).contiguous();
+  // A streaming strategy that leaves `emitted` unset outputs every row's token.
+  const at::Tensor emitted = d.emitted.defined() ? d.emitted.to(at::kCPU).contiguous()
+                                                 : at::ones({tokens.numel()}, at::kBool);
+  const int64_t* t = tokens.data_ptr<int64_t>();
+  const bool* e = emitted.data_ptr<bool>();
+  for (int64_t r = 0; r < tokens.numel(); ++r) {
+    if (e[r]) stream(StreamedToken{r / per_input, r % per_input, t[r], step});
+  }
+}
+
 }  // namespace
 
 Generator::Generator(GenerationConfig config, std::function<void()> sync)
@@ -57,7 +71,8 @@ int64_t check_prompts(const ModelConfig& mc, const GenerationConfig& g,
 }
 
 GenerationResult Generator::generate(ForwardBackend& backend,
-                                     const std::vector<std::vector<int64_t>>& prompts) const {
+                                     const std::vector<std::vector<int64_t>>& prompts,
+                                     const TokenStream& stream) const {
   const CausalLM& model = backend.model();
   const auto& mc = model.config();
   int64_t prompt_len = 0;
@@ -70,6 +85,11 @@ GenerationResult Generator::generate(ForwardBackend& backend,
   const int64_t per_input = pipe.strategy->rows_per_input();
   const int64_t rows = batch * per_input;
   const int64_t pad = effective_pad_token(config_);
+  if (stream && !pipe.strategy->streams()) {
+    throw Error("streaming: the '" + pipe.strategy->name() +
+                "' strategy chooses its sequences only when it finishes, so its tokens cannot be "
+                "streamed; stream with greedy search or sampling");
+  }
 
   // Left padding, laid out on the CPU and moved once.
   at::Tensor ids = at::full({batch, prompt_len}, pad, at::kLong);
@@ -99,6 +119,7 @@ GenerationResult Generator::generate(ForwardBackend& backend,
   for (int64_t step = 0;; ++step) {
     const StepDecision d = pipe.strategy->step(logits, pipe.processors, seqs, pipe.stopping);
     result.timing.steps = step + 1;
+    if (stream) emit(stream, d, per_input, step);
     if (step == 0) {
       if (sync_) sync_();
       result.timing.time_to_first_token_s = since(t0);

@@ -12,6 +12,7 @@
 #include "framework/decoding/generation_config.h"
 #include "framework/decoding/pipeline.h"
 #include "framework/decoding/search/search_strategy.h"
+#include "framework/decoding/token_stream.h"
 #include "framework/model/model_config.h"
 
 namespace gengraph {
@@ -41,8 +42,11 @@ class Generator {
   Generator(GenerationConfig config, std::function<void()> sync = {});
 
   // prompts: token ids per input, ragged allowed (left-padded here as transformers does).
+  // `stream`, when given, receives each token as it is chosen (token_stream.h); on CUDA that adds
+  // one device-to-host copy per step.
   GenerationResult generate(ForwardBackend& backend,
-                            const std::vector<std::vector<int64_t>>& prompts) const;
+                            const std::vector<std::vector<int64_t>>& prompts,
+                            const TokenStream& stream = {}) const;
   const GenerationConfig& config() const { return config_; }
 
  private:

@@ -1,6 +1,7 @@
 #include "framework/decoding/pipeline.h"
 
 #include "framework/decoding/processors/processor_factory.h"
+#include "framework/decoding/registry.h"
 #include "framework/decoding/search/beam_search.h"
 #include "framework/decoding/search/group_beam_search.h"
 #include "framework/decoding/search/rowwise_search.h"
@@ -15,6 +16,10 @@ int64_t effective_pad_token(const GenerationConfig& c) {
 }
 
 int64_t rows_per_input(const GenerationConfig& c) {
+  if (c.strategy) {
+    const auto& info = strategy_registry().get(c.strategy->name);
+    return info.rows_per_input ? info.rows_per_input(c, c.strategy->params) : 1;
+  }
   if (c.num_beams > 1) return c.num_beams;
   return c.do_sample ? c.num_return_sequences : 1;
 }
@@ -39,6 +44,40 @@ Pipeline build_pipeline(const GenerationConfig& c, const PipelineShape& shape) {
   if (!c.stop_sequences.empty())
     p.stopping.add(std::make_unique<StopSequencesCriterion>(c.stop_sequences));
   if (!c.eos_token_id.empty()) p.stopping.add(std::make_unique<EosCriterion>(c.eos_token_id));
+
+  DecodingContext dc;
+  dc.vocab_size = shape.vocab_size;
+  dc.max_length = shape.max_length;
+  dc.prompt_length = shape.prompt_length;
+  dc.eos = c.eos_token_id;
+  dc.pad_token = effective_pad_token(c);
+  // Finished rows receive padding only when something (EOS, stop sequences) can finish them early.
+  if (!c.eos_token_id.empty() || !c.stop_sequences.empty() || !c.stopping_criteria.empty()) {
+    dc.finished_pad = dc.pad_token;
+  }
+  for (size_t i = 0; i < c.stopping_criteria.size(); ++i) {
+    const auto& spec = c.stopping_criteria[i];
+    const auto& info = stopping_registry().get(spec.name);
+    try {
+      if (info.check_params) info.check_params(spec.params);
+      p.stopping.add(info.create(spec.params, dc));
+    } catch (const Error& e) {
+      throw Error("generation.stopping_criteria[" + std::to_string(i) + "] '" + spec.name +
+                  "': " + e.what());
+    }
+  }
+  if (c.strategy) {
+    const auto& info = strategy_registry().get(c.strategy->name);
+    try {
+      if (info.check_params) info.check_params(c.strategy->params);
+      p.strategy = info.create(c, c.strategy->params, dc);
+    } catch (const Error& e) {
+      throw Error("generation.strategy '" + c.strategy->name + "': " + e.what());
+    }
+    if (!p.strategy)
+      throw Error("generation.strategy '" + c.strategy->name + "': create gave none");
+    return p;
+  }
 
   BeamSearchOptions beams;
   beams.num_beams = c.num_beams;
@@ -72,13 +111,10 @@ Pipeline build_pipeline(const GenerationConfig& c, const PipelineShape& shape) {
     p.strategy = std::make_unique<BeamSearch>(beams);
     return p;
   }
-  // Finished rows receive padding only when something (EOS, stop sequences) can finish them early.
-  std::optional<int64_t> finished_pad;
-  if (!c.eos_token_id.empty() || !c.stop_sequences.empty()) finished_pad = effective_pad_token(c);
   if (c.do_sample) {
-    p.strategy = std::make_unique<SampleSearch>(finished_pad, c.num_return_sequences);
+    p.strategy = std::make_unique<SampleSearch>(dc.finished_pad, c.num_return_sequences);
   } else {
-    p.strategy = std::make_unique<GreedySearch>(finished_pad);
+    p.strategy = std::make_unique<GreedySearch>(dc.finished_pad);
   }
   return p;
 }

@@ -11,14 +11,10 @@
 namespace gengraph {
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {
-  if (std::filesystem::is_directory(path))
-    throw Error("'" + path.string() + "' is a folder, expected a JSON file");
-  std::ifstream in(path);
-  if (!in) throw Error("cannot read '" + path.string() + "': file missing or unreadable");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text =
+      read_regular_file(path, "'" + path.string() + "'", "a JSON file", kMaxDocumentBytes);
   try {
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error("'" + path.string() + "' is not valid JSON: " + e.what());
   }

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 
 namespace gengraph {
 namespace {
@@ -47,6 +51,40 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep) 
     out += parts[i];
   }
   return out;
+}
+
+std::string read_regular_file(const std::filesystem::path& path, const std::string& what,
+                              const std::string& expected, std::uintmax_t max_bytes) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(st)) {
+    throw Error("cannot read " + what + ": file missing or unreadable (" +
+                (ec ? ec.message() : std::string("no such file")) + ")");
+  }
+  if (std::filesystem::is_directory(st)) throw Error(what + " is a folder, expected " + expected);
+  if (!std::filesystem::is_regular_file(st)) {
+    throw Error(what + " is not a regular file (a FIFO, device or socket), expected " + expected);
+  }
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > max_bytes) {
+    throw Error(what + " is " + std::to_string(size) + " bytes, more than the " +
+                std::to_string(max_bytes) + " accepted for " + expected);
+  }
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw Error("cannot read " + what + ": file missing or unreadable (" +
+                std::string(errno ? std::strerror(errno) : "open failed") + ")");
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error("reading " + what + " failed");
+  std::string text = ss.str();
+  if (text.size() > max_bytes) {  // grew while read
+    throw Error(what + " is larger than the " + std::to_string(max_bytes) + " bytes accepted for " +
+                expected);
+  }
+  return text;
 }
 
 }  // namespace gengraph

@@ -1,6 +1,8 @@
 // Errors and small string helpers shared by the whole framework.
 #pragma once
 
+#include <cstdint>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -21,5 +23,16 @@ std::string closest_match(const std::string& word, const std::vector<std::string
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
 std::string join(const std::vector<std::string>& parts, const std::string& sep);
+
+// The size cap for a configuration document read whole (experiment YAML, config.json, a results
+// file, a safetensors index): far above any real one.
+constexpr std::uintmax_t kMaxDocumentBytes = 64u << 20;
+
+// The whole of a regular file. Refused before it is opened when it is not one: a folder, or a
+// FIFO, device or socket (opening or reading one can block forever), or when it is larger than
+// `max_bytes`. Errors begin with `what` (e.g. "experiment file 'run.yaml'"), say what was
+// expected (`expected`, e.g. "a JSON file") and give the system's reason.
+std::string read_regular_file(const std::filesystem::path& path, const std::string& what,
+                              const std::string& expected, std::uintmax_t max_bytes);
 
 }  // namespace gengraph

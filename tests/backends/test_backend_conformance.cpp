@@ -3,11 +3,12 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "backends/register_builtin.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
 #include "framework/util/device.h"
-#include "tests/test_util.h"
+#include "tests/support/test_util.h"
 
 namespace gengraph {
 namespace {

@@ -7,11 +7,12 @@
 #include <cstdlib>
 
 #include "backends/cuda_graph/cuda_graph_backend.h"
+#include "backends/register_builtin.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
 #include "framework/util/device.h"
-#include "tests/test_util.h"
+#include "tests/support/test_util.h"
 
 namespace gengraph {
 namespace {

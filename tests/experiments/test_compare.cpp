@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "experiments/compare.h"
-#include "tests/test_util.h"
+#include "tests/support/test_util.h"
 
 namespace gengraph {
 namespace {

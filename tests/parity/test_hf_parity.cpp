@@ -5,11 +5,12 @@
 
 #include <fstream>
 
-#include "experiments/runner.h"
+#include "backends/register_builtin.h"
 #include "framework/backend/backend_registry.h"
+#include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
-#include "tests/test_util.h"
+#include "tests/support/test_util.h"
 
 namespace gengraph {
 namespace {

@@ -6,6 +6,7 @@
 #include "framework/decoding/processors/constraints.h"
 #include "framework/decoding/processors/penalties.h"
 #include "framework/decoding/processors/warpers.h"
+#include "framework/decoding/registry.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -175,6 +176,15 @@ void add_processors_from_list(ProcessorChain& chain, const std::vector<Processor
     auto it = std::find_if(entries().begin(), entries().end(),
                            [&](const Entry& e) { return e.name == spec.name; });
     if (it == entries().end()) {
+      if (const ProcessorInfo* info = processor_registry().find(spec.name)) {
+        try {
+          if (info->check_params) info->check_params(spec.params);
+          chain.add(info->create(spec.params, ctx));
+        } catch (const Error& e) {
+          throw Error(where + ": " + e.what());
+        }
+        continue;
+      }
       throw Error(where + ": unknown processor" + did_you_mean(spec.name, processor_names()) +
                   "; known: " + join(processor_names(), ", "));
     }
@@ -207,9 +217,15 @@ void add_processors_from_list(ProcessorChain& chain, const std::vector<Processor
   }
 }
 
-std::vector<std::string> processor_names() {
+std::vector<std::string> builtin_processor_names() {
   std::vector<std::string> out;
   for (const auto& e : entries()) out.push_back(e.name);
+  return out;
+}
+
+std::vector<std::string> processor_names() {
+  std::vector<std::string> out = builtin_processor_names();
+  for (const auto& n : processor_registry().names()) out.push_back(n);
   return out;
 }
 

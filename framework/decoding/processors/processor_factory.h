@@ -25,11 +25,15 @@ struct ProcessorContext {
 void add_processors_from_config(ProcessorChain& chain, const GenerationConfig& config,
                                 const ProcessorContext& ctx);
 
-// An explicit list, in the given order. Unknown names and parameters are errors naming them.
+// An explicit list, in the given order: built-in processors (parameters: their GenerationConfig
+// keys) and registered ones (processor_registry(), parameters as JSON). Unknown names and
+// parameters are errors naming them.
 void add_processors_from_list(ProcessorChain& chain, const std::vector<ProcessorSpec>& specs,
                               const ProcessorContext& ctx);
 
-// Registered processor names with their parameter names, for docs and error messages.
+// The built-in processors' names, in transformers' order.
+std::vector<std::string> builtin_processor_names();
+// Every processor a list may name: the built-ins, then the registered ones.
 std::vector<std::string> processor_names();
 
 }  // namespace gengraph

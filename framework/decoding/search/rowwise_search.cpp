@@ -20,9 +20,11 @@ StepDecision RowwiseSearch::step(const at::Tensor& logits, const LogitsProcessor
   }
   seqs.tokens = at::cat({seqs.tokens, next.unsqueeze(1)}, 1);
   lengths_.add_(unfinished_.to(at::kLong));
+  const at::Tensor emitted = unfinished_.clone();
   unfinished_.logical_and_(stop.should_stop(seqs).logical_not());
   StepDecision d;
   d.next_tokens = next;
+  d.emitted = emitted;
   d.done = !unfinished_.any().item<bool>();
   return d;
 }

@@ -11,6 +11,7 @@ namespace gengraph {
 class RowwiseSearch : public SearchStrategy {
  public:
   explicit RowwiseSearch(std::optional<int64_t> pad_token_id) : pad_token_id_(pad_token_id) {}
+  bool streams() const override { return true; }
   void begin(const Sequences& seqs) override;
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;

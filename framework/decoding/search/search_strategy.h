@@ -24,6 +24,9 @@ struct StepDecision {
   at::Tensor next_tokens;  // [rows] int64, already appended to the sequences
   at::Tensor parent_rows;  // [rows] int64, or undefined when rows keep their own history
   bool done = false;       // no further forward step is needed
+  // [rows] bool: which of next_tokens belong to their row's output (false for the padding a
+  // finished row receives). Set by strategies that stream (streams()); undefined otherwise.
+  at::Tensor emitted;
 };
 
 class SearchStrategy {
@@ -32,6 +35,9 @@ class SearchStrategy {
   virtual std::string name() const = 0;
   // Rows per input prompt (num_beams for beam strategies).
   virtual int64_t rows_per_input() const { return 1; }
+  // True when every chosen token is final as soon as it is chosen, so it can be streamed
+  // (StepDecision::emitted says which are output). Beam strategies are not.
+  virtual bool streams() const { return false; }
   // Called once after the prompt is laid out, before the first step.
   virtual void begin(const Sequences& seqs) = 0;
   // logits: [rows, vocab] float32. Runs `processors` as the strategy requires, chooses the next

@@ -13,7 +13,7 @@
 #include "framework/decoding/processors/warpers.h"
 #include "framework/decoding/stopping/stopping_criteria.h"
 #include "framework/util/error.h"
-#include "tests/test_util.h"
+#include "tests/support/test_util.h"
 
 namespace gengraph {
 namespace {

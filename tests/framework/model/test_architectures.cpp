@@ -9,13 +9,14 @@
 
 #include <cmath>
 
+#include "backends/register_builtin.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/architectures/rope.h"
 #include "framework/model/loader.h"
 #include "framework/model/model_registry.h"
 #include "framework/util/error.h"
-#include "tests/test_util.h"
+#include "tests/support/test_util.h"
 
 namespace gengraph {
 namespace {

@@ -6,7 +6,7 @@
 #include "framework/model/model_registry.h"
 #include "framework/model/safetensors.h"
 #include "framework/util/error.h"
-#include "tests/test_util.h"
+#include "tests/support/test_util.h"
 
 namespace gengraph {
 namespace {

@@ -1,4 +1,4 @@
-#include "framework/config/experiment_config.h"
+#include "experiments/experiment_config.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -558,13 +558,9 @@ std::vector<std::pair<std::vector<std::string>, ExperimentConfig>> expand_sweep(
 
 ExperimentConfig load_experiment(const std::filesystem::path& path,
                                  const std::vector<std::string>& overrides) {
-  if (std::filesystem::is_directory(path))
-    throw Error("experiment file '" + path.string() + "' is a folder");
-  std::ifstream in(path);
-  if (!in) throw Error("cannot read experiment file '" + path.string() + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_experiment(ss.str(), path.string(), overrides);
+  const std::string text = read_regular_file(path, "experiment file '" + path.string() + "'",
+                                             "a YAML file", kMaxDocumentBytes);
+  return parse_experiment(text, path.string(), overrides);
 }
 
 }  // namespace gengraph

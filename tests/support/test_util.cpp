@@ -1,6 +1,7 @@
-#include "tests/test_util.h"
+#include "tests/support/test_util.h"
 
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -100,6 +101,13 @@ int cli(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   return cli_main(static_cast<int>(argv.size()), argv.data());
+}
+
+int run_quietly(const std::filesystem::path& config, const std::filesystem::path& out) {
+  ::testing::internal::CaptureStdout();
+  const int rc = cli({"run", config.string(), "--output", out.string(), "--quiet"});
+  ::testing::internal::GetCapturedStdout();
+  return rc;
 }
 
 }  // namespace gengraph::testing

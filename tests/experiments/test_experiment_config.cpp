@@ -1,9 +1,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
-#include "framework/config/experiment_config.h"
+#include <filesystem>
+
+#include "experiments/experiment_config.h"
 #include "framework/util/error.h"
-#include "tests/test_util.h"
+#include "tests/support/test_util.h"
 
 namespace gengraph {
 namespace {
@@ -168,7 +171,28 @@ TEST(ExperimentConfig, SetNeedsAValue) {
 }
 
 TEST(ExperimentConfig, MissingFileIsNamed) {
-  EXPECT_THAT(error_of([] { load_experiment("/no/such.yaml"); }), HasSubstr("/no/such.yaml"));
+  EXPECT_THAT(error_of([] { load_experiment("/no/such.yaml"); }),
+              HasSubstr("cannot read experiment file '/no/such.yaml': file missing or unreadable"));
+}
+
+// Only regular files are opened: a FIFO (whose open blocks until a writer comes) or a device is
+// refused at once, and a file past the size cap is refused before it is read.
+TEST(ExperimentConfig, SpecialAndOversizedFilesAreRefusedWithoutReading) {
+  testing::TempDir dir;
+  const auto fifo = dir / "pipe.yaml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(error_of([&] { load_experiment(fifo); }),
+              HasSubstr("pipe.yaml' is not a regular file (a FIFO, device or socket), expected a "
+                        "YAML file"));
+  EXPECT_THAT(error_of([] { load_experiment("/dev/zero"); }),
+              HasSubstr("experiment file '/dev/zero' is not a regular file"));
+  EXPECT_THAT(error_of([&] { load_experiment(dir.path()); }), HasSubstr("is a folder"));
+  const auto big = dir / "big.yaml";
+  std::filesystem::resize_file((testing::write_file(big, ""), big), kMaxDocumentBytes + 1);
+  EXPECT_THAT(
+      error_of([&] { load_experiment(big); }),
+      HasSubstr("big.yaml' is " + std::to_string(kMaxDocumentBytes + 1) + " bytes, more than the " +
+                std::to_string(kMaxDocumentBytes) + " accepted for a YAML file"));
 }
 
 }  // namespace

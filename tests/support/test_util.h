@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/Tensor.h>
+#include <gmock/gmock.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -64,6 +65,10 @@ void make_folder_with_test_tokenizer(const std::string& fixture,
 // its exit status.
 int cli(std::vector<std::string> args);
 
+// `gengraph run CONFIG --output OUT --quiet` in-process, its table (stdout) swallowed; returns the
+// exit status.
+int run_quietly(const std::filesystem::path& config, const std::filesystem::path& out);
+
 // "tiny" (the gpt2-tiny preset with `seed`) or a fixture model folder by name, e.g. "gpt2-a".
 std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t seed,
                                            const LoadOptions& load = {});
@@ -78,5 +83,13 @@ std::string error_of(F&& f) {
   }
   return "<no error>";
 }
+
+// The names the CLI tests use unqualified: `using namespace gengraph::testing::cli_names;`.
+namespace cli_names {
+using gengraph::testing::cli;
+using gengraph::testing::TempDir;
+using gengraph::testing::write_file;
+using ::testing::HasSubstr;
+}  // namespace cli_names
 
 }  // namespace gengraph::testing

@@ -1,0 +1,120 @@
+#include "experiments/process.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "framework/model/model_config.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+namespace {
+
+volatile sig_atomic_t g_child_pid = 0;
+volatile sig_atomic_t g_signal = 0;
+int g_guards = 0;
+
+extern "C" void on_interrupt(int sig) {
+  g_signal = sig;
+  if (g_child_pid > 0) ::kill(static_cast<pid_t>(g_child_pid), sig);
+}
+
+}  // namespace
+
+std::filesystem::path source_root() {
+  if (const char* p = std::getenv("GENGRAPH_ROOT")) return p;
+  return GENGRAPH_SOURCE_DIR;
+}
+
+std::filesystem::path python_for_tools() {
+  if (const char* p = std::getenv("GENGRAPH_PYTHON")) return p;
+  return source_root() / ".venv" / "bin" / "python";
+}
+
+InterruptGuard::InterruptGuard() {
+  if (g_guards++ > 0) return;
+  g_signal =
+      0;  // a signal before this had its default action; one noted by an earlier guard is handled
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &old_int_);
+  ::sigaction(SIGTERM, &sa, &old_term_);
+}
+InterruptGuard::~InterruptGuard() {
+  if (--g_guards > 0) return;
+  ::sigaction(SIGINT, &old_int_, nullptr);
+  ::sigaction(SIGTERM, &old_term_, nullptr);
+}
+
+void throw_if_interrupted() {
+  if (g_signal != 0) throw Interrupted(static_cast<int>(g_signal));
+}
+
+int run_command(const std::vector<std::string>& argv) {
+  InterruptGuard guard;
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  if (const int err = posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ);
+      err != 0) {
+    throw Error(
+        "cannot start '" + argv[0] + "': " + std::strerror(err) +
+        (argv[0].find("python") != std::string::npos
+             ? " (the tools' Python: GENGRAPH_PYTHON, or .venv/bin/python in the source tree)"
+             : ""));
+  }
+  g_child_pid = pid;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      g_child_pid = 0;
+      return -1;
+    }
+  }
+  g_child_pid = 0;
+  throw_if_interrupted();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+RemoveOnExit::~RemoveOnExit() {
+  std::error_code ignored;
+  std::filesystem::remove(path, ignored);
+}
+
+ToolResult run_tool(const std::string& script, const nlohmann::json& request, int64_t timeout_s,
+                    std::ostream& log) {
+  static int calls = 0;
+  const auto stem =
+      std::filesystem::temp_directory_path() /
+      ("gengraph-" + script + "-" + std::to_string(::getpid()) + "-" + std::to_string(++calls));
+  const auto req_path = stem.string() + ".json", out_path = stem.string() + ".out.json";
+  const RemoveOnExit remove_request{req_path}, remove_output{out_path};
+  {
+    std::ofstream f(req_path);
+    f << request.dump();
+    if (!f) throw Error("cannot write the request for tools/" + script + " to '" + req_path + "'");
+  }
+  std::vector<std::string> argv;
+  if (timeout_s > 0) argv = {"timeout", "-k", "10", std::to_string(timeout_s)};
+  for (const std::string& a :
+       {python_for_tools().string(), (source_root() / "tools" / script).string(),
+        std::string("--request"), req_path, std::string("--out"), out_path}) {
+    argv.push_back(a);
+  }
+  log << script << ":";
+  for (const auto& a : argv) log << " " << a;
+  log << "\n";
+  ToolResult r;
+  r.rc = run_command(argv);
+  if (r.rc == 0 && std::filesystem::exists(out_path)) r.out = read_json_file(out_path);
+  return r;
+}
+
+}  // namespace gengraph

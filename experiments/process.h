@@ -1,0 +1,76 @@
+// Running gengraph's Python tools (tools/*.py in the .venv) from C++: without a shell, with
+// interrupts forwarded and temporary files removed on every path.
+#pragma once
+
+#include <signal.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+// Thrown when SIGINT or SIGTERM arrived while gengraph held temporary files or ran a tool (peer,
+// tokenizer, plot): the tool got the signal too, the temporary files are removed, and no results
+// are written. The CLI exits with 128 + the signal, as a shell does.
+struct Interrupted : Error {
+  explicit Interrupted(int sig)
+      : Error("interrupted by signal " + std::to_string(sig) +
+              ": temporary files removed, no results written"),
+        signal(sig) {}
+  int signal;
+};
+
+// The source tree holding tools/ (GENGRAPH_ROOT overrides the one the library was built from,
+// for binaries carried to another machine) and the Python that runs them (GENGRAPH_PYTHON, else
+// its .venv).
+std::filesystem::path source_root();
+std::filesystem::path python_for_tools();
+
+// Interrupts (SIGINT, SIGTERM) while temporary files exist. Outside an InterruptGuard a signal
+// keeps its default action. Inside one, it is forwarded to the running tool (if any) and noted;
+// the code then throws Interrupted at the next check (throw_if_interrupted), and the destructors
+// remove the temporary files on the way out. Guards nest.
+class InterruptGuard {
+ public:
+  InterruptGuard();
+  ~InterruptGuard();
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  struct sigaction old_int_ {
+  }, old_term_{};
+};
+
+// Throws Interrupted when a guarded signal arrived.
+void throw_if_interrupted();
+
+// Runs argv[0] (looked up in PATH) with these arguments, no shell in between, and waits for it.
+// Returns its exit status or 128 + the signal that ended it; throws when it cannot be started,
+// and Interrupted when this process was interrupted meanwhile.
+int run_command(const std::vector<std::string>& argv);
+
+// Removes a file when it goes out of scope, whatever happened meanwhile.
+struct RemoveOnExit {
+  std::filesystem::path path;
+  ~RemoveOnExit();
+};
+
+// Runs tools/SCRIPT --request REQ.json --out OUT.json with the tools' Python, optionally under
+// coreutils' timeout (TERM at the limit, KILL 10 s later; exit 124 when the limit hit). Returns the
+// exit status and, when it succeeded and wrote OUT, its JSON. Request and output files are removed.
+struct ToolResult {
+  int rc = -1;
+  std::optional<nlohmann::json> out;
+};
+ToolResult run_tool(const std::string& script, const nlohmann::json& request, int64_t timeout_s,
+                    std::ostream& log);
+
+}  // namespace gengraph

@@ -1,0 +1,51 @@
+// gengraph's own uses of the Python tools: transformers' generate() as a peer row
+// (tools/hf_peer.py) and texts in and out through a model folder's tokenizer
+// (tools/hf_tokenizer.py).
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "experiments/experiment_config.h"
+#include "experiments/process.h"
+
+namespace gengraph {
+
+struct LoadedModel;
+
+// The model folder the peers load: the configured one, or (for a preset) the very same random
+// weights written once to a temporary folder, removed when the peers are done.
+class PeerModelFolder {
+ public:
+  PeerModelFolder(const ExperimentConfig& c, const LoadedModel& loaded);
+  ~PeerModelFolder();
+  PeerModelFolder(const PeerModelFolder&) = delete;
+  PeerModelFolder& operator=(const PeerModelFolder&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void remove();
+  InterruptGuard guard_;  // constructed first: an interrupt while writing the copy is caught too
+  std::filesystem::path path_;
+  bool temporary_ = false;
+};
+
+// One peer row: transformers' generate() on `folder` with the resolved `generation` settings, the
+// same prompts, warm-up, repeats and seed. Throws Error naming the peer when the tool fails or
+// runs past run.peer_timeout_s.
+nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
+                        const std::filesystem::path& folder, const nlohmann::json& generation,
+                        const std::vector<std::vector<int64_t>>& prompts, std::ostream& log);
+
+// op "encode" (items: texts -> field "ids") or "decode" (items: token lists -> field "texts") with
+// the tokenizer in `folder`; one result per item or an Error.
+nlohmann::json tokenizer_call(const std::string& folder, const char* op,
+                              const nlohmann::json& items, const char* field, std::ostream& log);
+
+// Adds "text" to every generated sequence of every row, decoded in one call.
+void decode_outputs(nlohmann::json& runs, const std::string& folder, std::ostream& log);
+
+}  // namespace gengraph

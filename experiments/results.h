@@ -1,0 +1,68 @@
+// The results document (docs/results-schema.md): its parts that every producer shares, writing it
+// whole or not at all, and reading it back.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "experiments/experiment_config.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+struct GenerationResult;
+
+// The fields every results document starts with, for one point or a whole sweep.
+nlohmann::json results_header(const ExperimentConfig& c);
+
+// A row's "outputs": per input its prompt length and sequences (tokens, score where scored).
+nlohmann::json outputs_json(const GenerationResult& r,
+                            const std::vector<std::vector<int64_t>>& prompts);
+
+// How a row's outputs compare with the first row's: whether every input's sequences hold the
+// same tokens ("same tokens" means tokens: in bfloat16 two correct backends can pick the same
+// beams with scores that differ in the last bits), and, where they do and both carry scores, the
+// largest |score difference|. Outputs of another shape (a failed or older row) do not match.
+struct OutputComparison {
+  bool same_tokens = false;
+  std::optional<double> max_score_difference;
+};
+OutputComparison compare_outputs(const nlohmann::json& a, const nlohmann::json& b);
+
+// Records the comparison with the first row's outputs in a run's JSON.
+void record_comparison(nlohmann::json& run, const nlohmann::json& first_outputs);
+
+// Labels of the runs recorded as failed (peers that exited non-zero or timed out), with the sweep
+// point when there is one.
+std::vector<std::string> failed_runs(const nlohmann::json& doc);
+
+// Writes `doc` to `path` and, when `plot` is not empty, draws it there as a PNG with
+// tools/plot_results.py (matplotlib in the .venv). Both are written to temporary files and renamed
+// into place only when both succeeded: on any error neither exists afterwards. Creates parent
+// folders; a device or pipe (/dev/stdout) as `path` is written through.
+void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
+                   const std::filesystem::path& plot);
+
+// Refuses an output path that cannot be a file: a parent that exists but is not a folder, or the
+// path itself a folder. `what` names it in the error ("results", "plot").
+void check_output_path(const std::filesystem::path& path, const std::string& what);
+
+// A results file, read and checked for what every reader needs (schema_version 1, runs or
+// points); errors name the file.
+nlohmann::json read_results(const std::string& path);
+
+// Runs `f` on results files, turning a field of the wrong type into an error naming them.
+template <typename F>
+std::string with_results_errors(const std::string& files, F f) {
+  try {
+    return f();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(files + ": a field is missing or of the wrong type (" + e.what() +
+                "); see docs/results-schema.md");
+  }
+}
+
+}  // namespace gengraph

@@ -1,0 +1,175 @@
+#include "experiments/statistics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
+#include <utility>
+
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+double median_of_sorted(const std::vector<double>& s) {
+  const size_t n = s.size();
+  if (n == 0) return 0.0;
+  return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return median_of_sorted(v);
+}
+
+nlohmann::json summary(const std::vector<double>& v) {
+  nlohmann::json j;
+  if (v.empty()) return j;
+  std::vector<double> s = v;
+  std::sort(s.begin(), s.end());
+  const size_t n = s.size();
+  double mean = 0;
+  for (double x : s) mean += x;
+  mean /= static_cast<double>(n);
+  double var = 0;
+  for (double x : s) var += (x - mean) * (x - mean);
+  j["median"] = median_of_sorted(s);
+  j["min"] = s.front();
+  j["max"] = s.back();
+  j["mean"] = mean;
+  j["stdev"] = n > 1 ? std::sqrt(var / static_cast<double>(n - 1)) : 0.0;
+  j["values"] = v;
+  return j;
+}
+
+std::pair<size_t, double> median_interval_rank(size_t n) {
+  std::vector<double> cdf(n + 1);  // cdf[j] = P(Binomial(n, 1/2) <= j)
+  double pmf = std::pow(0.5, static_cast<double>(n)), acc = 0;
+  for (size_t j = 0; j <= n; ++j) {
+    acc += pmf;
+    cdf[j] = acc;
+    pmf = pmf * static_cast<double>(n - j) / static_cast<double>(j + 1);
+  }
+  size_t k = 1;
+  while (k + 1 <= n / 2 && 1 - 2 * cdf[k] >= 0.95) ++k;
+  return {k, 1 - 2 * cdf[k - 1]};
+}
+
+std::string ratio_confidence_text(int64_t repeats) {
+  if (repeats < 2) return "none with one repeat";
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1)
+    << 100 * median_interval_rank(static_cast<size_t>(repeats)).second << "% confidence";
+  return s.str();
+}
+
+// How much faster a row is than the baseline, as baseline total time / row total time.
+//
+// Rows timed in the same interleaved repeats as the baseline (gengraph's backends) are paired
+// repeat by repeat: repeat i of both ran back to back, so drift hits both alike. The point is the
+// median of the n per-repeat ratios, and the interval a distribution-free confidence interval for
+// that median from order statistics: [r(k), r(n+1-k)] with the largest k whose coverage
+// 1 - 2 P(Binomial(n, 1/2) < k) is still at least 95%, or k = 1 (min to max) when no k reaches it
+// (n <= 5), with the coverage reached stated. Peers run in their own process, not interleaved:
+// their ratio is the ratio of medians, with no interval.
+nlohmann::json ratio_to_baseline(const nlohmann::json& row, const nlohmann::json& base) {
+  auto values = [](const nlohmann::json& r) {
+    std::vector<double> v;
+    const auto& t = r.value("timings", nlohmann::json::object());
+    if (t.contains("total_ms") && t["total_ms"].contains("values"))
+      v = t["total_ms"]["values"].get<std::vector<double>>();
+    return v;
+  };
+  auto is_peer = [](const nlohmann::json& r) {
+    return r.value("backend", std::string()).rfind("peer:", 0) == 0;
+  };
+  const std::vector<double> x = values(row), b = values(base);
+  nlohmann::json out = {{"baseline", base.at("label")}};
+  if (x.empty() || b.empty()) return out;
+  if (is_peer(row) || is_peer(base) || x.size() != b.size() || x.size() < 2) {
+    const double mx = median(x), mb = median(b);
+    out["median"] = mx > 0 ? mb / mx : 0.0;
+    const bool paired = !is_peer(row) && !is_peer(base) && x.size() == b.size();
+    out["method"] = paired ? "one paired repeat: its ratio, no interval" : "ratio of medians";
+    return out;
+  }
+  std::vector<double> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = x[i] > 0 ? b[i] / x[i] : 0.0;
+  std::sort(r.begin(), r.end());
+  const size_t n = r.size();
+  const auto [k, confidence] = median_interval_rank(n);
+  out["median"] = median_of_sorted(r);
+  out["low"] = r[k - 1];
+  out["high"] = r[n - k];
+  out["confidence"] = confidence;
+  out["method"] = "median of paired per-repeat ratios, order-statistic interval";
+  return out;
+}
+
+std::vector<double> mann_whitney_cdf(size_t n1, size_t n2) {
+  if (n1 > 100 || n2 > 100) throw Error("mann_whitney_cdf: exact only up to 100 per side");
+  // counts[b] = the number of orderings of a x-values and b y-values with each U, row a at a
+  // time: N(a, b, u) = N(a - 1, b, u - b) + N(a, b - 1, u), N(0, b) = N(a, 0) = [1].
+  std::vector<std::vector<double>> prev(n2 + 1, std::vector<double>{1.0}), cur(n2 + 1);
+  for (size_t a = 1; a <= n1; ++a) {
+    cur[0] = {1.0};
+    for (size_t b = 1; b <= n2; ++b) {
+      std::vector<double> c(a * b + 1, 0.0);
+      for (size_t u = 0; u < prev[b].size(); ++u) c[u + b] += prev[b][u];
+      for (size_t u = 0; u < cur[b - 1].size(); ++u) c[u] += cur[b - 1][u];
+      cur[b] = std::move(c);
+    }
+    std::swap(prev, cur);
+  }
+  std::vector<double> cdf = prev[n2];
+  double total = 0;
+  for (double c : cdf) total += c;
+  double acc = 0;
+  for (double& c : cdf) {
+    acc += c;
+    c = acc / total;
+  }
+  return cdf;
+}
+
+Speedup speedup(const std::vector<double>& before, const std::vector<double>& after) {
+  Speedup s;
+  if (before.empty() || after.empty()) return s;
+  const bool positive = std::all_of(before.begin(), before.end(), [](double x) { return x > 0; }) &&
+                        std::all_of(after.begin(), after.end(), [](double x) { return x > 0; });
+  if (!positive || before.size() < 2 || after.size() < 2) {
+    const double a = median(after);
+    s.estimate = s.low = s.high = a > 0 ? median(before) / a : 0.0;
+    return s;
+  }
+  std::vector<double> log_after;
+  for (double y : after) log_after.push_back(std::log(y));
+  std::vector<double> d;  // log(before_i / after_j)
+  d.reserve(before.size() * after.size());
+  for (double x : before) {
+    const double lx = std::log(x);
+    for (double ly : log_after) d.push_back(lx - ly);
+  }
+  std::sort(d.begin(), d.end());
+  const size_t n1 = before.size(), n2 = after.size(), n = d.size();
+  size_t k = 1;
+  double confidence = 0;
+  if (n1 <= 100 && n2 <= 100) {
+    const auto cdf = mann_whitney_cdf(n1, n2);
+    while (k + 1 <= n / 2 && 1 - 2 * cdf[k] >= 0.95) ++k;
+    confidence = 1 - 2 * cdf[k - 1];
+  } else {
+    // Normal approximation of U: mean n1 n2 / 2, variance n1 n2 (n1 + n2 + 1) / 12.
+    const double mean = static_cast<double>(n) / 2;
+    const double sd = std::sqrt(static_cast<double>(n1 * n2 * (n1 + n2 + 1)) / 12.0);
+    k = static_cast<size_t>(std::max(1.0, std::floor(mean - 1.959964 * sd + 0.5)));
+    confidence = 1 - std::erfc((mean - (static_cast<double>(k) - 0.5)) / sd / std::sqrt(2.0));
+  }
+  s.estimate = std::exp(median_of_sorted(d));
+  s.low = std::exp(d[k - 1]);
+  s.high = std::exp(d[n - k]);
+  s.confidence = confidence;
+  s.has_interval = true;
+  return s;
+}
+
+}  // namespace gengraph

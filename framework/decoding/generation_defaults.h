@@ -1,0 +1,24 @@
+// Generation settings as they apply to one model, layered as transformers layers them: its
+// GenerationConfig defaults, then the model's generation_config.json (or, without one, the special
+// tokens of its config.json), then the caller's overrides. The CLI, the runner and the public
+// Engine all resolve settings here, so the same model and keys give the same settings everywhere.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "framework/decoding/generation_config.h"
+
+namespace gengraph {
+
+struct LoadedModel;
+
+// `overrides`: GenerationConfig keys -> values (an object; `source` names them in errors). Keys of
+// generation_config.json that gengraph does not implement are returned in `ignored_keys`. The
+// result is validated, and its token ids are checked against the model's vocabulary.
+GenerationConfig resolve_generation(const LoadedModel& model, const nlohmann::json& overrides,
+                                    const std::string& source,
+                                    std::vector<std::string>* ignored_keys = nullptr);
+
+}  // namespace gengraph

@@ -1,0 +1,95 @@
+// gengraph::Engine (include/gengraph/gengraph.h): the facade over the loader, the backend
+// registry and the decoding loop, resolving settings as the CLI's runner does.
+#include <ATen/ATen.h>
+#include <gengraph/gengraph.h>
+
+#include <filesystem>
+
+#include "backends/register_builtin.h"
+#include "framework/backend/backend_registry.h"
+#include "framework/decoding/generation_defaults.h"
+#include "framework/decoding/generator.h"
+#include "framework/model/loader.h"
+#include "framework/util/device.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+struct Engine::Impl {
+  LoadedModel loaded;
+  std::string backend_name;
+  std::unique_ptr<ForwardBackend> backend;
+};
+
+namespace {
+
+// A folder when one exists at `model`; a preset name otherwise (a path-like name that is no folder
+// is refused rather than looked up as a preset), as `gengraph generate --model` decides.
+ModelSource model_source_of(const std::string& model, const EngineOptions& o) {
+  ModelSource src;
+  if (std::filesystem::is_directory(model)) {
+    src.path = model;
+    if (!o.model_config.is_null()) {
+      throw Error("Engine: model_config applies to presets; '" + model +
+                  "' is a folder (edit its config.json instead)");
+    }
+  } else if (model.find('/') != std::string::npos || model.rfind('.', 0) == 0 ||
+             std::filesystem::exists(model)) {
+    throw Error("Engine: model '" + model +
+                "': no such model folder (and not a preset name; see gengraph presets)");
+  } else {
+    src.preset = model;
+    src.config_overrides = o.model_config;
+    src.seed = o.weights_seed;
+  }
+  src.load = LoadOptions{parse_dtype(o.dtype), parse_device(o.device)};
+  return src;
+}
+
+}  // namespace
+
+Engine::Engine(const std::string& model, const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
+  register_builtin_backends();
+  const ModelSource src = model_source_of(model, o);
+  const BackendOptions options(o.backend, o.backend_options);
+  BackendRegistry::instance().validate(o.backend, options, src.load.device);
+  model_config_of(src);  // the preset or config.json checked before any weight is read
+  impl_->loaded = load_model(src);
+  impl_->backend_name = o.backend;
+  impl_->backend = BackendRegistry::instance().create(o.backend, impl_->loaded.model, options);
+}
+
+Engine::~Engine() = default;
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+
+Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts,
+                            const nlohmann::json& settings, const TokenStream& stream) {
+  const GenerationConfig config = resolve_generation(impl_->loaded, settings, "settings");
+  const c10::Device device = impl_->loaded.model->device();
+  std::function<void()> sync;
+  if (device.is_cuda()) sync = [device] { synchronize(device); };
+  const GenerationResult r = Generator(config, sync).generate(*impl_->backend, prompts, stream);
+  Generation out;
+  out.settings = config.to_json();
+  out.steps = r.timing.steps;
+  out.seconds = r.timing.total_s;
+  for (const auto& per_input : r.outputs) {
+    out.outputs.emplace_back();
+    for (const auto& h : per_input) out.outputs.back().push_back(Sequence{h.tokens, h.score});
+  }
+  return out;
+}
+
+void Engine::manual_seed(uint64_t seed) { at::manual_seed(seed); }
+
+nlohmann::json Engine::default_settings() const {
+  return resolve_generation(impl_->loaded, nlohmann::json::object(), "settings").to_json();
+}
+
+const std::string& Engine::model_source() const { return impl_->loaded.source; }
+const std::string& Engine::backend() const { return impl_->backend_name; }
+int64_t Engine::vocab_size() const { return impl_->loaded.model->config().vocab_size; }
+nlohmann::json Engine::backend_report() const { return impl_->backend->report(); }
+
+}  // namespace gengraph

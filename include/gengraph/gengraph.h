@@ -1,0 +1,82 @@
+// gengraph's public C++ API: load a model (a Hugging Face folder or a built-in preset), pick a
+// forward backend by name, generate. The settings are resolved exactly as the CLI resolves them:
+// transformers' defaults, then the model's generation_config.json, then yours.
+//
+//   #include <gengraph/gengraph.h>
+//   gengraph::Engine engine("/path/to/hf-folder");                 // or a preset, "gpt2-tiny"
+//   auto result = engine.generate({{464, 2068}}, {{"max_new_tokens", 8}});
+//   for (int64_t t : result.outputs[0][0].tokens) std::cout << t << ' ';
+//
+// Link gengraph::core (find_package(gengraph)); see docs/embedding.md. This header does not pull
+// in LibTorch's; errors are thrown as gengraph::Error (a std::runtime_error) naming the input.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "framework/decoding/token_stream.h"
+
+namespace gengraph {
+
+struct EngineOptions {
+  std::string backend = "eager";                       // a registered backend (gengraph backends)
+  std::map<std::string, std::string> backend_options;  // as in YAML, e.g. {"cache", "static"}
+  std::string device = "cpu";                          // cpu | cuda | cuda:N
+  std::string dtype = "float32";                       // float32 | bfloat16 | float16
+  // Presets only: config.json keys over the preset's (e.g. {"n_layer": 4}) and the seed of the
+  // random weights.
+  nlohmann::json model_config = nullptr;
+  uint64_t weights_seed = 0;
+};
+
+struct Sequence {
+  std::vector<int64_t> tokens;  // the generated tokens (no prompt, no padding)
+  std::optional<double> score;  // beam strategies: the length-normalised score
+};
+
+struct Generation {
+  std::vector<std::vector<Sequence>> outputs;  // per prompt, best first
+  nlohmann::json settings;                     // the resolved generation settings
+  int64_t steps = 0;                           // forward calls (tokens per row)
+  double seconds = 0;                          // prefill to last token
+};
+
+class Engine {
+ public:
+  // `model`: an existing folder (config.json + safetensors) or a preset name (gengraph presets).
+  // The backend and its options are checked before the weights are loaded.
+  explicit Engine(const std::string& model, const EngineOptions& options = {});
+  ~Engine();
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+
+  // Generates from token ids (ragged prompts are left-padded as transformers does). `settings`:
+  // generation keys as in a YAML `generation:` block (max_new_tokens, num_beams, do_sample, ...),
+  // over the model's own defaults. `stream`, when given, receives each token as it is chosen
+  // (greedy search and sampling only).
+  Generation generate(const std::vector<std::vector<int64_t>>& prompts,
+                      const nlohmann::json& settings = nlohmann::json::object(),
+                      const TokenStream& stream = {});
+
+  // Seeds the generator sampling draws from (the CLI seeds it with run.seed, default 0, before
+  // every generation; do the same here to get its sampled tokens).
+  void manual_seed(uint64_t seed);
+
+  // The model's own defaults (transformers' GenerationConfig after generation_config.json).
+  nlohmann::json default_settings() const;
+  const std::string& model_source() const;  // "preset:NAME" or the folder
+  const std::string& backend() const;
+  int64_t vocab_size() const;
+  nlohmann::json backend_report() const;  // numbers the backend reports (trace or capture time)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gengraph

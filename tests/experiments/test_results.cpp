@@ -1,0 +1,289 @@
+// The results document through the CLI: what a run records, ratios and intervals, bandwidth,
+// writing JSON and plot whole or not at all, reading it back (experiments/results, table,
+// statistics).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <optional>
+#include <thread>
+
+#include "framework/decoding/generation_config.h"
+#include "tests/support/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using namespace testing::cli_names;  // NOLINT(build/namespaces)
+
+TEST(Cli, RunWritesResultsWithTokensTimingsAndEnvironment) {
+  TempDir dir;
+  write_file(dir / "e.yaml", R"(model: {preset: gpt2-tiny}
+backends: [eager, {name: eager, label: static, options: {cache: static}}]
+inputs: {prompts: [[1, 2, 3], [4, 5]]}
+generation: {max_new_tokens: 4}
+run: {warmup: 0, repeats: 2}
+)");
+  const auto out = dir / "r" / "e.json";
+  ASSERT_EQ(cli({"run", (dir / "e.yaml").string(), "--output", out.string(), "--quiet"}), 0);
+  const auto doc = nlohmann::json::parse(testing::read_file(out));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  for (const auto& r : doc["runs"]) {
+    EXPECT_EQ(r["outputs"].size(), 2u);
+    EXPECT_EQ(r["outputs"][0]["sequences"][0]["tokens"].size(), 4u);
+    EXPECT_EQ(r["timings"]["total_ms"]["values"].size(), 2u);
+    EXPECT_TRUE(r["deterministic_across_repeats"].get<bool>());
+  }
+  EXPECT_EQ(doc["runs"][0]["outputs"], doc["runs"][1]["outputs"]);
+  EXPECT_EQ(doc["config"]["text"], testing::read_file(dir / "e.yaml"));
+  EXPECT_EQ(doc["config"]["overrides"], nlohmann::json::array());
+  EXPECT_EQ(doc["environment"]["torch_version"], "2.11.0");
+  EXPECT_FALSE(doc["environment"]["gengraph_commit"].get<std::string>().empty());
+  // `show` prints the same table from the file.
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"show", out.string()}), 0);
+  const std::string table = ::testing::internal::GetCapturedStdout();
+  EXPECT_THAT(table, HasSubstr("experiment e"));
+  EXPECT_THAT(table, HasSubstr("static"));
+  EXPECT_THAT(table, HasSubstr("decode ms/token"));
+}
+
+// "same tokens" compares tokens: in bfloat16 two correct backends can keep the same beams with
+// scores that differ in the last bits (seen on the GPU: trace's fused kernels), so a score
+// difference is reported beside it, not as a mismatch; a different token is one.
+TEST(Cli, SameTokensComparesTokensAndReportsTheScoreDifference) {
+  TempDir dir;
+  write_file(dir / "e.yaml", R"(model: {preset: gpt2-tiny}
+backends: [eager, {name: eager, label: static, options: {cache: static}}]
+inputs: {prompts: [[1, 2, 3], [4, 5]]}
+generation: {max_new_tokens: 4, num_beams: 2, num_return_sequences: 2}
+run: {warmup: 0, repeats: 1}
+)");
+  const auto out = dir / "e.json";
+  ASSERT_EQ(cli({"run", (dir / "e.yaml").string(), "--output", out.string(), "--quiet"}), 0);
+  auto doc = nlohmann::json::parse(testing::read_file(out));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  EXPECT_TRUE(doc["runs"][1]["tokens_match_first_row"].get<bool>());
+  ASSERT_TRUE(doc["runs"][1].contains("max_score_difference_to_first_row"));
+  EXPECT_LT(doc["runs"][1]["max_score_difference_to_first_row"].get<double>(), 1e-4);
+  auto show = [&](const nlohmann::json& d) {
+    write_file(dir / "s.json", d.dump());
+    ::testing::internal::CaptureStdout();
+    EXPECT_EQ(cli({"show", (dir / "s.json").string()}), 0);
+    const std::string table = ::testing::internal::GetCapturedStdout();
+    const auto at = table.find("\nstatic ");
+    return at == std::string::npos ? table
+                                   : table.substr(at + 1, table.find('\n', at + 1) - at - 1);
+  };
+  // A score 0.25 off, with a stale flag from a file written when the flag compared scores too.
+  auto d = doc;
+  auto& seq = d["runs"][1]["outputs"][1]["sequences"][1];
+  seq["score"] = seq["score"].get<double>() + 0.25;
+  d["runs"][1]["tokens_match_first_row"] = false;
+  EXPECT_THAT(show(d), HasSubstr("yes (scores +-2.5e-01)"));
+  // One token changed is a mismatch.
+  d = doc;
+  auto& tok = d["runs"][1]["outputs"][1]["sequences"][1]["tokens"][2];
+  tok = tok.get<int64_t>() + 1;
+  EXPECT_THAT(show(d), ::testing::EndsWith("NO"));
+}
+
+// run.bandwidth: the device's read (matrix-vector) and copy bandwidth are measured in the run, and
+// each row's decode traffic (at least every weight once per step) is reported as a fraction of
+// both.
+TEST(Cli, BandwidthIsMeasuredAndDecodeTrafficIsReportedAgainstIt) {
+  TempDir dir;
+  write_file(dir / "e.yaml", R"(model: {preset: gpt2-tiny}
+inputs: {prompts: [[1, 2, 3]]}
+generation: {max_new_tokens: 4}
+run: {warmup: 0, repeats: 1, bandwidth: true}
+)");
+  const auto out = dir / "e.json";
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"run", (dir / "e.yaml").string(), "--output", out.string()}), 0);
+  const std::string table = ::testing::internal::GetCapturedStdout();
+  auto doc = nlohmann::json::parse(testing::read_file(out));
+  const double read = doc["bandwidth"]["read_bytes_per_second"].get<double>();
+  const double copy = doc["bandwidth"]["copy_bytes_per_second"].get<double>();
+  EXPECT_GT(read, 1e8);
+  EXPECT_GT(copy, 1e8);
+  const auto& bw = doc["runs"][0]["bandwidth"];
+  const double bytes = bw["bytes_per_decode_step"].get<double>();
+  EXPECT_GE(bytes, 4.0 * doc["model"]["parameters"].get<double>());
+  const double achieved = bw["achieved_bytes_per_second"].get<double>();
+  EXPECT_NEAR(bw["fraction_of_read_bandwidth"].get<double>(), achieved / read,
+              1e-9 * achieved / read);
+  EXPECT_NEAR(bw["fraction_of_copy_bandwidth"].get<double>(), achieved / copy,
+              1e-9 * achieved / copy);
+  EXPECT_THAT(table, HasSubstr("measured bandwidth: read (mv) "));
+  EXPECT_THAT(table, HasSubstr("% of the measured read (mv) bandwidth, "));
+  // A results file from before the read measurement (copy only) still shows.
+  doc["bandwidth"].erase("read_bytes_per_second");
+  doc["runs"][0]["bandwidth"].erase("fraction_of_read_bandwidth");
+  write_file(dir / "old.json", doc.dump());
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"show", (dir / "old.json").string()}), 0);
+  const std::string old_table = ::testing::internal::GetCapturedStdout();
+  EXPECT_THAT(old_table, HasSubstr("measured bandwidth: copy "));
+  EXPECT_THAT(old_table, HasSubstr("% of the copy bandwidth"));
+  EXPECT_THAT(old_table, ::testing::Not(HasSubstr("read bandwidth")));
+}
+
+// Ratios to the baseline pair repeat i of each row with repeat i of the baseline (they ran back to
+// back), and come with a distribution-free interval for the median ratio.
+TEST(Cli, RatiosToTheBaselineArePairedByRepeatWithAnOrderStatisticInterval) {
+  TempDir dir;
+  write_file(dir / "e.yaml", R"(model: {preset: gpt2-tiny}
+backends: [{name: eager, label: grow}, {name: eager, label: static, options: {cache: static}}]
+inputs: {prompts: [[1, 2, 3]]}
+generation: {max_new_tokens: 3}
+run: {warmup: 0, repeats: 10}
+baseline: static
+)");
+  const auto out = dir / "e.json";
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"run", (dir / "e.yaml").string(), "--output", out.string()}), 0);
+  const std::string table = ::testing::internal::GetCapturedStdout();
+  const auto doc = nlohmann::json::parse(testing::read_file(out));
+  const auto& grow = doc["runs"][0];
+  const auto& base = doc["runs"][1];
+  EXPECT_EQ(base["vs_baseline"]["median"].get<double>(), 1.0);
+  EXPECT_EQ(base["vs_baseline"]["low"].get<double>(), 1.0);
+  std::vector<double> ratios;
+  for (size_t i = 0; i < 10; ++i) {
+    ratios.push_back(base["timings"]["total_ms"]["values"][i].get<double>() /
+                     grow["timings"]["total_ms"]["values"][i].get<double>());
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const auto& v = grow["vs_baseline"];
+  EXPECT_EQ(v["baseline"], "static");
+  EXPECT_DOUBLE_EQ(v["median"].get<double>(), 0.5 * (ratios[4] + ratios[5]));
+  // n = 10: P(Binomial(10, 1/2) <= 1) = 11/1024, so [r(2), r(9)] covers 1 - 22/1024 >= 95%;
+  // [r(3), r(8)] would cover only 1 - 112/1024.
+  EXPECT_DOUBLE_EQ(v["low"].get<double>(), ratios[1]);
+  EXPECT_DOUBLE_EQ(v["high"].get<double>(), ratios[8]);
+  EXPECT_DOUBLE_EQ(v["confidence"].get<double>(), 1 - 22.0 / 1024);
+  EXPECT_THAT(table, HasSubstr("97.9% confidence"));
+  EXPECT_THAT(table, HasSubstr("vs static"));
+}
+
+// Results and plot appear together or not at all; paths that can never be written fail before
+// the run; the plot path reaches the plotting tool as one argument, never through a shell.
+TEST(Cli, ResultsAndPlotAreWrittenTogetherOrNotAtAll) {
+  TempDir dir;
+  write_file(dir / "e.yaml",
+             "model: {preset: gpt2-tiny}\ninputs: {prompts: [[1, 2]]}\n"
+             "generation: {max_new_tokens: 2}\nrun: {warmup: 0, repeats: 1}\n");
+  const std::string e = (dir / "e.yaml").string();
+  auto run = [&](std::vector<std::string> args, int expected_rc) {
+    args.insert(args.begin(), {"run", e, "--quiet"});
+    ::testing::internal::CaptureStderr();
+    ::testing::internal::CaptureStdout();
+    EXPECT_EQ(cli(args), expected_rc);
+    ::testing::internal::GetCapturedStdout();
+    return ::testing::internal::GetCapturedStderr();
+  };
+  write_file(dir / "afile", "");
+  EXPECT_THAT(run({"--output", (dir / "afile" / "r.json").string()}, 1),
+              HasSubstr("'" + (dir / "afile").string() + "' is not a folder"));
+  EXPECT_THAT(run({"--output", (dir / "r.json").string(), "--set",
+                   "plot=" + (dir / "afile" / "p.png").string()},
+                  1),
+              HasSubstr("plot '" + (dir / "afile" / "p.png").string() + "'"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "r.json"));
+  // The plotting tool fails: neither file is left, nor their temporary files.
+  {
+    const testing::ScopedEnv python("GENGRAPH_PYTHON", "/bin/false");
+    EXPECT_THAT(
+        run({"--output", (dir / "r.json").string(), "--set", "plot=" + (dir / "p.png").string()},
+            1),
+        HasSubstr("tools/plot_results.py failed"));
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_TRUE(name == "e.yaml" || name == "afile") << "left behind: " << name;
+  }
+  // Shell syntax in the plot path is just part of the file name.
+  const std::string odd = (dir / "a$(touch PWNED) \"q\".png").string();
+  EXPECT_EQ(
+      run({"--output", (dir / "r.json").string(), "--set", "plot=" + nlohmann::json(odd).dump()},
+          0),
+      "");
+  EXPECT_TRUE(std::filesystem::exists(odd));
+  EXPECT_TRUE(std::filesystem::exists(dir / "r.json"));
+  EXPECT_FALSE(std::filesystem::exists("PWNED"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "PWNED"));
+}
+
+// --output through a symlink (as /dev/stdout is) writes to its target and keeps the link.
+TEST(Cli, OutputThroughASymlinkKeepsTheLink) {
+  TempDir dir;
+  write_file(dir / "e.yaml",
+             "model: {preset: gpt2-tiny}\ninputs: {prompts: [[1, 2]]}\n"
+             "generation: {max_new_tokens: 2}\nrun: {warmup: 0, repeats: 1}\n");
+  std::filesystem::create_symlink(dir / "target.json", dir / "link.json");
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(
+      cli({"run", (dir / "e.yaml").string(), "--output", (dir / "link.json").string(), "--quiet"}),
+      0);
+  ::testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.json"));
+  EXPECT_EQ(nlohmann::json::parse(testing::read_file(dir / "target.json"))["schema_version"], 1);
+}
+
+TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
+  TempDir dir;
+  auto show_error = [&](const std::string& name, const std::string& text) {
+    write_file(dir / name, text);
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(cli({"show", (dir / name).string()}), 1) << name;
+    return ::testing::internal::GetCapturedStderr();
+  };
+  EXPECT_THAT(show_error("a.json", "{"), HasSubstr("a.json' is not valid JSON"));
+  EXPECT_THAT(
+      show_error("b.json", "{\"runs\": []}"),
+      HasSubstr("b.json' is not a gengraph results file: expected schema_version 1, found none"));
+  EXPECT_THAT(show_error("c.json", "{\"schema_version\": 1}"), HasSubstr("expected a 'runs' list"));
+  EXPECT_THAT(
+      show_error("d.json", "{\"schema_version\": 1, \"experiment\": \"x\", \"runs\": [{}]}"),
+      HasSubstr("d.json' is not a gengraph results file: a field is missing or of the wrong type"));
+  // Fields missing from an otherwise complete file are named (and never read out of bounds).
+  const std::string run =
+      R"({"label": "eager", "backend": "eager", "outputs": [], "timings": {"total_ms": {"median": 1, "min": 1,
+                               "max": 1, "values": [1]}}})";
+  const std::string head =
+      R"({"schema_version": 1, "experiment": "x", "model": {"source": "s", "model_type": "gpt2",
+      "parameters": 1}, "inputs": {"batch_size": 1}, "run": {"repeats": 1}, )";
+  EXPECT_THAT(show_error("e.json", head + R"("runs": [)" + run + "]}"),
+              HasSubstr("key 'environment' not found"));
+  EXPECT_THAT(
+      show_error(
+          "f.json",
+          head +
+              R"("environment": {"device": "cpu", "dtype": "float32"}, "runs": [{"label": "eager"}]})"),
+      HasSubstr("key 'timings' not found"));
+  write_file(
+      dir / "g.json",
+      head + R"("environment": {"device": "cpu", "dtype": "float32"}, "runs": [)" + run + "]}");
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(cli({"show", (dir / "g.json").string()}), 0);  // the complete file shows
+  ::testing::internal::GetCapturedStdout();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"show", (dir / "missing.json").string()}), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("missing.json': file missing or unreadable"));
+}
+
+TEST(Cli, OutputToADeviceIsWrittenThroughNotReplaced) {
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"generate", "--model", "gpt2-tiny", "--prompt", "1,2", "--max-new-tokens", "2",
+                 "--output", "/dev/null", "--quiet"}),
+            0);
+  ::testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+}
+
+}  // namespace
+}  // namespace gengraph

@@ -1,0 +1,165 @@
+// Processors, stopping criteria and strategies registered by name: selected from settings and
+// YAML, refused by name when unknown or duplicated, their parameters checked before a run.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "framework/decoding/generator.h"
+#include "framework/decoding/registry.h"
+#include "framework/decoding/search/rowwise_search.h"
+#include "framework/model/loader.h"
+#include "tests/support/fixed_logits_backend.h"
+#include "tests/support/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using testing::error_of;
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+// Adds `bias` to one token: with fixed logits, that token wins once the bias is large enough.
+class AddToToken final : public LogitsProcessor {
+ public:
+  AddToToken(int64_t token, double bias) : token_(token), bias_(bias) {}
+  std::string name() const override { return "test_add_to_token"; }
+  at::Tensor process(const Sequences&, at::Tensor scores) const override {
+    scores.select(1, token_).add_(bias_);
+    return scores;
+  }
+
+ private:
+  int64_t token_;
+  double bias_;
+};
+
+// Stops every row after `after` generated tokens.
+class StopAfter final : public StoppingCriterion {
+ public:
+  StopAfter(int64_t prompt_length, int64_t after) : end_(prompt_length + after) {}
+  std::string name() const override { return "test_stop_after"; }
+  at::Tensor should_stop(const Sequences& seqs) const override {
+    return at::full({seqs.rows()}, seqs.tokens.size(1) >= end_,
+                    seqs.tokens.options().dtype(at::kBool));
+  }
+
+ private:
+  int64_t end_;
+};
+
+// The lowest-scoring token: the opposite of greedy, easy to predict over fixed logits.
+class Argmin final : public RowwiseSearch {
+ public:
+  using RowwiseSearch::RowwiseSearch;
+  std::string name() const override { return "test_argmin"; }
+
+ protected:
+  at::Tensor choose(const at::Tensor& scores) override { return scores.argmin(-1); }
+};
+
+void register_test_parts() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  ProcessorInfo p;
+  p.name = "test_add_to_token";
+  p.check_params = [](const Json& params) {
+    if (!params.contains("token")) throw Error("parameter 'token' is required");
+  };
+  p.create = [](const Json& params, const ProcessorContext&) {
+    return std::make_unique<AddToToken>(params.at("token").get<int64_t>(),
+                                        params.value("bias", 100.0));
+  };
+  processor_registry().add(p);
+  StoppingCriterionInfo s;
+  s.name = "test_stop_after";
+  s.create = [](const Json& params, const DecodingContext& ctx) {
+    return std::make_unique<StopAfter>(ctx.prompt_length, params.value("tokens", int64_t{1}));
+  };
+  stopping_registry().add(s);
+  SearchStrategyInfo g;
+  g.name = "test_argmin";
+  g.create = [](const GenerationConfig&, const Json&, const DecodingContext& ctx) {
+    return std::make_unique<Argmin>(ctx.finished_pad);
+  };
+  strategy_registry().add(g);
+}
+
+struct Fixture {
+  std::shared_ptr<const CausalLM> model = testing::test_model("tiny", 0);
+  at::Tensor logits;
+  Fixture() {
+    at::manual_seed(0);
+    logits = at::randn({8, model->config().vocab_size});
+  }
+  std::vector<int64_t> run(const Json& settings) {
+    GenerationConfig c;
+    for (auto it = settings.begin(); it != settings.end(); ++it)
+      apply_generation_key(c, it.key(), it.value(), "test");
+    testing::FixedLogitsBackend backend(model, logits);
+    return Generator(c).generate(backend, {{1, 2, 3}}).outputs.at(0).at(0).tokens;
+  }
+};
+
+TEST(Registry, RegisteredPartsAreSelectedByName) {
+  register_test_parts();
+  Fixture f;
+  const int64_t best = f.logits[0].argmax().item<int64_t>();
+  const int64_t worst = f.logits[0].argmin().item<int64_t>();
+  EXPECT_EQ(f.run({{"max_new_tokens", 3}}), std::vector<int64_t>(3, best));
+  // Processor: token 7 lifted far above the rest wins every step.
+  EXPECT_EQ(f.run({{"max_new_tokens", 3},
+                   {"processors", {{{"name", "test_add_to_token"}, {"token", 7}}}}}),
+            std::vector<int64_t>(3, 7));
+  // Stopping criterion: two tokens, then stop, though max_new_tokens allows five.
+  EXPECT_EQ(f.run({{"max_new_tokens", 5},
+                   {"stopping_criteria", {{{"name", "test_stop_after"}, {"tokens", 2}}}}}),
+            std::vector<int64_t>(2, best));
+  // Strategy: the lowest score every step.
+  EXPECT_EQ(f.run({{"max_new_tokens", 3}, {"strategy", "test_argmin"}}),
+            std::vector<int64_t>(3, worst));
+}
+
+TEST(Registry, UnknownDuplicateAndBuiltinNamesAreRefused) {
+  register_test_parts();
+  GenerationConfig c;
+  apply_generation_key(c, "strategy", "test_argmn", "run.yaml: generation");
+  EXPECT_THAT(error_of([&] { c.validate(); }),
+              HasSubstr("strategy 'test_argmn': unknown search strategy 'test_argmn' (did you "
+                        "mean 'test_argmin'?)"));
+  GenerationConfig p;
+  apply_generation_key(p, "processors", Json::array({{{"name", "test_add_to_token"}}}), "x");
+  EXPECT_THAT(error_of([&] { p.validate(); }),
+              HasSubstr("processors[0] 'test_add_to_token': parameter 'token' is required"));
+  EXPECT_THAT(error_of([&] { apply_generation_key(c, "stopping_criteria", 3, "run.yaml"); }),
+              HasSubstr("'stopping_criteria': expected a list of {name: ..., <parameters>}"));
+  SearchStrategyInfo again;
+  again.name = "test_argmin";
+  again.create = [](const GenerationConfig&, const Json&, const DecodingContext&) {
+    return std::unique_ptr<SearchStrategy>();
+  };
+  EXPECT_THAT(error_of([&] { strategy_registry().add(again); }),
+              HasSubstr("search strategy 'test_argmin' is already registered"));
+  ProcessorInfo top_k;
+  top_k.name = "top_k";  // a built-in processor's name
+  top_k.create = [](const Json&, const ProcessorContext&) {
+    return std::unique_ptr<LogitsProcessor>();
+  };
+  EXPECT_THAT(error_of([&] { processor_registry().add(top_k); }),
+              HasSubstr("logits processor 'top_k' is already registered"));
+  StoppingCriterionInfo nameless;
+  EXPECT_THAT(error_of([&] { stopping_registry().add(nameless); }),
+              HasSubstr("needs a name and a create function"));
+}
+
+TEST(Registry, SettingsRecordRegisteredPartsOnlyWhenSet) {
+  register_test_parts();
+  GenerationConfig c;
+  EXPECT_FALSE(c.to_json().contains("strategy"));
+  EXPECT_FALSE(c.to_json().contains("stopping_criteria"));
+  apply_generation_key(c, "strategy", Json{{"name", "test_argmin"}, {"k", 1}}, "x");
+  EXPECT_EQ(c.to_json()["strategy"], (Json{{"name", "test_argmin"}, {"k", 1}}));
+}
+
+}  // namespace
+}  // namespace gengraph

@@ -1,0 +1,156 @@
+// The public facade: the CLI's tokens for the same model and settings, streaming, and errors that
+// name the input before any weight is loaded.
+#include <gengraph/gengraph.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "tests/support/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using testing::error_of;
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+// The first sequence of every input of the first row of a results file the CLI wrote.
+std::vector<std::vector<int64_t>> cli_tokens(const std::vector<std::string>& args) {
+  testing::TempDir dir;
+  std::vector<std::string> a = args;
+  const std::string out = (dir / "out.json").string();
+  for (const std::string& x : {std::string("--quiet"), std::string("--output"), out})
+    a.push_back(x);
+  EXPECT_EQ(testing::cli(a), 0);
+  const Json doc = Json::parse(testing::read_file(out));
+  std::vector<std::vector<int64_t>> tokens;
+  for (const auto& input : doc["runs"][0]["outputs"])
+    tokens.push_back(input["sequences"][0]["tokens"].get<std::vector<int64_t>>());
+  return tokens;
+}
+
+std::vector<std::vector<int64_t>> first_sequences(const Generation& g) {
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& in : g.outputs) out.push_back(in.at(0).tokens);
+  return out;
+}
+
+TEST(Engine, GivesTheCliTokensForAPresetAndAFolder) {
+  const std::vector<std::vector<int64_t>> prompts = {{11, 42, 7}, {5, 6}};
+  Engine preset("gpt2-tiny");
+  EXPECT_EQ(first_sequences(preset.generate(prompts, {{"max_new_tokens", 9}, {"num_beams", 3}})),
+            cli_tokens({"generate", "--model", "gpt2-tiny", "--prompt", "11,42,7", "--prompt",
+                        "5,6", "--max-new-tokens", "9", "--set", "generation.num_beams=3"}));
+  // A folder: its generation_config.json is layered under the settings, as the CLI does.
+  const std::string folder = testing::fixtures_dir() + "/models/gpt2-a";
+  EngineOptions o;
+  o.backend = "trace";
+  Engine from_folder(folder, o);
+  EXPECT_EQ(from_folder.model_source(), folder);
+  EXPECT_EQ(first_sequences(from_folder.generate(prompts, {{"max_new_tokens", 7}})),
+            cli_tokens({"generate", "--model", folder, "--backend", "trace", "--prompt", "11,42,7",
+                        "--prompt", "5,6", "--max-new-tokens", "7"}));
+}
+
+TEST(Engine, SampledTokensMatchTheCliWhenSeededAsItSeeds) {
+  Engine engine("gpt2-tiny");
+  const Json settings = {{"max_new_tokens", 10}, {"do_sample", true}, {"top_k", 20}};
+  // Generated before the CLI runs (an argument order would let the CLI's run draw first).
+  engine.manual_seed(0);
+  const auto sampled = first_sequences(engine.generate({{3, 4, 5}}, settings));
+  EXPECT_EQ(sampled, cli_tokens({"generate", "--model", "gpt2-tiny", "--prompt", "3,4,5",
+                                 "--max-new-tokens", "10", "--set", "generation.do_sample=true",
+                                 "--set", "generation.top_k=20"}));
+}
+
+TEST(Engine, StreamsEveryOutputTokenOnceInOrderAndNoPadding) {
+  Engine engine("gpt2-tiny");
+  const std::vector<std::vector<int64_t>> prompts = {{11, 42, 7}, {5}};
+  const auto plain = first_sequences(engine.generate(prompts, {{"max_new_tokens", 10}}));
+  // Make input 0 finish early: its first token not seen before it becomes an EOS id, so it
+  // receives padding after.
+  size_t k = 1;
+  while (k < plain[0].size() &&
+         std::find(plain[0].begin(), plain[0].begin() + k, plain[0][k]) != plain[0].begin() + k)
+    ++k;
+  ASSERT_LT(k, plain[0].size()) << "greedy repeated one token throughout; pick other prompts";
+  const int64_t eos = plain[0][k];
+  const Json settings = {{"max_new_tokens", 10}, {"eos_token_id", eos}, {"pad_token_id", 0}};
+  std::vector<std::vector<int64_t>> streamed(prompts.size());
+  int64_t last_step = -1;
+  const Generation g = engine.generate(prompts, settings, [&](const StreamedToken& t) {
+    EXPECT_GE(t.step, last_step);  // step order
+    last_step = t.step;
+    EXPECT_EQ(t.sequence, 0);
+    EXPECT_EQ(t.step, static_cast<int64_t>(streamed.at(t.input).size()));
+    streamed.at(t.input).push_back(t.token);
+  });
+  EXPECT_EQ(streamed, first_sequences(g));
+  EXPECT_EQ(streamed[0].size(), k + 1);  // stopped at the EOS, which is streamed; no padding after
+  EXPECT_EQ(streamed[0].back(), eos);
+}
+
+TEST(Engine, StreamsEachSampledSequence) {
+  Engine engine("gpt2-tiny");
+  engine.manual_seed(3);
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> streamed;
+  const Generation g = engine.generate(
+      {{1, 2}, {3}}, {{"max_new_tokens", 5}, {"do_sample", true}, {"num_return_sequences", 2}},
+      [&](const StreamedToken& t) {
+        streamed[{t.input, t.sequence}].push_back(t.token);
+      });
+  ASSERT_EQ(streamed.size(), 4u);
+  for (const auto& [key, tokens] : streamed)
+    EXPECT_EQ(tokens, g.outputs.at(key.first).at(key.second).tokens);
+}
+
+TEST(Engine, BeamSearchRefusesToStream) {
+  Engine engine("gpt2-tiny");
+  EXPECT_THAT(error_of([&] {
+                engine.generate({{1, 2}}, {{"num_beams", 2}}, [](const StreamedToken&) {});
+              }),
+              HasSubstr("'beam_search' strategy chooses its sequences only when it finishes"));
+}
+
+TEST(Engine, ErrorsNameTheInputBeforeAnyLoad) {
+  EXPECT_THAT(error_of([] { Engine("no/such/folder"); }),
+              HasSubstr("model 'no/such/folder': no such model folder"));
+  EXPECT_THAT(error_of([] { Engine("gpt2-tinny"); }), HasSubstr("gpt2-tiny"));
+  EngineOptions o;
+  o.backend = "eagre";
+  EXPECT_THAT(error_of([&] { Engine("gpt2-tiny", o); }),
+              HasSubstr("unknown backend 'eagre' (did you mean 'eager'?)"));
+  o.backend = "eager";
+  o.backend_options = {{"cache", "staic"}};
+  EXPECT_THAT(error_of([&] { Engine("gpt2-tiny", o); }), HasSubstr("staic"));
+  o.backend_options = {{"cahce", "static"}};
+  EXPECT_THAT(error_of([&] { Engine("gpt2-tiny", o); }), HasSubstr("cahce"));
+  Engine engine("gpt2-tiny");
+  EXPECT_THAT(error_of([&] {
+                engine.generate({{1}}, {{"max_new_tokns", 3}});
+              }),
+              HasSubstr("max_new_tokns"));
+  EXPECT_THAT(error_of([&] { engine.generate({{1}}, Json::array()); }),
+              HasSubstr("settings: expected a mapping of generation keys"));
+  EXPECT_THAT(error_of([&] {
+                engine.generate({{1, 5000}});
+              }),
+              HasSubstr("id 5000 is outside the vocabulary [0, 1024)"));
+}
+
+TEST(Engine, ReportsTheModelsDefaultsAndItsBackend) {
+  EngineOptions o;
+  o.backend_options = {{"cache", "static"}};
+  Engine engine("gpt2-tiny", o);
+  EXPECT_EQ(engine.backend(), "eager");
+  EXPECT_EQ(engine.vocab_size(), 1024);
+  EXPECT_EQ(engine.backend_report().value("static_cache", 0.0), 1.0);
+  const Json d = engine.default_settings();
+  EXPECT_EQ(d["num_beams"], 1);
+  EXPECT_EQ(d["top_k"], 50);
+}
+
+}  // namespace
+}  // namespace gengraph

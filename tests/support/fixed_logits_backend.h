@@ -1,0 +1,47 @@
+// A test fake shared by the tests and the benchmarks: a backend whose forward pass returns the
+// first rows of a fixed [N, vocab] logits tensor at every step, so that what runs is everything but
+// the model (processors, strategy, stopping, bookkeeping). Token choice is then a function of the
+// logits alone, which makes strategies and extension parts testable without weights.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "framework/backend/forward_backend.h"
+
+namespace gengraph::testing {
+
+class FixedLogitsBackend final : public ForwardBackend {
+ public:
+  // logits: [N, vocab] float on the model's device, N >= the rows of any batch it serves.
+  FixedLogitsBackend(std::shared_ptr<const CausalLM> model, at::Tensor logits)
+      : ForwardBackend(std::move(model)), logits_(std::move(logits)) {}
+  std::string name() const override { return "fixed_logits"; }
+  int64_t prefills() const { return prefills_; }
+  int64_t decodes() const { return decodes_; }
+
+ protected:
+  void do_prepare(const BatchShape&) override {}
+  at::Tensor do_prefill(const StepInputs& in, const at::Tensor&) override {
+    ++prefills_;
+    return rows_of(in);
+  }
+  at::Tensor do_decode(const StepInputs& in, const at::Tensor&) override {
+    ++decodes_;
+    return rows_of(in);
+  }
+
+ private:
+  // A fresh copy, as a real forward pass returns: processors edit their scores in place, which
+  // must not change the logits of the next step.
+  at::Tensor rows_of(const StepInputs& in) const {
+    return logits_.narrow(0, 0, in.input_ids.size(0)).clone();
+  }
+  at::Tensor logits_;
+  int64_t prefills_ = 0, decodes_ = 0;
+};
+
+}  // namespace gengraph::testing
