@@ -16,6 +16,7 @@
 #include "experiments/process.h"
 #include "experiments/results.h"
 #include "experiments/runner.h"
+#include "experiments/slurm.h"
 #include "experiments/table.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/model/loader.h"
@@ -44,6 +45,16 @@ const char* kUsage = R"(usage:
       Row by row (same label, same sweep point): the speed-up of AFTER over BEFORE with a
       distribution-free interval from both files' repeats, and the settings that differ; --output
       writes the comparison as JSON too.
+  gengraph submit CONFIG.yaml [--set KEY=VALUE]... [--slurm-option KEY=VALUE]... [--job-dir DIR]
+  gengraph submit --rerun DIR [--slurm-option KEY=VALUE]...
+      Check every sweep point, then run them on Slurm as one job array (one task per point), with
+      the resources of the experiment's cluster: block; --rerun submits the points without a
+      result again. Parts land in DIR (default results/<name>.slurm/).
+  gengraph collect DIR|JOB_ID [--output FILE]
+      Merge a submitted job's parts into one results file, as `gengraph run` writes it; exit 3
+      naming the points that failed or have no result yet.
+  gengraph task DIR [INDEX]
+      Run one point of a submitted job (what each array task runs; INDEX: $SLURM_ARRAY_TASK_ID).
   gengraph backends      List the registered backends and whether each is usable here.
   gengraph presets       List the built-in model presets.
 Exit status: 0 done; 1 an error (nothing written); 2 a usage error; 3 results written, but some
@@ -58,7 +69,8 @@ struct UsageError : Error {
 struct Args {
   std::vector<std::string> positional;
   std::vector<std::string> sets;
-  std::vector<std::string> prompts, texts;
+  std::vector<std::string> prompts, texts, slurm_options;
+  std::string job_dir, rerun;
   std::string output, model, backend = "eager", device = "cpu", dtype = "float32",
                              metric = "total_ms";
   std::optional<std::string> max_new;  // --max-new-tokens as given
@@ -72,10 +84,17 @@ Args parse_args(int argc, char** argv, int first) {
     const std::string s = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) throw UsageError("option " + s + " needs a value");
-      return argv[++i];
+      const std::string v = argv[++i];
+      // An empty value is never meant (an unset shell variable): --output '' would otherwise
+      // fall back to the default path without a word. --text, --prompt and --max-new-tokens say it
+      // themselves, naming what they expect.
+      if (v.empty() && s != "--text" && s != "--prompt" && s != "--max-new-tokens")
+        throw UsageError("option " + s + " needs a value, found an empty one");
+      return v;
     };
     if (s.rfind("--", 0) == 0) {
-      const bool repeatable = s == "--set" || s == "--prompt" || s == "--text";
+      const bool repeatable =
+          s == "--set" || s == "--prompt" || s == "--text" || s == "--slurm-option";
       if (!repeatable && std::find(a.flags.begin(), a.flags.end(), s) != a.flags.end()) {
         throw UsageError("option " + s + " given twice");
       }
@@ -110,6 +129,12 @@ Args parse_args(int argc, char** argv, int first) {
       a.quiet = true;
     else if (s == "--stream")
       a.stream = true;
+    else if (s == "--slurm-option")
+      a.slurm_options.push_back(value());
+    else if (s == "--job-dir")
+      a.job_dir = value();
+    else if (s == "--rerun")
+      a.rerun = value();
     else if (s.rfind("--", 0) == 0)
       throw UsageError("unknown option '" + s + "'");
     else
@@ -289,7 +314,8 @@ int cli_main(int argc, char** argv) {
       return 0;
     }
     const std::vector<std::string> commands = {"run",     "generate", "validate", "show",
-                                               "compare", "backends", "presets"};
+                                               "compare", "backends", "presets",  "submit",
+                                               "collect", "task"};
     if (std::find(commands.begin(), commands.end(), cmd) == commands.end()) {
       throw UsageError("unknown command '" + cmd + "'");
     }
@@ -314,6 +340,31 @@ int cli_main(int argc, char** argv) {
       std::cout << a.positional[0] << ": valid, " << points.size() << " point(s), "
                 << c.backends.size() << " backend(s), " << c.peers.size() << " peer(s)\n";
       return 0;
+    }
+    if (cmd == "submit") {
+      if (!a.rerun.empty()) {
+        check_usage(cmd, a, {"--rerun", "--slurm-option"}, 0);
+        resubmit_missing(a.rerun, a.slurm_options, std::cout);
+        return 0;
+      }
+      check_usage(cmd, a, {"--set", "--slurm-option", "--job-dir"}, 1);
+      submit_experiment(a.positional[0], a.sets, a.slurm_options, a.job_dir, std::cout);
+      return 0;
+    }
+    if (cmd == "collect") {
+      check_usage(cmd, a, {"--output"}, 1);
+      return collect_job(a.positional[0], a.output, std::cout, std::cerr);
+    }
+    if (cmd == "task") {
+      if (a.positional.size() == 2) {
+        const std::string& i = a.positional[1];
+        if (i.empty() || i.size() > 9 || i.find_first_not_of("0123456789") != std::string::npos)
+          throw UsageError("task: INDEX: expected a point number, found '" + i + "'");
+        check_usage(cmd, a, {"--quiet"}, 2);
+        return run_task(a.positional[0], std::stoll(i), std::cerr);
+      }
+      check_usage(cmd, a, {"--quiet"}, 1);
+      return run_task(a.positional[0], std::nullopt, std::cerr);
     }
     if (cmd == "show") {
       check_usage(cmd, a, {}, 1);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <map>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -46,11 +48,13 @@ std::vector<std::pair<std::string, const Json*>> points_of(const Json& doc,
   return out;
 }
 
-const Json* find_run(const Json& point, const std::string& label) {
+// Each label's first run in a point.
+std::map<std::string, const Json*> runs_by_label(const Json& point) {
+  std::map<std::string, const Json*> out;
   for (const auto& r : point["runs"]) {
-    if (r.is_object() && r.value("label", std::string()) == label) return &r;
+    if (r.is_object()) out.emplace(r.value("label", std::string()), &r);
   }
-  return nullptr;
+  return out;
 }
 
 std::vector<double> values_of(const Json& run, const std::string& metric) {
@@ -136,18 +140,20 @@ Json compare_documents(const Json& before, const std::string& before_name, const
     if (x != y) out["settings_that_differ"].push_back({{"key", k}, {"before", x}, {"after", y}});
   }
 
+  // Points and rows are matched through maps (first occurrence wins), so a file of many rows
+  // compares in n log n, not n^2.
   std::vector<std::string> names;
-  for (const auto& p : bp) names.push_back(p.first);
+  std::map<std::string, const Json*> b_points, a_points;
+  for (const auto& p : bp) {
+    if (b_points.emplace(p.first, p.second).second) names.push_back(p.first);
+  }
   for (const auto& p : ap) {
-    if (std::find(names.begin(), names.end(), p.first) == names.end()) names.push_back(p.first);
+    if (a_points.emplace(p.first, p.second).second && !b_points.count(p.first))
+      names.push_back(p.first);
   }
   for (const auto& name : names) {
-    const Json* b = nullptr;
-    const Json* a = nullptr;
-    for (const auto& p : bp)
-      if (p.first == name) b = p.second;
-    for (const auto& p : ap)
-      if (p.first == name) a = p.second;
+    const Json* b = b_points.count(name) ? b_points[name] : nullptr;
+    const Json* a = a_points.count(name) ? a_points[name] : nullptr;
     Json point = {{"point", name}, {"rows", Json::array()}};
     if (!b || !a) {
       point["only_in"] = b ? "before" : "after";
@@ -155,16 +161,17 @@ Json compare_documents(const Json& before, const std::string& before_name, const
       continue;
     }
     std::vector<std::string> labels;
+    std::map<std::string, const Json*> b_runs = runs_by_label(*b), a_runs = runs_by_label(*a);
     for (const auto* doc : {b, a}) {
+      std::set<std::string> listed(labels.begin(), labels.end());
       for (const auto& r : (*doc)["runs"]) {
         const std::string l = r.is_object() ? r.value("label", std::string()) : std::string();
-        if (!l.empty() && std::find(labels.begin(), labels.end(), l) == labels.end())
-          labels.push_back(l);
+        if (!l.empty() && listed.insert(l).second) labels.push_back(l);
       }
     }
     for (const auto& l : labels) {
-      const Json* rb = find_run(*b, l);
-      const Json* ra = find_run(*a, l);
+      const Json* rb = b_runs.count(l) ? b_runs[l] : nullptr;
+      const Json* ra = a_runs.count(l) ? a_runs[l] : nullptr;
       Json row = {{"label", l}};
       if (!rb || !ra) {
         row["status"] = rb ? "only in before" : "only in after";

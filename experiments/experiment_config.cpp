@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -306,25 +307,62 @@ std::optional<std::pair<size_t, size_t>> first_invalid_utf8(const std::string& t
   return std::nullopt;
 }
 
-// Keys must be plain scalars, once per mapping (yaml-cpp itself keeps duplicates silently).
-void check_keys(const YAML::Node& n, const std::string& source) {
-  if (n.IsSequence()) {
-    for (const auto& item : n) check_keys(item, source);
-  } else if (n.IsMap()) {
-    std::set<std::string> seen;
-    for (auto it = n.begin(); it != n.end(); ++it) {
-      if (!it->first.IsScalar()) {
-        throw Error(where(source, it->first) + "expected a plain key name, found " +
-                    describe(it->first));
-      }
-      if (!seen.insert(it->first.Scalar()).second) {
-        throw Error(where(source, it->first) + "duplicate key '" + it->first.Scalar() +
-                    "' (each key may appear once in a mapping)");
-      }
-      check_keys(it->second, source);
+// Limits on a document's structure as it expands: an alias makes a node appear again wherever it
+// is referred to, so a small file can stand for a huge or an endless tree ("billion laughs", or
+// `a: &x [*x]`, which refers to itself). Far above any real experiment.
+constexpr int kMaxYamlDepth = 64;
+constexpr int64_t kMaxYamlNodes = 200000;
+
+// The one walk over a document before anything reads it: keys must be plain scalars, once per
+// mapping (yaml-cpp itself keeps duplicates silently); no node may contain itself; the expanded
+// tree stays within kMaxYamlDepth levels and kMaxYamlNodes nodes. Every later walk is then bounded.
+class StructureCheck {
+ public:
+  explicit StructureCheck(std::string source) : source_(std::move(source)) {}
+  void run(const YAML::Node& n) {
+    if (++nodes_ > kMaxYamlNodes) {
+      throw Error(where(source_, n) + "the document expands to more than " +
+                  std::to_string(kMaxYamlNodes) +
+                  " nodes (aliases (*name) repeating anchored (&name) parts?)");
     }
+    if (!n.IsSequence() && !n.IsMap()) return;
+    for (const auto& ancestor : path_) {
+      if (ancestor.is(n)) {
+        throw Error(where(source_, n) +
+                    "an alias refers to a node that contains it (an endless document)");
+      }
+    }
+    if (static_cast<int>(path_.size()) >= kMaxYamlDepth) {
+      throw Error(where(source_, n) + "nested more than " + std::to_string(kMaxYamlDepth) +
+                  " levels deep");
+    }
+    path_.push_back(n);
+    if (n.IsSequence()) {
+      for (const auto& item : n) run(item);
+    } else {
+      std::set<std::string> seen;
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        if (!it->first.IsScalar()) {
+          throw Error(where(source_, it->first) + "expected a plain key name, found " +
+                      describe(it->first));
+        }
+        if (!seen.insert(it->first.Scalar()).second) {
+          throw Error(where(source_, it->first) + "duplicate key '" + it->first.Scalar() +
+                      "' (each key may appear once in a mapping)");
+        }
+        run(it->second);
+      }
+    }
+    path_.pop_back();
   }
-}
+
+ private:
+  std::string source_;
+  std::vector<YAML::Node> path_;
+  int64_t nodes_ = 0;
+};
+
+void check_keys(const YAML::Node& n, const std::string& source) { StructureCheck(source).run(n); }
 
 // Applies "a.b.c=value" onto the document, creating mappings on the way.
 void apply_override(YAML::Node& root, const std::string& spec) {
@@ -340,7 +378,12 @@ void apply_override(YAML::Node& root, const std::string& spec) {
   }
   YAML::Node value;
   try {
-    value = YAML::Load(spec.substr(eq + 1));
+    const auto docs = YAML::LoadAll(spec.substr(eq + 1));
+    if (docs.size() > 1) {
+      throw Error("--set '" + spec + "': expected one YAML value, found " +
+                  std::to_string(docs.size()) + " documents (separated by '---')");
+    }
+    if (!docs.empty()) value = docs[0];
   } catch (const YAML::Exception& e) {
     throw Error("--set '" + spec + "': value is not valid YAML: " + e.msg);
   }
@@ -365,6 +408,66 @@ void apply_override(YAML::Node& root, const std::string& spec) {
   }
   chain.back()[parts.back()] = value;
   remember_override(value, spec);
+}
+
+// An sbatch option's name: letters, digits and dashes (so nothing can break the job script).
+bool sbatch_option_name(const std::string& k) {
+  return !k.empty() && k[0] != '-' &&
+         k.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") == std::string::npos;
+}
+
+// A value written into the job script: printable, no quotes or newlines.
+bool sbatch_option_value(const std::string& v) {
+  for (const char ch : v) {
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == '"' || ch == '\'' || ch == '\\' ||
+        ch == '`' || ch == '$')
+      return false;
+  }
+  return true;
+}
+
+ClusterSpec read_cluster(MapReader r, const YAML::Node& node, const std::string& file) {
+  ClusterSpec c;
+  auto text = [&](const std::string& key, const std::string& expected) {
+    const std::string v = r.scalar<std::string>(key, "", expected);
+    if (!sbatch_option_value(v))
+      r.fail(key, expected + " (no quotes, '$', '`' or control characters)");
+    return v;
+  };
+  c.partition = text("partition", "a partition name");
+  c.time = text("time", "a time limit as Slurm writes it (MM, HH:MM:SS or D-HH:MM:SS)");
+  if (!c.time.empty() && c.time.find_first_not_of("0123456789:-") != std::string::npos)
+    r.fail("time", "a time limit as Slurm writes it (MM, HH:MM:SS or D-HH:MM:SS)");
+  c.gpus = r.integer("gpus", 0, 0, 1024);
+  c.cpus = r.integer("cpus", 0, 0, 100000);
+  c.memory = text("memory", "a memory size as Slurm writes it, e.g. 64G");
+  if (!c.memory.empty() && (c.memory.find_first_not_of("0123456789KMGTkmgt") != std::string::npos ||
+                            !std::isdigit(static_cast<unsigned char>(c.memory[0])))) {
+    r.fail("memory", "a memory size as Slurm writes it, e.g. 64G");
+  }
+  if (r.has("options")) {
+    const YAML::Node o = r.child("options");
+    if (!o.IsMap()) r.fail("options", "a mapping of sbatch options (without --) to values");
+    for (auto it = o.begin(); it != o.end(); ++it) {
+      const std::string k = it->first.as<std::string>();
+      if (!sbatch_option_name(k) || !it->second.IsScalar() ||
+          !sbatch_option_value(it->second.Scalar())) {
+        throw Error(where(file, it->first) + "cluster.options." + k +
+                    ": expected an sbatch long option name (letters, digits, '-') with a plain "
+                    "value");
+      }
+      for (const char* reserved : {"array", "output", "error", "chdir", "job-name", "parsable"}) {
+        if (k == reserved) {
+          throw Error(where(file, it->first) + "cluster.options." + k +
+                      ": gengraph submit sets --" + k + " itself");
+        }
+      }
+      c.options[k] = it->second.Scalar();
+    }
+  }
+  (void)node;
+  r.finish();
+  return c;
 }
 
 ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std::string& stem) {
@@ -481,6 +584,8 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
     r.fail("plot", "a PNG file path ending in .png");
   }
   c.output = r.scalar<std::string>("output", "", "a file path");
+  c.cluster =
+      read_cluster(MapReader(r.child("cluster"), "cluster", file), r.child("cluster"), file);
   r.finish();
   return c;
 }

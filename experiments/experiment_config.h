@@ -50,6 +50,17 @@ struct PeerSpec {
   std::string label;  // row label (defaults to name)
 };
 
+// How `gengraph submit` asks a Slurm cluster for each sweep point's resources (one array task per
+// point); `--slurm-option KEY=VALUE` adds or overrides sbatch options. Empty means Slurm's default.
+struct ClusterSpec {
+  std::string partition;                       // --partition
+  std::string time;                            // --time, e.g. "00:30:00" or "2-00:00:00"
+  int64_t gpus = 0;                            // --gres=gpu:N (0: none asked for)
+  int64_t cpus = 0;                            // --cpus-per-task (0: Slurm's default)
+  std::string memory;                          // --mem, e.g. "64G"
+  std::map<std::string, std::string> options;  // other sbatch long options, without "--"
+};
+
 struct ExperimentConfig {
   std::string name;  // from `name:` or the file stem
   std::string
@@ -65,6 +76,7 @@ struct ExperimentConfig {
   std::string baseline;  // row label the table's ratios divide by ("" = the first row)
   std::string plot;      // PNG path for a chart of the results ("" = none)
   std::string output;    // results JSON path ("" = results/<name>.json)
+  ClusterSpec cluster;   // for gengraph submit
 
   // What the file said, so that sweep points can be parsed as the file plus overrides.
   std::string source_text;

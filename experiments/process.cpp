@@ -1,5 +1,6 @@
 #include "experiments/process.h"
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "framework/model/model_config.h"
 #include "framework/util/error.h"
@@ -83,6 +85,58 @@ int run_command(const std::vector<std::string>& argv) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+CapturedCommand run_captured(const std::vector<std::string>& argv) {
+  CapturedCommand r;
+  // Looked up first, so that "not installed" is told apart from a program that failed.
+  bool on_path = argv[0].find('/') != std::string::npos && ::access(argv[0].c_str(), X_OK) == 0;
+  if (const char* path = std::getenv("PATH"); path && argv[0].find('/') == std::string::npos) {
+    std::stringstream dirs(path);
+    for (std::string d; std::getline(dirs, d, ':');) {
+      if (!d.empty() && ::access((d + "/" + argv[0]).c_str(), X_OK) == 0) on_path = true;
+    }
+  }
+  if (!on_path) {
+    r.found = false;
+    return r;
+  }
+  InterruptGuard guard;
+  static int calls = 0;
+  const auto stem = std::filesystem::temp_directory_path() /
+                    ("gengraph-cmd-" + std::to_string(::getpid()) + "-" + std::to_string(++calls));
+  const RemoveOnExit out_file{stem.string() + ".out"}, err_file{stem.string() + ".err"};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out_file.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  posix_spawn_file_actions_addopen(&actions, 2, err_file.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int err = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) throw Error("cannot start '" + argv[0] + "': " + std::strerror(err));
+  g_child_pid = pid;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) break;
+  }
+  g_child_pid = 0;
+  throw_if_interrupted();
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  auto slurp = [](const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  r.out = slurp(out_file.path);
+  r.err = slurp(err_file.path);
+  return r;
+}
+
 RemoveOnExit::~RemoveOnExit() {
   std::error_code ignored;
   std::filesystem::remove(path, ignored);
@@ -96,11 +150,7 @@ ToolResult run_tool(const std::string& script, const nlohmann::json& request, in
       ("gengraph-" + script + "-" + std::to_string(::getpid()) + "-" + std::to_string(++calls));
   const auto req_path = stem.string() + ".json", out_path = stem.string() + ".out.json";
   const RemoveOnExit remove_request{req_path}, remove_output{out_path};
-  {
-    std::ofstream f(req_path);
-    f << request.dump();
-    if (!f) throw Error("cannot write the request for tools/" + script + " to '" + req_path + "'");
-  }
+  write_file_or_throw(req_path, request.dump(), "the request for tools/" + script);
   std::vector<std::string> argv;
   if (timeout_s > 0) argv = {"timeout", "-k", "10", std::to_string(timeout_s)};
   for (const std::string& a :

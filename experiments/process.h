@@ -57,6 +57,15 @@ void throw_if_interrupted();
 // and Interrupted when this process was interrupted meanwhile.
 int run_command(const std::vector<std::string>& argv);
 
+// run_command with the program's standard output and error captured (a scheduler's client:
+// sbatch, squeue). `found` is false when argv[0] is not on PATH.
+struct CapturedCommand {
+  bool found = true;
+  int rc = -1;
+  std::string out, err;
+};
+CapturedCommand run_captured(const std::vector<std::string>& argv);
+
 // Removes a file when it goes out of scope, whatever happened meanwhile.
 struct RemoveOnExit {
   std::filesystem::path path;

@@ -130,12 +130,7 @@ void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
   };
   try {
     if (!device && path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-    {
-      std::ofstream out(tmp);
-      if (!out) throw Error("cannot write results to '" + tmp.string() + "'");
-      out << text;
-      if (!out) throw Error("writing results to '" + tmp.string() + "' failed");
-    }
+    write_file_or_throw(tmp, text, "results");
     if (!plot.empty()) {
       if (plot.has_parent_path()) std::filesystem::create_directories(plot.parent_path());
       const std::vector<std::string> argv = {python_for_tools().string(),
@@ -149,9 +144,7 @@ void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
       }
     }
     if (device) {
-      std::ofstream out(path);
-      out << text;
-      if (!out) throw Error("writing results to '" + path.string() + "' failed");
+      write_file_or_throw(path, text, "results");
       std::filesystem::remove(tmp);
     } else {
       std::filesystem::rename(tmp, path);

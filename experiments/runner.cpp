@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include <functional>
+#include <sstream>
 
 #include "backends/register_builtin.h"
 #include "experiments/bandwidth.h"
@@ -17,6 +18,8 @@
 #include "framework/decoding/generator.h"
 #include "framework/decoding/pipeline.h"
 #include "framework/model/loader.h"
+#include "framework/model/memory.h"
+#include "framework/model/model_registry.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
 #include "framework/util/version.h"
@@ -104,15 +107,35 @@ void check_runnable(const ExperimentConfig& c) {
     for (auto it = c.generation.begin(); it != c.generation.end(); ++it) {
       apply_generation_key(g, it.key(), it.value(), c.file + ": generation");
     }
-    const auto prompts = c.inputs.synthetic ? std::vector<std::vector<int64_t>>(
-                                                  c.inputs.batch_size,
-                                                  std::vector<int64_t>(c.inputs.prompt_length, 0))
-                                            : c.inputs.prompts;
+    // The longest prompt decides the lengths: a synthetic batch is checked as one prompt of its
+    // length (its ids are drawn inside the vocabulary), so nothing batch-sized is built here.
+    const auto prompts =
+        c.inputs.synthetic
+            ? std::vector<std::vector<int64_t>>{std::vector<int64_t>(c.inputs.prompt_length, 0)}
+            : c.inputs.prompts;
+    const double batch = c.inputs.synthetic ? static_cast<double>(c.inputs.batch_size)
+                                            : static_cast<double>(prompts.size());
+    int64_t max_length = 0;
     try {
-      check_prompts(mc, g, prompts);
+      max_length = check_prompts(mc, g, prompts);
     } catch (const Error& e) {
       throw Error(c.file + ": " + e.what());
     }
+    // Before any load: the weights, the KV cache of every row (batch x beams or sequences), a few
+    // [rows, vocab] score tensors and the prompts, against what the device has available.
+    const double rows = batch * static_cast<double>(rows_per_input(g));
+    const c10::ScalarType dtype = parse_dtype(c.model.dtype);
+    const Architecture& arch = ModelRegistry::instance().get(mc.model_type, mc.source);
+    const double bytes = weight_bytes(arch, mc, dtype) +
+                         kv_cache_bytes(mc, dtype, rows, static_cast<double>(max_length)) +
+                         16.0 * rows * static_cast<double>(mc.vocab_size) +
+                         24.0 * rows * static_cast<double>(max_length);
+    std::ostringstream what;
+    what << c.file << ": this experiment (weights, and a KV cache for " << rows << " rows x "
+         << max_length << " positions)";
+    check_memory(what.str(), bytes, c10::Device(c.model.device),
+                 "lower inputs (batch_size or prompts), generation.num_beams / "
+                 "num_return_sequences, generation.max_new_tokens, or the model's size");
   }
 }
 
@@ -200,6 +223,10 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
                   {"hidden_size", mc.hidden_size},
                   {"vocab_size", mc.vocab_size},
                   {"load_seconds", loaded.load_seconds}};
+  if (!loaded.warnings.empty()) {
+    doc["model"]["warnings"] = loaded.warnings;
+    for (const auto& w : loaded.warnings) log << "warning: " << w << "\n";
+  }
   doc["generation"] = gen.to_json();
   if (!ignored.empty()) doc["generation_config_ignored_keys"] = ignored;
   doc["inputs"] = {{"batch_size", prompts.size()}, {"prompt_lengths", [&] {

@@ -114,6 +114,12 @@ std::string format_table(const nlohmann::json& doc) {
       point_header(o, p);
       point_table(o, p, baseline);
     }
+    if (doc.contains("missing_points")) {
+      for (const auto& p : doc.at("missing_points")) {
+        o << "\n[" << join(p.at("point").get<std::vector<std::string>>(), ", ")
+          << "] NO RESULT: " << p.at("status").get<std::string>() << "\n";
+      }
+    }
     return o.str();
   }
   point_header(o, doc);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs whatever is missing, then builds. Safe to run again: every step checks first.
 #   1. Debian packages (compiler tools, yaml-cpp, nlohmann-json, GoogleTest, Google Benchmark and
-#      its compare.py with the Debian scipy it needs, ccache, clang-format for the format check)
+#      its compare.py with the Debian scipy it needs, ccache, clang-format for the format check,
+#      slurm-wlm and munge for the one-node Slurm cluster the tests start)
 #   2. the Python environment (torch, transformers, ...) from tools/requirements.txt, kept under
 #      ~/.cache/gengraph/venv-<hash of requirements> and linked as .venv, so fresh clones reuse it
 #   3. the CMake configure (LibTorch found through torch.utils.cmake_prefix_path) and the build
@@ -15,7 +16,7 @@ log() { echo "[setup] $*" >&2; }
 # --- 1. Debian packages -------------------------------------------------------------------------
 PKGS=(build-essential cmake ninja-build ccache git python3 python3-venv libyaml-cpp-dev
       nlohmann-json3-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
-      libbenchmark-tools python3-scipy python3-numpy clang-format)
+      libbenchmark-tools python3-scipy python3-numpy clang-format slurm-wlm munge)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

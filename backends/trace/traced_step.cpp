@@ -249,7 +249,7 @@ TracedStep TracedStep::load(const std::filesystem::path& path, const c10::Device
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(extra["gengraph.json"]);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors and number overflows
     throw Error("trace file '" + file + "': gengraph.json is not valid JSON: " + e.what());
   }
   const TraceMeta got = TraceMeta::from_json(j, "trace file '" + file + "'");
@@ -284,10 +284,13 @@ TracedStep TracedStep::load(const std::filesystem::path& path, const c10::Device
 
 void TracedStep::save(const std::filesystem::path& path) const {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  const std::string tmp = path.string() + ".tmp";
+  // Serialised in memory first: LibTorch's file writer throws from a destructor when the disk is
+  // full (which aborts the process) and leaves a truncated file; here a write error is an Error
+  // naming the file and the reason, and only a complete file is ever renamed into the cache.
   torch::jit::ExtraFilesMap extra{{"gengraph.json", meta_.to_json().dump()}};
-  module_->save(tmp, extra);
-  std::filesystem::rename(tmp, path);
+  std::ostringstream bytes;
+  module_->save(bytes, extra);
+  write_file_atomically(path, bytes.str(), "the trace cache file");
 }
 
 at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& args,

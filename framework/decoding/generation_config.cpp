@@ -1,6 +1,7 @@
 #include "framework/decoding/generation_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -13,9 +14,19 @@ namespace {
 
 using Json = nlohmann::json;
 
+// A value as the user wrote it: JSON prints NaN and infinities as null, which would misreport
+// `.nan` or `.inf` from YAML.
+std::string text_of(const Json& v) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) {
+    const double d = v.get<double>();
+    return std::isnan(d) ? "NaN" : (d > 0 ? "Infinity" : "-Infinity");
+  }
+  return v.dump();
+}
+
 [[noreturn]] void bad(const std::string& source, const std::string& key,
                       const std::string& expected, const Json& found) {
-  throw Error(source + ": '" + key + "': expected " + expected + ", found " + found.dump());
+  throw Error(source + ": '" + key + "': expected " + expected + ", found " + text_of(found));
 }
 
 struct Reader {
@@ -34,7 +45,8 @@ struct Reader {
     return integer(min);
   }
   double number(const std::string& expected, const std::function<bool(double)>& ok) const {
-    if (!v.is_number() || !ok(v.get<double>())) bad(source, key, expected, v);
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || !ok(v.get<double>()))
+      bad(source, key, expected, v);
     return v.get<double>();
   }
   bool boolean() const {

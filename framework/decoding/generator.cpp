@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "framework/model/causal_lm.h"
+#include "framework/model/memory.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -85,6 +86,16 @@ GenerationResult Generator::generate(ForwardBackend& backend,
   const int64_t per_input = pipe.strategy->rows_per_input();
   const int64_t rows = batch * per_input;
   const int64_t pad = effective_pad_token(config_);
+  // The KV cache and a few [rows, vocab] float32 score tensors, before any of it is allocated.
+  check_memory("generating " + std::to_string(rows) + " rows (" + std::to_string(batch) +
+                   " prompts x " + std::to_string(per_input) + ") of " +
+                   std::to_string(max_length) + " positions",
+               kv_cache_bytes(mc, model.dtype(), static_cast<double>(rows),
+                              static_cast<double>(max_length)) +
+                   4.0 * 4.0 * static_cast<double>(rows) * static_cast<double>(mc.vocab_size),
+               model.device(),
+               "use fewer prompts, a smaller num_beams or num_return_sequences, or fewer new "
+               "tokens (max_new_tokens)");
   if (stream && !pipe.strategy->streams()) {
     throw Error("streaming: the '" + pipe.strategy->name() +
                 "' strategy chooses its sequences only when it finishes, so its tokens cannot be "

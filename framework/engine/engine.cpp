@@ -91,5 +91,6 @@ const std::string& Engine::model_source() const { return impl_->loaded.source; }
 const std::string& Engine::backend() const { return impl_->backend_name; }
 int64_t Engine::vocab_size() const { return impl_->loaded.model->config().vocab_size; }
 nlohmann::json Engine::backend_report() const { return impl_->backend->report(); }
+const std::vector<std::string>& Engine::warnings() const { return impl_->loaded.warnings; }
 
 }  // namespace gengraph

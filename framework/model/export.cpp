@@ -7,6 +7,7 @@
 #include "framework/model/loader.h"
 #include "framework/model/safetensors.h"
 #include "framework/util/device.h"
+#include "framework/util/error.h"
 
 namespace gengraph {
 
@@ -17,7 +18,7 @@ void save_model_folder(const LoadedModel& loaded, const std::filesystem::path& f
                                                                     loaded.model->weights().end()));
   nlohmann::json config = loaded.config_json;
   config["torch_dtype"] = dtype_name(loaded.model->dtype());
-  std::ofstream(folder / "config.json") << config.dump(2) << "\n";
+  write_file_or_throw(folder / "config.json", config.dump(2) + "\n", "the model's config.json");
 }
 
 }  // namespace gengraph

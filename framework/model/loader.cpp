@@ -1,10 +1,13 @@
 #include "framework/model/loader.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <chrono>
 #include <map>
 
 #include "framework/model/json_fields.h"
+#include "framework/model/memory.h"
 #include "framework/model/model_registry.h"
 #include "framework/model/safetensors.h"
 #include "framework/util/error.h"
@@ -176,6 +179,28 @@ std::filesystem::path folder_config_path(const std::filesystem::path& dir) {
   return config_path;
 }
 
+// transformers 5.17: when config.json ties lm_head.weight to the input embedding but the checkpoint
+// stores an lm_head.weight with other values, the two are not tied; the stored head is used (and
+// transformers warns). gengraph does the same, and says so in `warnings`.
+void untie_when_the_checkpoint_differs(const Checkpoint& ckpt, const Architecture& arch,
+                                       ModelConfig& config, std::vector<std::string>& warnings) {
+  if (!config.tie_word_embeddings || arch.input_embedding.empty()) return;
+  std::string head, embedding;
+  for (const auto& key : ckpt.names()) {
+    const std::string canon = arch.names.canonical ? arch.names.canonical(key) : key;
+    if (canon == "lm_head.weight") head = key;
+    if (canon == arch.input_embedding) embedding = key;
+  }
+  if (head.empty() || embedding.empty()) return;
+  const at::Tensor h = ckpt.view(head), e = ckpt.view(embedding);
+  if (h.sizes() == e.sizes() && h.scalar_type() == e.scalar_type() && at::equal(h, e)) return;
+  config.tie_word_embeddings = false;
+  warnings.push_back(ckpt.description() + ": config.json ties lm_head.weight to " +
+                     arch.input_embedding +
+                     " (tie_word_embeddings: true), but the checkpoint stores an lm_head.weight "
+                     "with other values: it is used untied, as transformers does");
+}
+
 }  // namespace
 
 ModelConfig model_config_of(const ModelSource& src) {
@@ -194,6 +219,10 @@ LoadedModel load_model(const ModelSource& src) {
     out.config_json = preset_document(src);
     ModelConfig config = preset_model_config(src, out.config_json);
     const Architecture& arch = ModelRegistry::instance().get(config.model_type, out.source);
+    check_memory(
+        "the weights of " + out.source, weight_bytes(arch, config, src.load.dtype), src.load.device,
+        "make the preset smaller (model.config: n_layer, n_embd, vocab_size, ...) or use a "
+        "smaller dtype");
     WeightMap w =
         random_weights(arch.weight_specs(config), config.initializer_range, src.seed, src.load);
     out.model = arch.build(std::move(config), std::move(w));
@@ -211,7 +240,11 @@ LoadedModel load_model(const ModelSource& src) {
       }
     }
     const Architecture& arch = ModelRegistry::instance().get(config.model_type, config.source);
+    check_memory("the weights of '" + dir.string() + "' (as its config.json describes them)",
+                 weight_bytes(arch, config, src.load.dtype), src.load.device,
+                 "use a smaller dtype (model.dtype) or a device with more memory");
     const Checkpoint ckpt = Checkpoint::open_folder(dir);
+    untie_when_the_checkpoint_differs(ckpt, arch, config, out.warnings);
     WeightMap w = load_weights(ckpt, arch.weight_specs(config), arch.names, src.load);
     out.model = arch.build(std::move(config), std::move(w));
     out.source = dir.string();

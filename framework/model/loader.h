@@ -27,6 +27,8 @@ struct LoadedModel {
   nlohmann::json generation_defaults;  // generation_config.json when the folder has one, else null
   nlohmann::json config_json;          // the config.json document the model was built from
   double load_seconds = 0;
+  // What the load did that the files did not say outright (e.g. a tie that was not made).
+  std::vector<std::string> warnings;
 };
 
 LoadedModel load_model(const ModelSource& source);

@@ -15,7 +15,7 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
       read_regular_file(path, "'" + path.string() + "'", "a JSON file", kMaxDocumentBytes);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors and number overflows
     throw Error("'" + path.string() + "' is not valid JSON: " + e.what());
   }
 }

@@ -21,6 +21,8 @@ struct Architecture {
   std::string description;  // one line for listings
   std::function<ModelConfig(const nlohmann::json& doc, const std::string& source)> parse_config;
   std::function<std::vector<TensorSpec>(const ModelConfig&)> weight_specs;
+  // The canonical name of the input embedding, which tie_word_embeddings ties lm_head.weight to.
+  std::string input_embedding;
   NameRules names;
   std::function<std::unique_ptr<CausalLM>(ModelConfig, WeightMap)> build;
 };

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -51,7 +52,9 @@ at::ScalarType safetensors_dtype(const std::string& d, const std::string& contex
 std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer; the S_ISREG check below refuses
+  // it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
   if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -85,7 +88,7 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(hdr, hdr + header_len);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors and number overflows
     fail(path, std::string("corrupt header (not valid JSON): ") + e.what());
   }
   if (!doc.is_object()) fail(path, "corrupt header: expected a JSON object");
@@ -204,7 +207,14 @@ void write_safetensors(const std::filesystem::path& path,
     out << h;
     for (const auto& c : data)
       out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
-    if (!out) fail(path, "write failed");
+    out.flush();
+    if (!out) {
+      const int err = errno;
+      out.close();
+      std::error_code ignored;
+      std::filesystem::remove(tmp, ignored);
+      fail(path, std::string("write failed: ") + std::strerror(err));
+    }
   }
   std::filesystem::rename(tmp, path);
 }
@@ -254,6 +264,10 @@ Checkpoint Checkpoint::open_folder(const std::filesystem::path& folder) {
         throw Error("'" + index.string() + "': weight_map['" + it.key() + "'] must be a file name");
       }
       const std::string shard = it.value().get<std::string>();
+      if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
+        throw Error("'" + index.string() + "': weight_map['" + it.key() + "'] is '" + shard +
+                    "', expected a file name inside the model folder");
+      }
       if (!file_ids.count(shard)) {
         const auto shard_path = folder / shard;
         if (!std::filesystem::exists(shard_path)) {

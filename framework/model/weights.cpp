@@ -12,6 +12,17 @@
 namespace gengraph {
 namespace {
 
+// The first `most` names and how many more: a config with a million layers names 20 missing
+// tensors, not a million.
+std::string join_at_most(const std::vector<std::string>& names, size_t most) {
+  if (names.size() <= most) return join(names, ", ");
+  std::vector<std::string> head(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(most));
+  return join(head, ", ") + " and " + std::to_string(names.size() - most) + " more";
+}
+
+}  // namespace
+namespace {
+
 std::string shape_str(at::IntArrayRef s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
@@ -50,14 +61,14 @@ WeightMap load_weights(const Checkpoint& ckpt, const std::vector<TensorSpec>& sp
   }
   if (!unexpected.empty()) {
     throw Error(ckpt.description() +
-                ": unexpected tensor(s) for this architecture: " + join(unexpected, ", "));
+                ": unexpected tensor(s) for this architecture: " + join_at_most(unexpected, 20));
   }
   std::vector<std::string> missing;
   for (const auto& s : specs) {
     if (!by_canonical.count(s.name)) missing.push_back(s.name);
   }
   if (!missing.empty()) {
-    throw Error(ckpt.description() + ": missing tensor(s): " + join(missing, ", "));
+    throw Error(ckpt.description() + ": missing tensor(s): " + join_at_most(missing, 20));
   }
   WeightMap out;
   for (const auto& s : specs) {

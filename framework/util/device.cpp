@@ -34,6 +34,49 @@ int64_t peak_memory_bytes(const c10::Device& device) {
       .peak;
 }
 
+namespace {
+
+// A number from a /proc or /sys file: the value after `key` (or the whole file when `key` is
+// empty), or -1 when absent or "max".
+int64_t number_in_file(const char* path, const std::string& key, int64_t scale) {
+  std::ifstream in(path);
+  for (std::string word; in >> word;) {
+    if (!key.empty() && word != key) continue;
+    std::string value = word;
+    if (!key.empty() && !(in >> value)) return -1;
+    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::stoll(value) * scale;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t available_memory_bytes(const c10::Device& device) {
+  if (device.is_cuda()) {
+    if (!cuda_available()) return 0;
+    const int index = device.index() < 0 ? 0 : device.index();
+    c10::cuda::CUDAGuard guard(device);
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    return static_cast<int64_t>(free) + stats.reserved_bytes[agg].current -
+           stats.allocated_bytes[agg].current;
+  }
+  int64_t avail = number_in_file("/proc/meminfo", "MemAvailable:", 1024);
+  const int64_t limit = number_in_file("/sys/fs/cgroup/memory.max", "", 1);
+  if (limit > 0) {
+    const int64_t used = number_in_file("/sys/fs/cgroup/memory.current", "", 1);
+    const int64_t left = used >= 0 ? limit - used : limit;
+    if (avail < 0 || left < avail) avail = left;
+  }
+  return avail < 0 ? 0 : avail;
+}
+
 int64_t peak_rss_bytes() {
   struct rusage u {};
   getrusage(RUSAGE_SELF, &u);

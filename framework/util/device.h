@@ -16,6 +16,10 @@ void synchronize(const c10::Device& device);
 // Resets / reads the caching allocator's peak (CUDA only; 0 on CPU).
 void reset_peak_memory(const c10::Device& device);
 int64_t peak_memory_bytes(const c10::Device& device);
+// Memory that could still be allocated on `device`, in bytes: on CPU the kernel's MemAvailable,
+// bounded by the cgroup memory limit when one is set; on CUDA the free device memory plus what
+// the caching allocator holds unused. 0 when it cannot be told (CUDA requested, none here).
+int64_t available_memory_bytes(const c10::Device& device);
 // The process's peak resident set size (bytes).
 int64_t peak_rss_bytes();
 std::string device_description(const c10::Device& device);

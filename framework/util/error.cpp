@@ -1,8 +1,11 @@
 #include "framework/util/error.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -85,6 +88,40 @@ std::string read_regular_file(const std::filesystem::path& path, const std::stri
                 expected);
   }
   return text;
+}
+
+void write_file_or_throw(const std::filesystem::path& path, const std::string& bytes,
+                         const std::string& what) {
+  auto fail = [&](int err) {
+    throw Error("writing " + what + " '" + path.string() + "' failed: " + std::strerror(err));
+  };
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) fail(errno);
+  const size_t n = std::fwrite(bytes.data(), 1, bytes.size(), f);
+  const int write_err = n == bytes.size() ? 0 : errno;
+  const int flush_err = std::fflush(f) == 0 ? 0 : errno;
+  const int close_err = std::fclose(f) == 0 ? 0 : errno;
+  if (write_err || flush_err || close_err)
+    fail(write_err ? write_err : (flush_err ? flush_err : close_err));
+}
+
+void write_file_atomically(const std::filesystem::path& path, const std::string& bytes,
+                           const std::string& what) {
+  const std::filesystem::path tmp = path.string() + ".tmp" + std::to_string(::getpid());
+  try {
+    write_file_or_throw(tmp, bytes, what);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw Error("writing " + what + " '" + path.string() + "' failed: renaming '" + tmp.string() +
+                "' into place: " + std::strerror(err));
+  }
 }
 
 }  // namespace gengraph

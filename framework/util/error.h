@@ -35,4 +35,15 @@ constexpr std::uintmax_t kMaxDocumentBytes = 64u << 20;
 std::string read_regular_file(const std::filesystem::path& path, const std::string& what,
                               const std::string& expected, std::uintmax_t max_bytes);
 
+// Writes `bytes` to `path` (created or truncated) and closes it; an Error names `what`, the path
+// and the system's reason (a full disk: "No space left on device").
+void write_file_or_throw(const std::filesystem::path& path, const std::string& bytes,
+                         const std::string& what);
+
+// Writes `bytes` to a temporary file beside `path`, then renames it over `path`: a reader never
+// sees a half-written file, and on any failure (a full disk, a missing permission) the temporary
+// file is removed and the Error names `what`, the path and the system's reason.
+void write_file_atomically(const std::filesystem::path& path, const std::string& bytes,
+                           const std::string& what);
+
 }  // namespace gengraph

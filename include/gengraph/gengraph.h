@@ -73,6 +73,9 @@ class Engine {
   const std::string& backend() const;
   int64_t vocab_size() const;
   nlohmann::json backend_report() const;  // numbers the backend reports (trace or capture time)
+  // What loading did that the files did not say outright (e.g. an lm_head left untied because the
+  // checkpoint stores one that differs from the embedding, as transformers does).
+  const std::vector<std::string>& warnings() const;
 
  private:
   struct Impl;

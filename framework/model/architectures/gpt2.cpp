@@ -147,6 +147,7 @@ class Gpt2 final : public CausalLM {
 Architecture gpt2_architecture() {
   Architecture a;
   a.model_type = "gpt2";
+  a.input_embedding = "transformer.wte.weight";
   a.description = "GPT-2 (GPT2LMHeadModel): learned positions, Conv1D projections, tied head";
   a.parse_config = parse_gpt2;
   a.weight_specs = gpt2_specs;

@@ -165,6 +165,7 @@ class GptJ final : public CausalLM {
 Architecture gptj_architecture() {
   Architecture a;
   a.model_type = "gptj";
+  a.input_embedding = "transformer.wte.weight";
   a.description =
       "GPT-J (GPTJForCausalLM): partial interleaved rotary, parallel attention + MLP, biased head";
   a.parse_config = parse_gptj;

@@ -289,6 +289,7 @@ Architecture family_member(
     std::function<ModelConfig(const nlohmann::json&, const std::string&)> parse) {
   Architecture a;
   a.model_type = model_type;
+  a.input_embedding = "model.embed_tokens.weight";
   a.description = description;
   a.parse_config = std::move(parse);
   a.weight_specs = llama_specs;

@@ -1,0 +1,41 @@
+// Sweeps on a Slurm cluster: one array task per sweep point, results merged as one.
+//   gengraph submit CONFIG [--set K=V]... [--slurm-option K=V]... [--job-dir DIR]
+//       checks every point, writes DIR (default results/<name>.slurm/) with job.json (the
+//       experiment as submitted), job.sbatch and logs/, and submits the array with sbatch
+//   gengraph submit --rerun DIR [--slurm-option K=V]...
+//       submits again only the points without a result
+//   gengraph task DIR [INDEX]            (what each array task runs; INDEX: $SLURM_ARRAY_TASK_ID)
+//       runs one point, writes DIR/parts/INDEX.json (or INDEX.error.json) atomically
+//   gengraph collect DIR|JOB_ID [--output FILE]
+//       merges the parts into one results file, as `gengraph run` writes it (and the plot);
+//       exit 3 naming the points that failed or have no result yet
+// The model folders are read by the tasks from their shared paths; nothing is copied through the
+// scheduler. See docs/distributed.md.
+#pragma once
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace gengraph {
+
+// Returns the job folder. `slurm_options`: "key=value" or "key" (sbatch long options, no "--").
+std::string submit_experiment(const std::string& config_path, const std::vector<std::string>& sets,
+                              const std::vector<std::string>& slurm_options,
+                              const std::string& job_dir, std::ostream& out);
+
+// Submits the points of `job_dir` that have no result; returns how many.
+int resubmit_missing(const std::string& job_dir, const std::vector<std::string>& slurm_options,
+                     std::ostream& out);
+
+// Runs one point of the job (the array task's work). Returns the process exit status: 0 when the
+// part was written, 1 when the point failed (its error part was written).
+int run_task(const std::string& job_dir, std::optional<int64_t> index, std::ostream& log);
+
+// Merges the job's parts; writes the results (and plot) to `output` (default: the experiment's
+// output, else results/<name>.json). Returns 0, or 3 when points failed or have no result.
+int collect_job(const std::string& job_dir_or_id, const std::string& output, std::ostream& out,
+                std::ostream& err);
+
+}  // namespace gengraph

@@ -1,0 +1,33 @@
+// The readers of untrusted input, each as one fuzz target: bytes in, and either a result or a
+// gengraph::Error out. Anything else (a crash, a hang, another exception, a sanitizer report) is a
+// finding. Built into libFuzzer binaries with clang (scripts/fuzz.sh) and replayed over the
+// committed corpus by the test suite (test_fuzz_corpus.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gengraph::fuzz {
+
+// A safetensors file: header, offsets, and every tensor's bytes read (so an offset past the
+// mapping is a read past it).
+void safetensors_file(const uint8_t* data, size_t size);
+// A model.safetensors.index.json beside one valid shard named a.safetensors.
+void safetensors_index(const uint8_t* data, size_t size);
+// An experiment file; a first line starting "--set " is one override (as the CLI passes it).
+void experiment_yaml(const uint8_t* data, size_t size);
+// A results file, through the readers of `show` and `compare`.
+void results_json(const uint8_t* data, size_t size);
+// The metadata a trace file carries (gengraph.json).
+void trace_metadata(const uint8_t* data, size_t size);
+
+using Target = void (*)(const uint8_t*, size_t);
+struct NamedTarget {
+  const char* name;
+  Target run;
+};
+const std::vector<NamedTarget>& targets();
+
+}  // namespace gengraph::fuzz
