@@ -21,18 +21,7 @@ export "$(echo "$start_out" | tail -n1)"   # SLURM_CONF=...
 trap '"$SRC/scripts/slurm_local.sh" stop "$STATE" >/dev/null 2>&1 || true' EXIT
 say "cluster up: $(sinfo -h -o '%N %t %c CPUs')"
 
-cat > "$W/sweep.yaml" <<YAML
-name: slurm_sweep
-model: {preset: gpt2-tiny, seed: 3}
-backends: [eager, {name: eager, label: static, options: {cache: static}}]
-inputs: {prompts: [[1, 2, 3], [4, 5]]}
-generation: {max_new_tokens: 3}
-run: {warmup: 0, repeats: 1}
-sweep:
-  generation.num_beams: [1, 2]
-  generation.max_new_tokens: [2, 5]
-cluster: {time: "00:10:00", cpus: 1}
-YAML
+cp "$SRC/configs/slurm_sweep_tiny.yaml" "$W/sweep.yaml"
 
 wait_for() {  # until job $1 has left the queue (bounded)
   for _ in $(seq 1 240); do

@@ -21,24 +21,15 @@ using namespace testing::cli_names;  // NOLINT(build/namespaces)
 
 const std::string kQuickstart = std::string(GENGRAPH_SOURCE_DIR) + "/configs/quickstart.yaml";
 
-// Runs the CLI with stderr captured; returns {exit status, stderr}.
-std::pair<int, std::string> cli_err(const std::vector<std::string>& args) {
-  ::testing::internal::CaptureStderr();
-  ::testing::internal::CaptureStdout();
-  const int rc = cli(args);
-  ::testing::internal::GetCapturedStdout();
-  return {rc, ::testing::internal::GetCapturedStderr()};
-}
-
 TEST(HostileInput, YamlAliasesThatReferToThemselvesOrExplodeAreRefused) {
   TempDir dir;
   // An alias inside the node it names: an endless document (segfaulted before).
   write_file(dir / "self.yaml", "model: {preset: gpt2-tiny}\nfoo: &a [*a]\n");
-  auto [rc, err] = cli_err({"validate", (dir / "self.yaml").string()});
+  auto [rc, err] = testing::cli_stderr({"validate", (dir / "self.yaml").string()});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("self.yaml:2:6: an alias refers to a node that contains it"));
   // The same in a --set value.
-  std::tie(rc, err) = cli_err(
+  std::tie(rc, err) = testing::cli_stderr(
       {"validate", (dir / "self.yaml").string(), "--set", "generation.suppress_tokens=&b [*b]"});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("an alias refers to a node that contains it"));
@@ -52,21 +43,21 @@ TEST(HostileInput, YamlAliasesThatReferToThemselvesOrExplodeAreRefused) {
   }
   write_file(dir / "bomb.yaml", bomb);
   const auto t0 = std::chrono::steady_clock::now();
-  std::tie(rc, err) = cli_err({"validate", (dir / "bomb.yaml").string()});
+  std::tie(rc, err) = testing::cli_stderr({"validate", (dir / "bomb.yaml").string()});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("the document expands to more than 200000 nodes"));
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
   // Deep nesting.
   write_file(dir / "deep.yaml", "model: {preset: gpt2-tiny}\nx: " + std::string(100, '[') +
                                     std::string(100, ']') + "\n");
-  std::tie(rc, err) = cli_err({"validate", (dir / "deep.yaml").string()});
+  std::tie(rc, err) = testing::cli_stderr({"validate", (dir / "deep.yaml").string()});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("nested more than 64 levels deep"));
 }
 
 TEST(HostileInput, AMultiDocumentSetValueIsRefusedNotTruncated) {
-  auto [rc, err] =
-      cli_err({"validate", kQuickstart, "--set", "generation.max_new_tokens=4\n---\n8"});
+  auto [rc, err] = testing::cli_stderr(
+      {"validate", kQuickstart, "--set", "generation.max_new_tokens=4\n---\n8"});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("expected one YAML value, found 2 documents"));
 }
@@ -74,7 +65,7 @@ TEST(HostileInput, AMultiDocumentSetValueIsRefusedNotTruncated) {
 TEST(HostileInput, SpecialFilesAreRefusedWithoutBlocking) {
   TempDir dir;
   ASSERT_EQ(::mkfifo((dir / "fifo.yaml").c_str(), 0600), 0);
-  auto [rc, err] = cli_err({"run", (dir / "fifo.yaml").string()});
+  auto [rc, err] = testing::cli_stderr({"run", (dir / "fifo.yaml").string()});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("is not a regular file (a FIFO, device or socket)"));
   // A model folder whose weights file is a FIFO: refused, not waited on.
@@ -82,12 +73,12 @@ TEST(HostileInput, SpecialFilesAreRefusedWithoutBlocking) {
   std::filesystem::copy_file(testing::fixtures_dir() + "/models/gpt2-a/config.json",
                              dir / "m" / "config.json");
   ASSERT_EQ(::mkfifo((dir / "m" / "model.safetensors").c_str(), 0600), 0);
-  std::tie(rc, err) =
-      cli_err({"generate", "--model", (dir / "m").string(), "--prompt", "1", "--quiet"});
+  std::tie(rc, err) = testing::cli_stderr(
+      {"generate", "--model", (dir / "m").string(), "--prompt", "1", "--quiet"});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("model.safetensors': is not a regular file"));
   // A results file that is a device.
-  std::tie(rc, err) = cli_err({"show", "/dev/zero"});
+  std::tie(rc, err) = testing::cli_stderr({"show", "/dev/zero"});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("'/dev/zero' is not a regular file"));
 }
@@ -95,13 +86,14 @@ TEST(HostileInput, SpecialFilesAreRefusedWithoutBlocking) {
 TEST(HostileInput, AbsurdSizesAreRefusedByAnEstimateBeforeAnyAllocation) {
   // A million layers, a billion beams, a long context for a big batch: legal numbers, refused in
   // validation with the estimate and the setting to change, nothing allocated.
-  auto [rc, err] = cli_err(
+  auto [rc, err] = testing::cli_stderr(
       {"validate", kQuickstart, "--set", "model.config={n_layer: 100000000, n_embd: 4096}"});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("this experiment (weights, and a KV cache for"));
   EXPECT_THAT(err, HasSubstr("available on cpu; lower inputs"));
-  std::tie(rc, err) = cli_err({"validate", kQuickstart, "--set", "generation.num_beams=1000000000",
-                               "--set", "generation.max_new_tokens=16"});
+  std::tie(rc, err) =
+      testing::cli_stderr({"validate", kQuickstart, "--set", "generation.num_beams=1000000000",
+                           "--set", "generation.max_new_tokens=16"});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("generation.num_beams"));
   // The same model through the API is refused at load, naming the preset.
@@ -123,8 +115,8 @@ TEST(HostileInput, AMillionMissingTensorsAreCountedNotListed) {
   write_file(dir / "m" / "config.json", cfg.dump());
   std::filesystem::copy_file(testing::fixtures_dir() + "/models/gpt2-a/model.safetensors",
                              dir / "m" / "model.safetensors");
-  auto [rc, err] =
-      cli_err({"generate", "--model", (dir / "m").string(), "--prompt", "1", "--quiet"});
+  auto [rc, err] = testing::cli_stderr(
+      {"generate", "--model", (dir / "m").string(), "--prompt", "1", "--quiet"});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("missing tensor(s): "));
   EXPECT_THAT(err, ::testing::ContainsRegex("and [0-9]+ more"));
@@ -134,25 +126,28 @@ TEST(HostileInput, AMillionMissingTensorsAreCountedNotListed) {
 TEST(HostileInput, NumbersTheJsonCannotHoldAndNonFiniteValuesAreNamed) {
   TempDir dir;
   write_file(dir / "r.json", R"({"schema_version": 1, "runs": [], "x": 1e999})");
-  auto [rc, err] = cli_err({"show", (dir / "r.json").string()});
+  auto [rc, err] = testing::cli_stderr({"show", (dir / "r.json").string()});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("r.json' is not valid JSON"));
-  std::tie(rc, err) = cli_err({"validate", kQuickstart, "--set", "generation.length_penalty=.nan"});
+  std::tie(rc, err) =
+      testing::cli_stderr({"validate", kQuickstart, "--set", "generation.length_penalty=.nan"});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("'length_penalty': expected a number, found NaN"));
-  std::tie(rc, err) = cli_err({"validate", kQuickstart, "--set", "generation.temperature=-.inf"});
+  std::tie(rc, err) =
+      testing::cli_stderr({"validate", kQuickstart, "--set", "generation.temperature=-.inf"});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("found -Infinity"));
 }
 
 TEST(HostileInput, EmptyFlagValuesAreUsageErrors) {
-  auto [rc, err] = cli_err({"generate", "--model", "gpt2-tiny", "--prompt", "1", "--output", ""});
+  auto [rc, err] =
+      testing::cli_stderr({"generate", "--model", "gpt2-tiny", "--prompt", "1", "--output", ""});
   EXPECT_EQ(rc, 2);
   EXPECT_THAT(err, HasSubstr("option --output needs a value, found an empty one"));
 }
 
 TEST(HostileInput, WriteFailuresGiveTheSystemsReason) {
-  auto [rc, err] = cli_err(
+  auto [rc, err] = testing::cli_stderr(
       {"generate", "--model", "gpt2-tiny", "--prompt", "1", "--quiet", "--output", "/dev/full"});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("writing results '/dev/full' failed: No space left on device"));
@@ -177,8 +172,8 @@ TEST(HostileInput, ATraceCacheOnAFullDiskFailsCleanly) {
                  mnt.string() +
                  "'}}]\ninputs: {prompts: [[1, 2]]}\n"
                  "generation: {max_new_tokens: 2}\nrun: {warmup: 0, repeats: 1}\n");
-  auto [rc, err] =
-      cli_err({"run", (dir / "t.yaml").string(), "--quiet", "--output", (dir / "o.json").string()});
+  auto [rc, err] = testing::cli_stderr(
+      {"run", (dir / "t.yaml").string(), "--quiet", "--output", (dir / "o.json").string()});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("writing the trace cache file"));
   EXPECT_THAT(err, HasSubstr("No space left on device"));

@@ -103,6 +103,14 @@ int cli(std::vector<std::string> args) {
   return cli_main(static_cast<int>(argv.size()), argv.data());
 }
 
+std::pair<int, std::string> cli_stderr(const std::vector<std::string>& args) {
+  ::testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStdout();
+  const int rc = cli(args);
+  ::testing::internal::GetCapturedStdout();
+  return {rc, ::testing::internal::GetCapturedStderr()};
+}
+
 int run_quietly(const std::filesystem::path& config, const std::filesystem::path& out) {
   ::testing::internal::CaptureStdout();
   const int rc = cli({"run", config.string(), "--output", out.string(), "--quiet"});

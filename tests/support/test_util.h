@@ -65,6 +65,9 @@ void make_folder_with_test_tokenizer(const std::string& fixture,
 // its exit status.
 int cli(std::vector<std::string> args);
 
+// The CLI in-process with its stdout swallowed and its stderr captured: {exit status, stderr}.
+std::pair<int, std::string> cli_stderr(const std::vector<std::string>& args);
+
 // `gengraph run CONFIG --output OUT --quiet` in-process, its table (stdout) swallowed; returns the
 // exit status.
 int run_quietly(const std::filesystem::path& config, const std::filesystem::path& out);
