@@ -45,10 +45,11 @@ int main(int argc, char** argv) {
     std::string name;
     std::map<std::string, std::string> options;
   };
-  const std::vector<Backend> backends = {{"eager", {}},
-                                         {"eager", {{"cache", "static"}}},
-                                         {"trace", {}},
-                                         {"cuda_graph", {{"capture", "false"}}}};
+  const std::vector<Backend> backends = {
+      {"eager", {}},
+      {"eager", {{"cache", "static"}}},
+      {"trace", {}},
+      {"cuda_graph", {{"capture", "false"}, {"max_length", "64"}}}};
   std::vector<std::unique_ptr<gengraph::Engine>> engines;
   std::vector<std::string> labels;
   for (const std::string model : {"gpt2-tiny", "llama-tiny", "gptj-tiny"}) {
@@ -57,10 +58,9 @@ int main(int argc, char** argv) {
       o.backend = b.name;
       o.backend_options = b.options;
       engines.push_back(std::make_unique<gengraph::Engine>(model, o));
-      labels.push_back(model + "/" + b.name +
-                       (b.options.empty() ? ""
-                                          : "(" + b.options.begin()->first + "=" +
-                                                b.options.begin()->second + ")"));
+      std::string label = model + "/" + b.name;
+      for (const auto& [k, v] : b.options) label += " " + k + "=" + v;
+      labels.push_back(label);
     }
   }
   const std::vector<std::vector<std::vector<int64_t>>> prompt_sets = {
@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   std::cout << engines.size() << " engines x " << strategies.size() << " strategies x "
             << prompt_sets.size() << " prompt sets = " << combos << " combinations, " << total
             << " generations\n";
+  for (const auto& l : labels) std::cout << "  " << l << "\n";
   std::ofstream out(csv);
   out << "generation,seconds,rss_bytes\n";
   const auto t0 = std::chrono::steady_clock::now();
