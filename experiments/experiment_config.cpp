@@ -566,7 +566,10 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
                     ": expected a non-empty list of values, found " + describe(it->second));
       }
       std::vector<std::string> values;
-      for (const auto& v : it->second) {
+      // A named copy: `it->second` lives in a proxy that dies before a range-for over it ends
+      // (AddressSanitizer: stack-use-after-scope).
+      const YAML::Node listed = it->second;
+      for (const auto& v : listed) {
         YAML::Emitter e;
         e << YAML::Flow << v;
         values.push_back(e.c_str());
