@@ -620,6 +620,14 @@ ExperimentConfig parse_experiment(const std::string& text, const std::string& so
                                   const std::vector<std::string>& overrides) {
   YAML::Node root = load_yaml(text, source);
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  // Before any override indexes into it (yaml-cpp throws its own error for a scalar root; found by
+  // fuzzing).
+  if (!root.IsMap()) {
+    throw Error(where(source, root) +
+                "expected a mapping of sections (model, backends, inputs, "
+                "...), found " +
+                describe(root));
+  }
   std::vector<std::pair<YAML::Node, std::string>> from_overrides;
   auto* const outer = override_nodes;
   override_nodes = &from_overrides;

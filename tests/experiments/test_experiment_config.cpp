@@ -175,6 +175,16 @@ TEST(ExperimentConfig, MissingFileIsNamed) {
               HasSubstr("cannot read experiment file '/no/such.yaml': file missing or unreadable"));
 }
 
+// A document that is not a mapping is refused by name, also when a --set would index into it
+// (yaml-cpp threw its own, unnamed error there; found by fuzzing).
+TEST(ExperimentConfig, ADocumentThatIsNotAMappingIsNamed) {
+  EXPECT_THAT(error_of([] { parse_experiment("just words", "w.yaml", {"model.preset=gpt2"}); }),
+              HasSubstr("w.yaml:1:1: expected a mapping of sections (model, backends, inputs, "
+                        "...), found 'just words'"));
+  EXPECT_THAT(error_of([] { parse_experiment("[1, 2]", "l.yaml"); }),
+              HasSubstr("l.yaml:1:1: expected a mapping of sections"));
+}
+
 // Only regular files are opened: a FIFO (whose open blocks until a writer comes) or a device is
 // refused at once, and a file past the size cap is refused before it is read.
 TEST(ExperimentConfig, SpecialAndOversizedFilesAreRefusedWithoutReading) {
