@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -307,6 +308,35 @@ std::optional<std::pair<size_t, size_t>> first_invalid_utf8(const std::string& t
   return std::nullopt;
 }
 
+// The first control character YAML does not allow (any below 0x20 but tab, newline and carriage
+// return, and DEL): its line, column and byte. yaml-cpp 0.7 can loop without end on some inputs
+// holding them (found by fuzzing: a 72-byte file with NUL bytes).
+struct ControlCharacter {
+  size_t line, col;
+  unsigned byte;
+};
+std::optional<ControlCharacter> first_control_character(const std::string& text) {
+  size_t line = 1, col = 1;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F)
+      return ControlCharacter{line, col, c};
+    if (c == '\n') {
+      ++line;
+      col = 1;
+    } else if ((c & 0xC0) != 0x80) {  // count characters, not UTF-8 continuation bytes
+      ++col;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string byte_text(unsigned b) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%02X", b);
+  return buf;
+}
+
 // Limits on a document's structure as it expands: an alias makes a node appear again wherever it
 // is referred to, so a small file can stand for a huge or an endless tree ("billion laughs", or
 // `a: &x [*x]`, which refers to itself). Far above any real experiment.
@@ -372,6 +402,10 @@ void apply_override(YAML::Node& root, const std::string& spec) {
   }
   const std::string key = spec.substr(0, eq);
   if (first_invalid_utf8(spec)) throw Error("--set '" + spec + "': expected UTF-8 text");
+  if (const auto cc = first_control_character(spec)) {
+    throw Error("--set: expected printable text, found the control character " +
+                byte_text(cc->byte) + " at character " + std::to_string(cc->col));
+  }
   if (spec.find_first_not_of(" \t", eq + 1) == std::string::npos) {
     throw Error("--set '" + spec +
                 "': expected a value after '=' (write KEY=null for an explicit null)");
@@ -597,6 +631,11 @@ YAML::Node load_yaml(const std::string& text, const std::string& source) {
   if (const auto bad = first_invalid_utf8(text)) {
     throw Error(source + ":" + std::to_string(bad->first) + ":" + std::to_string(bad->second) +
                 ": expected UTF-8 text, found a byte that is not valid UTF-8");
+  }
+  if (const auto cc = first_control_character(text)) {
+    throw Error(source + ":" + std::to_string(cc->line) + ":" + std::to_string(cc->col) +
+                ": expected printable YAML text, found the control character " +
+                byte_text(cc->byte) + " (YAML allows only tab, newline and carriage return)");
   }
   std::vector<YAML::Node> docs;
   try {

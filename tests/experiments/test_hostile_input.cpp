@@ -55,6 +55,21 @@ TEST(HostileInput, YamlAliasesThatReferToThemselvesOrExplodeAreRefused) {
   EXPECT_THAT(err, HasSubstr("nested more than 64 levels deep"));
 }
 
+// yaml-cpp loops without end on some inputs with control characters (fuzzing found a 72-byte
+// file); YAML does not allow them, and they are refused before parsing.
+TEST(HostileInput, ControlCharactersAreRefusedBeforeParsing) {
+  TempDir dir;
+  write_file(dir / "c.yaml", std::string("model: {preset: gpt2-tiny}\nx: a\0b\n", 34));
+  auto [rc, err] = testing::cli_stderr({"validate", (dir / "c.yaml").string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("c.yaml:2:5: expected printable YAML text, found the control "
+                             "character 0x00"));
+  std::tie(rc, err) =
+      testing::cli_stderr({"validate", kQuickstart, "--set", std::string("run.seed=1\x07")});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("found the control character 0x07"));
+}
+
 TEST(HostileInput, AMultiDocumentSetValueIsRefusedNotTruncated) {
   auto [rc, err] = testing::cli_stderr(
       {"validate", kQuickstart, "--set", "generation.max_new_tokens=4\n---\n8"});
