@@ -70,6 +70,16 @@ TEST(HostileInput, ControlCharactersAreRefusedBeforeParsing) {
   EXPECT_THAT(err, HasSubstr("found the control character 0x07"));
 }
 
+// yaml-cpp 0.7 loops without end, allocating, on some malformed flow collections (fuzzing found
+// this 43-byte one); a dry run of the parser with an event budget refuses it in milliseconds.
+TEST(HostileInput, TextOnWhichTheYamlParserWouldNotEndIsRefused) {
+  TempDir dir;
+  write_file(dir / "h.yaml", ",&o\nfoo [*a]\nmodel:\n{pr*eset: gpt1-tina}y]\n");
+  auto [rc, err] = testing::cli_stderr({"validate", (dir / "h.yaml").string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("h.yaml: malformed YAML: the parser does not come to an end"));
+}
+
 TEST(HostileInput, AMultiDocumentSetValueIsRefusedNotTruncated) {
   auto [rc, err] = testing::cli_stderr(
       {"validate", kQuickstart, "--set", "generation.max_new_tokens=4\n---\n8"});
