@@ -1,6 +1,5 @@
 #include "experiments/experiment_config.h"
 
-#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
@@ -11,49 +10,12 @@
 #include <set>
 #include <sstream>
 
+#include "experiments/yaml_input.h"
 #include "framework/decoding/generation_config.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
 namespace {
-
-// "file:line:col: " for a node (yaml-cpp marks are 0-based).
-// Nodes that came from KEY=VALUE overrides (--set, sweep points), by identity, with their text:
-// their marks are positions in that text, not in the file, so errors name the override instead.
-thread_local std::vector<std::pair<YAML::Node, std::string>>* override_nodes = nullptr;
-
-void remember_override(const YAML::Node& n, const std::string& spec) {
-  if (!override_nodes) return;
-  override_nodes->emplace_back(n, spec);
-  if (n.IsSequence() || n.IsMap()) {
-    for (auto it = n.begin(); it != n.end(); ++it) {
-      if (n.IsMap()) {
-        remember_override(it->first, spec);
-        remember_override(it->second, spec);
-      } else {
-        remember_override(*it, spec);
-      }
-    }
-  }
-}
-
-std::string where(const std::string& file, const YAML::Node& node) {
-  if (override_nodes) {
-    for (const auto& [n, spec] : *override_nodes) {
-      if (n.is(node)) return "override '" + spec + "': ";
-    }
-  }
-  const YAML::Mark m = node.Mark();
-  if (m.line < 0) return file + ": ";
-  return file + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1) + ": ";
-}
-
-std::string describe(const YAML::Node& n) {
-  if (!n.IsDefined() || n.IsNull()) return "nothing";
-  if (n.IsScalar()) return "'" + n.Scalar() + "'";
-  if (n.IsSequence()) return "a list";
-  return "a mapping";
-}
 
 // Typed, position-aware access to one YAML mapping; unknown keys are errors with a suggestion.
 class MapReader {
@@ -288,211 +250,6 @@ nlohmann::json read_generation(MapReader r, const YAML::Node& node, const std::s
   return out;
 }
 
-// The position (1-based line and column) of the first byte that is not part of valid UTF-8, if any.
-std::optional<std::pair<size_t, size_t>> first_invalid_utf8(const std::string& text) {
-  size_t line = 1, col = 1;
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > text.size()) return std::make_pair(line, col);
-    for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(text[i + k]) >> 6) != 0x2) return std::make_pair(line, col);
-    }
-    if (c == '\n') {
-      ++line;
-      col = 1;
-    } else {
-      ++col;
-    }
-    i += n;
-  }
-  return std::nullopt;
-}
-
-// The first control character YAML does not allow (any below 0x20 but tab, newline and carriage
-// return, and DEL): its line, column and byte. yaml-cpp 0.7 can loop without end on some inputs
-// holding them (found by fuzzing: a 72-byte file with NUL bytes).
-struct ControlCharacter {
-  size_t line, col;
-  unsigned byte;
-};
-std::optional<ControlCharacter> first_control_character(const std::string& text) {
-  size_t line = 1, col = 1;
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F)
-      return ControlCharacter{line, col, c};
-    if (c == '\n') {
-      ++line;
-      col = 1;
-    } else if ((c & 0xC0) != 0x80) {  // count characters, not UTF-8 continuation bytes
-      ++col;
-    }
-  }
-  return std::nullopt;
-}
-
-std::string byte_text(unsigned b) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "0x%02X", b);
-  return buf;
-}
-
-// yaml-cpp 0.7 can loop without end on some malformed inputs, building nodes until memory runs
-// out (fuzzing found several, 43 to 72 bytes long, e.g. an unclosed flow collection after an
-// unknown alias). A dry run of the parser that only counts its events stops any such loop: a
-// document has at most a few events per byte, so a budget proportional to the text is never
-// reached by one the parser can finish.
-class EventBudget : public YAML::EventHandler {
- public:
-  EventBudget(std::string source, size_t budget) : source_(std::move(source)), left_(budget) {}
-  void OnDocumentStart(const YAML::Mark&) override { spend(); }
-  void OnDocumentEnd() override { spend(); }
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override { spend(); }
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { spend(); }
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {
-    spend();
-  }
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {
-    spend();
-  }
-  void OnSequenceEnd() override { spend(); }
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {
-    spend();
-  }
-  void OnMapEnd() override { spend(); }
-
- private:
-  void spend() {
-    if (left_-- == 0) {
-      throw Error(source_ +
-                  ": malformed YAML: the parser does not come to an end on this text (yaml-cpp "
-                  "0.7 loops on some malformed flow collections; check brackets and aliases)");
-    }
-  }
-  std::string source_;
-  size_t left_;
-};
-
-void dry_run_parser(const std::string& text, const std::string& source) {
-  std::istringstream in(text);
-  YAML::Parser parser(in);
-  EventBudget budget(source, 4 * text.size() + 1000);
-  while (parser.HandleNextDocument(budget)) {
-  }
-}
-
-// Limits on a document's structure as it expands: an alias makes a node appear again wherever it
-// is referred to, so a small file can stand for a huge or an endless tree ("billion laughs", or
-// `a: &x [*x]`, which refers to itself). Far above any real experiment.
-constexpr int kMaxYamlDepth = 64;
-constexpr int64_t kMaxYamlNodes = 200000;
-
-// The one walk over a document before anything reads it: keys must be plain scalars, once per
-// mapping (yaml-cpp itself keeps duplicates silently); no node may contain itself; the expanded
-// tree stays within kMaxYamlDepth levels and kMaxYamlNodes nodes. Every later walk is then bounded.
-class StructureCheck {
- public:
-  explicit StructureCheck(std::string source) : source_(std::move(source)) {}
-  void run(const YAML::Node& n) {
-    if (++nodes_ > kMaxYamlNodes) {
-      throw Error(where(source_, n) + "the document expands to more than " +
-                  std::to_string(kMaxYamlNodes) +
-                  " nodes (aliases (*name) repeating anchored (&name) parts?)");
-    }
-    if (!n.IsSequence() && !n.IsMap()) return;
-    for (const auto& ancestor : path_) {
-      if (ancestor.is(n)) {
-        throw Error(where(source_, n) +
-                    "an alias refers to a node that contains it (an endless document)");
-      }
-    }
-    if (static_cast<int>(path_.size()) >= kMaxYamlDepth) {
-      throw Error(where(source_, n) + "nested more than " + std::to_string(kMaxYamlDepth) +
-                  " levels deep");
-    }
-    path_.push_back(n);
-    if (n.IsSequence()) {
-      for (const auto& item : n) run(item);
-    } else {
-      std::set<std::string> seen;
-      for (auto it = n.begin(); it != n.end(); ++it) {
-        if (!it->first.IsScalar()) {
-          throw Error(where(source_, it->first) + "expected a plain key name, found " +
-                      describe(it->first));
-        }
-        if (!seen.insert(it->first.Scalar()).second) {
-          throw Error(where(source_, it->first) + "duplicate key '" + it->first.Scalar() +
-                      "' (each key may appear once in a mapping)");
-        }
-        run(it->second);
-      }
-    }
-    path_.pop_back();
-  }
-
- private:
-  std::string source_;
-  std::vector<YAML::Node> path_;
-  int64_t nodes_ = 0;
-};
-
-void check_keys(const YAML::Node& n, const std::string& source) { StructureCheck(source).run(n); }
-
-// Applies "a.b.c=value" onto the document, creating mappings on the way.
-void apply_override(YAML::Node& root, const std::string& spec) {
-  const auto eq = spec.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    throw Error("--set '" + spec + "': expected KEY=VALUE, e.g. generation.max_new_tokens=16");
-  }
-  const std::string key = spec.substr(0, eq);
-  if (first_invalid_utf8(spec)) throw Error("--set '" + spec + "': expected UTF-8 text");
-  if (const auto cc = first_control_character(spec)) {
-    throw Error("--set: expected printable text, found the control character " +
-                byte_text(cc->byte) + " at character " + std::to_string(cc->col));
-  }
-  if (spec.find_first_not_of(" \t", eq + 1) == std::string::npos) {
-    throw Error("--set '" + spec +
-                "': expected a value after '=' (write KEY=null for an explicit null)");
-  }
-  YAML::Node value;
-  try {
-    dry_run_parser(spec.substr(eq + 1), "--set '" + spec + "'");
-    const auto docs = YAML::LoadAll(spec.substr(eq + 1));
-    if (docs.size() > 1) {
-      throw Error("--set '" + spec + "': expected one YAML value, found " +
-                  std::to_string(docs.size()) + " documents (separated by '---')");
-    }
-    if (!docs.empty()) value = docs[0];
-  } catch (const YAML::Exception& e) {
-    throw Error("--set '" + spec + "': value is not valid YAML: " + e.msg);
-  }
-  check_keys(value, "--set '" + spec + "'");
-  std::vector<std::string> parts;
-  std::stringstream ss(key);
-  for (std::string p; std::getline(ss, p, '.');) {
-    if (p.empty()) throw Error("--set '" + spec + "': empty key component");
-    parts.push_back(p);
-  }
-  std::vector<YAML::Node> chain{root};
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    YAML::Node next = chain.back()[parts[i]];
-    if (next.IsDefined() && !next.IsNull() && !next.IsMap()) {
-      throw Error("--set '" + spec + "': '" + parts[i] + "' is not a mapping");
-    }
-    if (!next.IsDefined() || next.IsNull()) {
-      chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
-      next = chain.back()[parts[i]];
-    }
-    chain.push_back(next);
-  }
-  chain.back()[parts.back()] = value;
-  remember_override(value, spec);
-}
-
 // An sbatch option's name: letters, digits and dashes (so nothing can break the job script).
 bool sbatch_option_name(const std::string& k) {
   return !k.empty() && k[0] != '-' &&
@@ -676,33 +433,6 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   return c;
 }
 
-YAML::Node load_yaml(const std::string& text, const std::string& source) {
-  if (const auto bad = first_invalid_utf8(text)) {
-    throw Error(source + ":" + std::to_string(bad->first) + ":" + std::to_string(bad->second) +
-                ": expected UTF-8 text, found a byte that is not valid UTF-8");
-  }
-  if (const auto cc = first_control_character(text)) {
-    throw Error(source + ":" + std::to_string(cc->line) + ":" + std::to_string(cc->col) +
-                ": expected printable YAML text, found the control character " +
-                byte_text(cc->byte) + " (YAML allows only tab, newline and carriage return)");
-  }
-  std::vector<YAML::Node> docs;
-  try {
-    dry_run_parser(text, source);
-    docs = YAML::LoadAll(text);
-  } catch (const YAML::ParserException& e) {
-    throw Error(source + ":" + std::to_string(e.mark.line + 1) + ":" +
-                std::to_string(e.mark.column + 1) + ": malformed YAML: " + e.msg);
-  }
-  if (docs.size() > 1) {
-    throw Error(source + ": expected one YAML document, found " + std::to_string(docs.size()) +
-                " (separated by '---')");
-  }
-  YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
-  check_keys(root, source);
-  return root;
-}
-
 }  // namespace
 
 ExperimentConfig parse_experiment(const std::string& text, const std::string& source,
@@ -717,13 +447,7 @@ ExperimentConfig parse_experiment(const std::string& text, const std::string& so
                 "...), found " +
                 describe(root));
   }
-  std::vector<std::pair<YAML::Node, std::string>> from_overrides;
-  auto* const outer = override_nodes;
-  override_nodes = &from_overrides;
-  struct Restore {
-    std::vector<std::pair<YAML::Node, std::string>>* outer;
-    ~Restore() { override_nodes = outer; }
-  } restore{outer};
+  const OverrideScope scope;  // errors in override values name the override, not the file
   for (const auto& o : overrides) apply_override(root, o);
   std::string stem = std::filesystem::path(source).stem().string();
   ExperimentConfig c = parse_root(root, source, stem.empty() ? "experiment" : stem);
