@@ -10,6 +10,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${GENGRAPH_SANITIZE_BUILD_DIR:-$ROOT/build-sanitize}"
 export CCACHE_BASEDIR="$ROOT"
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
+export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
 TORCH_PREFIX="$("$ROOT/.venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 if [ ! -f "$BUILD/build.ninja" ]; then
   echo "[sanitize] configuring $BUILD (address,undefined)" >&2
