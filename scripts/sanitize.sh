@@ -11,6 +11,9 @@ BUILD="${GENGRAPH_SANITIZE_BUILD_DIR:-$ROOT/build-sanitize}"
 export CCACHE_BASEDIR="$ROOT"
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
+# -g puts the build folder into the objects, and ccache then keys them by it; a fresh clone in
+# another folder would miss every one. The debug paths are relative (CCACHE_BASEDIR) anyway.
+export CCACHE_NOHASHDIR=1
 TORCH_PREFIX="$("$ROOT/.venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 if [ ! -f "$BUILD/build.ninja" ]; then
   echo "[sanitize] configuring $BUILD (address,undefined)" >&2
