@@ -250,13 +250,13 @@ nlohmann::json read_generation(MapReader r, const YAML::Node& node, const std::s
   return out;
 }
 
-// An sbatch option's name: letters, digits and dashes (so nothing can break the job script).
+}  // namespace
+
 bool sbatch_option_name(const std::string& k) {
   return !k.empty() && k[0] != '-' &&
          k.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") == std::string::npos;
 }
 
-// A value written into the job script: printable, no quotes or newlines.
 bool sbatch_option_value(const std::string& v) {
   for (const char ch : v) {
     if (static_cast<unsigned char>(ch) < 0x20 || ch == '"' || ch == '\'' || ch == '\\' ||
@@ -265,6 +265,14 @@ bool sbatch_option_value(const std::string& v) {
   }
   return true;
 }
+
+bool sbatch_option_set_by_gengraph(const std::string& k) {
+  for (const char* own : {"array", "output", "error", "chdir", "job-name", "parsable"})
+    if (k == own) return true;
+  return false;
+}
+
+namespace {
 
 ClusterSpec read_cluster(MapReader r, const YAML::Node& node, const std::string& file) {
   ClusterSpec c;
@@ -296,11 +304,9 @@ ClusterSpec read_cluster(MapReader r, const YAML::Node& node, const std::string&
                     ": expected an sbatch long option name (letters, digits, '-') with a plain "
                     "value");
       }
-      for (const char* reserved : {"array", "output", "error", "chdir", "job-name", "parsable"}) {
-        if (k == reserved) {
-          throw Error(where(file, it->first) + "cluster.options." + k +
-                      ": gengraph submit sets --" + k + " itself");
-        }
+      if (sbatch_option_set_by_gengraph(k)) {
+        throw Error(where(file, it->first) + "cluster.options." + k + ": gengraph submit sets --" +
+                    k + " itself");
       }
       c.options[k] = it->second.Scalar();
     }

@@ -61,6 +61,14 @@ struct ClusterSpec {
   std::map<std::string, std::string> options;  // other sbatch long options, without "--"
 };
 
+// sbatch options as the job script may hold them: a long option's name (letters, digits, '-'),
+// a value without quotes, '$', '`' or control characters, and not one gengraph submit sets itself
+// (array, output, error, chdir, job-name, parsable). Shared by the cluster: block and
+// --slurm-option.
+bool sbatch_option_name(const std::string& name);
+bool sbatch_option_value(const std::string& value);
+bool sbatch_option_set_by_gengraph(const std::string& name);
+
 struct ExperimentConfig {
   std::string name;  // from `name:` or the file stem
   std::string

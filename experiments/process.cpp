@@ -58,13 +58,18 @@ void throw_if_interrupted() {
   if (g_signal != 0) throw Interrupted(static_cast<int>(g_signal));
 }
 
-int run_command(const std::vector<std::string>& argv) {
+namespace {
+
+// Starts argv[0] (looked up in PATH, no shell) with `actions` (redirections; may be null), forwards
+// interrupts to it, and waits: run_command and run_captured share this.
+int spawn_and_wait(const std::vector<std::string>& argv,
+                   const posix_spawn_file_actions_t* actions) {
   InterruptGuard guard;
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  if (const int err = posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ);
+  if (const int err = posix_spawnp(&pid, args[0], actions, nullptr, args.data(), environ);
       err != 0) {
     throw Error(
         "cannot start '" + argv[0] + "': " + std::strerror(err) +
@@ -85,6 +90,10 @@ int run_command(const std::vector<std::string>& argv) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+}  // namespace
+
+int run_command(const std::vector<std::string>& argv) { return spawn_and_wait(argv, nullptr); }
+
 CapturedCommand run_captured(const std::vector<std::string>& argv) {
   CapturedCommand r;
   // Looked up first, so that "not installed" is told apart from a program that failed.
@@ -99,7 +108,6 @@ CapturedCommand run_captured(const std::vector<std::string>& argv) {
     r.found = false;
     return r;
   }
-  InterruptGuard guard;
   static int calls = 0;
   const auto stem = std::filesystem::temp_directory_path() /
                     ("gengraph-cmd-" + std::to_string(::getpid()) + "-" + std::to_string(++calls));
@@ -111,21 +119,11 @@ CapturedCommand run_captured(const std::vector<std::string>& argv) {
                                    0600);
   posix_spawn_file_actions_addopen(&actions, 2, err_file.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                    0600);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int err = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (err != 0) throw Error("cannot start '" + argv[0] + "': " + std::strerror(err));
-  g_child_pid = pid;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) break;
-  }
-  g_child_pid = 0;
-  throw_if_interrupted();
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  struct Destroy {
+    posix_spawn_file_actions_t* a;
+    ~Destroy() { posix_spawn_file_actions_destroy(a); }
+  } destroy{&actions};
+  r.rc = spawn_and_wait(argv, &actions);
   auto slurp = [](const std::filesystem::path& p) {
     std::ifstream in(p);
     std::stringstream ss;

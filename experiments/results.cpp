@@ -10,7 +10,6 @@
 #include "framework/decoding/generator.h"
 
 namespace gengraph {
-namespace {
 
 std::string now_iso8601() {
   const std::time_t t = std::time(nullptr);
@@ -18,8 +17,6 @@ std::string now_iso8601() {
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
 }
-
-}  // namespace
 
 nlohmann::json results_header(const ExperimentConfig& c) {
   return {{"schema_version", 1},

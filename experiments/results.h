@@ -15,6 +15,9 @@ namespace gengraph {
 
 struct GenerationResult;
 
+// The current UTC time as "2026-12-01T02:00:00Z" (results, job manifests).
+std::string now_iso8601();
+
 // The fields every results document starts with, for one point or a whole sweep.
 nlohmann::json results_header(const ExperimentConfig& c);
 

@@ -25,13 +25,6 @@ using Json = nlohmann::json;
 constexpr const char* kJobSchema = "gengraph-slurm-job-1";
 constexpr const char* kPartSchema = "gengraph-slurm-part-1";
 
-std::string now_utc() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 std::string random_id() {
   std::random_device rd;
   std::ostringstream s;
@@ -65,15 +58,13 @@ std::map<std::string, std::string> sbatch_options(const ClusterSpec& c,
     const auto eq = spec.find('=');
     const std::string k = spec.substr(0, eq),
                       v = eq == std::string::npos ? "" : spec.substr(eq + 1);
-    if (k.empty() || k[0] == '-' ||
-        k.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos) {
+    if (!sbatch_option_name(k)) {
       throw Error("--slurm-option '" + spec +
                   "': expected an sbatch long option without '--', as KEY=VALUE or KEY, e.g. "
                   "partition=gpu");
     }
-    for (const char* reserved : {"array", "output", "error", "chdir", "job-name", "parsable"}) {
-      if (k == reserved) throw Error("--slurm-option '" + spec + "': gengraph sets --" + k);
-    }
+    if (sbatch_option_set_by_gengraph(k))
+      throw Error("--slurm-option '" + spec + "': gengraph sets --" + k);
     check_script_text("--slurm-option", v);
     o[k] = v;
   }
@@ -240,12 +231,17 @@ std::string submit_experiment(const std::string& config_path, const std::vector<
                 "' exists already (an earlier submission?); give another with --job-dir, rerun "
                 "its missing points with --rerun, or remove it");
   }
-  Json m = {
-      {"schema", kJobSchema},          {"id", random_id()},    {"experiment", c.name},
-      {"config_file", config_path},  // as given: relative to cwd, as a local run records it
-      {"config_text", c.source_text},  {"overrides", sets},    {"cwd", fs::current_path().string()},
-      {"gengraph", self_executable()}, {"created", now_utc()}, {"points", Json::array()},
-      {"jobs", Json::array()}};
+  Json m = {{"schema", kJobSchema},
+            {"id", random_id()},
+            {"experiment", c.name},
+            {"config_file", config_path},  // as given: relative to cwd, as a local run records it
+            {"config_text", c.source_text},
+            {"overrides", sets},
+            {"cwd", fs::current_path().string()},
+            {"gengraph", self_executable()},
+            {"created", now_iso8601()},
+            {"points", Json::array()},
+            {"jobs", Json::array()}};
   for (const auto& [overrides, pc] : points) m["points"].push_back(overrides);
   std::vector<int64_t> tasks;
   for (size_t i = 0; i < points.size(); ++i) tasks.push_back(static_cast<int64_t>(i));
@@ -254,7 +250,7 @@ std::string submit_experiment(const std::string& config_path, const std::vector<
   try {
     write_file_atomically(dir / "job.json", m.dump(2) + "\n", "the job manifest");
     const std::string id = write_and_submit(dir, m, options, tasks);
-    m["jobs"].push_back({{"job_id", id}, {"tasks", tasks}, {"submitted", now_utc()}});
+    m["jobs"].push_back({{"job_id", id}, {"tasks", tasks}, {"submitted", now_iso8601()}});
     write_file_atomically(dir / "job.json", m.dump(2) + "\n", "the job manifest");
     out << "submitted Slurm job " << id << ": " << tasks.size() << " array task(s), one per point\n"
         << "job folder: " << dir.string() << "\n"
@@ -286,7 +282,7 @@ int resubmit_missing(const std::string& job_dir, const std::vector<std::string>&
     fs::remove(dir / "parts" / (std::to_string(i) + ".error.json"), ignored);
   }
   const std::string id = write_and_submit(dir, m, sbatch_options(c.cluster, slurm_options), tasks);
-  m["jobs"].push_back({{"job_id", id}, {"tasks", tasks}, {"submitted", now_utc()}});
+  m["jobs"].push_back({{"job_id", id}, {"tasks", tasks}, {"submitted", now_iso8601()}});
   write_file_atomically(dir / "job.json", m.dump(2) + "\n", "the job manifest");
   out << "submitted Slurm job " << id << ": " << tasks.size()
       << " point(s) without a result: " << array_spec(tasks) << "\n";
