@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "backends/aoti/aoti_backend.h"
 #include "backends/cuda_graph/cuda_graph_backend.h"
 #include "backends/eager/eager_backend.h"
 #include "backends/trace/trace_backend.h"
@@ -16,6 +17,7 @@ void register_builtin_backends() {
     BackendRegistry::instance().add(eager_backend_info());
     BackendRegistry::instance().add(trace_backend_info());
     BackendRegistry::instance().add(cuda_graph_backend_info());
+    BackendRegistry::instance().add(aoti_backend_info());
   });
 }
 

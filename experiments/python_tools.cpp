@@ -3,6 +3,11 @@
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "backends/aoti/aoti_step.h"
 #include "framework/model/loader.h"
 #include "framework/util/error.h"
 
@@ -85,6 +90,93 @@ void decode_outputs(nlohmann::json& runs, const std::string& folder, std::ostrea
       for (auto& s : in["sequences"]) s["text"] = texts[k++];
     }
   }
+}
+
+namespace {
+
+// The lines of the tool's standard error that say what went wrong (its own "export_aoti:" lines
+// and what follows them), else the last lines.
+std::string tool_reason(const std::string& err) {
+  std::vector<std::string> lines;
+  std::stringstream in(err);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  size_t from = lines.size() > 8 ? lines.size() - 8 : 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].rfind("export_aoti:", 0) == 0) {
+      from = i;
+      break;
+    }
+  }
+  std::string out;
+  for (size_t i = from; i < lines.size() && i < from + 12; ++i) out += "\n  " + lines[i];
+  return out.empty() ? " (no message)" : out;
+}
+
+AotiBuildReport export_with_tool(const CausalLM& model, const AotiExportRequest& request,
+                                 const std::filesystem::path& out) {
+  static int calls = 0;
+  InterruptGuard guard;
+  const auto dir =
+      std::filesystem::temp_directory_path() /
+      ("gengraph-aoti-export-" + std::to_string(::getpid()) + "-" + std::to_string(++calls));
+  struct RemoveAll {
+    std::filesystem::path p;
+    ~RemoveAll() {
+      std::error_code ignored;
+      std::filesystem::remove_all(p, ignored);
+    }
+  } remove{dir};
+  save_model_folder(model, dir / "model");
+  throw_if_interrupted();
+  std::vector<std::string> argv = {python_for_tools().string(),
+                                   (source_root() / "tools" / "export_aoti.py").string(),
+                                   "--model",
+                                   (dir / "model").string(),
+                                   "--out",
+                                   out.string(),
+                                   "--dtype",
+                                   request.dtype,
+                                   "--device",
+                                   request.device,
+                                   "--fingerprint",
+                                   request.fingerprint,
+                                   "--max-rows",
+                                   std::to_string(request.max_rows),
+                                   "--report",
+                                   (dir / "report.json").string()};
+  if (request.freezing) argv.push_back("--freezing");
+  const CapturedCommand r = run_captured(argv);
+  throw_if_interrupted();
+  const std::string what = "AOTInductor export of the model from " + model.config().source;
+  if (!r.found) {
+    throw Error(what + ": the tools' Python '" + argv[0] +
+                "' was not found (scripts/setup.sh makes it; GENGRAPH_PYTHON names another)");
+  }
+  if (r.rc != 0) {
+    throw Error(what + " failed: tools/export_aoti.py exited with " + std::to_string(r.rc) +
+                tool_reason(r.err));
+  }
+  const auto report = read_json_file(dir / "report.json");
+  AotiBuildReport b;
+  b.export_seconds = report.value("export_seconds", 0.0);
+  b.compile_seconds = report.value("compile_seconds", 0.0);
+  return b;
+}
+
+}  // namespace
+
+void install_aoti_export_tool() {
+  // The exporter's identity: its sources (and the contract module it imports), hashed.
+  std::string sources;
+  for (const char* tool : {"export_aoti.py", "trace_hf.py"}) {
+    std::ifstream in(source_root() / "tools" / tool, std::ios::binary);
+    sources += std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016zx", std::hash<std::string>{}(sources));
+  set_aoti_package_builder(export_with_tool, std::string(hex).substr(0, 10));
 }
 
 }  // namespace gengraph

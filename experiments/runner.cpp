@@ -159,6 +159,7 @@ namespace {
 nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
                                  const TokenStream& stream = {}) {
   register_builtin_backends();
+  install_aoti_export_tool();  // backend aoti builds its package on first use
   if (c.run.threads > 0) at::set_num_threads(static_cast<int>(c.run.threads));
   const c10::Device device = parse_device(c.model.device);
   const c10::ScalarType dtype = parse_dtype(c.model.dtype);

@@ -77,6 +77,18 @@ void point_table(std::ostringstream& o, const nlohmann::json& doc,
           << "% of the measured read (mv) bandwidth, ";
       o << 100 * bw.at("fraction_of_copy_bandwidth").get<double>() << "% of the copy bandwidth\n";
     }
+    // An AOTInductor package's cost: what building it took (this run, or as recorded when it was
+    // built for an earlier one) and its size.
+    if (r.contains("report") && r.at("report").contains("aoti_package_bytes")) {
+      const auto& rep = r.at("report");
+      auto num = [&](const char* k) { return rep.value(k, 0.0); };
+      o << "    aoti package " << std::setprecision(1) << num("aoti_package_bytes") / 1e6
+        << " MB: export " << num("aoti_export_seconds") << " s + compile "
+        << num("aoti_compile_seconds") << " s"
+        << (num("aoti_built") > 0 ? " (built in this run)" : " (cached)") << ", load "
+        << std::setprecision(2) << num("aoti_load_seconds") << " s"
+        << (num("aoti_freezing") > 0 ? ", freezing" : "") << "\n";
+    }
   }
 }
 

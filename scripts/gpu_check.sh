@@ -14,7 +14,11 @@
 #   bench    Google Benchmark prefill/decode-step and loop entries on CUDA (60 s; 40 s on the H200 without loop/)
 #   compile  not in the default: the seed's workload on eager and cuda_graph beside transformers'
 #            static cache + torch.compile (compiling GPT-J-6B takes minutes; 290 s)
-# A stage's limit can be changed for a rerun: T_TESTS, T_SEED, T_GPT2, T_BENCH, T_COMPILE (seconds).
+#   aoti     not in the default: GPT-2-small shape, batch 1 and 8, on aoti and cuda_graph with
+#            step: aoti beside eager and cuda_graph; exporting and compiling the package (Triton)
+#            comes first, once (300 s)
+# A stage's limit can be changed for a rerun: T_TESTS, T_SEED, T_GPT2, T_BENCH, T_COMPILE, T_AOTI
+# (seconds).
 # With 15 device-minutes a session, the default pass leaves room for a rerun or for `compile`.
 # Everything lands in $OUT (at most 8 files come back): gpu_check.log and the results/PNGs.
 set -uo pipefail
@@ -89,7 +93,14 @@ for st in "${STAGES[@]}"; do
       --set 'peers=[hf_static_compile]' --set baseline=eager --set run.warmup=1 --set run.repeats=3 \
       --set run.peer_timeout_s=250
     echo "compile exit: $? (3: results written, the peer failed or timed out)" ;;
-  *) echo "unknown stage '$st' (tests, seed, gpt2, bench, compile)"; exit 2 ;;
+  aoti)
+    stage "aoti: GPT-2-small shape, the AOTInductor package, batch 1 and 8"
+    timeout "${T_AOTI:-300}" "$BIN/gengraph" run configs/gpu_decode_gpt2.yaml --output "$OUT/gpu_decode_gpt2_aoti.json" \
+      --set plot="$OUT/gpu_decode_gpt2_aoti.png" \
+      --set 'backends=[eager, cuda_graph, aoti, {name: cuda_graph, label: cuda_graph-aoti, options: {step: aoti}}]' \
+      --set 'peers=[]' --set run.repeats=5
+    echo "aoti exit: $?" ;;
+  *) echo "unknown stage '$st' (tests, seed, gpt2, bench, compile, aoti)"; exit 2 ;;
   esac
 done
 stage "done"

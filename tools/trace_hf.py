@@ -68,17 +68,34 @@ class Step(torch.nn.Module):
         self.call = call if call is not None else model
         # Eager attention adds the mask to the scores; sdpa takes it as booleans.
         self.additive_mask = model.config._attn_implementation == "eager"
+        # Sliding-window attention: a query at slot i reads slots j with i - j < window. A ready 4-D
+        # mask is used as given, so the window goes into it: for every layer (Mistral), or, for
+        # models with layer_types (Qwen2), in a mask per layer type, which such models accept.
+        cfg = model.config.get_text_config()
+        types = getattr(cfg, "layer_types", None)
+        self.window = getattr(cfg, "sliding_window", None) or 0
+        self.mask_types = sorted(set(types)) if types else None
+        if self.mask_types is None and self.window and getattr(cfg, "use_sliding_window", True) is False:
+            self.window = 0
 
     def forward(self, input_ids, positions, slots, token_valid, valid, keys, values):
         valid.index_copy_(1, slots, token_valid)
         key_index = torch.arange(valid.shape[1], device=valid.device)
         q = slots.unsqueeze(1)
-        mask = (valid[:, None, None, :] & (key_index[None, :] <= q)[None, None]) | (key_index[None, :] == q)[None, None]
-        if self.additive_mask:
-            mask = torch.zeros(mask.shape, dtype=keys.dtype, device=keys.device).masked_fill(~mask, torch.finfo(keys.dtype).min)
+        causal = (valid[:, None, None, :] & (key_index[None, :] <= q)[None, None]) | (key_index[None, :] == q)[None, None]
+        sliding = causal & (key_index[None, :] > q - self.window)[None, None] if self.window else causal
+        if self.mask_types is not None:
+            mask = {t: self.ready(sliding if t == "sliding_attention" else causal, keys) for t in self.mask_types}
+        else:
+            mask = self.ready(sliding, keys)
         out = self.call(input_ids=input_ids, position_ids=positions, attention_mask=mask,
                          past_key_values=SlotCache(keys, values, slots), use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :]
+
+    def ready(self, mask, keys):
+        if not self.additive_mask:
+            return mask
+        return torch.zeros(mask.shape, dtype=keys.dtype, device=keys.device).masked_fill(~mask, torch.finfo(keys.dtype).min)
 
     def prefill(self, *args):
         return self.forward(*args)

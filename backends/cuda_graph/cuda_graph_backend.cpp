@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "backends/aoti/aoti_step.h"
 #include "backends/trace/traced_step.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/causal_lm.h"
@@ -27,8 +28,10 @@ double since(Clock::time_point t0) {
 struct Settings {
   std::vector<int64_t> buckets;
   int64_t max_length = 0;
+  std::string step = "eager";  // eager | trace | aoti
   bool use_trace = false;
-  TraceOptions trace;  // step: trace (freeze, fuser)
+  TraceOptions trace;    // step: trace (freeze, fuser)
+  AotiStepOptions aoti;  // step: aoti (package, cache_dir, freezing, max_rows)
   int64_t warmup = 3;
   bool capture = true;  // false: the same static-buffer step, run eagerly (debugging; any device)
 };
@@ -88,19 +91,25 @@ struct Bucket {
 class CudaGraphBackend final : public ForwardBackend {
  public:
   CudaGraphBackend(std::shared_ptr<const CausalLM> model, Settings s)
-      : ForwardBackend(std::move(model)), s_(std::move(s)), pool_(at::cuda::graph_pool_handle()) {}
+      : ForwardBackend(std::move(model)), s_(std::move(s)), pool_(at::cuda::graph_pool_handle()) {
+    // One package serves every bucket and prompt length (its rows and lengths are dynamic).
+    if (s_.step == "aoti") aoti_ = std::make_unique<AotiStep>(this->model(), s_.aoti, "cuda_graph");
+  }
 
   std::string name() const override { return "cuda_graph"; }
 
   BackendReport report() const override {
-    return {{"capture_seconds", capture_s_},
-            {"buckets", double(buckets_.size())},
-            {"graphs", double(graphs_)},
-            {"graph_pool_bytes", double(pool_bytes_)},
-            {"capture_reserved_bytes", double(reserved_growth_)},
-            {"max_length", double(max_length_)},
-            {"step_is_trace", s_.use_trace ? 1.0 : 0.0},
-            {"captured", s_.capture ? 1.0 : 0.0}};
+    BackendReport r = aoti_ ? aoti_->report() : BackendReport{};
+    r.merge(BackendReport{{"capture_seconds", capture_s_},
+                          {"buckets", double(buckets_.size())},
+                          {"graphs", double(graphs_)},
+                          {"graph_pool_bytes", double(pool_bytes_)},
+                          {"capture_reserved_bytes", double(reserved_growth_)},
+                          {"max_length", double(max_length_)},
+                          {"step_is_trace", s_.use_trace ? 1.0 : 0.0},
+                          {"step_is_aoti", aoti_ ? 1.0 : 0.0},
+                          {"captured", s_.capture ? 1.0 : 0.0}});
+    return r;
   }
 
  protected:
@@ -144,6 +153,9 @@ class CudaGraphBackend final : public ForwardBackend {
       // same values), so every prefill runs the optimized plan.
       for (int64_t i = 0; fresh && i < s_.warmup; ++i) run();
       logits = run();
+    } else if (aoti_) {
+      logits = aoti_->run(ids, pos, slots, tv, b.cache->validity(), b.cache->keys(),
+                          b.cache->values(), current_stream());
     } else {
       logits = run_forward_step(model(), *b.cache, ids, pos, slots, tv);
     }
@@ -184,10 +196,19 @@ class CudaGraphBackend final : public ForwardBackend {
     if (b.trace) {
       b.logits.copy_(b.trace->decode(b.ids, b.positions, b.slot, b.token_valid, b.cache->validity(),
                                      b.cache->keys(), b.cache->values()));
+    } else if (aoti_) {
+      b.logits.copy_(aoti_->run(b.ids, b.positions, b.slot, b.token_valid, b.cache->validity(),
+                                b.cache->keys(), b.cache->values(), current_stream()));
     } else {
       b.logits.copy_(
           run_forward_step(model(), *b.cache, b.ids, b.positions, b.slot, b.token_valid));
     }
+  }
+
+  // The stream a CUDA step runs on (the capture's side stream while capturing); none on CPU.
+  void* current_stream() const {
+    if (!model().device().is_cuda()) return nullptr;
+    return c10::cuda::getCurrentCUDAStream(model().device().index()).stream();
   }
 
   Bucket& bucket_for(int64_t rows) {
@@ -240,6 +261,7 @@ class CudaGraphBackend final : public ForwardBackend {
   }
 
   Settings s_;
+  std::unique_ptr<AotiStep> aoti_;
   at::cuda::MempoolId_t pool_;
   std::map<int64_t, Bucket> buckets_;
   std::map<std::pair<int64_t, int64_t>, TracedStep> prefill_traces_;  // by (rows, prompt length)
@@ -255,12 +277,20 @@ Settings read_settings(const BackendOptions& o) {
   Settings s;
   s.buckets = parse_buckets(o.get_string("buckets", "1,2,4,8,16,32,64"));
   s.max_length = o.get_int("max_length", 0, 0, 1 << 20);
-  s.use_trace = o.get_string("step", "eager", {"eager", "trace"}) == "trace";
+  s.step = o.get_string("step", "eager", {"eager", "trace", "aoti"});
+  s.use_trace = s.step == "trace";
   read_step_options(o, s.trace);
+  read_aoti_options(o, s.aoti);
   if (!s.use_trace && (o.values().count("freeze") || o.values().count("fuser"))) {
     throw Error(
         "backend 'cuda_graph': options 'freeze' and 'fuser' apply to the traced step; set step: "
         "trace");
+  }
+  for (const char* key : {"package", "cache_dir", "freezing", "max_rows"}) {
+    if (s.step != "aoti" && o.values().count(key)) {
+      throw Error(std::string("backend 'cuda_graph': option '") + key +
+                  "' applies to the AOTInductor step; set step: aoti");
+    }
   }
   s.warmup = o.get_int("warmup", 3, 1, 100);
   s.capture = o.get_bool("capture", true);
@@ -275,8 +305,8 @@ BackendInfo cuda_graph_backend_info() {
   info.description =
       "decode step (beam reorder included) captured as CUDA graphs per batch bucket over a static "
       "cache; "
-      "options buckets, max_length, step (eager|trace), freeze and fuser (as trace's, for step: "
-      "trace), "
+      "options buckets, max_length, step (eager|trace|aoti), freeze and fuser (as trace's, for "
+      "step: trace), package, cache_dir, freezing and max_rows (as aoti's, for step: aoti), "
       "warmup, capture (true|false: false runs the same "
       "static-buffer step uncaptured, on any device)";
   info.unavailable_reason = [](const BackendOptions& o) -> std::string {

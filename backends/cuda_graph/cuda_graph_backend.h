@@ -4,8 +4,10 @@
 //   buckets: "1,2,4,8,16,32,64"   row counts (batch x beams) to capture; a batch uses the smallest
 //                                  bucket that fits (extra rows are padding, computed and ignored)
 //   max_length: N (0)             static cache length; 0 = the length of the first request
-//   step: eager|trace (eager)     what the captured step runs: the model's ATen ops, or its trace
+//   step: eager|trace|aoti (eager)  what the captured step runs: the model's ATen ops, its trace,
+//                                  or its AOTInductor package (one package serves every bucket)
 //   freeze, fuser                 for step: trace, as the trace backend's options
+//   package, cache_dir, freezing, max_rows   for step: aoti, as the aoti backend's options
 //   warmup: N (3)                 uncaptured runs on the capture stream before capturing
 //   capture: true|false (true)    false runs the same static-buffer step uncaptured, on any device
 #pragma once

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "backends/trace/traced_step.h"
+#include "framework/backend/options.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
@@ -129,14 +130,6 @@ class TraceBackend final : public ForwardBackend {
   double trace_s_ = 0, warmup_s_ = 0;
   int64_t built_ = 0, loaded_ = 0;
 };
-
-// "~/x" as the shell would expand it (YAML does not); other paths as they are.
-std::string expand_home(const std::string& path) {
-  if (path == "~" || path.rfind("~/", 0) == 0) {
-    if (const char* home = std::getenv("HOME")) return std::string(home) + path.substr(1);
-  }
-  return path;
-}
 
 Settings read_settings(const BackendOptions& o) {
   Settings s;

@@ -1,6 +1,7 @@
 #include "framework/backend/options.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "framework/util/error.h"
 
@@ -56,6 +57,13 @@ void BackendOptions::check_all_used() const {
                   "; options: " + (known.empty() ? std::string("none") : join(known, ", ")));
     }
   }
+}
+
+std::string expand_home(const std::string& path) {
+  if (path == "~" || path.rfind("~/", 0) == 0) {
+    if (const char* home = std::getenv("HOME")) return std::string(home) + path.substr(1);
+  }
+  return path;
 }
 
 }  // namespace gengraph

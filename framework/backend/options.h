@@ -22,11 +22,15 @@ class BackendOptions {
   // Throws for any key not read by one of the getters above (call after reading all options).
   void check_all_used() const;
   const std::map<std::string, std::string>& values() const { return values_; }
+  const std::string& backend() const { return backend_; }
 
  private:
   std::string backend_;
   std::map<std::string, std::string> values_;
   mutable std::set<std::string> known_;
 };
+
+// "~/x" as the shell would expand it (YAML does not); other paths as they are. For path options.
+std::string expand_home(const std::string& path);
 
 }  // namespace gengraph

@@ -11,14 +11,31 @@
 
 namespace gengraph {
 
-void save_model_folder(const LoadedModel& loaded, const std::filesystem::path& folder) {
+namespace {
+
+void write_folder(const CausalLM& model, nlohmann::json config,
+                  const std::filesystem::path& folder) {
   std::filesystem::create_directories(folder);
   write_safetensors(folder / "model.safetensors",
-                    std::vector<std::pair<std::string, at::Tensor>>(loaded.model->weights().begin(),
-                                                                    loaded.model->weights().end()));
-  nlohmann::json config = loaded.config_json;
-  config["torch_dtype"] = dtype_name(loaded.model->dtype());
+                    std::vector<std::pair<std::string, at::Tensor>>(model.weights().begin(),
+                                                                    model.weights().end()));
+  config["torch_dtype"] = dtype_name(model.dtype());
   write_file_or_throw(folder / "config.json", config.dump(2) + "\n", "the model's config.json");
+}
+
+}  // namespace
+
+void save_model_folder(const LoadedModel& loaded, const std::filesystem::path& folder) {
+  write_folder(*loaded.model, loaded.config_json, folder);
+}
+
+void save_model_folder(const CausalLM& model, const std::filesystem::path& folder) {
+  if (!model.config().document) {
+    throw Error(
+        "model from " + model.config().source +
+        ": no config.json document to write it out with (built without parse_model_config)");
+  }
+  write_folder(model, *model.config().document, folder);
 }
 
 }  // namespace gengraph

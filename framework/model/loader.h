@@ -40,6 +40,8 @@ ModelConfig model_config_of(const ModelSource& source);
 // Writes `model` as a Hugging Face folder (config.json + model.safetensors, tensors in the model's
 // dtype under transformers' names), so that another tool can load the very same weights.
 void save_model_folder(const LoadedModel& model, const std::filesystem::path& folder);
+// The same for a model alone: its config.json is the document it was parsed from.
+void save_model_folder(const CausalLM& model, const std::filesystem::path& folder);
 
 // Presets of published shapes: config.json documents by name.
 std::vector<std::string> preset_names();

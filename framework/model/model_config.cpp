@@ -31,6 +31,7 @@ ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& sou
   ModelConfig c = arch.parse_config(doc, source);
   c.model_type = arch.model_type;
   c.source = source;
+  c.document = std::make_shared<const nlohmann::json>(doc);
   c.validate();
   return c;
 }

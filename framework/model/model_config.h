@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -24,6 +25,9 @@ struct RopeConfig {
 struct ModelConfig {
   std::string model_type;  // config.json "model_type", the model registry key
   std::string source;      // where it came from (file path or "preset:NAME"), for error messages
+  // The config.json document it was parsed from (preset overrides applied), so that the model can
+  // be written back out as a Hugging Face folder (save_model_folder).
+  std::shared_ptr<const nlohmann::json> document;
 
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/register_builtin.h"
+#include "experiments/python_tools.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
@@ -22,6 +23,7 @@ struct Variant {
 // Every backend in the registry with its option variants worth covering.
 std::vector<Variant> variants() {
   register_builtin_backends();
+  install_aoti_export_tool();  // aoti builds (or reuses from its cache) a package per test model
   std::vector<Variant> v;
   for (const auto& name : BackendRegistry::instance().names()) {
     if (name == "eager") {
@@ -32,6 +34,7 @@ std::vector<Variant> variants() {
       // step (bucket padding rows, the beam reorder inside the step) runs on any device.
       v.push_back({"cuda_graph_uncaptured", name, {{"capture", "false"}}});
       v.push_back({"cuda_graph_uncaptured_trace", name, {{"capture", "false"}, {"step", "trace"}}});
+      v.push_back({"cuda_graph_uncaptured_aoti", name, {{"capture", "false"}, {"step", "aoti"}}});
     } else {
       v.push_back({name, name, {}});
     }

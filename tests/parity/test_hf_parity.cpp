@@ -1,11 +1,13 @@
 // Token-exact parity with transformers' generate() (CPU float32), over the cases recorded by
-// tools/make_fixtures.py in tests/fixtures/hf_generate.json, for each cache kind.
+// tools/make_fixtures.py in tests/fixtures/hf_generate.json, for each cache kind of the eager
+// backend and for the aoti backend (the model exported by torch.export, compiled by AOTInductor).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "backends/register_builtin.h"
+#include "experiments/python_tools.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
@@ -17,7 +19,7 @@ namespace {
 
 struct ParityCase {
   nlohmann::json record;
-  std::string cache;
+  std::string variant;  // growing | static (eager's cache) | aoti
 };
 
 const nlohmann::json& fixtures() {
@@ -31,13 +33,13 @@ const nlohmann::json& fixtures() {
 std::vector<ParityCase> all_cases() {
   std::vector<ParityCase> out;
   for (const auto& rec : fixtures()["cases"]) {
-    for (const std::string cache : {"growing", "static"}) out.push_back({rec, cache});
+    for (const std::string variant : {"growing", "static", "aoti"}) out.push_back({rec, variant});
   }
   return out;
 }
 
 void PrintTo(const ParityCase& c, std::ostream* os) {
-  *os << c.record["name"].get<std::string>() << "/" << c.cache;
+  *os << c.record["name"].get<std::string>() << "/" << c.variant;
 }
 
 class HfParity : public ::testing::TestWithParam<ParityCase> {};
@@ -50,8 +52,13 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
   const GenerationConfig gen =
       resolve_generation(loaded, rec["generation"], rec["name"].get<std::string>());
   register_builtin_backends();
-  auto backend = BackendRegistry::instance().create(
-      "eager", loaded.model, BackendOptions("eager", {{"cache", GetParam().cache}}));
+  install_aoti_export_tool();  // one package per fixture model, kept in the package cache
+  const std::string& variant = GetParam().variant;
+  auto backend =
+      variant == "aoti"
+          ? BackendRegistry::instance().create("aoti", loaded.model, BackendOptions("aoti", {}))
+          : BackendRegistry::instance().create("eager", loaded.model,
+                                               BackendOptions("eager", {{"cache", variant}}));
   const auto prompts = rec["prompts"].get<std::vector<std::vector<int64_t>>>();
   const auto& expected = rec["expected"];
   // Same seed, same draws: the default generator is where transformers' sampling draws from.
@@ -79,7 +86,7 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) {
                            std::string n = info.param.record["name"].template get<std::string>() +
-                                           "_" + info.param.cache;
+                                           "_" + info.param.variant;
                            for (char& ch : n) {
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            }

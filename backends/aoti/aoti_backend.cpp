@@ -1,0 +1,63 @@
+#include "backends/aoti/aoti_backend.h"
+
+#include <ATen/ATen.h>
+
+#include "backends/aoti/aoti_step.h"
+#include "framework/cache/kv_cache.h"
+#include "framework/model/causal_lm.h"
+
+namespace gengraph {
+namespace {
+
+class AotiBackend final : public ForwardBackend {
+ public:
+  AotiBackend(std::shared_ptr<const CausalLM> model, const AotiStepOptions& o)
+      : ForwardBackend(std::move(model)), step_(this->model(), o, "aoti") {}
+
+  std::string name() const override { return "aoti"; }
+
+  BackendReport report() const override { return step_.report(); }
+
+ protected:
+  void do_prepare(const BatchShape& shape) override {
+    const auto f = at::TensorOptions().dtype(model().dtype()).device(model().device());
+    reuse_or_allocate(cache_, model().cache_shape(shape.rows, shape.max_length), f);
+  }
+
+  at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
+    return step_.run(in.input_ids, in.positions, slots, in.token_valid, cache_->validity(),
+                     cache_->keys(), cache_->values());
+  }
+
+  at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {
+    if (in.parent_rows.defined()) cache_->reorder(in.parent_rows);
+    return step_.run(in.input_ids, in.positions, slots, in.token_valid, cache_->validity(),
+                     cache_->keys(), cache_->values());
+  }
+
+ private:
+  AotiStep step_;
+  std::unique_ptr<StaticCache> cache_;  // what the compiled step reads and writes in place
+};
+
+}  // namespace
+
+BackendInfo aoti_backend_info() {
+  BackendInfo info;
+  info.name = "aoti";
+  info.description =
+      "the step compiled ahead of time by AOTInductor (torch.export; tools/export_aoti.py) over a "
+      "static cache; options package, cache_dir, freezing, max_rows";
+  info.check_options = [](const BackendOptions& o, const c10::Device&) {
+    AotiStepOptions s;
+    read_aoti_options(o, s);
+  };
+  info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
+    AotiStepOptions s;
+    read_aoti_options(o, s);
+    return std::make_unique<AotiBackend>(std::move(model), s);
+  };
+  return info;
+}
+
+}  // namespace gengraph

@@ -1,0 +1,128 @@
+// A model step compiled ahead of time by AOTInductor: a `.pt2` package made by
+// tools/export_aoti.py (torch.export of the step, compiled to C++/OpenMP kernels on CPU, Triton
+// on CUDA), loaded with LibTorch's AOTIModelPackageLoader. One program serves prefill and decode;
+// it follows the static-cache contract of backends/trace/traced_step.h, with the rows, the step's
+// token count and the cache length dynamic:
+//
+//   (input_ids int64 [rows, T], positions int64 [rows, T], slots int64 [T],
+//    token_valid bool [rows, T], valid bool [rows, max_length] (written in place),
+//    keys, values dtype [layers, rows, kv_heads, max_length, head_dim] (written in place))
+//   -> logits of the last position [rows, vocab]
+//
+// The package's metadata (keys "gengraph.*", AotiMeta) says what it was made for; a package made
+// for other weights, dtype, device, export format or torch version is refused, by name.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace torch::inductor {
+class AOTIModelPackageLoader;
+}  // namespace torch::inductor
+
+namespace gengraph {
+
+class BackendOptions;
+class CausalLM;
+
+// The exported contract's version: tools/export_aoti.py's EXPORT_FORMAT. Cached packages of
+// another format are rebuilt; given ones are refused.
+constexpr int kAotiExportFormat = 1;
+
+struct AotiMeta {
+  int format = 0;
+  std::string model_type, model_fingerprint;  // fingerprint "" when the exporter was not told it
+  int64_t layers = 0, kv_heads = 0, head_dim = 0, vocab_size = 0;
+  std::string dtype, device;          // float32|bfloat16|float16, cpu|cuda
+  int64_t max_rows = 0, context = 0;  // the dynamic dimensions' upper bounds
+  bool freezing = false;
+  std::string torch_version, made_by;
+
+  // Reads the package's metadata; throws Error naming `path` when it is missing, not an AOTI
+  // package, or lacks a gengraph key.
+  static AotiMeta read(const std::filesystem::path& path);
+};
+
+// What a package for `model` must say (fingerprint, structure, dtype, device, format, torch).
+AotiMeta expected_aoti_meta(const CausalLM& model, bool freezing);
+
+// The torch version this build runs, "MAJOR.MINOR.PATCH".
+std::string torch_version();
+
+// What to build: tools/export_aoti.py's arguments.
+struct AotiExportRequest {
+  std::string dtype, device, fingerprint;
+  bool freezing = false;
+  int64_t max_rows = 1024;
+};
+
+// What building took, as the exporter reported it.
+struct AotiBuildReport {
+  double export_seconds = 0, compile_seconds = 0;
+};
+
+// Writes a package for `model` at `out` (atomically: `out` exists only when complete), or throws
+// Error with the exporter's reason. gengraph_core cannot run Python; gengraph::experiments installs
+// one that runs tools/export_aoti.py (install_aoti_export_tool), and an embedding program may
+// install its own or pass packages by path.
+using AotiPackageBuilder = std::function<AotiBuildReport(
+    const CausalLM& model, const AotiExportRequest& request, const std::filesystem::path& out)>;
+// `identity` names what the builder makes (e.g. a hash of the exporter's sources): it is part of
+// the package cache's key, so that packages of an older exporter are rebuilt, not reused.
+void set_aoti_package_builder(AotiPackageBuilder builder, std::string identity);
+bool has_aoti_package_builder();
+
+struct AotiStepOptions {
+  std::string package;    // use this package, or
+  std::string cache_dir;  // build one on first use here, keyed by fingerprint and options
+  bool freezing = false;
+  int64_t max_rows = 1024;
+};
+
+// Reads the options the aoti backend and cuda_graph (step: aoti) share: package, cache_dir,
+// freezing, max_rows. `backend` names the backend in errors.
+void read_aoti_options(const BackendOptions& options, AotiStepOptions& out);
+
+// The default package cache: $GENGRAPH_AOTI_CACHE, else $XDG_CACHE_HOME/gengraph/aoti, else
+// ~/.cache/gengraph/aoti.
+std::filesystem::path default_aoti_cache_dir();
+
+class AotiStep {
+ public:
+  // Loads options.package, or the cached package for `model` (building it first when missing,
+  // under a lock so that concurrent processes build it once).
+  AotiStep(const CausalLM& model, const AotiStepOptions& options, const std::string& backend);
+  ~AotiStep();
+  AotiStep(const AotiStep&) = delete;
+  AotiStep& operator=(const AotiStep&) = delete;
+
+  // Runs the program; the cache tensors are written in place. Checks rows and cache length
+  // against the package's bounds. `cuda_stream`: the cudaStream_t to run on (nullptr: the
+  // current stream), so that a CUDA graph capturing on a side stream records the program.
+  at::Tensor run(const at::Tensor& input_ids, const at::Tensor& positions, const at::Tensor& slots,
+                 const at::Tensor& token_valid, const at::Tensor& valid, const at::Tensor& keys,
+                 const at::Tensor& values, void* cuda_stream = nullptr);
+
+  const AotiMeta& meta() const { return meta_; }
+  const std::filesystem::path& path() const { return path_; }
+  // aoti_built (0|1), aoti_export_seconds, aoti_compile_seconds (this run's build, or the
+  // recorded one of a cached package), aoti_load_seconds, aoti_package_bytes, aoti_freezing.
+  std::map<std::string, double> report() const;
+
+ private:
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
+  AotiMeta meta_;
+  std::filesystem::path path_;
+  std::string backend_;
+  bool built_ = false;
+  AotiBuildReport build_;
+  double load_s_ = 0;
+};
+
+}  // namespace gengraph

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Exports a transformers causal LM with torch.export and compiles it with AOTInductor into a
+`.pt2` package for gengraph's `aoti` backend (docs/aoti.md).
+
+    .venv/bin/python tools/export_aoti.py --model FOLDER --out model.pt2 \
+        [--dtype float32] [--device cpu] [--freezing] [--fingerprint F] [--report report.json]
+
+One program serves prefill and decode: it follows the static-cache contract of tools/trace_hf.py
+(docs/tracing.md): (ids, positions, slots, token_valid, valid, keys, values) -> last logits, the
+cache tensors written in place, with the rows, the step's token count and the cache length all
+dynamic, so one package serves every batch, prompt length and max_length up to the model's
+context. The package's metadata (gengraph.*) says what it was made for; gengraph refuses a package
+made for other weights, dtype, device or torch version. Exit status: 0 written, 2 bad arguments or
+model, 3 torch.export failed, 4 AOTInductor failed (the compiler's reason printed), 5 no compiler.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+import warnings
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace_hf import DTYPES, Step, example  # noqa: E402
+
+# Bumped whenever the exported contract changes, so that cached packages of an older contract are
+# rebuilt rather than used (gengraph keys its package cache by it and checks it on load).
+EXPORT_FORMAT = 1
+
+
+def fail(code, what, err=None):
+    msg = f"export_aoti: {what}"
+    if err is not None:
+        lines = [line for line in str(err).strip().splitlines() if line.strip()]
+        msg += ": " + (lines[0] if lines else type(err).__name__)
+        if len(lines) > 1:
+            msg += "\n  " + "\n  ".join(lines[1:12])
+    print(msg, file=sys.stderr)
+    sys.exit(code)
+
+
+def load(folder, dtype):
+    from transformers import AutoModelForCausalLM
+
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        fail(2, f"'{folder}' is not a model folder (no config.json)")
+    try:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
+        except ValueError as e:  # architectures without an sdpa path in transformers (GPT-J)
+            if "sdpa" not in str(e).lower() and "scaled_dot_product" not in str(e).lower():
+                raise
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="eager")
+    except Exception as e:  # noqa: BLE001 (any load failure is reported, named)
+        fail(2, f"transformers cannot load '{folder}'", e)
+    return model.eval()
+
+
+def compiler_problem(device):
+    """What makes AOTInductor's compile impossible here, or None."""
+    cxx = os.environ.get("CXX") or "g++"
+    if shutil.which(cxx) is None:
+        return f"the C++ compiler '{cxx}' (CXX, default g++) was not found"
+    if device == "cuda" and not torch.cuda.is_available():
+        return "device cuda requested but torch sees no CUDA device"
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="Hugging Face model folder")
+    ap.add_argument("--out", required=True, help="package to write (.pt2)")
+    ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--freezing", action="store_true",
+                    help="Inductor freezing: constant-fold the weights and prepack them for the CPU GEMMs")
+    ap.add_argument("--max-rows", type=int, default=1024, help="largest batch x beams the package accepts")
+    ap.add_argument("--fingerprint", default="", help="gengraph's fingerprint of these weights, recorded")
+    ap.add_argument("--report", default="", help="also write what was done as JSON here")
+    a = ap.parse_args()
+    if a.max_rows < 2:
+        fail(2, "--max-rows must be at least 2 (export specialises a dimension of size 1)")
+    problem = compiler_problem(a.device)
+    if problem:
+        fail(5, problem)
+
+    dtype = DTYPES[a.dtype]
+    model = load(a.model, dtype).to(a.device)
+    cfg = model.config.get_text_config()
+    layers = cfg.num_hidden_layers
+    heads = cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 4096
+    step = Step(model).eval()
+
+    # Example shapes away from 0/1 (export specialises on those), ranges from 1 upwards.
+    rows = torch.export.Dim("rows", min=1, max=a.max_rows)
+    tokens = torch.export.Dim("tokens", min=1, max=context)
+    length = torch.export.Dim("max_length", min=2, max=context)
+    shapes = ({0: rows, 1: tokens}, {0: rows, 1: tokens}, {0: tokens}, {0: rows, 1: tokens},
+              {0: rows, 1: length}, {1: rows, 3: length}, {1: rows, 3: length})
+    ex_t, ex_len = min(5, context - 2), min(17, context)
+    args = tuple(t.to(a.device) for t in example(min(3, a.max_rows), ex_t, ex_len, layers, kv, hd, dtype))
+
+    t0 = time.perf_counter()
+    try:
+        with torch.no_grad():
+            # Deferred runtime asserts: with grouped-query attention the symbolic shapes reasoning
+            # cannot prove min(8*L, 16*L) == 8*L for the cache length L and would refuse the range.
+            program = torch.export.export(step, args, dynamic_shapes=shapes,
+                                          prefer_deferred_runtime_asserts_over_guards=True)
+    except Exception as e:  # noqa: BLE001
+        if os.environ.get("GENGRAPH_EXPORT_TRACEBACK"):
+            traceback.print_exc()
+        fail(3, f"torch.export failed for {model.config.model_type} ('{a.model}')", e)
+    export_s = time.perf_counter() - t0
+
+    meta = {"format": EXPORT_FORMAT, "model_type": model.config.model_type, "model_fingerprint": a.fingerprint,
+            "layers": layers, "kv_heads": kv, "head_dim": hd, "vocab_size": cfg.vocab_size, "dtype": a.dtype,
+            "device": a.device, "max_rows": a.max_rows, "context": context, "freezing": a.freezing,
+            "torch_version": torch.__version__.split("+")[0],
+            "made_by": "tools/export_aoti.py (transformers %s)" % __import__("transformers").__version__}
+    configs = {"aot_inductor.metadata": {"gengraph." + k: str(v) for k, v in meta.items()}}
+    if a.freezing:
+        configs["freezing"] = True
+    tmp = "%s.tmp-%d.pt2" % (a.out, os.getpid())  # AOTInductor insists on the suffix
+    t1 = time.perf_counter()
+    try:
+        with torch.no_grad():
+            torch._inductor.aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
+    except Exception as e:  # noqa: BLE001
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        fail(4, "AOTInductor could not compile the exported program", e)
+    compile_s = time.perf_counter() - t1
+    os.replace(tmp, a.out)
+    report = dict(meta, export_seconds=round(export_s, 3), compile_seconds=round(compile_s, 3),
+                  package_bytes=os.path.getsize(a.out))
+    if a.report:
+        with open(a.report + ".tmp", "w") as f:
+            json.dump(report, f, indent=1)
+        os.replace(a.report + ".tmp", a.report)
+    print(f"wrote {a.out}: {meta['model_type']}, {a.dtype}, {a.device}, export {export_s:.1f} s, "
+          f"compile {compile_s:.1f} s, {report['package_bytes']} bytes")
+
+
+if __name__ == "__main__":
+    main()
