@@ -5,6 +5,7 @@
 
 #include "backends/register_builtin.h"
 #include "bench/bench_common.h"
+#include "experiments/python_tools.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/util/device.h"
@@ -136,6 +137,7 @@ void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
 
 void register_backend_benchmarks() {
   register_builtin_backends();
+  install_aoti_export_tool();  // aoti rows build (or take from the package cache) their package
   for (const auto& preset : bench_presets()) {
     for (const auto& v : variants()) {
       benchmark::RegisterBenchmark(("prefill/" + preset + "/" + v.label).c_str(), BM_Prefill, v,

@@ -5,11 +5,12 @@
     .venv/bin/python tools/export_aoti.py --model FOLDER --out model.pt2 \
         [--dtype float32] [--device cpu] [--freezing] [--fingerprint F] [--report report.json]
 
-One program serves prefill and decode: it follows the static-cache contract of tools/trace_hf.py
-(docs/tracing.md): (ids, positions, slots, token_valid, valid, keys, values) -> last logits, the
-cache tensors written in place, with the rows, the step's token count and the cache length all
-dynamic, so one package serves every batch, prompt length and max_length up to the model's
-context. The package's metadata (gengraph.*) says what it was made for; gengraph refuses a package
+One program serves prefill and decode. It follows the static-cache contract of tools/trace_hf.py
+(docs/tracing.md) with the cache passed per layer: (ids, positions, slots, token_valid, valid,
+keys_0, values_0, ..., keys_L-1, values_L-1) -> last logits, each [rows, kv_heads, max_length,
+head_dim] cache tensor written in place at `slots`. The rows, the step's token count and the cache
+length are dynamic, so one package serves every batch, prompt length and max_length up to the
+model's context. The package's metadata (gengraph.*) says what it was made for; gengraph refuses a package
 made for other weights, dtype, device or torch version. Exit status: 0 written, 2 bad arguments or
 model, 3 torch.export failed, 4 AOTInductor failed (the compiler's reason printed), 5 no compiler.
 """
@@ -29,11 +30,52 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trace_hf import DTYPES, Step, example  # noqa: E402
+from trace_hf import DTYPES, SlotCache, Step  # noqa: E402
 
 # Bumped whenever the exported contract changes, so that cached packages of an older contract are
 # rebuilt rather than used (gengraph keys its package cache by it and checks it on load).
-EXPORT_FORMAT = 1
+# 2: the cache per layer (1 passed the stacked [layers, ...] tensors).
+EXPORT_FORMAT = 2
+
+
+class LayerCache(SlotCache):
+    """The cache as one key and one value tensor per layer, each a graph input of its own.
+
+    Writing through a view of one stacked input is functionalised by torch.export into a copy of
+    the whole stacked cache every step (measured: a decode step at 8 rows took 0.42 ms against
+    0.29 ms this way on a 2-layer model); an index_put_ into an input of its own is compiled into
+    an in-place scatter of just the new slots."""
+
+    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        k[:, :, self.slots] = key_states
+        v[:, :, self.slots] = value_states
+        return k, v
+
+    def get_mask_sizes(self, query_length, layer_idx=0):
+        return self.keys[0].shape[2], 0
+
+    @property
+    def is_sliding(self):
+        return [False] * len(self.keys)
+
+    def __len__(self):
+        return len(self.keys)
+
+
+class LayerStep(Step):
+    """(ids, positions, slots, token_valid, valid, keys_0, values_0, ...) -> last logits."""
+
+    def forward(self, input_ids, positions, slots, token_valid, valid, *cache):
+        layer_cache = LayerCache(list(cache[0::2]), list(cache[1::2]), slots)
+        return self.run(input_ids, positions, slots, token_valid, valid, layer_cache)
+
+
+def example(rows, t, max_len, layers, kv, hd, dtype, device):
+    cache = tuple(torch.zeros(rows, kv, max_len, hd, dtype=dtype, device=device) for _ in range(2 * layers))
+    return (torch.zeros(rows, t, dtype=torch.long, device=device), torch.zeros(rows, t, dtype=torch.long, device=device),
+            torch.arange(t, device=device), torch.ones(rows, t, dtype=torch.bool, device=device),
+            torch.zeros(rows, max_len, dtype=torch.bool, device=device)) + cache
 
 
 def fail(code, what, err=None):
@@ -100,16 +142,16 @@ def main():
     kv = getattr(cfg, "num_key_value_heads", None) or heads
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 4096
-    step = Step(model).eval()
+    step = LayerStep(model).eval()
 
     # Example shapes away from 0/1 (export specialises on those), ranges from 1 upwards.
     rows = torch.export.Dim("rows", min=1, max=a.max_rows)
     tokens = torch.export.Dim("tokens", min=1, max=context)
     length = torch.export.Dim("max_length", min=2, max=context)
     shapes = ({0: rows, 1: tokens}, {0: rows, 1: tokens}, {0: tokens}, {0: rows, 1: tokens},
-              {0: rows, 1: length}, {1: rows, 3: length}, {1: rows, 3: length})
+              {0: rows, 1: length}, tuple({0: rows, 2: length} for _ in range(2 * layers)))
     ex_t, ex_len = min(5, context - 2), min(17, context)
-    args = tuple(t.to(a.device) for t in example(min(3, a.max_rows), ex_t, ex_len, layers, kv, hd, dtype))
+    args = example(min(3, a.max_rows), ex_t, ex_len, layers, kv, hd, dtype, a.device)
 
     t0 = time.perf_counter()
     try:

@@ -79,23 +79,28 @@ class Step(torch.nn.Module):
             self.window = 0
 
     def forward(self, input_ids, positions, slots, token_valid, valid, keys, values):
+        return self.run(input_ids, positions, slots, token_valid, valid, SlotCache(keys, values, slots))
+
+    def run(self, input_ids, positions, slots, token_valid, valid, cache):
+        """The step over any Cache object that writes at `slots` (tools/export_aoti.py has its own)."""
         valid.index_copy_(1, slots, token_valid)
         key_index = torch.arange(valid.shape[1], device=valid.device)
         q = slots.unsqueeze(1)
         causal = (valid[:, None, None, :] & (key_index[None, :] <= q)[None, None]) | (key_index[None, :] == q)[None, None]
         sliding = causal & (key_index[None, :] > q - self.window)[None, None] if self.window else causal
         if self.mask_types is not None:
-            mask = {t: self.ready(sliding if t == "sliding_attention" else causal, keys) for t in self.mask_types}
+            mask = {t: self.ready(sliding if t == "sliding_attention" else causal) for t in self.mask_types}
         else:
-            mask = self.ready(sliding, keys)
+            mask = self.ready(sliding)
         out = self.call(input_ids=input_ids, position_ids=positions, attention_mask=mask,
-                         past_key_values=SlotCache(keys, values, slots), use_cache=True, logits_to_keep=1)
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :]
 
-    def ready(self, mask, keys):
+    def ready(self, mask):
         if not self.additive_mask:
             return mask
-        return torch.zeros(mask.shape, dtype=keys.dtype, device=keys.device).masked_fill(~mask, torch.finfo(keys.dtype).min)
+        dtype = self.model.dtype
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 
     def prefill(self, *args):
         return self.forward(*args)

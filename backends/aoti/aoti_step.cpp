@@ -292,11 +292,17 @@ at::Tensor AotiStep::run(const at::Tensor& input_ids, const at::Tensor& position
   // The compiled program computes strides from the sizes: every input must be contiguous, and
   // the cache buffers are the ones written in place, so they must be too (they are: StaticCache).
   TORCH_INTERNAL_ASSERT(valid.is_contiguous() && keys.is_contiguous() && values.is_contiguous());
+  // The cache goes in per layer (export format 2): views of the stacked buffers, written in place.
+  std::vector<at::Tensor> inputs = {input_ids.contiguous(), positions.contiguous(),
+                                    slots.contiguous(), token_valid.contiguous(), valid};
+  inputs.reserve(5 + 2 * keys.size(0));
+  for (int64_t l = 0; l < keys.size(0); ++l) {
+    inputs.push_back(keys.select(0, l));
+    inputs.push_back(values.select(0, l));
+  }
   std::vector<at::Tensor> out;
   try {
-    out = loader_->run({input_ids.contiguous(), positions.contiguous(), slots.contiguous(),
-                        token_valid.contiguous(), valid, keys, values},
-                       cuda_stream);
+    out = loader_->run(inputs, cuda_stream);
   } catch (const std::exception& e) {
     throw Error("backend '" + backend_ + "': the program of package '" + path_.string() +
                 "' failed: " + first_line(e.what()));

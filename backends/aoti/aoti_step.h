@@ -1,12 +1,15 @@
 // A model step compiled ahead of time by AOTInductor: a `.pt2` package made by
 // tools/export_aoti.py (torch.export of the step, compiled to C++/OpenMP kernels on CPU, Triton
 // on CUDA), loaded with LibTorch's AOTIModelPackageLoader. One program serves prefill and decode;
-// it follows the static-cache contract of backends/trace/traced_step.h, with the rows, the step's
-// token count and the cache length dynamic:
+// it follows the static-cache contract of backends/trace/traced_step.h with the cache passed per
+// layer (an input of its own is written by an in-place scatter; a view into one stacked input
+// would be copied whole every step), and the rows, the step's token count and the cache length
+// dynamic:
 //
 //   (input_ids int64 [rows, T], positions int64 [rows, T], slots int64 [T],
 //    token_valid bool [rows, T], valid bool [rows, max_length] (written in place),
-//    keys, values dtype [layers, rows, kv_heads, max_length, head_dim] (written in place))
+//    keys_0, values_0, ..., keys_L-1, values_L-1
+//        dtype [rows, kv_heads, max_length, head_dim] (written in place))
 //   -> logits of the last position [rows, vocab]
 //
 // The package's metadata (keys "gengraph.*", AotiMeta) says what it was made for; a package made
@@ -33,7 +36,7 @@ class CausalLM;
 
 // The exported contract's version: tools/export_aoti.py's EXPORT_FORMAT. Cached packages of
 // another format are rebuilt; given ones are refused.
-constexpr int kAotiExportFormat = 1;
+constexpr int kAotiExportFormat = 2;
 
 struct AotiMeta {
   int format = 0;
