@@ -5,10 +5,11 @@
 
 #include "backends/register_builtin.h"
 #include "bench/bench_common.h"
-#include "experiments/python_tools.h"
+#include "experiments/cli.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/util/device.h"
+#include "framework/util/op_counter.h"
 
 namespace gengraph::bench {
 namespace {
@@ -118,6 +119,27 @@ void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
     next = backend->decode(StepInputs{next, pos, valid, {}}).argmax(-1).unsqueeze(1);
   };
   for (int i = 0; i < kWarmup; ++i) step();
+  // The ATen operators one decode call dispatches (untimed: observing costs time), on every device:
+  // ops/step those the host issues itself, ops_all/step nested ones included, ops/layer the former
+  // per decoder layer.
+  constexpr int kCounted = 4;
+  int64_t top = 0, all = 0;
+  for (int i = 0; i < kCounted; ++i) {
+    const auto pos = at::full({rows, 1}, backend->length(),
+                              at::TensorOptions().dtype(at::kLong).device(bench_device()));
+    at::Tensor logits;
+    {
+      AtenOpCounter counter;
+      logits = backend->decode(StepInputs{next, pos, valid, {}});
+      top += counter.top_level();
+      all += counter.all();
+    }
+    next = logits.argmax(-1).unsqueeze(1);
+  }
+  state.counters["ops/step"] = static_cast<double>(top) / kCounted;
+  state.counters["ops_all/step"] = static_cast<double>(all) / kCounted;
+  state.counters["ops/layer"] =
+      static_cast<double>(top) / kCounted / static_cast<double>(model->config().num_layers);
   next = restart();
   synchronize(bench_device());
   for (auto _ : state) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/cli.h"
 #include "experiments/experiment_config.h"
 #include "experiments/process.h"
 
@@ -44,11 +45,6 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
 // the tokenizer in `folder`; one result per item or an Error.
 nlohmann::json tokenizer_call(const std::string& folder, const char* op,
                               const nlohmann::json& items, const char* field, std::ostream& log);
-
-// Installs the aoti backend's package builder (set_aoti_package_builder): the model written to a
-// temporary Hugging Face folder, then tools/export_aoti.py in the tools' Python; its reason named
-// in the Error when it fails. Called by the CLI and the experiment runner; idempotent.
-void install_aoti_export_tool();
 
 // Adds "text" to every generated sequence of every row, decoded in one call.
 void decode_outputs(nlohmann::json& runs, const std::string& folder, std::ostream& log);

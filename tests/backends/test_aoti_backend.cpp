@@ -10,8 +10,8 @@
 
 #include "backends/aoti/aoti_step.h"
 #include "backends/register_builtin.h"
+#include "experiments/cli.h"
 #include "experiments/process.h"
-#include "experiments/python_tools.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "backends/register_builtin.h"
-#include "experiments/python_tools.h"
+#include "experiments/cli.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"

@@ -1,0 +1,30 @@
+// Counts the ATen operators the calling thread dispatches while a counter lives, through a
+// RecordFunction observer: what the host issues (top-level operators, not those an operator calls
+// in turn) and all of them (nested included; closer to the kernels that run). Works on every
+// device, so the operator count of a step shows on a CPU-only machine too. Observing costs time:
+// count in untimed passes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace gengraph {
+
+class AtenOpCounter {
+ public:
+  AtenOpCounter();
+  ~AtenOpCounter();
+  AtenOpCounter(const AtenOpCounter&) = delete;
+  AtenOpCounter& operator=(const AtenOpCounter&) = delete;
+
+  int64_t top_level() const;  // operators the host dispatched itself
+  int64_t all() const;        // every operator, nested ones included
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+  uint64_t handle_ = 0;
+};
+
+}  // namespace gengraph
