@@ -13,6 +13,7 @@
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
 #include "framework/util/device.h"
+#include "framework/util/op_counter.h"
 #include "tests/support/fixed_logits_backend.h"
 
 namespace gengraph::bench {
@@ -64,6 +65,16 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
       prompts[i][static_cast<size_t>(t)] = static_cast<int64_t>((i * 131 + t * 17) % 50000);
   }
   for (int i = 0; i < 2; ++i) generator.generate(backend, prompts);  // warm-up
+  // One untimed generation observed (observing costs time): the ATen operators the host issues per
+  // decoding step (the fixed-logits backend's one copy included; prefill and the final outputs
+  // spread over the steps), and the reads back to the host per step, each a device-to-host wait
+  // on CUDA (framework/util/op_counter.h says which operators count).
+  {
+    AtenOpCounter counter;
+    generator.generate(backend, prompts);
+    state.counters["ops/step"] = static_cast<double>(counter.top_level()) / kNew;
+    state.counters["host_reads/step"] = static_cast<double>(counter.host_reads()) / kNew;
+  }
   for (auto _ : state) {
     benchmark::DoNotOptimize(generator.generate(backend, prompts).timing.steps);
   }

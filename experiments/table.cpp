@@ -82,9 +82,9 @@ void point_table(std::ostringstream& o, const nlohmann::json& doc,
     if (r.contains("report") && r.at("report").contains("aoti_package_bytes")) {
       const auto& rep = r.at("report");
       auto num = [&](const char* k) { return rep.value(k, 0.0); };
-      o << "    aoti package " << std::fixed << std::setprecision(1) << num("aoti_package_bytes") / 1e6
-        << " MB: export " << num("aoti_export_seconds") << " s + compile "
-        << num("aoti_compile_seconds") << " s"
+      o << "    aoti package " << std::fixed << std::setprecision(1)
+        << num("aoti_package_bytes") / 1e6 << " MB: export " << num("aoti_export_seconds")
+        << " s + compile " << num("aoti_compile_seconds") << " s"
         << (num("aoti_built") > 0 ? " (built in this run)" : " (cached)") << ", load "
         << std::setprecision(2) << num("aoti_load_seconds") << " s"
         << (num("aoti_freezing") > 0 ? ", freezing" : "") << "\n";

@@ -19,6 +19,11 @@ class AtenOpCounter {
 
   int64_t top_level() const;  // operators the host dispatched itself
   int64_t all() const;        // every operator, nested ones included
+  // Operators whose result the host reads back, each a device-to-host wait on CUDA: a scalar read
+  // (aten::_local_scalar_dense, what item() and scalar conversions call), aten::nonzero (its size
+  // depends on the values), aten::equal and aten::is_nonzero. A tensor copied to the host with
+  // to()/cpu() is not among them (its operator's name does not say the direction).
+  int64_t host_reads() const;
 
   struct State;
 

@@ -20,6 +20,12 @@ TEST(AtenOpCounter, CountsWhatTheHostIssuesAndWhatRunsNestedSeparately) {
   }
   EXPECT_EQ(top, 2);
   EXPECT_GT(all, top);
+  {
+    AtenOpCounter counter;
+    const double first = a[0][0].item<double>();  // one scalar read back
+    const auto where = at::nonzero(a.gt(first));  // its size depends on the values
+    EXPECT_EQ(counter.host_reads(), 2);
+  }
   // Outside a counter nothing is counted, and a second counter starts from zero.
   const auto outside = at::mul(a, a);
   AtenOpCounter again;
