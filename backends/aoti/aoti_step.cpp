@@ -15,16 +15,12 @@
 #include "backends/trace/traced_step.h"
 #include "framework/backend/options.h"
 #include "framework/model/causal_lm.h"
+#include "framework/util/clock.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::mutex g_builder_mutex;
 struct BuilderSlot {
@@ -293,13 +289,21 @@ at::Tensor AotiStep::run(const at::Tensor& input_ids, const at::Tensor& position
   // the cache buffers are the ones written in place, so they must be too (they are: StaticCache).
   TORCH_INTERNAL_ASSERT(valid.is_contiguous() && keys.is_contiguous() && values.is_contiguous());
   // The cache goes in per layer (export format 2): views of the stacked buffers, written in place.
+  // The views are made once per buffer (the cache outlives many steps), not 2 x layers ops a step.
+  if (keys.data_ptr() != views_keys_ || values.data_ptr() != views_values_ ||
+      keys.sizes() != layer_views_sizes_) {
+    layer_views_.clear();
+    for (int64_t l = 0; l < keys.size(0); ++l) {
+      layer_views_.push_back(keys.select(0, l));
+      layer_views_.push_back(values.select(0, l));
+    }
+    views_keys_ = keys.data_ptr();
+    views_values_ = values.data_ptr();
+    layer_views_sizes_ = keys.sizes().vec();
+  }
   std::vector<at::Tensor> inputs = {input_ids.contiguous(), positions.contiguous(),
                                     slots.contiguous(), token_valid.contiguous(), valid};
-  inputs.reserve(5 + 2 * keys.size(0));
-  for (int64_t l = 0; l < keys.size(0); ++l) {
-    inputs.push_back(keys.select(0, l));
-    inputs.push_back(values.select(0, l));
-  }
+  inputs.insert(inputs.end(), layer_views_.begin(), layer_views_.end());
   std::vector<at::Tensor> out;
   try {
     out = loader_->run(inputs, cuda_stream);

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace torch::inductor {
 class AOTIModelPackageLoader;
@@ -126,6 +127,11 @@ class AotiStep {
   bool built_ = false;
   AotiBuildReport build_;
   double load_s_ = 0;
+  // Per-layer views of the stacked cache buffers last passed to run(), and which buffers they are.
+  std::vector<at::Tensor> layer_views_;
+  const void* views_keys_ = nullptr;
+  const void* views_values_ = nullptr;
+  std::vector<int64_t> layer_views_sizes_;
 };
 
 }  // namespace gengraph

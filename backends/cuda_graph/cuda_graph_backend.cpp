@@ -14,16 +14,12 @@
 #include "backends/trace/traced_step.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/causal_lm.h"
+#include "framework/util/clock.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 struct Settings {
   std::vector<int64_t> buckets;

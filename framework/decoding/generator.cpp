@@ -6,16 +6,11 @@
 
 #include "framework/model/causal_lm.h"
 #include "framework/model/memory.h"
+#include "framework/util/clock.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Hands the step's output tokens to `stream`, row r being sequence r % per_input of input
 // r / per_input (rows are laid out input by input).
