@@ -8,6 +8,7 @@
 #include "experiments/cli.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
+#include "framework/model/loader.h"
 #include "framework/util/device.h"
 #include "framework/util/op_counter.h"
 
@@ -24,6 +25,7 @@ constexpr int kWarmup = 3;
 struct Variant {
   std::string label, backend;
   std::map<std::string, std::string> options;
+  bool fused = true;  // the model's form (ModelConfig::fused)
 };
 
 std::vector<Variant> variants() {
@@ -35,6 +37,8 @@ std::vector<Variant> variants() {
     if (name == "eager") {
       v.push_back({"eager", "eager", {}});
       v.push_back({"eager-static", "eager", {{"cache", "static"}}});
+      // transformers' formulation op by op, beside the fused default
+      v.push_back({"eager-unfused", "eager", {}, false});
     } else {
       v.push_back({name, name, {}});
     }
@@ -42,10 +46,12 @@ std::vector<Variant> variants() {
   return v;
 }
 
-// Empty when `v` generates the same greedy tokens as eager on this model; else what differs.
-std::string check_against_eager(const Variant& v, const std::shared_ptr<const CausalLM>& model) {
+// Empty when `v` generates the same greedy tokens as eager on this model (the fused form); else
+// what differs.
+std::string check_against_eager(const Variant& v, const std::shared_ptr<const CausalLM>& model,
+                                const std::string& preset) {
   auto& registry = BackendRegistry::instance();
-  auto reference = registry.create("eager", model, BackendOptions("eager", {}));
+  auto reference = registry.create("eager", preset_model(preset), BackendOptions("eager", {}));
   auto backend = registry.create(v.backend, model, BackendOptions(v.backend, v.options));
   GenerationConfig g;
   g.max_new_tokens = 8;
@@ -72,8 +78,9 @@ StepInputs prompt_inputs(int64_t rows, int64_t vocab) {
 // The variant's backend, after checking it against eager; null (and the entry skipped) if it
 // differs.
 std::unique_ptr<ForwardBackend> checked_backend(benchmark::State& state, const Variant& v,
-                                                const std::shared_ptr<const CausalLM>& model) {
-  if (const auto why = check_against_eager(v, model); !why.empty()) {
+                                                const std::shared_ptr<const CausalLM>& model,
+                                                const std::string& preset) {
+  if (const auto why = check_against_eager(v, model, preset); !why.empty()) {
     state.SkipWithError(why.c_str());
     return nullptr;
   }
@@ -81,8 +88,8 @@ std::unique_ptr<ForwardBackend> checked_backend(benchmark::State& state, const V
 }
 
 void BM_Prefill(benchmark::State& state, Variant v, std::string preset) {
-  const auto model = preset_model(preset);
-  auto backend = checked_backend(state, v, model);
+  const auto model = preset_model(preset, v.fused);
+  auto backend = checked_backend(state, v, model, preset);
   if (!backend) return;
   const int64_t rows = state.range(0);
   const StepInputs in = prompt_inputs(rows, model->config().vocab_size);
@@ -101,8 +108,8 @@ void BM_Prefill(benchmark::State& state, Variant v, std::string preset) {
 }
 
 void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
-  const auto model = preset_model(preset);
-  auto backend = checked_backend(state, v, model);
+  const auto model = preset_model(preset, v.fused);
+  auto backend = checked_backend(state, v, model, preset);
   if (!backend) return;
   const int64_t rows = state.range(0);
   const StepInputs in = prompt_inputs(rows, model->config().vocab_size);
@@ -123,7 +130,7 @@ void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
   // ops/step those the host issues itself, ops_all/step nested ones included, ops/layer the former
   // per decoder layer.
   constexpr int kCounted = 4;
-  int64_t top = 0, all = 0;
+  int64_t top = 0, all = 0, kernels = 0;
   for (int i = 0; i < kCounted; ++i) {
     const auto pos = at::full({rows, 1}, backend->length(),
                               at::TensorOptions().dtype(at::kLong).device(bench_device()));
@@ -133,6 +140,7 @@ void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
       logits = backend->decode(StepInputs{next, pos, valid, {}});
       top += counter.top_level();
       all += counter.all();
+      kernels += counter.kernels();
     }
     next = logits.argmax(-1).unsqueeze(1);
   }
@@ -140,6 +148,7 @@ void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
   state.counters["ops_all/step"] = static_cast<double>(all) / kCounted;
   state.counters["ops/layer"] =
       static_cast<double>(top) / kCounted / static_cast<double>(model->config().num_layers);
+  state.counters["kernels/step"] = static_cast<double>(kernels) / kCounted;
   next = restart();
   synchronize(bench_device());
   for (auto _ : state) {
@@ -155,11 +164,60 @@ void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
       benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The eager decode step's operators per decoder layer, exactly: a model of the preset's shape with
+// 1 layer and one with 3, the difference halved. kernels/layer counts AtenOpCounter::kernels (about
+// one CUDA kernel launch each), ops/layer the operators the host issues, views included;
+// kernels/rest is what a step costs besides its layers (embedding, mask, rotary tables, head).
+void BM_LayerKernels(benchmark::State& state, std::string preset, bool fused) {
+  const std::string layers_key =
+      preset_config(preset).at("model_type") == "llama" ? "num_hidden_layers" : "n_layer";
+  auto count = [&](int64_t layers, int64_t& kernels, int64_t& ops) {
+    ModelSource s;
+    s.preset = preset;
+    s.config_overrides = {{layers_key, layers}};
+    s.load.device = bench_device();
+    s.load.fused = fused;
+    const auto model = std::shared_ptr<const CausalLM>(load_model(s).model);
+    auto backend = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
+    const int64_t rows = state.range(0);
+    backend->prepare(BatchShape{rows, kMaxLength});
+    at::Tensor next =
+        backend->prefill(prompt_inputs(rows, model->config().vocab_size)).argmax(-1).unsqueeze(1);
+    const auto valid =
+        at::ones({rows, 1}, at::TensorOptions().dtype(at::kBool).device(bench_device()));
+    const auto pos = at::full({rows, 1}, backend->length(),
+                              at::TensorOptions().dtype(at::kLong).device(bench_device()));
+    AtenOpCounter counter;
+    benchmark::DoNotOptimize(backend->decode(StepInputs{next, pos, valid, {}}));
+    kernels = counter.kernels();
+    ops = counter.top_level();
+  };
+  int64_t k1 = 0, o1 = 0, k3 = 0, o3 = 0;
+  for (auto _ : state) {
+    count(1, k1, o1);
+    count(3, k3, o3);
+  }
+  state.counters["kernels/layer"] = static_cast<double>(k3 - k1) / 2;
+  state.counters["ops/layer"] = static_cast<double>(o3 - o1) / 2;
+  state.counters["kernels/rest"] = static_cast<double>(k1) - static_cast<double>(k3 - k1) / 2;
+}
+
 }  // namespace
 
 void register_backend_benchmarks() {
   register_builtin_backends();
   install_aoti_export_tool();  // aoti rows build (or take from the package cache) their package
+  for (const std::string preset : {"gpt2-tiny", "gptj-tiny", "llama-tiny"}) {
+    for (const bool fused : {true, false}) {
+      benchmark::RegisterBenchmark(
+          ("layer_kernels/" + preset + (fused ? "/fused" : "/unfused")).c_str(), BM_LayerKernels,
+          preset, fused)
+          ->ArgName("rows")
+          ->Arg(1)
+          ->Iterations(1)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
   for (const auto& preset : bench_presets()) {
     for (const auto& v : variants()) {
       benchmark::RegisterBenchmark(("prefill/" + preset + "/" + v.label).c_str(), BM_Prefill, v,

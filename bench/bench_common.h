@@ -15,7 +15,8 @@ namespace gengraph::bench {
 c10::Device bench_device();
 
 // A random-weight model for a preset (cached: built once per process).
-std::shared_ptr<const CausalLM> preset_model(const std::string& preset);
+// The preset's random-weight model on the bench device, built once per (preset, form).
+std::shared_ptr<const CausalLM> preset_model(const std::string& preset, bool fused = true);
 
 // True under GENGRAPH_BENCH_SMOKE=1: the CI smoke run, which shrinks every grid.
 bool bench_smoke();

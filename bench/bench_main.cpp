@@ -17,13 +17,14 @@ c10::Device bench_device() {
   return parse_device(d ? d : "cpu");
 }
 
-std::shared_ptr<const CausalLM> preset_model(const std::string& preset) {
-  static std::map<std::string, std::shared_ptr<const CausalLM>> cache;
-  auto& m = cache[preset];
+std::shared_ptr<const CausalLM> preset_model(const std::string& preset, bool fused) {
+  static std::map<std::pair<std::string, bool>, std::shared_ptr<const CausalLM>> cache;
+  auto& m = cache[{preset, fused}];
   if (!m) {
     ModelSource s;
     s.preset = preset;
     s.load.device = bench_device();
+    s.load.fused = fused;
     m = load_model(s).model;
   }
   return m;

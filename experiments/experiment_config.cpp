@@ -153,6 +153,7 @@ ModelSpec read_model(MapReader r, const std::string& file) {
   m.seed = r.seed("seed", 0);
   m.dtype = r.choice("dtype", "float32", {"float32", "bfloat16", "float16"});
   m.device = r.scalar<std::string>("device", "cpu", "cpu, cuda or cuda:N");
+  m.fused = r.scalar<bool>("fused", true, "true or false");
   const bool ok = m.device == "cpu" || m.device == "cuda" ||
                   (m.device.rfind("cuda:", 0) == 0 && m.device.size() > 5 &&
                    m.device.find_first_not_of("0123456789", 5) == std::string::npos);

@@ -17,6 +17,7 @@ struct ModelSpec {
   uint64_t seed = 0;                // random-weight seed (presets)
   std::string dtype = "float32";    // float32 | bfloat16 | float16
   std::string device = "cpu";       // cpu | cuda | cuda:N
+  bool fused = true;                // fused projections (ModelConfig::fused); false: op by op
 };
 
 struct BackendSpec {

@@ -174,7 +174,7 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
   }
 
   ModelSource src = model_source(c);
-  src.load = LoadOptions{dtype, device};
+  src.load = LoadOptions{dtype, device, c.model.fused};
   log << "loading model " << (src.preset.empty() ? src.path.string() : "preset " + src.preset)
       << " (" << c.model.dtype << ", " << c.model.device << ")\n";
   const LoadedModel loaded = [&] {
@@ -217,13 +217,10 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
                         {"device", device_description(device)},
                         {"dtype", c.model.dtype},
                         {"threads", at::get_num_threads()}};
-  doc["model"] = {{"source", loaded.source},
-                  {"model_type", mc.model_type},
-                  {"parameters", loaded.model->parameter_count()},
-                  {"layers", mc.num_layers},
-                  {"hidden_size", mc.hidden_size},
-                  {"vocab_size", mc.vocab_size},
-                  {"load_seconds", loaded.load_seconds}};
+  doc["model"] = {{"source", loaded.source},     {"model_type", mc.model_type},
+                  {"fused", c.model.fused},      {"parameters", loaded.model->parameter_count()},
+                  {"layers", mc.num_layers},     {"hidden_size", mc.hidden_size},
+                  {"vocab_size", mc.vocab_size}, {"load_seconds", loaded.load_seconds}};
   if (!loaded.warnings.empty()) {
     doc["model"]["warnings"] = loaded.warnings;
     for (const auto& w : loaded.warnings) log << "warning: " << w << "\n";
@@ -304,7 +301,12 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
       const double bytes = decode_bytes_per_step(
           *loaded.model, static_cast<int64_t>(prompts.size()) * rows_per_input(gen), mean_len);
       const double step_s = summary(row.timings.per_token)["median"].get<double>() / 1e3;
+      // What the step moved besides that minimum: the beam reorder's cache traffic.
+      const auto report = row.backend->report();
+      const auto reorder = report.find("reorder_bytes_per_step");
+      const double moved = bytes + (reorder == report.end() ? 0.0 : reorder->second);
       run["bandwidth"] = {{"bytes_per_decode_step", bytes},
+                          {"bytes_moved_per_step", moved},
                           {"achieved_bytes_per_second", bytes / step_s},
                           {"fraction_of_read_bandwidth", bytes / step_s / bandwidth.read},
                           {"fraction_of_copy_bandwidth", bytes / step_s / bandwidth.copy}};

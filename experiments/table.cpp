@@ -75,7 +75,13 @@ void point_table(std::ostringstream& o, const nlohmann::json& doc,
       if (bw.contains("fraction_of_read_bandwidth"))
         o << 100 * bw.at("fraction_of_read_bandwidth").get<double>()
           << "% of the measured read (mv) bandwidth, ";
-      o << 100 * bw.at("fraction_of_copy_bandwidth").get<double>() << "% of the copy bandwidth\n";
+      o << 100 * bw.at("fraction_of_copy_bandwidth").get<double>() << "% of the copy bandwidth";
+      // Files written before the reorder was counted have no bytes_moved_per_step.
+      if (bw.contains("bytes_moved_per_step") && bw.at("bytes_moved_per_step").get<double>() >
+                                                     bw.at("bytes_per_decode_step").get<double>())
+        o << "; moved " << bw.at("bytes_moved_per_step").get<double>() / 1e6
+          << " MB/step with the beam reorder";
+      o << "\n";
     }
     // An AOTInductor package's cost: what building it took (this run, or as recorded when it was
     // built for an earlier one) and its size.

@@ -16,12 +16,16 @@ class AotiBackend final : public ForwardBackend {
 
   std::string name() const override { return "aoti"; }
 
-  BackendReport report() const override { return step_.report(); }
+  BackendReport report() const override {
+    BackendReport r = step_.report();
+    r["reorder_bytes_per_step"] = cache_ ? cache_->reorder_bytes_per_step() : 0.0;
+    return r;
+  }
 
  protected:
   void do_prepare(const BatchShape& shape) override {
     const auto f = at::TensorOptions().dtype(model().dtype()).device(model().device());
-    reuse_or_allocate(cache_, model().cache_shape(shape.rows, shape.max_length), f);
+    reuse_or_allocate(cache_, model().cache_shape(shape.rows, shape.max_length), f, Reorder::kSwap);
   }
 
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
@@ -30,7 +34,7 @@ class AotiBackend final : public ForwardBackend {
   }
 
   at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {
-    if (in.parent_rows.defined()) cache_->reorder(in.parent_rows);
+    if (in.parent_rows.defined()) cache_->reorder(in.parent_rows, length());
     return step_.run(in.input_ids, in.positions, slots, in.token_valid, cache_->validity(),
                      cache_->keys(), cache_->values());
   }

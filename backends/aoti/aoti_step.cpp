@@ -290,20 +290,27 @@ at::Tensor AotiStep::run(const at::Tensor& input_ids, const at::Tensor& position
   TORCH_INTERNAL_ASSERT(valid.is_contiguous() && keys.is_contiguous() && values.is_contiguous());
   // The cache goes in per layer (export format 2): views of the stacked buffers, written in place.
   // The views are made once per buffer (the cache outlives many steps), not 2 x layers ops a step.
-  if (keys.data_ptr() != views_keys_ || values.data_ptr() != views_values_ ||
-      keys.sizes() != layer_views_sizes_) {
-    layer_views_.clear();
-    for (int64_t l = 0; l < keys.size(0); ++l) {
-      layer_views_.push_back(keys.select(0, l));
-      layer_views_.push_back(values.select(0, l));
+  LayerViews* lv = nullptr;
+  for (auto& c : layer_views_) {
+    if (c.keys == keys.data_ptr() && c.values == values.data_ptr() && c.sizes == keys.sizes()) {
+      lv = &c;
     }
-    views_keys_ = keys.data_ptr();
-    views_values_ = values.data_ptr();
-    layer_views_sizes_ = keys.sizes().vec();
+  }
+  if (!lv) {
+    lv = &layer_views_[next_views_];
+    next_views_ = 1 - next_views_;
+    lv->views.clear();
+    for (int64_t l = 0; l < keys.size(0); ++l) {
+      lv->views.push_back(keys.select(0, l));
+      lv->views.push_back(values.select(0, l));
+    }
+    lv->keys = keys.data_ptr();
+    lv->values = values.data_ptr();
+    lv->sizes = keys.sizes().vec();
   }
   std::vector<at::Tensor> inputs = {input_ids.contiguous(), positions.contiguous(),
                                     slots.contiguous(), token_valid.contiguous(), valid};
-  inputs.insert(inputs.end(), layer_views_.begin(), layer_views_.end());
+  inputs.insert(inputs.end(), lv->views.begin(), lv->views.end());
   std::vector<at::Tensor> out;
   try {
     out = loader_->run(inputs, cuda_stream);

@@ -128,10 +128,16 @@ class AotiStep {
   AotiBuildReport build_;
   double load_s_ = 0;
   // Per-layer views of the stacked cache buffers last passed to run(), and which buffers they are.
-  std::vector<at::Tensor> layer_views_;
-  const void* views_keys_ = nullptr;
-  const void* views_values_ = nullptr;
-  std::vector<int64_t> layer_views_sizes_;
+  // Per-layer views of the cache buffers, for the last two buffer pairs seen (a cache that
+  // reorders by swapping alternates between two).
+  struct LayerViews {
+    const void* keys = nullptr;
+    const void* values = nullptr;
+    std::vector<int64_t> sizes;
+    std::vector<at::Tensor> views;
+  };
+  LayerViews layer_views_[2];
+  int next_views_ = 0;
 };
 
 }  // namespace gengraph

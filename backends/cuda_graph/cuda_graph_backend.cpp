@@ -78,9 +78,10 @@ struct Bucket {
   int64_t rows = 0;
   std::unique_ptr<StaticCache> cache;                     // the graph reads and writes it in place
   at::Tensor ids, positions, token_valid, slot, parents;  // decode inputs [rows,1] x3, [1], [rows]
-  at::Tensor identity;  // [rows] 0..rows-1: parents when there are no beams
-  at::Tensor logits;    // [rows, vocab] output of the captured step
-  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  at::Tensor logits;  // [rows, vocab] output of the captured step
+  // The step without a reorder (greedy, sampling) and with one (beams): a step without beams
+  // moves no cache bytes besides its own slot.
+  std::unique_ptr<at::cuda::CUDAGraph> graph, graph_reorder;
   std::unique_ptr<TracedStep> trace;  // when the step runs the trace
 };
 
@@ -105,6 +106,13 @@ class CudaGraphBackend final : public ForwardBackend {
                           {"step_is_trace", s_.use_trace ? 1.0 : 0.0},
                           {"step_is_aoti", aoti_ ? 1.0 : 0.0},
                           {"captured", s_.capture ? 1.0 : 0.0}});
+    // A beam step reorders its bucket's whole cache in place; a replay moves what the captured
+    // call did. 0 when no step reordered.
+    double reorder_bytes = 0;
+    for (const auto& [rows, b] : buckets_) {
+      reorder_bytes = std::max(reorder_bytes, b.cache->reorder_bytes_per_step());
+    }
+    r["reorder_bytes_per_step"] = reorder_bytes;
     return r;
   }
 
@@ -165,15 +173,12 @@ class CudaGraphBackend final : public ForwardBackend {
     b.positions.narrow(0, 0, rows).copy_(in.positions);
     b.token_valid.narrow(0, 0, rows).copy_(in.token_valid);
     b.slot.copy_(slots);
-    if (in.parent_rows.defined()) {
-      b.parents.narrow(0, 0, rows).copy_(in.parent_rows);
-    } else {
-      b.parents.copy_(b.identity);
-    }
+    const bool reorder = in.parent_rows.defined();
+    if (reorder) b.parents.narrow(0, 0, rows).copy_(in.parent_rows);
     if (b.graph) {
-      b.graph->replay();
+      (reorder ? b.graph_reorder : b.graph)->replay();
     } else {
-      step(b);
+      step(b, reorder);
     }
     return b.logits.narrow(0, 0, rows).clone();
   }
@@ -186,9 +191,10 @@ class CudaGraphBackend final : public ForwardBackend {
     return at::cat({x, at::full(sizes, fill, x.options())}, 0);
   }
 
-  // The captured step: reorder the cache by parent rows, then one decode step.
-  void step(Bucket& b) {
-    b.cache->reorder(b.parents);
+  // The captured step: reorder the cache by parent rows (beams only), then one decode step. The
+  // reorder moves the whole cache: a graph cannot know how much of it is written.
+  void step(Bucket& b, bool reorder) {
+    if (reorder) b.cache->reorder(b.parents);
     if (b.trace) {
       b.logits.copy_(b.trace->decode(b.ids, b.positions, b.slot, b.token_valid, b.cache->validity(),
                                      b.cache->keys(), b.cache->values()));
@@ -221,8 +227,7 @@ class CudaGraphBackend final : public ForwardBackend {
     b.positions = at::zeros({rows, 1}, l);
     b.token_valid = at::ones({rows, 1}, f.dtype(at::kBool));
     b.slot = at::zeros({1}, l);
-    b.parents = at::arange(rows, l);
-    b.identity = at::arange(rows, l);
+    b.parents = at::arange(rows, l);  // padding rows continue themselves
     b.logits = at::zeros({rows, c.vocab_size}, f);
     if (s_.use_trace) {
       b.trace = std::make_unique<TracedStep>(
@@ -242,18 +247,21 @@ class CudaGraphBackend final : public ForwardBackend {
     synchronize(dev);  // the buffers above were filled on the current stream
     {
       c10::cuda::CUDAStreamGuard sg(stream);
-      for (int64_t i = 0; i < s_.warmup; ++i) step(b);
-      b.graph = std::make_unique<at::cuda::CUDAGraph>();
-      b.graph->capture_begin(pool_);
-      step(b);
-      b.graph->capture_end();
+      for (const bool reorder : {false, true}) {
+        for (int64_t i = 0; i < s_.warmup; ++i) step(b, reorder);
+        auto& graph = reorder ? b.graph_reorder : b.graph;
+        graph = std::make_unique<at::cuda::CUDAGraph>();
+        graph->capture_begin(pool_);
+        step(b, reorder);
+        graph->capture_end();
+      }
     }
     synchronize(dev);  // before the current stream uses what the side stream wrote
     b.cache->reset();  // warm-up and capture wrote slot 0 of every row
     capture_s_ += since(t0);
     reserved_growth_ += reserved_bytes(dev) - before;
     pool_bytes_ = pool_bytes(pool_, dev);
-    ++graphs_;
+    graphs_ += 2;
   }
 
   Settings s_;

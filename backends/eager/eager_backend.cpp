@@ -15,7 +15,10 @@ class EagerBackend final : public ForwardBackend {
 
   std::string name() const override { return "eager"; }
 
-  BackendReport report() const override { return {{"static_cache", static_cache_ ? 1.0 : 0.0}}; }
+  BackendReport report() const override {
+    return {{"static_cache", static_cache_ ? 1.0 : 0.0},
+            {"reorder_bytes_per_step", cache_ ? cache_->reorder_bytes_per_step() : 0.0}};
+  }
 
  protected:
   void do_prepare(const BatchShape& shape) override {
@@ -25,8 +28,8 @@ class EagerBackend final : public ForwardBackend {
       return;
     }
     const auto options = at::TensorOptions().dtype(model().dtype()).device(model().device());
-    cache_ =
-        &reuse_or_allocate(static_, model().cache_shape(shape.rows, shape.max_length), options);
+    cache_ = &reuse_or_allocate(static_, model().cache_shape(shape.rows, shape.max_length), options,
+                                Reorder::kSwap);
   }
 
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
@@ -34,7 +37,7 @@ class EagerBackend final : public ForwardBackend {
   }
 
   at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {
-    if (in.parent_rows.defined()) cache_->reorder(in.parent_rows);
+    if (in.parent_rows.defined()) cache_->reorder(in.parent_rows, length());
     return run_forward_step(model(), *cache_, in.input_ids, in.positions, slots, in.token_valid);
   }
 

@@ -40,13 +40,14 @@ class TraceBackend final : public ForwardBackend {
             {"traces_loaded", double(loaded_)},
             {"freeze", s_.trace.freeze ? 1.0 : 0.0},
             {"optimize_for_inference", s_.trace.optimize_for_inference ? 1.0 : 0.0},
-            {"profiling_runs", double(s_.trace.profiling_runs)}};
+            {"profiling_runs", double(s_.trace.profiling_runs)},
+            {"reorder_bytes_per_step", cache_ ? cache_->reorder_bytes_per_step() : 0.0}};
   }
 
  protected:
   void do_prepare(const BatchShape& shape) override {
     const auto f = at::TensorOptions().dtype(model().dtype()).device(model().device());
-    reuse_or_allocate(cache_, model().cache_shape(shape.rows, shape.max_length), f);
+    reuse_or_allocate(cache_, model().cache_shape(shape.rows, shape.max_length), f, Reorder::kSwap);
   }
 
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
@@ -61,7 +62,7 @@ class TraceBackend final : public ForwardBackend {
   }
 
   at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {
-    if (in.parent_rows.defined()) cache_->reorder(in.parent_rows);
+    if (in.parent_rows.defined()) cache_->reorder(in.parent_rows, length());
     auto run = [&] {
       return current_->decode(in.input_ids, in.positions, slots, in.token_valid, cache_->validity(),
                               cache_->keys(), cache_->values());
@@ -99,7 +100,8 @@ class TraceBackend final : public ForwardBackend {
           (fingerprint_ + "-r" + std::to_string(meta.rows) + "-p" + std::to_string(prompt_length) +
            "-m" + std::to_string(meta.max_length) + "-" + meta.dtype + "-" +
            model().device().str() + (s_.trace.freeze ? "-frozen" : "") +
-           (s_.trace.optimize_for_inference ? "-ofi" : "") + ".pt");
+           (s_.trace.optimize_for_inference ? "-ofi" : "") +
+           (model().config().fused ? "" : "-unfused") + ".pt");
       if (std::filesystem::exists(path)) {
         it = steps_.emplace(key, TracedStep::load(path, model().device(), meta, s_.trace)).first;
         ++loaded_;

@@ -18,16 +18,26 @@ std::pair<at::Tensor, at::Tensor> GrowingCache::update(int64_t layer, const at::
   return {k, v};
 }
 
-void GrowingCache::reorder(const at::Tensor& parent_rows) {
-  for (auto& k : keys_) k = k.index_select(0, parent_rows);
-  for (auto& v : values_) v = v.index_select(0, parent_rows);
+void GrowingCache::reorder(const at::Tensor& parent_rows, int64_t /*written: all of it is*/) {
+  // A gather into new tensors: each byte read once and written once.
+  int64_t bytes = 0;
+  for (auto& k : keys_) {
+    k = k.index_select(0, parent_rows);
+    bytes += 2 * static_cast<int64_t>(k.nbytes());
+  }
+  for (auto& v : values_) {
+    v = v.index_select(0, parent_rows);
+    bytes += 2 * static_cast<int64_t>(v.nbytes());
+  }
   valid_ = valid_.index_select(0, parent_rows);
+  count_reorder(bytes + 2 * static_cast<int64_t>(valid_.nbytes()));
 }
 
-StaticCache::StaticCache(const CacheShape& s, const at::TensorOptions& options)
+StaticCache::StaticCache(const CacheShape& s, const at::TensorOptions& options, Reorder mode)
     : keys_(at::zeros({s.layers, s.rows, s.kv_heads, s.max_len, s.head_dim}, options)),
       values_(at::zeros({s.layers, s.rows, s.kv_heads, s.max_len, s.head_dim}, options)),
-      valid_(at::zeros({s.rows, s.max_len}, options.dtype(at::kBool))) {}
+      valid_(at::zeros({s.rows, s.max_len}, options.dtype(at::kBool))),
+      mode_(mode) {}
 
 StaticCache::StaticCache(at::Tensor keys, at::Tensor values, at::Tensor valid)
     : keys_(std::move(keys)), values_(std::move(values)), valid_(std::move(valid)) {}
@@ -46,26 +56,52 @@ std::pair<at::Tensor, at::Tensor> StaticCache::update(int64_t layer, const at::T
   return {k, v};
 }
 
-void StaticCache::reorder(const at::Tensor& parent_rows) {
-  // In place, so the buffers keep their addresses (a captured graph reads them by address).
-  keys_.copy_(keys_.index_select(1, parent_rows));
-  values_.copy_(values_.index_select(1, parent_rows));
+void StaticCache::reorder(const at::Tensor& parent_rows, int64_t written) {
+  const int64_t n = written < 0 ? max_len() : std::min(written, max_len());
+  // Only the written slots: the others are invalid until a step writes them, so whatever they
+  // hold is never read.
+  const at::Tensor k = keys_.narrow(3, 0, n), v = values_.narrow(3, 0, n);
+  int64_t moved = static_cast<int64_t>(k.numel() + v.numel()) * keys_.element_size();
+  if (mode_ == Reorder::kSwap) {
+    if (!spare_keys_.defined()) {
+      // Zeros, as the first buffers: attention masks unwritten slots, but a masked score is still
+      // computed, and garbage (NaN, inf) there would poison the softmax.
+      spare_keys_ = at::zeros_like(keys_);
+      spare_values_ = at::zeros_like(values_);
+    }
+    at::Tensor k_out = spare_keys_.narrow(3, 0, n), v_out = spare_values_.narrow(3, 0, n);
+    at::index_select_out(k_out, k, 1, parent_rows);
+    at::index_select_out(v_out, v, 1, parent_rows);
+    std::swap(keys_, spare_keys_);
+    std::swap(values_, spare_values_);
+    moved *= 2;  // read once, written once
+  } else {
+    // In place, so the buffers keep their addresses (a captured graph reads them by address).
+    k.copy_(k.index_select(1, parent_rows));
+    v.copy_(v.index_select(1, parent_rows));
+    moved *= 4;  // gathered into a temporary, then copied back
+  }
   valid_.copy_(valid_.index_select(0, parent_rows));
+  count_reorder(moved + 4 * static_cast<int64_t>(valid_.nbytes()));
 }
 
-void StaticCache::reset() { valid_.fill_(false); }
+void StaticCache::reset() {
+  valid_.fill_(false);
+  reset_reorder_count();
+}
 
 StaticCache& reuse_or_allocate(std::unique_ptr<StaticCache>& cache, const CacheShape& shape,
-                               const at::TensorOptions& options) {
+                               const at::TensorOptions& options, Reorder mode) {
   const auto& k = cache ? cache->keys() : at::Tensor();
   if (cache && k.size(0) == shape.layers && k.size(1) == shape.rows &&
       k.size(2) == shape.kv_heads && k.size(3) == shape.max_len && k.size(4) == shape.head_dim &&
-      k.options().dtype() == options.dtype() && k.device() == options.device()) {
+      k.options().dtype() == options.dtype() && k.device() == options.device() &&
+      cache->mode() == mode) {
     cache->reset();  // same shape: reuse the buffers
     return *cache;
   }
   cache.reset();  // the old buffers go before the new ones are allocated
-  cache = std::make_unique<StaticCache>(shape, options);
+  cache = std::make_unique<StaticCache>(shape, options, mode);
   return *cache;
 }
 

@@ -45,7 +45,26 @@ class KVCache {
   virtual at::Tensor validity() const = 0;
 
   // Beam search: row r continues the history of row parent_rows[r]. parent_rows: [rows] int64.
-  virtual void reorder(const at::Tensor& parent_rows) = 0;
+  // `written`: how many leading cache slots hold tokens (the backend's length()); only those are
+  // moved. -1: all of them (a captured graph, which cannot know the length).
+  virtual void reorder(const at::Tensor& parent_rows, int64_t written = -1) = 0;
+
+  // Bytes one reorder read and wrote (keys, values and validity, every layer), on average over
+  // those since the cache was made or reset; 0 without any: the traffic a beam step adds to the
+  // weights' (the results' bytes_moved_per_step).
+  double reorder_bytes_per_step() const {
+    return reorders_ ? static_cast<double>(reorder_bytes_) / static_cast<double>(reorders_) : 0.0;
+  }
+
+ protected:
+  void count_reorder(int64_t bytes) {
+    reorder_bytes_ += bytes;
+    ++reorders_;
+  }
+  void reset_reorder_count() { reorder_bytes_ = reorders_ = 0; }
+
+ private:
+  int64_t reorder_bytes_ = 0, reorders_ = 0;
 };
 
 class GrowingCache final : public KVCache {
@@ -56,7 +75,7 @@ class GrowingCache final : public KVCache {
                                            const at::Tensor& v_new,
                                            const at::Tensor& slots) override;
   at::Tensor validity() const override { return valid_; }
-  void reorder(const at::Tensor& parent_rows) override;
+  void reorder(const at::Tensor& parent_rows, int64_t written = -1) override;
 
  private:
   std::vector<at::Tensor> keys_;    // per layer [rows, kv_heads, L, head_dim]
@@ -64,9 +83,18 @@ class GrowingCache final : public KVCache {
   at::Tensor valid_;                // [rows, L] bool
 };
 
+// How a static cache reorders its rows for beam search:
+//  - kSwap: gathers the written slots into a second buffer and swaps the two (each byte read once
+//    and written once, at the cost of a second buffer); keys() and values() alternate between the
+//    two, so a step must take them afresh each call (eager, trace, aoti do).
+//  - kInPlace: gathers into a temporary and copies back (twice the traffic); the buffers never
+//    move, which a captured CUDA graph needs.
+enum class Reorder { kSwap, kInPlace };
+
 class StaticCache final : public KVCache {
  public:
-  StaticCache(const CacheShape& shape, const at::TensorOptions& options);
+  StaticCache(const CacheShape& shape, const at::TensorOptions& options,
+              Reorder mode = Reorder::kInPlace);
   // Wraps existing buffers (a traced graph's inputs), written in place:
   //   keys, values: [layers, rows, kv_heads, max_len, head_dim]; valid: [rows, max_len] bool
   StaticCache(at::Tensor keys, at::Tensor values, at::Tensor valid);
@@ -76,9 +104,10 @@ class StaticCache final : public KVCache {
                                            const at::Tensor& v_new,
                                            const at::Tensor& slots) override;
   at::Tensor validity() const override { return valid_; }
-  void reorder(const at::Tensor& parent_rows) override;
+  void reorder(const at::Tensor& parent_rows, int64_t written = -1) override;
   // Marks every slot invalid so the buffers can serve a new batch without reallocation.
   void reset();
+  Reorder mode() const { return mode_; }
 
   const at::Tensor& keys() const { return keys_; }
   const at::Tensor& values() const { return values_; }
@@ -89,12 +118,14 @@ class StaticCache final : public KVCache {
   at::Tensor keys_;    // [layers, rows, kv_heads, max_len, head_dim]
   at::Tensor values_;  // [layers, rows, kv_heads, max_len, head_dim]
   at::Tensor valid_;   // [rows, max_len] bool
+  Reorder mode_ = Reorder::kInPlace;
+  at::Tensor spare_keys_, spare_values_;  // kSwap: the second buffers, made on the first reorder
 };
 
-// The static cache every backend that needs one uses (eager's `cache: static`, trace, cuda_graph):
-// `cache` itself, reset, when it already has `shape`; otherwise a new one of that shape.
+// The static cache every backend that needs one uses (eager's `cache: static`, trace, aoti,
+// cuda_graph): `cache` itself, reset, when it already has `shape` and `mode`; otherwise a new one.
 StaticCache& reuse_or_allocate(std::unique_ptr<StaticCache>& cache, const CacheShape& shape,
-                               const at::TensorOptions& options);
+                               const at::TensorOptions& options, Reorder mode = Reorder::kInPlace);
 
 // The attention mask for T queries written at `slots` over a cache with validity `valid`:
 // query i may read key j when j is valid and j <= slots[i]; it may always read itself, so rows of

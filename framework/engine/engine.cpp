@@ -42,7 +42,7 @@ ModelSource model_source_of(const std::string& model, const EngineOptions& o) {
     src.config_overrides = o.model_config;
     src.seed = o.weights_seed;
   }
-  src.load = LoadOptions{parse_dtype(o.dtype), parse_device(o.device)};
+  src.load = LoadOptions{parse_dtype(o.dtype), parse_device(o.device), o.fused};
   return src;
 }
 

@@ -25,6 +25,21 @@ const at::Tensor& CausalLM::w(const std::string& name) const {
   return it->second;
 }
 
+at::Tensor CausalLM::fuse(const std::vector<std::string>& names, int64_t dim, bool transpose) {
+  std::vector<at::Tensor> parts;
+  for (const auto& n : names) parts.push_back(w(n));
+  at::Tensor fused = parts.size() == 1 ? parts[0] : at::cat(parts, dim);
+  if (transpose) fused = fused.t().contiguous();
+  const at::Tensor logical = transpose ? fused.t() : fused;
+  int64_t offset = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const int64_t n = parts[i].size(dim);
+    weights_[names[i]] = logical.narrow(dim, offset, n);
+    offset += n;
+  }
+  return fused;
+}
+
 at::Tensor run_forward_step(const CausalLM& model, KVCache& cache, const at::Tensor& input_ids,
                             const at::Tensor& positions, const at::Tensor& slots,
                             const at::Tensor& token_valid) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "framework/cache/kv_cache.h"
 #include "framework/model/model_config.h"
@@ -41,6 +42,13 @@ class CausalLM {
 
  protected:
   const at::Tensor& w(const std::string& name) const;
+  // Concatenates the named weights along `dim` into one tensor, once, and replaces each of them in
+  // weights() by a view of it, so the model holds one copy. With `transpose` the result is stored
+  // transposed and contiguous (a 2-D weight [out, in] becomes [in, out]). Returns the fused
+  // tensor (transposed when asked).
+  at::Tensor fuse(const std::vector<std::string>& names, int64_t dim, bool transpose);
+  // The named weight pre-transposed and contiguous; weights() then holds a view of it.
+  at::Tensor transposed(const std::string& name) { return fuse({name}, 0, true); }
 
  private:
   ModelConfig config_;

@@ -225,6 +225,7 @@ LoadedModel load_model(const ModelSource& src) {
         "smaller dtype");
     WeightMap w =
         random_weights(arch.weight_specs(config), config.initializer_range, src.seed, src.load);
+    config.fused = src.load.fused;
     out.model = arch.build(std::move(config), std::move(w));
   } else {
     const auto& dir = src.path;
@@ -246,6 +247,7 @@ LoadedModel load_model(const ModelSource& src) {
     const Checkpoint ckpt = Checkpoint::open_folder(dir);
     untie_when_the_checkpoint_differs(ckpt, arch, config, out.warnings);
     WeightMap w = load_weights(ckpt, arch.weight_specs(config), arch.names, src.load);
+    config.fused = src.load.fused;
     out.model = arch.build(std::move(config), std::move(w));
     out.source = dir.string();
   }

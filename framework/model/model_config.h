@@ -68,6 +68,14 @@ struct ModelConfig {
   std::optional<int64_t> pad_token_id;
   std::vector<int64_t> eos_token_ids;
 
+  // Not from config.json: how this instance computes, set from LoadOptions::fused by the loader.
+  // true: projections that read the same input concatenated at load time into one GEMM (q/k/v,
+  // gate/up, GPT-J's q/k/v + fc_in and out + fc_out), the attention mask made additive and the
+  // rotary tables made once per step, one-kernel activations, and on CPU weights pre-transposed
+  // for LibTorch's small-batch GEMMs. false: transformers' formulation, op by op, on the
+  // checkpoint's tensors. Both are token-exact with transformers on the parity suite.
+  bool fused = true;
+
   // Throws gengraph::Error naming `source` and the field when the numbers are inconsistent.
   void validate() const;
   void validate_rope() const;

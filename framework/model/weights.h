@@ -39,6 +39,9 @@ struct NameRules {
 struct LoadOptions {
   at::ScalarType dtype = at::kFloat;
   c10::Device device = c10::Device(c10::kCPU);
+  // How the decoder computes (ModelConfig::fused): fused projections and one-kernel forms (true),
+  // or transformers' op-by-op formulation (false), kept for parity checks.
+  bool fused = true;
 };
 
 // Loads exactly `specs` from `ckpt`: a missing tensor, an unexpected one, or a shape that differs

@@ -24,6 +24,11 @@ class AtenOpCounter {
   // depends on the values), aten::equal and aten::is_nonzero. A tensor copied to the host with
   // to()/cpu() is not among them (its operator's name does not say the direction).
   int64_t host_reads() const;
+  // Innermost operators that compute: those that call no other computing operator, views,
+  // allocations and pure wrappers (to, reshape, contiguous, clone) not counted. A composite
+  // operator counts as the kernels it calls; on CUDA each counted operator is about one kernel
+  // launch, so this is the kernel count of a step as seen from any machine.
+  int64_t kernels() const;
 
   struct State;
 

@@ -28,6 +28,8 @@ struct EngineOptions {
   std::map<std::string, std::string> backend_options;  // as in YAML, e.g. {"cache", "static"}
   std::string device = "cpu";                          // cpu | cuda | cuda:N
   std::string dtype = "float32";                       // float32 | bfloat16 | float16
+  // Fused projections and one-kernel forms (the default), or transformers' formulation op by op.
+  bool fused = true;
   // Presets only: config.json keys over the preset's (e.g. {"n_layer": 4}) and the seed of the
   // random weights.
   nlohmann::json model_config = nullptr;

@@ -18,6 +18,7 @@ struct Variant {
   std::string label;
   std::string backend;
   std::map<std::string, std::string> options;
+  bool fused = true;  // the form of the model the backend runs (the reference's is fused)
 };
 
 // Every backend in the registry with its option variants worth covering.
@@ -29,6 +30,9 @@ std::vector<Variant> variants() {
     if (name == "eager") {
       v.push_back({"eager_growing", "eager", {{"cache", "growing"}}});
       v.push_back({"eager_static", "eager", {{"cache", "static"}}});
+      // transformers' formulation op by op against the fused reference, on every test model
+      v.push_back({"eager_unfused", "eager", {{"cache", "growing"}}, false});
+      v.push_back({"eager_static_unfused", "eager", {{"cache", "static"}}, false});
     } else if (name == "cuda_graph") {
       // Captured only on CUDA (tests/backends/test_cuda_graph.cpp); uncaptured, its static-buffer
       // step (bucket padding rows, the beam reorder inside the step) runs on any device.
@@ -53,8 +57,11 @@ TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
   }
   const auto model = testing::test_model(which, 11);
   auto reference = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
+  LoadOptions form;
+  form.fused = variant.fused;
   auto backend = BackendRegistry::instance().create(
-      variant.backend, model, BackendOptions(variant.backend, variant.options));
+      variant.backend, variant.fused ? model : testing::test_model(which, 11, form),
+      BackendOptions(variant.backend, variant.options));
   const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
   GenerationConfig g;
   g.max_new_tokens = 12;

@@ -1,6 +1,8 @@
 // Token-exact parity with transformers' generate() (CPU float32), over the cases recorded by
 // tools/make_fixtures.py in tests/fixtures/hf_generate.json, for each cache kind of the eager
-// backend and for the aoti backend (the model exported by torch.export, compiled by AOTInductor).
+// backend on the fused model (the default form), for the unfused form (transformers' formulation
+// op by op), and for the aoti backend (the model exported by torch.export, compiled by
+// AOTInductor).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -19,7 +21,7 @@ namespace {
 
 struct ParityCase {
   nlohmann::json record;
-  std::string variant;  // growing | static (eager's cache) | aoti
+  std::string variant;  // growing | static (eager's cache, fused model) | unfused | aoti
 };
 
 const nlohmann::json& fixtures() {
@@ -33,7 +35,8 @@ const nlohmann::json& fixtures() {
 std::vector<ParityCase> all_cases() {
   std::vector<ParityCase> out;
   for (const auto& rec : fixtures()["cases"]) {
-    for (const std::string variant : {"growing", "static", "aoti"}) out.push_back({rec, variant});
+    for (const std::string variant : {"growing", "static", "unfused", "aoti"})
+      out.push_back({rec, variant});
   }
   return out;
 }
@@ -48,6 +51,7 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
   const auto& rec = GetParam().record;
   ModelSource src;
   src.path = testing::fixtures_dir() + "/models/" + rec["model"].get<std::string>();
+  src.load.fused = GetParam().variant != "unfused";
   const LoadedModel loaded = load_model(src);
   const GenerationConfig gen =
       resolve_generation(loaded, rec["generation"], rec["name"].get<std::string>());
@@ -57,8 +61,9 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
   auto backend =
       variant == "aoti"
           ? BackendRegistry::instance().create("aoti", loaded.model, BackendOptions("aoti", {}))
-          : BackendRegistry::instance().create("eager", loaded.model,
-                                               BackendOptions("eager", {{"cache", variant}}));
+          : BackendRegistry::instance().create(
+                "eager", loaded.model,
+                BackendOptions("eager", {{"cache", variant == "static" ? "static" : "growing"}}));
   const auto prompts = rec["prompts"].get<std::vector<std::vector<int64_t>>>();
   const auto& expected = rec["expected"];
   // Same seed, same draws: the default generator is where transformers' sampling draws from.

@@ -96,9 +96,17 @@ class Gpt2 final : public CausalLM {
                               w(layer(i, "mlp.c_proj.weight")),
                               w(layer(i, "mlp.c_proj.bias"))});
     }
+    if (c.fused && wte_.device().is_cpu()) {
+      // The tied head pre-transposed for CPU GEMMs; the embedding then reads rows of that copy.
+      const std::string head = c.tie_word_embeddings ? "transformer.wte.weight" : "lm_head.weight";
+      head_t_ = transposed(head);
+      wte_ = w("transformer.wte.weight");
+      lm_head_ = w(head);
+    }
   }
 
   at::Tensor forward(const ForwardBatch& b, KVCache& cache) const override {
+    if (config().fused) return forward_fused(b, cache);
     const auto& c = config();
     const int64_t rows = b.input_ids.size(0), t = b.input_ids.size(1);
     const int64_t d = c.hidden_size, heads = c.num_heads, hd = c.head_dim;
@@ -136,8 +144,38 @@ class Gpt2 final : public CausalLM {
     Norm ln_2;
     at::Tensor fc_w, fc_b, proj_w, proj_b;
   };
+  // The fused form: GPT-2 already has one c_attn GEMM; here the mask is made additive once per
+  // step, gelu_new is one kernel, and on CPU the head is a pre-transposed GEMM.
+  at::Tensor forward_fused(const ForwardBatch& b, KVCache& cache) const {
+    const auto& c = config();
+    const int64_t rows = b.input_ids.size(0), t = b.input_ids.size(1);
+    const int64_t d = c.hidden_size, heads = c.num_heads, hd = c.head_dim;
+    at::Tensor h =
+        at::embedding(wte_, b.input_ids) + at::embedding(wpe_, b.positions);  // [rows, T, d]
+    const at::Tensor mask = additive_mask(b.attn_mask, h.scalar_type());
+    for (int64_t i = 0; i < static_cast<int64_t>(blocks_.size()); ++i) {
+      const Block& blk = blocks_[i];
+      const at::Tensor a = at::layer_norm(h, {d}, blk.ln_1.w, blk.ln_1.b, c.norm_eps);
+      const at::Tensor qkv = conv1d_linear(a, blk.c_attn_w, blk.c_attn_b);  // [rows, T, 3d]
+      auto heads_first = [&](int64_t part) {
+        return qkv.narrow(-1, part * d, d).view({rows, t, heads, hd}).transpose(1, 2);
+      };
+      auto [k, v] = cache.update(i, heads_first(1), heads_first(2), b.slots);
+      double scale = c.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
+      if (c.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(i + 1);
+      const at::Tensor o = attend(heads_first(0), k, v, mask, scale);  // [rows, T, d]
+      h = h + conv1d_linear(o, blk.c_proj_w, blk.c_proj_b);
+      const at::Tensor m = at::layer_norm(h, {d}, blk.ln_2.w, blk.ln_2.b, c.norm_eps);
+      h = h + conv1d_linear(activate_fused(conv1d_linear(m, blk.fc_w, blk.fc_b), act_), blk.proj_w,
+                            blk.proj_b);
+    }
+    at::Tensor last = h.select(1, t - 1);  // [rows, d]
+    last = at::layer_norm(last, {d}, ln_f_.w, ln_f_.b, c.norm_eps);
+    return head_t_.defined() ? at::mm(last, head_t_) : at::matmul(last, lm_head_.t());
+  }
+
   Activation act_;
-  at::Tensor wte_, wpe_, lm_head_;
+  at::Tensor wte_, wpe_, lm_head_, head_t_;
   Norm ln_f_;
   std::vector<Block> blocks_;
 };

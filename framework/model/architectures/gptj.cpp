@@ -90,6 +90,10 @@ class GptJ final : public CausalLM {
     lm_head_w_ = c.tie_word_embeddings ? wte_ : w("lm_head.weight");
     lm_head_b_ = w("lm_head.bias");
     inv_freq_ = rope_inv_freq(c.rope, c.rotary_dim).to(wte_.device());  // [rotary_dim / 2]
+    if (c.fused) {
+      make_fused();
+      return;
+    }
     for (int64_t i = 0; i < c.num_layers; ++i) {
       blocks_.push_back(Block{{w(layer(i, "ln_1.weight")), w(layer(i, "ln_1.bias"))},
                               w(layer(i, "attn.q_proj.weight")),
@@ -104,6 +108,7 @@ class GptJ final : public CausalLM {
   }
 
   at::Tensor forward(const ForwardBatch& b, KVCache& cache) const override {
+    if (config().fused) return forward_fused(b, cache);
     const auto& c = config();
     const int64_t t = b.input_ids.size(1), d = c.hidden_size;
     at::Tensor h = at::embedding(wte_, b.input_ids);  // [rows, T, d]
@@ -154,10 +159,88 @@ class GptJ final : public CausalLM {
     return at::linear(attend(q, keys, values, b.attn_mask, scale), blk.out_w);
   }
 
+  // The fused form. A GPT-J block reads one LayerNorm output for both branches, so q, k, v and
+  // fc_in are one GEMM ([3d + inner, d], a zero bias for q/k/v); its output is attn_out + mlp_out
+  // + residual, so out_proj and fc_out are one GEMM over [attn, act(fc_in)] ([d, d + inner]).
+  struct FusedBlock {
+    Norm ln_1;
+    Projection in, out;
+  };
+
+  void make_fused() {
+    const auto& c = config();
+    const bool t = wte_.device().is_cpu();  // pre-transposed weights for CPU GEMMs
+    const int64_t d = c.hidden_size;
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      FusedBlock blk;
+      blk.ln_1 = {w(layer(i, "ln_1.weight")), w(layer(i, "ln_1.bias"))};
+      const at::Tensor in_b =
+          at::cat({at::zeros({3 * d}, wte_.options()), w(layer(i, "mlp.fc_in.bias"))});
+      blk.in = {fuse({layer(i, "attn.q_proj.weight"), layer(i, "attn.k_proj.weight"),
+                      layer(i, "attn.v_proj.weight"), layer(i, "mlp.fc_in.weight")},
+                     0, t),
+                in_b, t};
+      blk.out = {fuse({layer(i, "attn.out_proj.weight"), layer(i, "mlp.fc_out.weight")}, 1, t),
+                 w(layer(i, "mlp.fc_out.bias")), t};
+      fused_.push_back(std::move(blk));
+    }
+    // The head, pre-transposed on CPU (tied: the embedding then reads rows of the transposed copy).
+    const std::string head = c.tie_word_embeddings ? "transformer.wte.weight" : "lm_head.weight";
+    head_ = {t ? transposed(head) : w(head), lm_head_b_, t};
+    wte_ = w("transformer.wte.weight");
+    lm_head_w_ = at::Tensor();  // the fused form reads head_; keep no second reference
+    // rotate_every_two's signs: -sin on even dims, +sin on odd ones.
+    rot_sign_ = at::ones({c.rotary_dim}, wte_.options());
+    rot_sign_.slice(0, 0, c.rotary_dim, 2).fill_(-1.0);
+  }
+
+  // cos and signed sin over the whole head ([rows, T, 1, hd]): dims past rotary_dim get 1 and 0.
+  std::pair<at::Tensor, at::Tensor> rotary_tables(const at::Tensor& positions,
+                                                  at::ScalarType dtype) const {
+    const auto& c = config();
+    auto [cos, sin] = rope_cos_sin_pairs(positions, inv_freq_, dtype);  // [rows, T, 1, rot]
+    sin = sin * rot_sign_.to(dtype);
+    const int64_t pass = c.head_dim - c.rotary_dim;
+    if (pass == 0) return {cos, sin};
+    auto sizes = cos.sizes().vec();
+    sizes.back() = pass;
+    return {at::cat({cos, at::ones(sizes, cos.options())}, -1),
+            at::cat({sin, at::zeros(sizes, sin.options())}, -1)};
+  }
+
+  at::Tensor forward_fused(const ForwardBatch& b, KVCache& cache) const {
+    const auto& c = config();
+    const int64_t rows = b.input_ids.size(0), t = b.input_ids.size(1);
+    const int64_t d = c.hidden_size, heads = c.num_heads, hd = c.head_dim;
+    at::Tensor h = at::embedding(wte_, b.input_ids);  // [rows, T, d]
+    const auto [cos, sin] = rotary_tables(b.positions, h.scalar_type());
+    const at::Tensor mask = additive_mask(b.attn_mask, h.scalar_type());
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    for (int64_t i = 0; i < static_cast<int64_t>(fused_.size()); ++i) {
+      const FusedBlock& blk = fused_[i];
+      const at::Tensor x = at::layer_norm(h, {d}, blk.ln_1.w, blk.ln_1.b, c.norm_eps);
+      const at::Tensor y = blk.in(x);  // [rows, T, 3d + inner]: q, k, v, fc_in
+      const at::Tensor qk = rotate_fused(y.narrow(-1, 0, 2 * d).view({rows, t, 2 * heads, hd}), cos,
+                                         sin, RotaryPairs::kNeighbours);
+      const at::Tensor q = qk.narrow(2, 0, heads).transpose(1, 2);  // [rows, heads, T, hd]
+      const at::Tensor k = qk.narrow(2, heads, heads).transpose(1, 2);
+      const at::Tensor v = y.narrow(-1, 2 * d, d).view({rows, t, heads, hd}).transpose(1, 2);
+      auto [keys, values] = cache.update(i, k, v, b.slots);
+      const at::Tensor o = attend(q, keys, values, mask, scale);  // [rows, T, d]
+      const at::Tensor m = activate_fused(y.narrow(-1, 3 * d, c.intermediate_size), act_);
+      h = blk.out.add_to(h, at::cat({o, m}, -1));
+    }
+    at::Tensor last = h.select(1, t - 1);  // [rows, d]
+    last = at::layer_norm(last, {d}, ln_f_.w, ln_f_.b, c.norm_eps);
+    return head_(last);  // [rows, vocab]
+  }
+
   Activation act_;
-  at::Tensor wte_, lm_head_w_, lm_head_b_, inv_freq_;
+  at::Tensor wte_, lm_head_w_, lm_head_b_, inv_freq_, rot_sign_;
   Norm ln_f_;
   std::vector<Block> blocks_;
+  std::vector<FusedBlock> fused_;
+  Projection head_;
 };
 
 }  // namespace

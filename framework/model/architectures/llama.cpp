@@ -202,10 +202,15 @@ class Llama final : public CausalLM {
     lm_head_ = c.tie_word_embeddings ? embed_ : w("lm_head.weight");
     inv_freq_ = rope_inv_freq(c.rope, c.head_dim).to(embed_.device());  // [head_dim / 2] float32
     scale_ = std::pow(static_cast<double>(c.head_dim), -0.5);
+    if (c.fused) {
+      make_fused();
+      return;
+    }
     for (int64_t i = 0; i < c.num_layers; ++i) blocks_.push_back(make_block(i));
   }
 
   at::Tensor forward(const ForwardBatch& b, KVCache& cache) const override {
+    if (config().fused) return forward_fused(b, cache);
     const auto& c = config();
     const int64_t t = b.input_ids.size(1);
     at::Tensor h = at::embedding(embed_, b.input_ids);  // [rows, T, d]
@@ -278,10 +283,112 @@ class Llama final : public CausalLM {
     return linear(g * linear(x, blk.up.w, blk.up.b), blk.down.w, blk.down.b);
   }
 
+  // The fused form: q/k/v as one GEMM, gate/up as one, o_proj and down_proj accumulating into the
+  // residual (one GEMM each when they have no bias), RMSNorm as one kernel on CUDA.
+  struct FusedBlock {
+    at::Tensor input_norm, post_norm;
+    Projection qkv, o, gate_up, down;
+    bool sliding = false;
+  };
+
+  // The named projections' weights (and biases, when they have them) as one.
+  Projection fused_proj(const std::vector<std::string>& names, bool t) {
+    std::vector<std::string> weights_of;
+    std::vector<at::Tensor> biases;
+    for (const auto& n : names) {
+      weights_of.push_back(n + ".weight");
+      auto it = weights().find(n + ".bias");
+      if (it != weights().end()) biases.push_back(it->second);
+    }
+    if (!biases.empty() && biases.size() != names.size()) {
+      throw Error(config().source + ": " + names[0] +
+                  ": the projections fused with it must all have a bias or none");
+    }
+    Projection p;
+    p.weight = fuse(weights_of, 0, t);
+    if (!biases.empty()) {
+      std::vector<std::string> bias_names;
+      for (const auto& n : names) bias_names.push_back(n + ".bias");
+      p.bias = fuse(bias_names, 0, false);
+    }
+    p.transposed = t;
+    return p;
+  }
+
+  void make_fused() {
+    const auto& c = config();
+    const bool t = embed_.device().is_cpu();  // pre-transposed weights for CPU GEMMs
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      FusedBlock blk;
+      blk.input_norm = w(layer(i, "input_layernorm.weight"));
+      blk.post_norm = w(layer(i, "post_attention_layernorm.weight"));
+      blk.qkv = fused_proj({layer(i, "self_attn.q_proj"), layer(i, "self_attn.k_proj"),
+                            layer(i, "self_attn.v_proj")},
+                           t);
+      blk.o = fused_proj({layer(i, "self_attn.o_proj")}, t);
+      blk.gate_up = fused_proj({layer(i, "mlp.gate_proj"), layer(i, "mlp.up_proj")}, t);
+      blk.down = fused_proj({layer(i, "mlp.down_proj")}, t);
+      blk.sliding = !c.sliding_layers.empty() && c.sliding_layers[i];
+      fused_.push_back(std::move(blk));
+    }
+    const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    head_ = {t ? transposed(head) : w(head), at::Tensor(), t};
+    embed_ = w("model.embed_tokens.weight");
+    lm_head_ = at::Tensor();  // the fused form reads head_; keep no second reference
+    // rotate_half's signs: -sin on the first half, +sin on the second.
+    rot_sign_ = at::ones({c.head_dim}, embed_.options());
+    rot_sign_.slice(0, 0, c.head_dim / 2).fill_(-1.0);
+  }
+
+  // RMSNorm as one kernel where LibTorch has one (CUDA: at::rms_norm runs _fused_rms_norm); on
+  // other devices LibTorch's rms_norm is a composite of more operators than transformers' own
+  // formula, so that formula is kept there.
+  at::Tensor norm(const at::Tensor& x, const at::Tensor& weight) const {
+    if (!x.is_cuda()) return rms_norm(x, weight, config().norm_eps);
+    return at::rms_norm(x, {config().hidden_size}, weight, config().norm_eps);
+  }
+
+  at::Tensor forward_fused(const ForwardBatch& b, KVCache& cache) const {
+    const auto& c = config();
+    const int64_t rows = b.input_ids.size(0), t = b.input_ids.size(1), hd = c.head_dim;
+    const int64_t heads = c.num_heads, kv = c.num_kv_heads;
+    at::Tensor h = at::embedding(embed_, b.input_ids);  // [rows, T, d]
+    const auto dtype = h.scalar_type();
+    auto [cos, sin] = rope_cos_sin_halves(b.positions, inv_freq_, dtype);  // [rows, 1, T, hd]
+    cos = cos.transpose(1, 2);                                             // [rows, T, 1, hd]
+    sin = (sin * rot_sign_.to(dtype)).transpose(1, 2);
+    const at::Tensor mask = additive_mask(b.attn_mask, dtype);
+    const at::Tensor window_mask =
+        c.sliding_window > 0
+            ? additive_mask(windowed(b.attn_mask, b.slots, c.sliding_window), dtype)
+            : mask;
+    for (int64_t i = 0; i < static_cast<int64_t>(fused_.size()); ++i) {
+      const FusedBlock& blk = fused_[i];
+      const at::Tensor y = blk.qkv(norm(h, blk.input_norm));  // q, k, v
+      const at::Tensor qk =
+          rotate_fused(y.narrow(-1, 0, (heads + kv) * hd).view({rows, t, heads + kv, hd}), cos, sin,
+                       RotaryPairs::kHalves);
+      const at::Tensor q = qk.narrow(2, 0, heads).transpose(1, 2);  // [rows, heads, T, hd]
+      const at::Tensor k = qk.narrow(2, heads, kv).transpose(1, 2);
+      const at::Tensor v =
+          y.narrow(-1, (heads + kv) * hd, kv * hd).view({rows, t, kv, hd}).transpose(1, 2);
+      auto [keys, values] = cache.update(i, k, v, b.slots);
+      const at::Tensor o = attend(q, keys, values, blk.sliding ? window_mask : mask, scale_);
+      h = blk.o.add_to(h, o);
+      const at::Tensor gu = blk.gate_up(norm(h, blk.post_norm));
+      const int64_t inner = c.intermediate_size;
+      h = blk.down.add_to(h, activate(gu.narrow(-1, 0, inner), act_) * gu.narrow(-1, inner, inner));
+    }
+    const at::Tensor last = norm(h.select(1, t - 1), norm_);
+    return head_(last);  // [rows, vocab]
+  }
+
   Activation act_;
-  at::Tensor embed_, norm_, lm_head_, inv_freq_;
+  at::Tensor embed_, norm_, lm_head_, inv_freq_, rot_sign_;
   double scale_ = 1.0;
   std::vector<Block> blocks_;
+  std::vector<FusedBlock> fused_;
+  Projection head_;
 };
 
 Architecture family_member(

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "framework/util/error.h"
@@ -63,6 +64,50 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   at::Tensor out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale,
                                                     /*enable_gqa=*/k.size(1) != heads);
   return out.transpose(1, 2).reshape({rows, t, heads * hd});
+}
+
+at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype) {
+  return at::full(mask.sizes(), -std::numeric_limits<double>::infinity(),
+                  mask.options().dtype(dtype))
+      .masked_fill_(mask, 0.0);
+}
+
+namespace {
+// x as a matrix, the GEMM's result viewed back with `out` features.
+at::Tensor rows_of(const at::Tensor& x) { return x.reshape({-1, x.size(-1)}); }
+at::Tensor shaped(const at::Tensor& y, const at::Tensor& x) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = y.size(-1);
+  return y.view(sizes);
+}
+}  // namespace
+
+at::Tensor Projection::operator()(const at::Tensor& x) const {
+  if (!transposed) return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
+  const at::Tensor y =
+      bias.defined() ? at::addmm(bias, rows_of(x), weight) : at::mm(rows_of(x), weight);
+  return shaped(y, x);
+}
+
+at::Tensor Projection::add_to(const at::Tensor& residual, const at::Tensor& x) const {
+  if (bias.defined()) return residual + (*this)(x);
+  const at::Tensor w = transposed ? weight : weight.t();
+  return shaped(at::addmm(rows_of(residual), rows_of(x), w), residual);
+}
+
+at::Tensor activate_fused(const at::Tensor& x, Activation a) {
+  if (a == Activation::kGeluNew) return at::gelu(x, "tanh");
+  return activate(x, a);
+}
+
+at::Tensor rotate_fused(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin_signed,
+                        RotaryPairs pairs) {
+  const int64_t rows = x.size(0), t = x.size(1), heads = x.size(2), hd = x.size(3);
+  const at::Tensor swapped =
+      pairs == RotaryPairs::kNeighbours
+          ? x.reshape({rows, t, heads, hd / 2, 2}).flip(-1).view({rows, t, heads, hd})
+          : x.reshape({rows, t, heads, 2, hd / 2}).flip(-2).view({rows, t, heads, hd});
+  return x * cos + swapped * sin_signed;
 }
 
 }  // namespace gengraph

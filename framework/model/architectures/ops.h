@@ -4,6 +4,7 @@
 #include <ATen/Tensor.h>
 
 #include <string>
+#include <vector>
 
 namespace gengraph {
 
@@ -26,5 +27,37 @@ bool gpt2_family_ignorable(const std::string& key);
 //   -> [rows, T, heads * hd]
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& mask, double scale);
+
+// The same attention with an additive mask (0 where a query may read, -inf elsewhere) in the
+// compute dtype, made once per step by additive_mask(): SDPA then adds it as it is instead of
+// converting a boolean mask in every layer.
+//   mask: [rows, 1, T, L] bool -> [rows, 1, T, L] dtype
+at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype);
+
+// A projection x W^T + b. Its weight is the checkpoint's [out, in] tensor, or that tensor
+// pre-transposed to a contiguous [in, out] (transposed = true): LibTorch's CPU GEMMs run the
+// second layout faster for the few rows of a decode step.
+struct Projection {
+  at::Tensor weight;  // [out, in], or [in, out] when transposed
+  at::Tensor bias;    // [out], or undefined
+  bool transposed = false;
+
+  at::Tensor operator()(const at::Tensor& x) const;  // [..., in] -> [..., out]
+  // residual + x W^T (+ b): without a bias the residual is the GEMM's accumulator (one kernel).
+  at::Tensor add_to(const at::Tensor& residual, const at::Tensor& x) const;
+};
+
+// The activation as one kernel where LibTorch has one with transformers' formula: gelu_new (the
+// tanh approximation, which transformers writes term by term) becomes at::gelu(tanh).
+at::Tensor activate_fused(const at::Tensor& x, Activation a);
+
+// Rotary embedding of q and k together, in one pass: x * cos + swap(x) * sin_signed, where swap
+// exchanges the partner dimensions (GPT-J's neighbouring pairs, or LLaMA's halves) and sin_signed
+// carries rotate_every_two's / rotate_half's minus signs. Dimensions past the rotary ones have
+// cos 1 and sin 0, so they pass unchanged; every value equals transformers' term by term.
+//   x: [rows, T, heads, hd]; cos, sin_signed: [rows, T, 1, hd] -> [rows, T, heads, hd]
+enum class RotaryPairs { kNeighbours, kHalves };
+at::Tensor rotate_fused(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin_signed,
+                        RotaryPairs pairs);
 
 }  // namespace gengraph

@@ -33,6 +33,48 @@ TEST(StaticCache, ReorderMovesRowsInPlace) {
   EXPECT_FLOAT_EQ(c.keys()[0][2][0][0][0].item<float>(), 0.0f);
 }
 
+// Both reorder modes over the written slots only: the same rows afterwards, the bytes each moved
+// counted (a swap reads and writes each byte once; in place goes through a temporary, twice).
+TEST(StaticCache, ReorderModesAgreeAndCountTheBytesTheyMove) {
+  const CacheShape shape{2, 3, 1, 8, 2};  // 2 layers, 3 rows, 8 slots of 2 floats
+  StaticCache swap(shape, at::TensorOptions().dtype(at::kFloat), Reorder::kSwap);
+  StaticCache in_place(shape, at::TensorOptions().dtype(at::kFloat), Reorder::kInPlace);
+  EXPECT_EQ(swap.reorder_bytes_per_step(), 0.0);
+  for (StaticCache* c : {&swap, &in_place}) {
+    for (int64_t slot = 0; slot < 3; ++slot) {  // 3 written slots, values row * 10 + slot
+      const auto s = at::tensor({slot}, at::kLong);
+      const auto k =
+          (at::arange(3, at::kFloat) * 10 + slot).reshape({3, 1, 1, 1}).expand({3, 1, 1, 2});
+      c->write_validity(s, at::ones({3, 1}, at::kBool));
+      for (int64_t l = 0; l < 2; ++l) c->update(l, k, -k, s);
+    }
+  }
+  const void* swap_before = swap.keys().data_ptr();
+  const void* in_place_before = in_place.keys().data_ptr();
+  for (StaticCache* c : {&swap, &in_place}) c->reorder(at::tensor({2, 0, 0}, at::kLong), 3);
+  EXPECT_NE(swap.keys().data_ptr(), swap_before);  // swapped to the second buffer
+  EXPECT_EQ(in_place.keys().data_ptr(), in_place_before);
+  for (const StaticCache* c : {&swap, &in_place}) {
+    const auto k = c->keys().narrow(3, 0, 3), v = c->values().narrow(3, 0, 3);
+    EXPECT_FLOAT_EQ(k[1][0][0][2][0].item<float>(), 22.0f);  // layer 1, row 0 <- row 2, slot 2
+    EXPECT_FLOAT_EQ(k[0][1][0][1][1].item<float>(), 1.0f);   // row 1 <- row 0, slot 1
+    EXPECT_FLOAT_EQ(v[0][2][0][0][0].item<float>(), -0.0f);
+    EXPECT_TRUE(c->validity().narrow(1, 0, 3).all().item<bool>());
+  }
+  EXPECT_TRUE(at::equal(swap.keys().narrow(3, 0, 3), in_place.keys().narrow(3, 0, 3)));
+  EXPECT_TRUE(at::equal(swap.values().narrow(3, 0, 3), in_place.values().narrow(3, 0, 3)));
+  // Written slots only: keys + values of 2 layers x 3 rows x 3 slots x 2 floats = 288 bytes.
+  const double kv = 2 * 2 * 3 * 3 * 2 * 4, valid = 3 * 8;
+  EXPECT_EQ(swap.reorder_bytes_per_step(), 2 * kv + 4 * valid);
+  EXPECT_EQ(in_place.reorder_bytes_per_step(), 4 * kv + 4 * valid);
+  // A reorder that cannot know the length moves every slot.
+  in_place.reorder(at::tensor({0, 1, 2}, at::kLong));
+  EXPECT_EQ(in_place.reorder_bytes_per_step(),
+            ((4 * kv + 4 * valid) + (4 * kv * 8 / 3 + 4 * valid)) / 2);
+  in_place.reset();
+  EXPECT_EQ(in_place.reorder_bytes_per_step(), 0.0);
+}
+
 // The two cache kinds must give the same logits step after step on a ragged batch.
 TEST(CacheKinds, StaticAndGrowingAgreeOverManySteps) {
   ModelSource s;

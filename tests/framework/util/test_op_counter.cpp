@@ -37,5 +37,25 @@ TEST(AtenOpCounter, CountsWhatTheHostIssuesAndWhatRunsNestedSeparately) {
             std::string::npos);
 }
 
+TEST(AtenOpCounter, KernelsAreTheInnermostComputingOperators) {
+  const auto a = at::rand({4, 8}), w = at::rand({3, 8}), b = at::rand({3});
+  AtenOpCounter counter;
+  // Views and reshapes that do not copy compute nothing.
+  const auto v = a.view({8, 4}).transpose(0, 1).unsqueeze(0).reshape({4, 8});
+  EXPECT_EQ(counter.kernels(), 0);
+  EXPECT_GE(counter.top_level(), 4);
+  // linear is one GEMM (addmm), whatever views it makes on the way.
+  const auto y = at::linear(a, w, b);
+  EXPECT_EQ(counter.kernels(), 1);
+  // A reshape that must copy counts its copy; a conversion to the same dtype computes nothing.
+  const auto copied = a.t().reshape({-1});
+  const auto same = a.to(at::kFloat);
+  EXPECT_EQ(counter.kernels(), 2);
+  // A conversion to another dtype is one copy kernel; an elementwise op one kernel.
+  const auto dbl = a.to(at::kDouble);
+  const auto sum = a + a;
+  EXPECT_EQ(counter.kernels(), 4);
+}
+
 }  // namespace
 }  // namespace gengraph
