@@ -42,12 +42,12 @@ class CausalLM {
 
  protected:
   const at::Tensor& w(const std::string& name) const;
-  // Concatenates the named weights along `dim` into one tensor, once, and replaces each of them in
-  // weights() by a view of it, so the model holds one copy. With `transpose` the result is stored
-  // transposed and contiguous (a 2-D weight [out, in] becomes [in, out]). Returns the fused
+  // Concatenates the named weights along `dim` into one contiguous tensor, once, and replaces each
+  // of them in weights() by a view of it, so the model holds one copy. With `transpose` the result
+  // is stored transposed (a 2-D weight [a, b] becomes a contiguous [b, a]). Returns the fused
   // tensor (transposed when asked).
-  at::Tensor fuse(const std::vector<std::string>& names, int64_t dim, bool transpose);
-  // The named weight pre-transposed and contiguous; weights() then holds a view of it.
+  at::Tensor fuse(const std::vector<std::string>& names, int64_t dim, bool transpose = false);
+  // The named 2-D weight stored transposed and contiguous; weights() then holds a view of it.
   at::Tensor transposed(const std::string& name) { return fuse({name}, 0, true); }
 
  private:

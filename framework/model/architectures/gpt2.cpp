@@ -84,6 +84,10 @@ class Gpt2 final : public CausalLM {
     wpe_ = w("transformer.wpe.weight");
     ln_f_ = {w("transformer.ln_f.weight"), w("transformer.ln_f.bias")};
     lm_head_ = c.tie_word_embeddings ? wte_ : w("lm_head.weight");
+    if (c.fused) {
+      make_fused();
+      return;
+    }
     for (int64_t i = 0; i < c.num_layers; ++i) {
       blocks_.push_back(Block{{w(layer(i, "ln_1.weight")), w(layer(i, "ln_1.bias"))},
                               w(layer(i, "attn.c_attn.weight")),
@@ -95,13 +99,6 @@ class Gpt2 final : public CausalLM {
                               w(layer(i, "mlp.c_fc.bias")),
                               w(layer(i, "mlp.c_proj.weight")),
                               w(layer(i, "mlp.c_proj.bias"))});
-    }
-    if (c.fused && wte_.device().is_cpu()) {
-      // The tied head pre-transposed for CPU GEMMs; the embedding then reads rows of that copy.
-      const std::string head = c.tie_word_embeddings ? "transformer.wte.weight" : "lm_head.weight";
-      head_t_ = transposed(head);
-      wte_ = w("transformer.wte.weight");
-      lm_head_ = w(head);
     }
   }
 
@@ -144,8 +141,31 @@ class Gpt2 final : public CausalLM {
     Norm ln_2;
     at::Tensor fc_w, fc_b, proj_w, proj_b;
   };
-  // The fused form: GPT-2 already has one c_attn GEMM; here the mask is made additive once per
-  // step, gelu_new is one kernel, and on CPU the head is a pre-transposed GEMM.
+  // The fused form. GPT-2 has one c_attn GEMM already; its Conv1D weights ([in, out]) are stored
+  // transposed once, as [out, in] projections (oneDNN's layout on CPU, nn.Linear's elsewhere), the
+  // residual adds ride on the output GEMMs, the mask is made additive once per step, and gelu_new
+  // is one kernel.
+  struct FusedBlock {
+    Norm ln_1, ln_2;
+    Projection attn, attn_out, fc, fc_out;
+  };
+
+  void make_fused() {
+    const auto& c = config();
+    auto conv = [&](int64_t i, const std::string& name) {
+      return Projection(transposed(layer(i, name + ".weight")), w(layer(i, name + ".bias")));
+    };
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      fused_.push_back(FusedBlock{{w(layer(i, "ln_1.weight")), w(layer(i, "ln_1.bias"))},
+                                  {w(layer(i, "ln_2.weight")), w(layer(i, "ln_2.bias"))},
+                                  conv(i, "attn.c_attn"),
+                                  conv(i, "attn.c_proj"),
+                                  conv(i, "mlp.c_fc"),
+                                  conv(i, "mlp.c_proj")});
+    }
+    head_ = Projection(lm_head_, at::Tensor());
+  }
+
   at::Tensor forward_fused(const ForwardBatch& b, KVCache& cache) const {
     const auto& c = config();
     const int64_t rows = b.input_ids.size(0), t = b.input_ids.size(1);
@@ -153,10 +173,10 @@ class Gpt2 final : public CausalLM {
     at::Tensor h =
         at::embedding(wte_, b.input_ids) + at::embedding(wpe_, b.positions);  // [rows, T, d]
     const at::Tensor mask = additive_mask(b.attn_mask, h.scalar_type());
-    for (int64_t i = 0; i < static_cast<int64_t>(blocks_.size()); ++i) {
-      const Block& blk = blocks_[i];
+    for (int64_t i = 0; i < static_cast<int64_t>(fused_.size()); ++i) {
+      const FusedBlock& blk = fused_[i];
       const at::Tensor a = at::layer_norm(h, {d}, blk.ln_1.w, blk.ln_1.b, c.norm_eps);
-      const at::Tensor qkv = conv1d_linear(a, blk.c_attn_w, blk.c_attn_b);  // [rows, T, 3d]
+      const at::Tensor qkv = blk.attn(a);  // [rows, T, 3d]
       auto heads_first = [&](int64_t part) {
         return qkv.narrow(-1, part * d, d).view({rows, t, heads, hd}).transpose(1, 2);
       };
@@ -164,20 +184,21 @@ class Gpt2 final : public CausalLM {
       double scale = c.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
       if (c.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(i + 1);
       const at::Tensor o = attend(heads_first(0), k, v, mask, scale);  // [rows, T, d]
-      h = h + conv1d_linear(o, blk.c_proj_w, blk.c_proj_b);
+      h = blk.attn_out.add_to(h, o);
       const at::Tensor m = at::layer_norm(h, {d}, blk.ln_2.w, blk.ln_2.b, c.norm_eps);
-      h = h + conv1d_linear(activate_fused(conv1d_linear(m, blk.fc_w, blk.fc_b), act_), blk.proj_w,
-                            blk.proj_b);
+      h = blk.fc_out.add_to(h, activate_fused(blk.fc(m), act_));
     }
     at::Tensor last = h.select(1, t - 1);  // [rows, d]
     last = at::layer_norm(last, {d}, ln_f_.w, ln_f_.b, c.norm_eps);
-    return head_t_.defined() ? at::mm(last, head_t_) : at::matmul(last, lm_head_.t());
+    return head_(last);  // [rows, vocab]
   }
 
   Activation act_;
-  at::Tensor wte_, wpe_, lm_head_, head_t_;
+  at::Tensor wte_, wpe_, lm_head_;
   Norm ln_f_;
   std::vector<Block> blocks_;
+  std::vector<FusedBlock> fused_;
+  Projection head_;
 };
 
 }  // namespace

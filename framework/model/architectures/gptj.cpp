@@ -169,26 +169,22 @@ class GptJ final : public CausalLM {
 
   void make_fused() {
     const auto& c = config();
-    const bool t = wte_.device().is_cpu();  // pre-transposed weights for CPU GEMMs
     const int64_t d = c.hidden_size;
     for (int64_t i = 0; i < c.num_layers; ++i) {
       FusedBlock blk;
       blk.ln_1 = {w(layer(i, "ln_1.weight")), w(layer(i, "ln_1.bias"))};
       const at::Tensor in_b =
           at::cat({at::zeros({3 * d}, wte_.options()), w(layer(i, "mlp.fc_in.bias"))});
-      blk.in = {fuse({layer(i, "attn.q_proj.weight"), layer(i, "attn.k_proj.weight"),
-                      layer(i, "attn.v_proj.weight"), layer(i, "mlp.fc_in.weight")},
-                     0, t),
-                in_b, t};
-      blk.out = {fuse({layer(i, "attn.out_proj.weight"), layer(i, "mlp.fc_out.weight")}, 1, t),
-                 w(layer(i, "mlp.fc_out.bias")), t};
+      blk.in = Projection(fuse({layer(i, "attn.q_proj.weight"), layer(i, "attn.k_proj.weight"),
+                                layer(i, "attn.v_proj.weight"), layer(i, "mlp.fc_in.weight")},
+                               0),
+                          in_b);
+      blk.out =
+          Projection(fuse({layer(i, "attn.out_proj.weight"), layer(i, "mlp.fc_out.weight")}, 1),
+                     w(layer(i, "mlp.fc_out.bias")));
       fused_.push_back(std::move(blk));
     }
-    // The head, pre-transposed on CPU (tied: the embedding then reads rows of the transposed copy).
-    const std::string head = c.tie_word_embeddings ? "transformer.wte.weight" : "lm_head.weight";
-    head_ = {t ? transposed(head) : w(head), lm_head_b_, t};
-    wte_ = w("transformer.wte.weight");
-    lm_head_w_ = at::Tensor();  // the fused form reads head_; keep no second reference
+    head_ = Projection(lm_head_w_, lm_head_b_);
     // rotate_every_two's signs: -sin on even dims, +sin on odd ones.
     rot_sign_ = at::ones({c.rotary_dim}, wte_.options());
     rot_sign_.slice(0, 0, c.rotary_dim, 2).fill_(-1.0);

@@ -292,7 +292,7 @@ class Llama final : public CausalLM {
   };
 
   // The named projections' weights (and biases, when they have them) as one.
-  Projection fused_proj(const std::vector<std::string>& names, bool t) {
+  Projection fused_proj(const std::vector<std::string>& names) {
     std::vector<std::string> weights_of;
     std::vector<at::Tensor> biases;
     for (const auto& n : names) {
@@ -304,37 +304,30 @@ class Llama final : public CausalLM {
       throw Error(config().source + ": " + names[0] +
                   ": the projections fused with it must all have a bias or none");
     }
-    Projection p;
-    p.weight = fuse(weights_of, 0, t);
+    at::Tensor bias;
     if (!biases.empty()) {
       std::vector<std::string> bias_names;
       for (const auto& n : names) bias_names.push_back(n + ".bias");
-      p.bias = fuse(bias_names, 0, false);
+      bias = fuse(bias_names, 0);
     }
-    p.transposed = t;
-    return p;
+    return Projection(fuse(weights_of, 0), bias);
   }
 
   void make_fused() {
     const auto& c = config();
-    const bool t = embed_.device().is_cpu();  // pre-transposed weights for CPU GEMMs
     for (int64_t i = 0; i < c.num_layers; ++i) {
       FusedBlock blk;
       blk.input_norm = w(layer(i, "input_layernorm.weight"));
       blk.post_norm = w(layer(i, "post_attention_layernorm.weight"));
       blk.qkv = fused_proj({layer(i, "self_attn.q_proj"), layer(i, "self_attn.k_proj"),
-                            layer(i, "self_attn.v_proj")},
-                           t);
-      blk.o = fused_proj({layer(i, "self_attn.o_proj")}, t);
-      blk.gate_up = fused_proj({layer(i, "mlp.gate_proj"), layer(i, "mlp.up_proj")}, t);
-      blk.down = fused_proj({layer(i, "mlp.down_proj")}, t);
+                            layer(i, "self_attn.v_proj")});
+      blk.o = fused_proj({layer(i, "self_attn.o_proj")});
+      blk.gate_up = fused_proj({layer(i, "mlp.gate_proj"), layer(i, "mlp.up_proj")});
+      blk.down = fused_proj({layer(i, "mlp.down_proj")});
       blk.sliding = !c.sliding_layers.empty() && c.sliding_layers[i];
       fused_.push_back(std::move(blk));
     }
-    const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-    head_ = {t ? transposed(head) : w(head), at::Tensor(), t};
-    embed_ = w("model.embed_tokens.weight");
-    lm_head_ = at::Tensor();  // the fused form reads head_; keep no second reference
+    head_ = Projection(lm_head_, at::Tensor());
     // rotate_half's signs: -sin on the first half, +sin on the second.
     rot_sign_ = at::ones({c.head_dim}, embed_.options());
     rot_sign_.slice(0, 0, c.head_dim / 2).fill_(-1.0);

@@ -1,6 +1,8 @@
 #include "framework/model/architectures/ops.h"
 
 #include <ATen/ATen.h>
+#include <ATen/TracerMode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cmath>
 #include <limits>
@@ -80,19 +82,65 @@ at::Tensor shaped(const at::Tensor& y, const at::Tensor& x) {
   sizes.back() = y.size(-1);
   return y.view(sizes);
 }
+
+// LibTorch's oneDNN linear operators, registered by libtorch_cpu under mkldnn:: (no ATen header
+// declares them, so they are called through the dispatcher).
+using LinearFn = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                            c10::string_view, c10::List<std::optional<c10::Scalar>>,
+                            std::optional<c10::string_view>);
+using LinearAddFn = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                               const std::optional<at::Tensor>&, c10::string_view);
+
+const c10::TypedOperatorHandle<LinearFn>& onednn_linear() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
+                             .typed<LinearFn>();
+  return op;
+}
+
+const c10::TypedOperatorHandle<LinearAddFn>& onednn_linear_add() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("mkldnn::_linear_pointwise", "binary")
+                             .typed<LinearAddFn>();
+  return op;
+}
+
+std::optional<at::Tensor> optional(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
 }  // namespace
 
+bool onednn_gemm(const at::Tensor& weight) {
+  return weight.device().is_cpu() && weight.scalar_type() == at::kFloat && at::hasMKLDNN() &&
+         c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""}).has_value();
+}
+
+Projection::Projection(at::Tensor w, at::Tensor b)
+    : weight(std::move(w)), bias(std::move(b)), onednn(onednn_gemm(weight)) {
+  TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), "Projection: a contiguous 2-D weight");
+}
+
+// TorchScript's tracer cannot record the oneDNN operator's Scalar?[] argument: a model being
+// traced takes at::linear (a frozen CPU trace then gets oneDNN from optimize_for_inference).
+bool tracing() { return at::tracer::impl::is_dispatch_enabled(); }
+
 at::Tensor Projection::operator()(const at::Tensor& x) const {
-  if (!transposed) return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
-  const at::Tensor y =
-      bias.defined() ? at::addmm(bias, rows_of(x), weight) : at::mm(rows_of(x), weight);
-  return shaped(y, x);
+  if (onednn && !tracing()) {
+    return shaped(onednn_linear().call(rows_of(x), weight, optional(bias), "none",
+                                       c10::List<std::optional<c10::Scalar>>(), ""),
+                  x);
+  }
+  return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
 }
 
 at::Tensor Projection::add_to(const at::Tensor& residual, const at::Tensor& x) const {
+  if (onednn && !tracing()) {
+    return shaped(
+        onednn_linear_add().call(rows_of(x), rows_of(residual), weight, optional(bias), "add"),
+        residual);
+  }
   if (bias.defined()) return residual + (*this)(x);
-  const at::Tensor w = transposed ? weight : weight.t();
-  return shaped(at::addmm(rows_of(residual), rows_of(x), w), residual);
+  return shaped(at::addmm(rows_of(residual), rows_of(x), weight.t()), residual);
 }
 
 at::Tensor activate_fused(const at::Tensor& x, Activation a) {

@@ -34,18 +34,26 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 //   mask: [rows, 1, T, L] bool -> [rows, 1, T, L] dtype
 at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype);
 
-// A projection x W^T + b. Its weight is the checkpoint's [out, in] tensor, or that tensor
-// pre-transposed to a contiguous [in, out] (transposed = true): LibTorch's CPU GEMMs run the
-// second layout faster for the few rows of a decode step.
+// A projection x W^T + b over a contiguous [out, in] weight. On CPU in float32 it runs through
+// oneDNN (LibTorch's mkldnn::_linear_pointwise), which LibTorch ships beside MKL and which runs
+// the few rows of a decode step about twice as fast as at::linear's MKL GEMM here
+// (docs/benchmarks.md#cpu-gemms); elsewhere at::linear.
 struct Projection {
-  at::Tensor weight;  // [out, in], or [in, out] when transposed
+  Projection() = default;
+  Projection(at::Tensor weight, at::Tensor bias);
+
+  at::Tensor weight;  // [out, in], contiguous
   at::Tensor bias;    // [out], or undefined
-  bool transposed = false;
+  bool onednn = false;
 
   at::Tensor operator()(const at::Tensor& x) const;  // [..., in] -> [..., out]
-  // residual + x W^T (+ b): without a bias the residual is the GEMM's accumulator (one kernel).
+  // residual + (x W^T + b) in one kernel: oneDNN's sum post-op, or, without a bias, the GEMM's
+  // accumulator (addmm).
   at::Tensor add_to(const at::Tensor& residual, const at::Tensor& x) const;
 };
+
+// Whether a weight's GEMMs go through oneDNN: CPU, float32, LibTorch built with it.
+bool onednn_gemm(const at::Tensor& weight);
 
 // The activation as one kernel where LibTorch has one with transformers' formula: gelu_new (the
 // tanh approximation, which transformers writes term by term) becomes at::gelu(tanh).
