@@ -230,6 +230,7 @@ void register_backend_benchmarks() {
                                    v, preset)
           ->ArgName("rows")
           ->Arg(1)
+          ->Arg(4)  // a beam-4 step
           ->Arg(8)
           ->Unit(benchmark::kMillisecond);
     }

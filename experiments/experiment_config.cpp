@@ -172,6 +172,7 @@ BackendSpec read_backend(const YAML::Node& n, const std::string& path, const std
     b.name = r.scalar<std::string>("name", "", "a backend name");
     if (b.name.empty()) r.fail("name", "a backend name");
     b.label = r.scalar<std::string>("label", "", "a label");
+    if (r.has("fused")) b.fused = r.scalar<bool>("fused", true, "true or false");
     if (r.has("options")) {
       const YAML::Node o = r.child("options");
       if (!o.IsMap()) r.fail("options", "a mapping of backend options");

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct BackendSpec {
   std::string name;                            // registry name
   std::string label;                           // row label in tables (defaults to name)
   std::map<std::string, std::string> options;  // backend options, values as written
+  // The model's form for this row (ModelConfig::fused) when it differs from model.fused: the
+  // runner then loads the model a second time in that form, for this row (and others like it).
+  std::optional<bool> fused;
 };
 
 struct InputsSpec {

@@ -245,11 +245,23 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
 
   // Build and warm up every backend first, then interleave the timed repeats.
   std::vector<Row> rows;
+  std::shared_ptr<const CausalLM> other_form;  // the model in the other form, when a row asks
   for (const auto& spec : c.backends) {
     log << "backend " << spec.label << ": preparing and warming up\n";
     Row row;
     row.spec = spec;
-    row.backend = BackendRegistry::instance().create(spec.name, loaded.model,
+    std::shared_ptr<const CausalLM> model = loaded.model;
+    if (spec.fused && *spec.fused != c.model.fused) {
+      if (!other_form) {
+        log << "loading the model again, " << (*spec.fused ? "fused" : "unfused") << ", for "
+            << spec.label << "\n";
+        ModelSource again = src;
+        again.load.fused = *spec.fused;
+        other_form = load_model(again).model;
+      }
+      model = other_form;
+    }
+    row.backend = BackendRegistry::instance().create(spec.name, model,
                                                      BackendOptions(spec.name, spec.options));
     reset_peak_memory(device);
     for (int64_t i = 0; i < c.run.warmup; ++i) {
@@ -288,6 +300,7 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
     run["label"] = row.spec.label;
     run["backend"] = row.spec.name;
     run["options"] = row.spec.options;
+    run["fused"] = row.spec.fused.value_or(c.model.fused);
     run["report"] = row.backend->report();
     run["steps"] = row.steps;
     run["deterministic_across_repeats"] = row.deterministic;

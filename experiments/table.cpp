@@ -95,6 +95,12 @@ void point_table(std::ostringstream& o, const nlohmann::json& doc,
         << std::setprecision(2) << num("aoti_load_seconds") << " s"
         << (num("aoti_freezing") > 0 ? ", freezing" : "") << "\n";
     }
+    // The attention kernel LibTorch picks for gengraph's own decode step (at::SDPBackend).
+    if (r.contains("report") && r.at("report").contains("sdpa_kernel")) {
+      static const char* kNames[] = {"math", "flash", "memory-efficient", "cuDNN", "overrideable"};
+      const double k = r.at("report").at("sdpa_kernel").get<double>();
+      if (k >= 0 && k < 5) o << "    attention kernel: " << kNames[static_cast<int>(k)] << "\n";
+    }
   }
 }
 

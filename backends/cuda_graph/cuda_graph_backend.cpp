@@ -113,6 +113,10 @@ class CudaGraphBackend final : public ForwardBackend {
       reorder_bytes = std::max(reorder_bytes, b.cache->reorder_bytes_per_step());
     }
     r["reorder_bytes_per_step"] = reorder_bytes;
+    if (!buckets_.empty() && !aoti_) {  // the kernel gengraph's own attention gets
+      r["sdpa_kernel"] =
+          double(model().decode_attention_kernel(buckets_.rbegin()->first, max_length_));
+    }
     return r;
   }
 

@@ -17,6 +17,9 @@ class EagerBackend final : public ForwardBackend {
 
   BackendReport report() const override {
     return {{"static_cache", static_cache_ ? 1.0 : 0.0},
+            {"sdpa_kernel", shape().rows > 0 ? double(model().decode_attention_kernel(
+                                                   shape().rows, shape().max_length))
+                                             : -1.0},
             {"reorder_bytes_per_step", cache_ ? cache_->reorder_bytes_per_step() : 0.0}};
   }
 

@@ -34,6 +34,10 @@ class CausalLM {
   at::Device device() const;
   int64_t parameter_count() const;
   CacheShape cache_shape(int64_t rows, int64_t max_len) const;
+  // The scaled-dot-product-attention kernel LibTorch picks for this model's decode step (one query
+  // per row over max_len cache slots, the mask this form passes) on its device and dtype, as
+  // at::SDPBackend numbers it: 0 math, 1 flash, 2 memory-efficient, 3 cuDNN, -1 none.
+  int64_t decode_attention_kernel(int64_t rows, int64_t max_len) const;
 
   // Runs the decoder over `batch`, writing its keys/values into `cache` (the caller has already
   // recorded the slots' validity and built attn_mask). Returns the last position's logits,
