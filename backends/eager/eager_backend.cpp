@@ -35,8 +35,29 @@ class EagerBackend final : public ForwardBackend {
                                 Reorder::kSwap);
   }
 
+  bool shares_prefill() const override { return true; }
+
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
-    return run_forward_step(model(), *cache_, in.input_ids, in.positions, slots, in.token_valid);
+    if (in.copies == 1) {
+      return run_forward_step(model(), *cache_, in.input_ids, in.positions, slots, in.token_valid);
+    }
+    // The prompt once per input, then its cache copied to the input's other rows.
+    const int64_t inputs = in.input_ids.size(0);
+    at::Tensor logits;
+    if (static_cache_) {
+      // The first `inputs` rows of the static buffers, written in place.
+      StaticCache first(static_->keys().narrow(1, 0, inputs),
+                        static_->values().narrow(1, 0, inputs),
+                        static_->validity().narrow(0, 0, inputs));
+      logits = run_forward_step(model(), first, in.input_ids, in.positions, slots, in.token_valid);
+    } else {
+      logits =
+          run_forward_step(model(), *cache_, in.input_ids, in.positions, slots, in.token_valid);
+    }
+    const at::Tensor parents =
+        at::arange(inputs, in.input_ids.options()).repeat_interleave(in.copies);
+    cache_->expand_rows(parents, in.input_ids.size(1));
+    return logits.index_select(0, parents);
   }
 
   at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {

@@ -19,11 +19,15 @@ void ForwardBackend::prepare(const BatchShape& shape) {
   prepared_ = true;
 }
 
-void ForwardBackend::check(const StepInputs& in, int64_t expected_t, const char* call) const {
+void ForwardBackend::check(const StepInputs& in, int64_t expected_t, const char* call,
+                           int64_t rows) const {
   const std::string where = "backend '" + name() + "' " + call + ": ";
   if (!prepared_) throw Error(where + "prepare() was not called");
-  if (!in.input_ids.defined() || in.input_ids.dim() != 2 || in.input_ids.size(0) != shape_.rows) {
-    throw Error(where + "input_ids must be [" + std::to_string(shape_.rows) + ", T] as prepared");
+  if (!in.input_ids.defined() || in.input_ids.dim() != 2 || in.input_ids.size(0) != rows) {
+    throw Error(where + "input_ids must be [" + std::to_string(rows) + ", T] as prepared" +
+                (rows != shape_.rows ? " (" + std::to_string(shape_.rows) + " rows in copies of " +
+                                           std::to_string(in.copies) + ")"
+                                     : std::string()));
   }
   if (in.input_ids.scalar_type() != at::kLong) throw Error(where + "input_ids must be int64");
   const int64_t t = in.input_ids.size(1);
@@ -51,7 +55,19 @@ void ForwardBackend::check(const StepInputs& in, int64_t expected_t, const char*
 
 at::Tensor ForwardBackend::prefill(const StepInputs& in) {
   length_ = 0;
-  check(in, 0, "prefill");
+  if (in.copies < 1 || shape_.rows % in.copies != 0) {
+    throw Error("backend '" + name() + "' prefill: copies " + std::to_string(in.copies) +
+                " does not divide the prepared " + std::to_string(shape_.rows) + " rows");
+  }
+  if (in.copies > 1 && !shares_prefill()) {
+    StepInputs each = in;  // every row of the batch, the prompt repeated
+    each.input_ids = in.input_ids.repeat_interleave(in.copies, 0);
+    each.positions = in.positions.repeat_interleave(in.copies, 0);
+    each.token_valid = in.token_valid.repeat_interleave(in.copies, 0);
+    each.copies = 1;
+    return prefill(each);
+  }
+  check(in, 0, "prefill", shape_.rows / in.copies);
   const int64_t t = in.input_ids.size(1);
   const at::Tensor slots = at::arange(0, t, in.input_ids.options());
   at::Tensor logits = do_prefill(in, slots);
@@ -60,7 +76,7 @@ at::Tensor ForwardBackend::prefill(const StepInputs& in) {
 }
 
 at::Tensor ForwardBackend::decode(const StepInputs& in) {
-  check(in, 1, "decode");
+  check(in, 1, "decode", shape_.rows);
   if (length_ == 0) throw Error("backend '" + name() + "' decode: prefill() must come first");
   const at::Tensor slots = at::arange(length_, length_ + 1, in.input_ids.options());
   at::Tensor logits = do_decode(in, slots);

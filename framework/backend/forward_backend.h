@@ -30,6 +30,12 @@ struct StepInputs {
   at::Tensor token_valid;  // [rows, T] bool; false for left padding
   at::Tensor parent_rows;  // [rows] int64 (decode only): row r continues row parent_rows[r]'s
                            // cache; undefined means identity (no beams)
+  // Prefill only: each row stands for `copies` consecutive rows of the prepared batch (the beams,
+  // or the return sequences, of one input share its prompt). A backend that shares prefills
+  // (shares_prefill()) runs the prompt once per input and copies its cache to the other rows; for
+  // the others prefill() repeats the rows first. Either way the logits of every prepared row
+  // come back.
+  int64_t copies = 1;
 };
 
 // Numbers a backend reports about itself (trace time, capture time, graph memory, ...).
@@ -51,6 +57,8 @@ class ForwardBackend {
   at::Tensor decode(const StepInputs& in);
 
   virtual BackendReport report() const { return {}; }
+  // Whether do_prefill takes rows that stand for StepInputs::copies rows each.
+  virtual bool shares_prefill() const { return false; }
   const CausalLM& model() const { return *model_; }
   const BatchShape& shape() const { return shape_; }
   // Tokens written so far in the current generation (prompt included).
@@ -59,11 +67,12 @@ class ForwardBackend {
  protected:
   virtual void do_prepare(const BatchShape& shape) = 0;
   // `slots`: [T] int64, the cache slots this step writes (length() .. length() + T - 1).
+  // do_prefill sees in.copies > 1 only when shares_prefill(); it returns [shape().rows, vocab].
   virtual at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) = 0;
   virtual at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) = 0;
 
  private:
-  void check(const StepInputs& in, int64_t expected_t, const char* call) const;
+  void check(const StepInputs& in, int64_t expected_t, const char* call, int64_t rows) const;
   std::shared_ptr<const CausalLM> model_;
   BatchShape shape_;
   int64_t length_ = 0;

@@ -52,6 +52,15 @@ class KVCache {
   // Bytes one reorder read and wrote (keys, values and validity, every layer), on average over
   // those since the cache was made or reset; 0 without any: the traffic a beam step adds to the
   // weights' (the results' bytes_moved_per_step).
+  // After a prefill of the first rows only (ForwardBackend shared prefills): row r takes the
+  // written slots of row parent_rows[r], as a reorder does, without counting as a beam step's.
+  void expand_rows(const at::Tensor& parent_rows, int64_t written) {
+    const int64_t bytes = reorder_bytes_, n = reorders_;
+    reorder(parent_rows, written);
+    reorder_bytes_ = bytes;
+    reorders_ = n;
+  }
+
   double reorder_bytes_per_step() const {
     return reorders_ ? static_cast<double>(reorder_bytes_) / static_cast<double>(reorders_) : 0.0;
   }

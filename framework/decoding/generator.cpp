@@ -106,10 +106,14 @@ GenerationResult Generator::generate(ForwardBackend& backend,
     valid[i].narrow(0, prompt_len - n, n).fill_(true);
   }
   const auto device = model.device();
-  ids = ids.repeat_interleave(per_input, 0).to(device);
-  valid = valid.repeat_interleave(per_input, 0).to(device);
+  // One row per input for the prefill (its rows share the prompt); per_input rows each after it.
+  const at::Tensor input_ids = ids.to(device), input_valid = valid.to(device);
   // Position ids as transformers 5 computes them from the attention mask (padding gets 0).
-  at::Tensor positions = valid.to(at::kLong).cumsum(1).sub_(1).masked_fill_(valid.logical_not(), 0);
+  const at::Tensor input_positions =
+      input_valid.to(at::kLong).cumsum(1).sub_(1).masked_fill_(input_valid.logical_not(), 0);
+  ids = input_ids.repeat_interleave(per_input, 0);
+  valid = input_valid.repeat_interleave(per_input, 0);
+  const at::Tensor positions = input_positions.repeat_interleave(per_input, 0);
 
   Sequences seqs{ids, valid, prompt_len};
   pipe.strategy->begin(seqs);
@@ -119,7 +123,9 @@ GenerationResult Generator::generate(ForwardBackend& backend,
   result.prompt_length = prompt_len;
   result.rows = rows;
   const auto t0 = Clock::now();
-  at::Tensor logits = backend.prefill(StepInputs{ids, positions, valid, {}}).to(at::kFloat);
+  at::Tensor logits =
+      backend.prefill(StepInputs{input_ids, input_positions, input_valid, {}, per_input})
+          .to(at::kFloat);
   at::Tensor last_pos = positions.select(1, prompt_len - 1).unsqueeze(1);  // [rows, 1]
   const at::Tensor one_valid = at::ones({rows, 1}, valid.options());
   for (int64_t step = 0;; ++step) {

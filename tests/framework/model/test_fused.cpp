@@ -1,11 +1,13 @@
 // The fused form of every architecture (ModelConfig::fused, the default) against transformers'
 // formulation op by op (fused = false): the same logits, the checkpoint's tensors unchanged in
-// weights(), one copy of the weights, and fewer kernels per step.
+// weights(), one copy of the weights, and fewer kernels per step. And the shared prefill of beams.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <set>
 
+#include "backends/register_builtin.h"
+#include "framework/backend/backend_registry.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/loader.h"
 #include "framework/util/op_counter.h"
@@ -92,6 +94,53 @@ TEST(FusedForm, WeightsKeepTheirValuesAndAreStoredOnce) {
     if (fused->config().model_type != "gpt2") {
       EXPECT_LT(storages.size(), plain->weights().size()) << which;
     }
+  }
+}
+
+}  // namespace
+}  // namespace gengraph
+
+namespace gengraph {
+namespace {
+
+// A prefill whose rows stand for several each (the beams of one input): the eager backend runs
+// each prompt once and copies its cache; the logits and the next step equal those of a prefill of
+// every row. A backend that does not share (cuda_graph, uncaptured) repeats the rows itself.
+TEST(SharedPrefill, EqualsAPrefillOfEveryRow) {
+  register_builtin_backends();
+  const auto model = testing::test_model("llama-a", 3);
+  const auto ids = at::tensor({0, 3, 4, 5, 6, 7}, at::kLong).reshape({2, 3});
+  const auto valid = ids.ne(0);
+  const auto pos = valid.to(at::kLong).cumsum(1).sub(1).clamp_min(0);
+  const int64_t copies = 3, rows = 6;
+  const auto each = [&](const at::Tensor& t) { return t.repeat_interleave(copies, 0); };
+  for (const auto& [name, options] :
+       std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
+           {"eager", {{"cache", "growing"}}},
+           {"eager", {{"cache", "static"}}},
+           {"cuda_graph", {{"capture", "false"}}}}) {
+    auto shared = BackendRegistry::instance().create(name, model, BackendOptions(name, options));
+    auto full = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
+    EXPECT_EQ(shared->shares_prefill(), name == "eager");
+    shared->prepare(BatchShape{rows, 8});
+    full->prepare(BatchShape{rows, 8});
+    const auto a = shared->prefill(StepInputs{ids, pos, valid, {}, copies});
+    const auto b = full->prefill(StepInputs{each(ids), each(pos), each(valid), {}});
+    ASSERT_EQ(a.sizes(), b.sizes()) << name;
+    EXPECT_TRUE(at::allclose(a, b, 1e-5, 1e-6)) << name;
+    // A decode step with a beam reorder reads the copied caches.
+    const auto next = b.argmax(-1).unsqueeze(1);
+    const auto p2 = each(pos).select(1, 2).unsqueeze(1) + 1;
+    const auto parents = at::tensor({2, 0, 1, 5, 5, 3}, at::kLong);
+    const auto da = shared->decode(StepInputs{next, p2, at::ones({rows, 1}, at::kBool), parents});
+    const auto db = full->decode(StepInputs{next, p2, at::ones({rows, 1}, at::kBool), parents});
+    EXPECT_TRUE(at::allclose(da, db, 1e-5, 1e-6)) << name;
+    // Copies that do not divide the prepared rows are refused.
+    shared->prepare(BatchShape{rows, 8});
+    EXPECT_NE(testing::error_of([&] {
+                shared->prefill(StepInputs{ids, pos, valid, {}, 4});
+              }).find("copies 4 does not divide the prepared 6 rows"),
+              std::string::npos);
   }
 }
 
