@@ -111,7 +111,11 @@ std::optional<at::Tensor> optional(const at::Tensor& t) {
 }  // namespace
 
 bool onednn_gemm(const at::Tensor& weight) {
-  return weight.device().is_cpu() && weight.scalar_type() == at::kFloat && at::hasMKLDNN() &&
+  // oneDNN's call costs about 30 us more than MKL's here, whatever the size: below about 2 MB of
+  // weight (768 x 768 floats break even) at::linear is faster (docs/benchmarks.md#cpu-gemms).
+  constexpr int64_t kMinElements = int64_t{1} << 19;
+  return weight.device().is_cpu() && weight.scalar_type() == at::kFloat &&
+         weight.numel() >= kMinElements && at::hasMKLDNN() &&
          c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""}).has_value();
 }
 

@@ -34,10 +34,10 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 //   mask: [rows, 1, T, L] bool -> [rows, 1, T, L] dtype
 at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype);
 
-// A projection x W^T + b over a contiguous [out, in] weight. On CPU in float32 it runs through
-// oneDNN (LibTorch's mkldnn::_linear_pointwise), which LibTorch ships beside MKL and which runs
-// the few rows of a decode step about twice as fast as at::linear's MKL GEMM here
-// (docs/benchmarks.md#cpu-gemms); elsewhere at::linear.
+// A projection x W^T + b over a contiguous [out, in] weight. On CPU in float32, for weights of
+// 2 MB and more, it runs through oneDNN (LibTorch's mkldnn::_linear_pointwise), which LibTorch
+// ships beside MKL and which streams a decode step's weights about 1.6x as fast as at::linear's
+// MKL GEMM here (docs/benchmarks.md#cpu-gemms); elsewhere at::linear.
 struct Projection {
   Projection() = default;
   Projection(at::Tensor weight, at::Tensor bias);
@@ -52,7 +52,8 @@ struct Projection {
   at::Tensor add_to(const at::Tensor& residual, const at::Tensor& x) const;
 };
 
-// Whether a weight's GEMMs go through oneDNN: CPU, float32, LibTorch built with it.
+// Whether a weight's GEMMs go through oneDNN: CPU, float32, at least 2^19 elements, LibTorch
+// built with it.
 bool onednn_gemm(const at::Tensor& weight);
 
 // The activation as one kernel where LibTorch has one with transformers' formula: gelu_new (the
