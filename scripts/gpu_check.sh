@@ -10,7 +10,7 @@
 #            backend beside transformers' generate() eager and jit-traced (the seed PR's two
 #            figures); 1 warm-up, 3 repeats (210 s)
 #   gpt2     decode latency per token, GPT-2-small shape, batch 1 and 8: eager, trace, cuda_graph
-#            and transformers' generate(), in one run, with the share of read and copy bandwidth (55 s)
+#            and transformers' generate(), in one run, with the share of read and copy bandwidth (70 s)
 #   bench    Google Benchmark prefill/decode-step and loop entries on CUDA (60 s; 40 s on the H200 without loop/)
 #   compile  not in the default: the seed's workload on eager and cuda_graph beside transformers'
 #            static cache + torch.compile (compiling GPT-J-6B takes minutes; 290 s)
@@ -76,7 +76,7 @@ for st in "${STAGES[@]}"; do
     compare_with_committed seed_gptj6b_beam4 ;;
   gpt2)
     stage "gpt2: decode latency, GPT-2-small shape, batch 1 and 8"
-    timeout "${T_GPT2:-55}" "$BIN/gengraph" run configs/gpu_decode_gpt2.yaml --output "$OUT/gpu_decode_gpt2.json" \
+    timeout "${T_GPT2:-70}" "$BIN/gengraph" run configs/gpu_decode_gpt2.yaml --output "$OUT/gpu_decode_gpt2.json" \
       --set plot="$OUT/gpu_decode_gpt2.png" --set 'peers=[hf_eager]' --set run.repeats=5 \
       --set run.peer_timeout_s=25
     echo "gpu_decode_gpt2 exit: $? (3: results written, some peer failed or timed out)"

@@ -1,6 +1,7 @@
 #include "framework/cache/kv_cache.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 namespace gengraph {
 
@@ -57,6 +58,10 @@ std::pair<at::Tensor, at::Tensor> StaticCache::update(int64_t layer, const at::T
 }
 
 void StaticCache::reorder(const at::Tensor& parent_rows, int64_t written) {
+  // A step that ran with autograd on may have left the buffers requiring grad (a Python trace
+  // writes its parameters' products into them in place); the reorder is no part of any graph, and
+  // index_select_out and in-place copies refuse such tensors.
+  const at::AutoGradMode no_grad(false);
   const int64_t n = written < 0 ? max_len() : std::min(written, max_len());
   // Only the written slots: the others are invalid until a step writes them, so whatever they
   // hold is never read.

@@ -73,6 +73,14 @@ TEST(StaticCache, ReorderModesAgreeAndCountTheBytesTheyMove) {
             ((4 * kv + 4 * valid) + (4 * kv * 8 / 3 + 4 * valid)) / 2);
   in_place.reset();
   EXPECT_EQ(in_place.reorder_bytes_per_step(), 0.0);
+  // Buffers that require grad (a Python trace's step, run with autograd on, leaves its cache
+  // so): the reorder is no part of any graph and still runs.
+  const auto grad_keys = at::arange(3, at::kFloat).reshape({1, 3, 1, 1, 1}).repeat({1, 1, 1, 2, 2});
+  StaticCache wrapped(grad_keys.clone().requires_grad_(), grad_keys.clone().requires_grad_(),
+                      at::ones({3, 2}, at::kBool));
+  wrapped.reorder(at::tensor({2, 2, 0}, at::kLong), 2);
+  EXPECT_FLOAT_EQ(wrapped.keys()[0][0][0][1][0].item<float>(), 2.0f);
+  EXPECT_FLOAT_EQ(wrapped.values()[0][2][0][0][1].item<float>(), 0.0f);
 }
 
 // The two cache kinds must give the same logits step after step on a ragged batch.
