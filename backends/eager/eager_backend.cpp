@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
+
 #include "framework/cache/kv_cache.h"
 #include "framework/model/causal_lm.h"
 
@@ -41,19 +43,17 @@ class EagerBackend final : public ForwardBackend {
     if (in.copies == 1) {
       return run_forward_step(model(), *cache_, in.input_ids, in.positions, slots, in.token_valid);
     }
-    // The prompt once per input, then its cache copied to the input's other rows.
+    // The prompt once per input, then its cache copied to the input's other rows. A static cache
+    // takes it in its first `inputs` rows, written in place; a growing one holds just those rows.
     const int64_t inputs = in.input_ids.size(0);
-    at::Tensor logits;
+    std::optional<StaticCache> first;
     if (static_cache_) {
-      // The first `inputs` rows of the static buffers, written in place.
-      StaticCache first(static_->keys().narrow(1, 0, inputs),
-                        static_->values().narrow(1, 0, inputs),
-                        static_->validity().narrow(0, 0, inputs));
-      logits = run_forward_step(model(), first, in.input_ids, in.positions, slots, in.token_valid);
-    } else {
-      logits =
-          run_forward_step(model(), *cache_, in.input_ids, in.positions, slots, in.token_valid);
+      first.emplace(static_->keys().narrow(1, 0, inputs), static_->values().narrow(1, 0, inputs),
+                    static_->validity().narrow(0, 0, inputs));
     }
+    const at::Tensor logits =
+        run_forward_step(model(), first ? static_cast<KVCache&>(*first) : *cache_, in.input_ids,
+                         in.positions, slots, in.token_valid);
     const at::Tensor parents =
         at::arange(inputs, in.input_ids.options()).repeat_interleave(in.copies);
     cache_->expand_rows(parents, in.input_ids.size(1));

@@ -49,9 +49,6 @@ class KVCache {
   // moved. -1: all of them (a captured graph, which cannot know the length).
   virtual void reorder(const at::Tensor& parent_rows, int64_t written = -1) = 0;
 
-  // Bytes one reorder read and wrote (keys, values and validity, every layer), on average over
-  // those since the cache was made or reset; 0 without any: the traffic a beam step adds to the
-  // weights' (the results' bytes_moved_per_step).
   // After a prefill of the first rows only (ForwardBackend shared prefills): row r takes the
   // written slots of row parent_rows[r], as a reorder does, without counting as a beam step's.
   void expand_rows(const at::Tensor& parent_rows, int64_t written) {
@@ -61,6 +58,9 @@ class KVCache {
     reorders_ = n;
   }
 
+  // Bytes one reorder read and wrote (keys, values and validity, every layer), on average over
+  // those since the cache was made or reset; 0 without any: the traffic a beam step adds to the
+  // weights' (the results' bytes_moved_per_step).
   double reorder_bytes_per_step() const {
     return reorders_ ? static_cast<double>(reorder_bytes_) / static_cast<double>(reorders_) : 0.0;
   }

@@ -22,11 +22,11 @@ CacheShape CausalLM::cache_shape(int64_t rows, int64_t max_len) const {
 int64_t CausalLM::decode_attention_kernel(int64_t rows, int64_t max_len) const {
   const auto& c = config_;
   const auto f = at::TensorOptions().dtype(dtype()).device(device());
-  const auto q = at::zeros({rows, c.num_heads, 1, c.head_dim}, f);
-  const auto kv = at::zeros({rows, c.num_kv_heads, max_len, c.head_dim}, f);
+  // The choice reads shapes, dtypes and strides only: the tensors are left unfilled.
+  const auto q = at::empty({rows, c.num_heads, 1, c.head_dim}, f);
+  const auto kv = at::empty({rows, c.num_kv_heads, max_len, c.head_dim}, f);
   // The fused form passes an additive mask in the compute dtype, the unfused one a boolean mask.
-  const auto mask = c.fused ? at::zeros({rows, 1, 1, max_len}, f)
-                            : at::ones({rows, 1, 1, max_len}, f.dtype(at::kBool));
+  const auto mask = at::empty({rows, 1, 1, max_len}, c.fused ? f : f.dtype(at::kBool));
   return at::_fused_sdp_choice(q, kv, kv, mask, 0.0, false, std::nullopt,
                                c.num_kv_heads != c.num_heads);
 }

@@ -12,7 +12,7 @@
 namespace gengraph {
 
 struct AtenOpCounter::State {
-  int64_t depth = 0, top = 0, all = 0, reads = 0, kernels = 0;
+  int64_t top = 0, all = 0, reads = 0, kernels = 0;
   // Per open operator: whether it computes nothing itself (a view, an allocation, a wrapper), and
   // whether an operator it called counted as a kernel.
   struct Frame {
@@ -56,7 +56,7 @@ bool computes_nothing(const char* name) {
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (t_state) {
-    if (t_state->depth++ == 0) ++t_state->top;
+    if (t_state->open.empty()) ++t_state->top;
     ++t_state->all;
     if (reads_back(fn.name())) ++t_state->reads;
     t_state->open.push_back({computes_nothing(fn.name()), false});
@@ -70,7 +70,6 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
 // the output, which then stands for the GEMM.
 void on_exit(const at::RecordFunction&, at::ObserverContext*) {
   if (!t_state || t_state->open.empty()) return;
-  --t_state->depth;
   const AtenOpCounter::State::Frame f = t_state->open.back();
   t_state->open.pop_back();
   const bool kernel = !f.no_kernel && !f.kernel_below;

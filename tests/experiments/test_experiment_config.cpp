@@ -100,6 +100,12 @@ INSTANTIATE_TEST_SUITE_P(
                 "model.dtype: expected one of float32, bfloat16, float16"},
         BadYaml{"bad_device", "model: {preset: gpt2-tiny, device: tpu}\n" + kInputs,
                 "model.device: expected cpu, cuda or cuda:N, found 'tpu'"},
+        BadYaml{"bad_model_fused", "model: {preset: gpt2-tiny, fused: maybe}\n" + kInputs,
+                "model.fused: expected true or false, found 'maybe'"},
+        BadYaml{"bad_backend_fused",
+                "model: {preset: gpt2-tiny}\n" + kInputs +
+                    "backends: [{name: eager, label: u, fused: 2}]\n",
+                "fused: expected true or false, found '2'"},
         BadYaml{"preset_and_path", "model: {preset: gpt2-tiny, path: /x}\n" + kInputs,
                 "exactly one of model.preset or model.path"},
         BadYaml{"no_model", kInputs, "model: expected a model: mapping"},

@@ -185,23 +185,20 @@ class GptJ final : public CausalLM {
       fused_.push_back(std::move(blk));
     }
     head_ = Projection(lm_head_w_, lm_head_b_);
+    // The rotary frequencies over the whole head: the dims past rotary_dim get frequency 0, so
+    // their angle is 0, cos 1 and sin 0 exactly, and they pass unchanged.
+    head_inv_freq_ =
+        at::cat({inv_freq_, at::zeros({(c.head_dim - c.rotary_dim) / 2}, inv_freq_.options())});
     // rotate_every_two's signs: -sin on even dims, +sin on odd ones.
-    rot_sign_ = at::ones({c.rotary_dim}, wte_.options());
-    rot_sign_.slice(0, 0, c.rotary_dim, 2).fill_(-1.0);
+    rot_sign_ = at::ones({c.head_dim}, wte_.options());
+    rot_sign_.slice(0, 0, c.head_dim, 2).fill_(-1.0);
   }
 
-  // cos and signed sin over the whole head ([rows, T, 1, hd]): dims past rotary_dim get 1 and 0.
+  // cos and signed sin over the whole head: [rows, T, 1, hd].
   std::pair<at::Tensor, at::Tensor> rotary_tables(const at::Tensor& positions,
                                                   at::ScalarType dtype) const {
-    const auto& c = config();
-    auto [cos, sin] = rope_cos_sin_pairs(positions, inv_freq_, dtype);  // [rows, T, 1, rot]
-    sin = sin * rot_sign_.to(dtype);
-    const int64_t pass = c.head_dim - c.rotary_dim;
-    if (pass == 0) return {cos, sin};
-    auto sizes = cos.sizes().vec();
-    sizes.back() = pass;
-    return {at::cat({cos, at::ones(sizes, cos.options())}, -1),
-            at::cat({sin, at::zeros(sizes, sin.options())}, -1)};
+    const auto [cos, sin] = rope_cos_sin_pairs(positions, head_inv_freq_, dtype);
+    return {cos, sin * rot_sign_.to(dtype)};
   }
 
   at::Tensor forward_fused(const ForwardBatch& b, KVCache& cache) const {
@@ -232,7 +229,7 @@ class GptJ final : public CausalLM {
   }
 
   Activation act_;
-  at::Tensor wte_, lm_head_w_, lm_head_b_, inv_freq_, rot_sign_;
+  at::Tensor wte_, lm_head_w_, lm_head_b_, inv_freq_, head_inv_freq_, rot_sign_;
   Norm ln_f_;
   std::vector<Block> blocks_;
   std::vector<FusedBlock> fused_;

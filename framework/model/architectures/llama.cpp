@@ -293,24 +293,17 @@ class Llama final : public CausalLM {
 
   // The named projections' weights (and biases, when they have them) as one.
   Projection fused_proj(const std::vector<std::string>& names) {
-    std::vector<std::string> weights_of;
-    std::vector<at::Tensor> biases;
+    std::vector<std::string> weight_names, bias_names;
     for (const auto& n : names) {
-      weights_of.push_back(n + ".weight");
-      auto it = weights().find(n + ".bias");
-      if (it != weights().end()) biases.push_back(it->second);
+      weight_names.push_back(n + ".weight");
+      if (weights().count(n + ".bias")) bias_names.push_back(n + ".bias");
     }
-    if (!biases.empty() && biases.size() != names.size()) {
+    if (!bias_names.empty() && bias_names.size() != names.size()) {
       throw Error(config().source + ": " + names[0] +
                   ": the projections fused with it must all have a bias or none");
     }
-    at::Tensor bias;
-    if (!biases.empty()) {
-      std::vector<std::string> bias_names;
-      for (const auto& n : names) bias_names.push_back(n + ".bias");
-      bias = fuse(bias_names, 0);
-    }
-    return Projection(fuse(weights_of, 0), bias);
+    return Projection(fuse(weight_names, 0),
+                      bias_names.empty() ? at::Tensor() : fuse(bias_names, 0));
   }
 
   void make_fused() {
