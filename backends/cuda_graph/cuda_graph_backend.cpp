@@ -85,7 +85,7 @@ struct Bucket {
   std::unique_ptr<TracedStep> trace;  // when the step runs the trace
 };
 
-class CudaGraphBackend final : public ForwardBackend {
+class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
  public:
   CudaGraphBackend(std::shared_ptr<const CausalLM> model, Settings s)
       : ForwardBackend(std::move(model)), s_(std::move(s)), pool_(at::cuda::graph_pool_handle()) {
@@ -119,6 +119,23 @@ class CudaGraphBackend final : public ForwardBackend {
     }
     return r;
   }
+
+  // The whole-step loop's forward: the bucket's step over its own buffers, uncaptured (the loop
+  // captures it together with the decoding parts when it captures).
+  StaticDecode* static_decode() override { return bucket_ ? this : nullptr; }
+  void start() override {
+    Bucket& b = *bucket_;
+    b.slot.fill_(length());
+    b.parents.copy_(at::arange(b.rows, b.parents.options()));
+    b.token_valid.fill_(true);
+  }
+  StaticDecodeBuffers buffers() override {
+    Bucket& b = *bucket_;
+    const int64_t rows = shape().rows;
+    return StaticDecodeBuffers{b.ids.narrow(0, 0, rows), b.positions.narrow(0, 0, rows), b.slot,
+                               b.parents.narrow(0, 0, rows), b.logits.narrow(0, 0, rows)};
+  }
+  void run(bool reorder) override { step(*bucket_, reorder); }
 
  protected:
   void do_prepare(const BatchShape& shape) override {

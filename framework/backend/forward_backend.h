@@ -38,6 +38,31 @@ struct StepInputs {
   int64_t copies = 1;
 };
 
+// The buffers of a backend's static decode step (StaticDecode), views of the prepared rows.
+struct StaticDecodeBuffers {
+  at::Tensor ids;        // [rows, 1] int64: the tokens the next run() reads
+  at::Tensor positions;  // [rows, 1] int64: their position ids
+  at::Tensor slot;       // [1] int64: the cache slot the next run() writes; the caller advances it
+  at::Tensor parents;    // [rows] int64: the rows run(true) reorders the cache by first
+  at::Tensor logits;     // [rows, vocab]: what the last run() produced
+};
+
+// A decode step over buffers that stay where they are: what a loop needs to run the whole
+// decoding step on the device (framework/decoding/whole_step.h), captured in a CUDA graph or not.
+// run() reads only the buffers, never the host, allocates nothing its next call depends on, and
+// does the same work whether a graph is being captured or not. A backend that offers one returns
+// it from ForwardBackend::static_decode(); the loop composes it with the decoding parts, so an
+// out-of-tree backend gets the whole-step graph by implementing these three calls.
+class StaticDecode {
+ public:
+  virtual ~StaticDecode() = default;
+  // After prefill(): slot = length(), parents the identity, every token valid. The caller then
+  // fills ids and positions.
+  virtual void start() = 0;
+  virtual StaticDecodeBuffers buffers() = 0;
+  virtual void run(bool reorder) = 0;
+};
+
 // Numbers a backend reports about itself (trace time, capture time, graph memory, ...).
 using BackendReport = std::map<std::string, double>;
 
@@ -59,6 +84,9 @@ class ForwardBackend {
   virtual BackendReport report() const { return {}; }
   // Whether do_prefill takes rows that stand for StepInputs::copies rows each.
   virtual bool shares_prefill() const { return false; }
+  // After prepare(): this backend's static decode step for the prepared shape, or nullptr when it
+  // has none (then the decoding step runs from the host).
+  virtual StaticDecode* static_decode() { return nullptr; }
   const CausalLM& model() const { return *model_; }
   const BatchShape& shape() const { return shape_; }
   // Tokens written so far in the current generation (prompt included).

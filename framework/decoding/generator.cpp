@@ -8,6 +8,7 @@
 #include "framework/model/memory.h"
 #include "framework/util/clock.h"
 #include "framework/util/error.h"
+#include "framework/util/step_graph.h"
 
 namespace gengraph {
 namespace {
@@ -28,9 +29,13 @@ void emit(const TokenStream& stream, const StepDecision& d, int64_t per_input, i
 
 }  // namespace
 
-Generator::Generator(GenerationConfig config, std::function<void()> sync)
-    : config_(std::move(config)), sync_(std::move(sync)) {
+Generator::Generator(GenerationConfig config, std::function<void()> sync, LoopOptions loop)
+    : config_(std::move(config)), sync_(std::move(sync)), loop_(loop) {
   config_.validate();
+  if (loop_.sync_every < 1) {
+    throw Error("loop option sync_every: expected an integer >= 1, found " +
+                std::to_string(loop_.sync_every));
+  }
 }
 
 int64_t check_prompts(const ModelConfig& mc, const GenerationConfig& g,
@@ -115,13 +120,35 @@ GenerationResult Generator::generate(ForwardBackend& backend,
   valid = input_valid.repeat_interleave(per_input, 0);
   const at::Tensor positions = input_positions.repeat_interleave(per_input, 0);
 
-  Sequences seqs{ids, valid, prompt_len};
-  pipe.strategy->begin(seqs);
   backend.prepare(BatchShape{rows, max_length});
-
   GenerationResult result;
   result.prompt_length = prompt_len;
   result.rows = rows;
+  if (loop_.whole_step != LoopOptions::WholeStep::kOff) {
+    std::string why = whole_step_blocker(pipe, backend, static_cast<bool>(stream), loop_);
+    if (why.empty()) {
+      // The static form: a [rows, max_length] buffer that the steps write in place.
+      at::Tensor buffer = at::full({rows, max_length}, pad, ids.options());
+      buffer.narrow(1, 0, prompt_len).copy_(ids);
+      Sequences seqs{buffer, valid, prompt_len, at::scalar_tensor(prompt_len, ids.options())};
+      pipe.strategy->begin(seqs);
+      const auto t0 = Clock::now();
+      const at::Tensor logits =
+          backend.prefill(StepInputs{input_ids, input_positions, input_valid, {}, per_input})
+              .to(at::kFloat);
+      run_whole_step(backend, pipe, seqs, logits, positions.select(1, prompt_len - 1).unsqueeze(1),
+                     max_length - prompt_len, t0, result);
+      fold_outputs(pipe.strategy->finalize(seqs), batch, result);
+      return result;
+    }
+    if (loop_.whole_step == LoopOptions::WholeStep::kOn) {
+      throw Error("loop option whole_step: on, but the whole step cannot run: " + why);
+    }
+    result.loop.fallback = why;
+  }
+
+  Sequences seqs{ids, valid, prompt_len};
+  pipe.strategy->begin(seqs);
   const auto t0 = Clock::now();
   at::Tensor logits =
       backend.prefill(StepInputs{input_ids, input_positions, input_valid, {}, per_input})
@@ -145,8 +172,13 @@ GenerationResult Generator::generate(ForwardBackend& backend,
   }
   if (sync_) sync_();
   result.timing.total_s = since(t0);
+  result.loop.steps_run = result.timing.steps;
+  fold_outputs(pipe.strategy->finalize(seqs), batch, result);
+  return result;
+}
 
-  auto per_row = pipe.strategy->finalize(seqs);
+void Generator::fold_outputs(std::vector<std::vector<Hypothesis>> per_row, int64_t batch,
+                             GenerationResult& result) {
   // Strategies return one list per row group; fold rows back to inputs.
   result.outputs.resize(batch);
   for (int64_t i = 0; i < batch; ++i) {
@@ -155,7 +187,71 @@ GenerationResult Generator::generate(ForwardBackend& backend,
       result.outputs[i].insert(result.outputs[i].end(), src.begin(), src.end());
     }
   }
-  return result;
+}
+
+void Generator::run_whole_step(ForwardBackend& backend, Pipeline& pipe, Sequences& seqs,
+                               const at::Tensor& first_logits, const at::Tensor& last_positions,
+                               int64_t max_steps, Clock::time_point t0,
+                               GenerationResult& result) const {
+  StaticDecode& sd = *backend.static_decode();
+  sd.start();
+  const StaticDecodeBuffers buf = sd.buffers();
+  buf.positions.copy_(last_positions);
+  const bool reorder = pipe.strategy->reorders_rows();
+  const auto flags = seqs.written.options().dtype(at::kBool);
+  const at::Tensor done = at::zeros({}, flags);                         // after the last decision
+  const at::Tensor live_steps = at::zeros({}, seqs.written.options());  // decisions before done
+  // One decision: the strategy's device step, then its tokens into the backend's input buffers.
+  const auto decide = [&](const at::Tensor& logits) {
+    live_steps.add_(done.logical_not().to(at::kLong));
+    const DeviceDecision d =
+        pipe.strategy->device_step(logits, pipe.processors, seqs, pipe.stopping);
+    buf.ids.copy_(d.next_tokens.unsqueeze(1));
+    if (reorder) {
+      buf.parents.copy_(d.parent_rows);
+      buf.positions.copy_(buf.positions.index_select(0, d.parent_rows) + 1);
+    } else {
+      buf.positions.add_(1);
+    }
+    done.copy_(d.done);
+  };
+  const auto step = [&] {
+    sd.run(reorder);
+    buf.slot.add_(1);
+    decide(buf.logits.to(at::kFloat));
+  };
+  const auto read_done = [&] {
+    ++result.loop.flag_reads;
+    return done.item<bool>();
+  };
+
+  decide(first_logits);
+  if (sync_) sync_();
+  result.timing.time_to_first_token_s = since(t0);
+  result.loop.whole_step = true;
+  int64_t run = 1;
+  std::unique_ptr<StepGraph> graph;
+  for (; run < max_steps; ++run) {
+    if ((run == 1 || run % loop_.sync_every == 0) && read_done()) break;
+    // The first decode step runs uncaptured (it creates what the parts make on first use); the
+    // graph records the second and replays from then on.
+    if (loop_.capture && run >= 2) {
+      if (!graph) {
+        const auto c0 = Clock::now();
+        graph = std::make_unique<StepGraph>(backend.model().device());
+        graph->capture(step);
+        result.loop.capture_s = since(c0);
+        result.loop.captured = true;
+      }
+      graph->replay();
+    } else {
+      step();
+    }
+  }
+  if (sync_) sync_();
+  result.timing.total_s = since(t0);
+  result.loop.steps_run = run;
+  result.timing.steps = live_steps.item<int64_t>();
 }
 
 }  // namespace gengraph

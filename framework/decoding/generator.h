@@ -13,6 +13,7 @@
 #include "framework/decoding/pipeline.h"
 #include "framework/decoding/search/search_strategy.h"
 #include "framework/decoding/token_stream.h"
+#include "framework/decoding/whole_step.h"
 #include "framework/model/model_config.h"
 
 namespace gengraph {
@@ -28,6 +29,7 @@ struct GenerationResult {
   int64_t prompt_length = 0;                     // padded
   int64_t rows = 0;                              // batch x rows_per_input
   GenerationTiming timing;
+  LoopReport loop;  // whole step or host loop (whole_step.h)
 };
 
 // Checks prompts against the model before any work: ids inside the vocabulary (and the generation
@@ -39,7 +41,7 @@ int64_t check_prompts(const ModelConfig& model, const GenerationConfig& generati
 class Generator {
  public:
   // `sync` waits for the device (CUDA) so that timings are true; empty on CPU.
-  Generator(GenerationConfig config, std::function<void()> sync = {});
+  Generator(GenerationConfig config, std::function<void()> sync = {}, LoopOptions loop = {});
 
   // prompts: token ids per input, ragged allowed (left-padded here as transformers does).
   // `stream`, when given, receives each token as it is chosen (token_stream.h); on CUDA that adds
@@ -48,10 +50,21 @@ class Generator {
                             const std::vector<std::vector<int64_t>>& prompts,
                             const TokenStream& stream = {}) const;
   const GenerationConfig& config() const { return config_; }
+  const LoopOptions& loop() const { return loop_; }
 
  private:
+  static void fold_outputs(std::vector<std::vector<Hypothesis>> per_row, int64_t batch,
+                           GenerationResult& result);
+  // The whole-step loop (whole_step.h) after the prefill: `first_logits` [rows, vocab] float32,
+  // `last_positions` [rows, 1] the prompt's last position ids, at most `max_steps` decisions.
+  void run_whole_step(ForwardBackend& backend, Pipeline& pipe, Sequences& seqs,
+                      const at::Tensor& first_logits, const at::Tensor& last_positions,
+                      int64_t max_steps, std::chrono::steady_clock::time_point t0,
+                      GenerationResult& result) const;
+
   GenerationConfig config_;
   std::function<void()> sync_;
+  LoopOptions loop_;
 };
 
 }  // namespace gengraph

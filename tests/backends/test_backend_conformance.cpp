@@ -19,7 +19,16 @@ struct Variant {
   std::string backend;
   std::map<std::string, std::string> options;
   bool fused = true;  // the form of the model the backend runs (the reference's is fused)
+  LoopOptions loop;   // the loop that drives it (the reference's is the host loop)
 };
+
+LoopOptions whole_step_uncaptured() {
+  LoopOptions o;
+  o.whole_step = LoopOptions::WholeStep::kOn;
+  o.capture = false;
+  o.sync_every = 3;  // so that some generations run steps past their end
+  return o;
+}
 
 // Every backend in the registry with its option variants worth covering.
 std::vector<Variant> variants() {
@@ -39,6 +48,9 @@ std::vector<Variant> variants() {
       v.push_back({"cuda_graph_uncaptured", name, {{"capture", "false"}}});
       v.push_back({"cuda_graph_uncaptured_trace", name, {{"capture", "false"}, {"step", "trace"}}});
       v.push_back({"cuda_graph_uncaptured_aoti", name, {{"capture", "false"}, {"step", "aoti"}}});
+      // The whole decoding step over the static step, uncaptured: what a whole-step graph replays.
+      v.push_back(
+          {"whole_step_uncaptured", name, {{"capture", "false"}}, true, whole_step_uncaptured()});
     } else {
       v.push_back({name, name, {}});
     }
@@ -72,12 +84,18 @@ TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
   GenerationConfig beam = g;
   beam.num_beams = 3;
   beam.num_return_sequences = 2;
+  GenerationConfig beam_sample = beam;
+  beam_sample.do_sample = true;
+  beam_sample.early_stopping = EarlyStopping::kTrue;
   for (const auto& [what, config] :
-       {std::pair{"greedy", g}, std::pair{"sample", sample}, std::pair{"beam", beam}}) {
+       {std::pair{"greedy", g}, std::pair{"sample", sample}, std::pair{"beam", beam},
+        std::pair{"beam_sample", beam_sample}}) {
     at::manual_seed(17);
     const auto a = Generator(config).generate(*reference, prompts);
     at::manual_seed(17);
-    const auto b = Generator(config).generate(*backend, prompts);
+    const auto b = Generator(config, {}, variant.loop).generate(*backend, prompts);
+    EXPECT_EQ(b.loop.whole_step, variant.loop.whole_step == LoopOptions::WholeStep::kOn) << what;
+    EXPECT_EQ(a.timing.steps, b.timing.steps) << what;
     for (size_t i = 0; i < prompts.size(); ++i) {
       ASSERT_EQ(a.outputs[i].size(), b.outputs[i].size());
       for (size_t j = 0; j < a.outputs[i].size(); ++j) {

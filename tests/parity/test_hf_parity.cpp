@@ -1,8 +1,10 @@
 // Token-exact parity with transformers' generate() (CPU float32), over the cases recorded by
 // tools/make_fixtures.py in tests/fixtures/hf_generate.json, for each cache kind of the eager
 // backend on the fused model (the default form), for the unfused form (transformers' formulation
-// op by op), and for the aoti backend (the model exported by torch.export, compiled by
-// AOTInductor).
+// op by op), for the aoti backend (the model exported by torch.export, compiled by
+// AOTInductor), and for the whole-step loop run uncaptured over cuda_graph's static step
+// (framework/decoding/whole_step.h; every case but diverse beam search, which keeps the host loop
+// and says so).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -21,7 +23,8 @@ namespace {
 
 struct ParityCase {
   nlohmann::json record;
-  std::string variant;  // growing | static (eager's cache, fused model) | unfused | aoti
+  std::string variant;  // growing | static (eager's cache, fused model) | unfused | aoti |
+                        // whole_step
 };
 
 const nlohmann::json& fixtures() {
@@ -35,7 +38,7 @@ const nlohmann::json& fixtures() {
 std::vector<ParityCase> all_cases() {
   std::vector<ParityCase> out;
   for (const auto& rec : fixtures()["cases"]) {
-    for (const std::string variant : {"growing", "static", "unfused", "aoti"})
+    for (const std::string variant : {"growing", "static", "unfused", "aoti", "whole_step"})
       out.push_back({rec, variant});
   }
   return out;
@@ -58,17 +61,35 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
   register_builtin_backends();
   install_aoti_export_tool();  // one package per fixture model, kept in the package cache
   const std::string& variant = GetParam().variant;
-  auto backend =
-      variant == "aoti"
-          ? BackendRegistry::instance().create("aoti", loaded.model, BackendOptions("aoti", {}))
-          : BackendRegistry::instance().create(
-                "eager", loaded.model,
-                BackendOptions("eager", {{"cache", variant == "static" ? "static" : "growing"}}));
+  std::unique_ptr<ForwardBackend> backend;
+  LoopOptions loop;
+  if (variant == "aoti") {
+    backend = BackendRegistry::instance().create("aoti", loaded.model, BackendOptions("aoti", {}));
+  } else if (variant == "whole_step") {
+    backend = BackendRegistry::instance().create(
+        "cuda_graph", loaded.model, BackendOptions("cuda_graph", {{"capture", "false"}}));
+    // auto: diverse beam search falls back (checked below); sync_every 3 runs steps past the end.
+    loop.whole_step = LoopOptions::WholeStep::kAuto;
+    loop.capture = false;
+    loop.sync_every = 3;
+  } else {
+    backend = BackendRegistry::instance().create(
+        "eager", loaded.model,
+        BackendOptions("eager", {{"cache", variant == "static" ? "static" : "growing"}}));
+  }
   const auto prompts = rec["prompts"].get<std::vector<std::vector<int64_t>>>();
   const auto& expected = rec["expected"];
   // Same seed, same draws: the default generator is where transformers' sampling draws from.
   at::manual_seed(rec["seed"].get<uint64_t>());
-  const GenerationResult r = Generator(gen).generate(*backend, prompts);
+  const GenerationResult r = Generator(gen, {}, loop).generate(*backend, prompts);
+  if (variant == "whole_step") {
+    if (gen.num_beam_groups > 1) {
+      EXPECT_FALSE(r.loop.whole_step);
+      EXPECT_NE(r.loop.fallback.find("group_beam_search"), std::string::npos) << r.loop.fallback;
+    } else {
+      EXPECT_TRUE(r.loop.whole_step) << r.loop.fallback;
+    }
+  }
   ASSERT_EQ(r.outputs.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     ASSERT_EQ(r.outputs[i].size(), expected[i].size()) << "input " << i;

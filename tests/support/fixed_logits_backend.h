@@ -14,7 +14,7 @@
 
 namespace gengraph::testing {
 
-class FixedLogitsBackend final : public ForwardBackend {
+class FixedLogitsBackend final : public ForwardBackend, public StaticDecode {
  public:
   // logits: [N, vocab] float on the model's device, N >= the rows of any batch it serves.
   FixedLogitsBackend(std::shared_ptr<const CausalLM> model, at::Tensor logits)
@@ -22,6 +22,21 @@ class FixedLogitsBackend final : public ForwardBackend {
   std::string name() const override { return "fixed_logits"; }
   int64_t prefills() const { return prefills_; }
   int64_t decodes() const { return decodes_; }
+
+  // The whole-step loop's forward: the fixed rows copied into a logits buffer.
+  StaticDecode* static_decode() override { return this; }
+  void start() override {
+    const int64_t rows = shape().rows;
+    const auto l = logits_.options().dtype(at::kLong);
+    buffers_ = StaticDecodeBuffers{at::zeros({rows, 1}, l), at::zeros({rows, 1}, l),
+                                   at::full({1}, length(), l), at::arange(rows, l),
+                                   at::empty({rows, logits_.size(1)}, logits_.options())};
+  }
+  StaticDecodeBuffers buffers() override { return buffers_; }
+  void run(bool) override {
+    ++decodes_;
+    buffers_.logits.copy_(logits_.narrow(0, 0, buffers_.logits.size(0)));
+  }
 
  protected:
   void do_prepare(const BatchShape&) override {}
@@ -42,6 +57,7 @@ class FixedLogitsBackend final : public ForwardBackend {
   }
   at::Tensor logits_;
   int64_t prefills_ = 0, decodes_ = 0;
+  StaticDecodeBuffers buffers_;
 };
 
 }  // namespace gengraph::testing

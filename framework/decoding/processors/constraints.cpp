@@ -77,8 +77,16 @@ at::Tensor SequenceBias::process(const Sequences& seqs, at::Tensor scores) const
     if (static_cast<int64_t>(seq.size()) > ids.size(1)) continue;
     const at::Tensor want =
         ids_on_device(multi_on_device_[i], seq, ids.device()).narrow(0, 0, prefix);
-    const at::Tensor match =
-        ids.narrow(1, ids.size(1) - prefix, prefix).eq(want).prod(1).to(at::kBool);  // [rows]
+    at::Tensor match;  // [rows]
+    if (seqs.is_static()) {
+      match = last_tokens(seqs, prefix)
+                  .eq(want)
+                  .prod(1)
+                  .to(at::kBool)
+                  .logical_and(seqs.written.ge(static_cast<int64_t>(seq.size())));
+    } else {
+      match = ids.narrow(1, ids.size(1) - prefix, prefix).eq(want).prod(1).to(at::kBool);
+    }
     bias.select(1, seq.back())
         .add_(at::where(match, at::scalar_tensor(b, scores.options()),
                         at::scalar_tensor(0.0, scores.options())));
@@ -121,22 +129,26 @@ SuppressTokens::SuppressTokens(std::vector<int64_t> tokens, std::optional<int64_
     : tokens_(std::move(tokens)), at_length_(at_length), relative_(relative) {}
 
 at::Tensor SuppressTokens::process(const Sequences& seqs, at::Tensor scores) const {
+  const at::Tensor& mask = cached_vocab_mask(mask_, tokens_, scores);
   if (at_length_) {
     const int64_t trigger = *at_length_ + (relative_ ? seqs.prompt_length : 0);
+    if (seqs.is_static()) {
+      return at::where(mask.logical_and(seqs.written.eq(trigger)),
+                       at::scalar_tensor(-kInf, scores.options()), scores);
+    }
     if (seqs.length() != trigger) return scores;
   }
-  return at::where(cached_vocab_mask(mask_, tokens_, scores),
-                   at::scalar_tensor(-kInf, scores.options()), scores);
+  return at::where(mask, at::scalar_tensor(-kInf, scores.options()), scores);
 }
 
 ForceTokens::ForceTokens(std::string name, std::vector<int64_t> tokens, int64_t at_length)
     : name_(std::move(name)), tokens_(std::move(tokens)), at_length_(at_length) {}
 
 at::Tensor ForceTokens::process(const Sequences& seqs, at::Tensor scores) const {
-  if (seqs.length() != at_length_) return scores;
+  if (!seqs.is_static() && seqs.length() != at_length_) return scores;
   at::Tensor out = at::full_like(scores, -kInf);
-  out.index_fill_(1, at::tensor(tokens_, at::kLong).to(scores.device()), 0.0);
-  return out;
+  out.index_fill_(1, ids_on_device(ids_, tokens_, scores.device()), 0.0);
+  return seqs.is_static() ? at::where(seqs.written.eq(at_length_), out, scores) : out;
 }
 
 MinLength::MinLength(int64_t min, std::vector<int64_t> eos, bool new_only)
@@ -145,10 +157,15 @@ MinLength::MinLength(int64_t min, std::vector<int64_t> eos, bool new_only)
 }
 
 at::Tensor MinLength::process(const Sequences& seqs, at::Tensor scores) const {
+  const at::Tensor& mask = cached_vocab_mask(mask_, eos_, scores);
+  if (seqs.is_static()) {
+    const at::Tensor len = new_only_ ? seqs.written - seqs.prompt_length : seqs.written;
+    return at::where(mask.logical_and(len.lt(min_)), at::scalar_tensor(-kInf, scores.options()),
+                     scores);
+  }
   const int64_t len = new_only_ ? seqs.generated() : seqs.length();
   if (len >= min_) return scores;
-  return at::where(cached_vocab_mask(mask_, eos_, scores),
-                   at::scalar_tensor(-kInf, scores.options()), scores);
+  return at::where(mask, at::scalar_tensor(-kInf, scores.options()), scores);
 }
 
 }  // namespace gengraph

@@ -17,6 +17,7 @@ class SequenceBias : public LogitsProcessor {
   SequenceBias(std::vector<std::pair<std::vector<int64_t>, double>> biases, int64_t vocab);
   std::string name() const override { return "sequence_bias"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   std::vector<std::pair<std::vector<int64_t>, double>> multi_;  // length >= 2
@@ -41,6 +42,7 @@ class LogitBias final : public LogitsProcessor {
   LogitBias(std::vector<std::pair<int64_t, double>> bias, int64_t vocab);
   std::string name() const override { return "logit_bias"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   std::vector<std::pair<int64_t, double>> bias_;
@@ -57,6 +59,7 @@ class SuppressTokens final : public LogitsProcessor {
     return at_length_ ? "begin_suppress_tokens" : "suppress_tokens";
   }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   std::vector<int64_t> tokens_;
@@ -72,11 +75,13 @@ class ForceTokens final : public LogitsProcessor {
   ForceTokens(std::string name, std::vector<int64_t> tokens, int64_t at_length);
   std::string name() const override { return name_; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   std::string name_;
   std::vector<int64_t> tokens_;
   int64_t at_length_;
+  mutable at::Tensor ids_;  // tokens_ on the scores' device (ids_on_device)
 };
 
 // Forbids EOS while too short: min_length counts the whole (padded) sequence, min_new_tokens only
@@ -86,6 +91,7 @@ class MinLength final : public LogitsProcessor {
   MinLength(int64_t min, std::vector<int64_t> eos, bool new_tokens_only);
   std::string name() const override { return new_only_ ? "min_new_tokens" : "min_length"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   int64_t min_;

@@ -8,6 +8,19 @@ std::string ProcessorChain::name() const {
   return out + ")";
 }
 
+std::string LogitsProcessor::whole_step_blocker() const {
+  return "logits processor '" + name() +
+         "' does not say it can run in a whole-step graph (LogitsProcessor::whole_step_blocker)";
+}
+
+std::string ProcessorChain::whole_step_blocker() const {
+  for (const auto& m : members_) {
+    std::string why = m->whole_step_blocker();
+    if (!why.empty()) return why;
+  }
+  return "";
+}
+
 at::Tensor ProcessorChain::process(const Sequences& seqs, at::Tensor scores) const {
   for (size_t i = 0; i < members_.size(); ++i) {
     if (!timing_) {

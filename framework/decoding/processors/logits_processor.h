@@ -19,6 +19,11 @@ class LogitsProcessor {
   virtual std::string name() const = 0;
   // scores: [rows, vocab] float32 -> [rows, vocab] float32 (may be modified in place)
   virtual at::Tensor process(const Sequences& seqs, at::Tensor scores) const = 0;
+  // "" when process() also accepts the static form of Sequences (sequences.h) and then neither
+  // reads a value back to the host nor changes its shapes from step to step, so that the whole
+  // decoding step may run inside a CUDA graph (framework/decoding/whole_step.h); otherwise why
+  // not. A processor that does not say is taken to be unable.
+  virtual std::string whole_step_blocker() const;
 };
 
 class ProcessorChain final : public LogitsProcessor {
@@ -29,6 +34,7 @@ class ProcessorChain final : public LogitsProcessor {
   }
   std::string name() const override;
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override;  // the first member's
   bool empty() const { return members_.empty(); }
   size_t size() const { return members_.size(); }
   const LogitsProcessor& at(size_t i) const { return *members_.at(i); }

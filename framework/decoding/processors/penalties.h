@@ -16,6 +16,7 @@ class RepetitionPenalty final : public LogitsProcessor {
   explicit RepetitionPenalty(double penalty);
   std::string name() const override { return "repetition_penalty"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   double penalty_;
@@ -28,6 +29,7 @@ class FrequencyPresencePenalty final : public LogitsProcessor {
   FrequencyPresencePenalty(double frequency, double presence);
   std::string name() const override { return "frequency_presence_penalty"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   double frequency_, presence_;
@@ -40,6 +42,7 @@ class NoRepeatNGram final : public LogitsProcessor {
   explicit NoRepeatNGram(int64_t n);
   std::string name() const override { return "no_repeat_ngram"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   int64_t n_;
@@ -52,6 +55,7 @@ class ExponentialDecayLengthPenalty final : public LogitsProcessor {
   ExponentialDecayLengthPenalty(int64_t start, double factor, std::vector<int64_t> eos);
   std::string name() const override { return "exponential_decay_length_penalty"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   int64_t start_;

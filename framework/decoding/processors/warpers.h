@@ -11,6 +11,7 @@ class Temperature final : public LogitsProcessor {
   explicit Temperature(double t);
   std::string name() const override { return "temperature"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   double t_;
@@ -21,6 +22,7 @@ class TopK final : public LogitsProcessor {
   TopK(int64_t k, int64_t min_tokens_to_keep);
   std::string name() const override { return "top_k"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   int64_t k_;
@@ -31,6 +33,7 @@ class TopP final : public LogitsProcessor {
   TopP(double p, int64_t min_tokens_to_keep);
   std::string name() const override { return "top_p"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   double p_;
@@ -42,6 +45,7 @@ class MinP final : public LogitsProcessor {
   MinP(double p, int64_t min_tokens_to_keep);
   std::string name() const override { return "min_p"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   double p_;
@@ -53,6 +57,7 @@ class Typical final : public LogitsProcessor {
   Typical(double mass, int64_t min_tokens_to_keep);
   std::string name() const override { return "typical_p"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   double mass_;
@@ -65,6 +70,7 @@ class EpsilonCutoff final : public LogitsProcessor {
   EpsilonCutoff(double epsilon, int64_t min_tokens_to_keep, bool eta);
   std::string name() const override { return eta_ ? "eta_cutoff" : "epsilon_cutoff"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   double epsilon_;
@@ -77,6 +83,7 @@ class Renormalize final : public LogitsProcessor {
  public:
   std::string name() const override { return "renormalize"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 };
 
 // nan -> 0, +inf -> float max, -inf -> float lowest (remove_invalid_values).
@@ -84,6 +91,7 @@ class RemoveInvalidValues final : public LogitsProcessor {
  public:
   std::string name() const override { return "remove_invalid_values"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 };
 
 }  // namespace gengraph

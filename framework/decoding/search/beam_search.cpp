@@ -36,6 +36,102 @@ void BeamSearch::begin(const Sequences& seqs) {
   improvable_ = at::ones({batch_, 1}, f.dtype(at::kBool));
   top_mask_ = at::cat(
       {at::ones({nb}, f.dtype(at::kBool)), at::zeros({candidates_ - nb}, f.dtype(at::kBool))});
+  done_ = at::zeros({}, f.dtype(at::kBool));
+}
+
+// step() over the static form. The same operations in the same order, with the sequence length
+// read from the device (seqs.written) instead of the host, the candidates' tokens kept at full
+// capacity instead of cut to the length, and every piece of state updated in place and frozen
+// once done_ is set.
+DeviceDecision BeamSearch::device_step(const at::Tensor& logits, const LogitsProcessor& processors,
+                                       Sequences& seqs, const StoppingCriteria& stop) {
+  const int64_t nb = options_.num_beams, b = batch_, k = candidates_, vocab = logits.size(-1);
+  const int64_t cap = seqs.tokens.size(1);
+  const bool early_true = options_.early_stopping == EarlyStopping::kTrue;
+  const at::Tensor cur = seqs.written.clone();  // [] int64, the length before this step
+  // (cur + 1 - prompt) ** length_penalty in double, then float32 as a scalar operand would be.
+  const auto penalty = [&](const at::Tensor& len) {
+    return at::pow(len.to(at::kDouble), options_.length_penalty).to(at::kFloat);
+  };
+
+  const at::Tensor log_probs = processors.process(seqs, at::log_softmax(logits, -1));
+  const at::Tensor acc =
+      (log_probs.view({b, nb, vocab}) + running_scores_.unsqueeze(-1)).view({b, nb * vocab});
+  at::Tensor top_scores, top_idx;  // [B, K]
+  if (options_.do_sample) {
+    // at::multinomial without replacement, without its host-side checks (SampleSearch's note).
+    const at::Tensor probs = at::softmax(acc, -1);
+    top_idx = std::get<1>(at::topk(probs.div(at::empty_like(probs).exponential_(1)), k));
+    top_scores = acc.gather(1, top_idx);
+  } else {
+    std::tie(top_scores, top_idx) = at::topk(acc, k);
+  }
+  const at::Tensor beam = top_idx.div(vocab, "floor");
+  const at::Tensor token = top_idx.remainder(vocab);
+  at::Tensor cand = gather_beams(seqs.tokens.view({b, nb, cap}), beam);  // [B, K, cap]
+  cand.index_copy_(2, cur.view({1}), token.unsqueeze(-1));
+  const at::Tensor new_len = cur + 1;
+  const at::Tensor hits = stop.should_stop(Sequences{cand.view({b * k, cap}), seqs.prompt_valid,
+                                                     seqs.prompt_length, new_len})
+                              .view({b, k});
+
+  const at::Tensor running_candidates = top_scores + hits.to(at::kFloat) * kBlocked;
+  const at::Tensor next = std::get<1>(at::topk(running_candidates, nb));
+  const at::Tensor next_running = gather_beams(cand, next);  // [B, nb, cap]
+  const at::Tensor new_running_scores = gather_beams(running_candidates, next);
+  const at::Tensor parent = gather_beams(beam, next);
+
+  const at::Tensor generated = new_len - prompt_len_;  // [] int64
+  const at::Tensor just_finished = hits.logical_and(top_mask_.unsqueeze(0));
+  at::Tensor fin = top_scores / penalty(generated);
+  if (early_true) fin = fin + is_finished_.all(-1, /*keepdim=*/true).to(at::kFloat) * kBlocked;
+  fin = fin + improvable_.logical_not().to(at::kFloat) * kBlocked;
+  fin = fin + just_finished.logical_not().to(at::kFloat) * kBlocked;
+  const at::Tensor merged_scores = at::cat({fin_scores_, fin}, 1);
+  const at::Tensor keep = std::get<1>(at::topk(merged_scores, nb));
+  const at::Tensor cand_padded = at::where(at::arange(cap, cand.options()).lt(new_len), cand,
+                                           at::scalar_tensor(options_.fill_token, cand.options()));
+  const at::Tensor new_fin_tokens = gather_beams(at::cat({fin_tokens_, cand_padded}, 1), keep);
+  const at::Tensor new_fin_scores = gather_beams(merged_scores, keep);
+  const at::Tensor new_fin_lengths =
+      gather_beams(at::cat({fin_lengths_, generated.expand({b, k})}, 1), keep);
+  const at::Tensor new_is_finished = gather_beams(at::cat({is_finished_, just_finished}, 1), keep);
+
+  const at::Tensor best_len =
+      (options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0)
+          ? at::scalar_tensor(options_.max_length - prompt_len_, cur.options())
+          : generated;
+  const at::Tensor best_possible = new_running_scores.narrow(1, 0, 1) / penalty(best_len);
+  const at::Tensor worst_finished =
+      at::where(new_is_finished, std::get<0>(new_fin_scores.min(1, /*keepdim=*/true)),
+                at::scalar_tensor(kBlocked, new_fin_scores.options()));
+  const at::Tensor new_improvable =
+      improvable_.logical_and(best_possible.gt(worst_finished).any(-1, /*keepdim=*/true));
+
+  // The stop conditions of step(), on the device.
+  at::Tensor stop_now = new_improvable.any().logical_not().logical_or(hits.all());
+  if (early_true) stop_now = stop_now.logical_or(new_is_finished.all());
+
+  // In place, and only while the search runs: a graph replays these very buffers.
+  const at::Tensor live = done_.logical_not();
+  const auto update = [&](at::Tensor& state, const at::Tensor& fresh) {
+    state.copy_(at::where(live, fresh, state));
+  };
+  update(running_scores_, new_running_scores);
+  update(fin_tokens_, new_fin_tokens);
+  update(fin_scores_, new_fin_scores);
+  update(fin_lengths_, new_fin_lengths);
+  update(is_finished_, new_is_finished);
+  update(improvable_, new_improvable);
+  seqs.tokens.copy_(at::where(live, next_running.reshape({b * nb, cap}), seqs.tokens));
+  seqs.written.add_(1);
+  done_.logical_or_(stop_now);
+
+  DeviceDecision d;
+  d.next_tokens = next_running.index_select(2, cur.view({1})).reshape({b * nb});
+  d.parent_rows = (parent + at::arange(b, parent.options()).unsqueeze(1) * nb).reshape({b * nb});
+  d.done = done_.clone();
+  return d;
 }
 
 StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& processors,

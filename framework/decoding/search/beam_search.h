@@ -30,6 +30,10 @@ class BeamSearch final : public SearchStrategy {
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;
   std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
+  std::string whole_step_blocker() const override { return ""; }
+  DeviceDecision device_step(const at::Tensor& logits, const LogitsProcessor& processors,
+                             Sequences& seqs, const StoppingCriteria& stop) override;
+  bool reorders_rows() const override { return true; }
 
  private:
   BeamSearchOptions options_;
@@ -41,6 +45,7 @@ class BeamSearch final : public SearchStrategy {
   at::Tensor is_finished_;     // [B, nb] bool
   at::Tensor improvable_;      // [B, 1] bool (transformers' is_early_stop_heuristic_unsatisfied)
   at::Tensor top_mask_;        // [K] bool, the first num_beams candidates
+  at::Tensor done_;            // [] bool (whole-step form): the search has ended
 };
 
 }  // namespace gengraph

@@ -51,6 +51,10 @@ class GroupBeamSearch final : public SearchStrategy {
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;
   std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
+  std::string whole_step_blocker() const override {
+    return "search strategy 'group_beam_search' (diverse beam search) keeps its finished "
+           "hypotheses in host-side pools, as transformers 4.55's BeamHypotheses did";
+  }
 
  private:
   struct Finished {

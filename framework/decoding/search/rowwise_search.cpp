@@ -29,6 +29,20 @@ StepDecision RowwiseSearch::step(const at::Tensor& logits, const LogitsProcessor
   return d;
 }
 
+DeviceDecision RowwiseSearch::device_step(const at::Tensor& logits,
+                                          const LogitsProcessor& processors, Sequences& seqs,
+                                          const StoppingCriteria& stop) {
+  const at::Tensor scores = processors.process(seqs, logits);
+  at::Tensor next = choose_on_device(scores);  // [rows]
+  if (pad_token_id_) next = at::where(unfinished_, next, at::full_like(next, *pad_token_id_));
+  // Once every row has finished, later steps append padding that no length counts.
+  seqs.tokens.index_copy_(1, seqs.written.view({1}), next.unsqueeze(1));
+  seqs.written.add_(1);
+  lengths_.add_(unfinished_.to(at::kLong));
+  unfinished_.logical_and_(stop.should_stop(seqs).logical_not());
+  return DeviceDecision{next, {}, unfinished_.logical_not().all()};
+}
+
 std::vector<std::vector<Hypothesis>> RowwiseSearch::finalize(const Sequences& seqs) {
   const at::Tensor tokens = seqs.tokens.to(at::kCPU).contiguous();
   const at::Tensor lengths = lengths_.to(at::kCPU);
@@ -44,6 +58,12 @@ at::Tensor GreedySearch::choose(const at::Tensor& scores) { return scores.argmax
 
 at::Tensor SampleSearch::choose(const at::Tensor& scores) {
   return at::multinomial(at::softmax(scores, -1), 1).squeeze(1);
+}
+
+at::Tensor SampleSearch::choose_on_device(const at::Tensor& scores) {
+  const at::Tensor probs = at::softmax(scores, -1);
+  const at::Tensor noise = at::empty_like(probs).exponential_(1);
+  return probs.div(noise).argmax(-1);
 }
 
 }  // namespace gengraph

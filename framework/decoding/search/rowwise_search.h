@@ -16,10 +16,15 @@ class RowwiseSearch : public SearchStrategy {
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;
   std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
+  DeviceDecision device_step(const at::Tensor& logits, const LogitsProcessor& processors,
+                             Sequences& seqs, const StoppingCriteria& stop) override;
 
  protected:
   // scores: [rows, vocab] float32, processed -> [rows] int64
   virtual at::Tensor choose(const at::Tensor& scores) = 0;
+  // choose() for the whole-step form: the same tokens without host reads. A strategy whose
+  // choose() already qualifies overrides whole_step_blocker() and keeps this default.
+  virtual at::Tensor choose_on_device(const at::Tensor& scores) { return choose(scores); }
 
  private:
   std::optional<int64_t> pad_token_id_;
@@ -31,6 +36,7 @@ class GreedySearch final : public RowwiseSearch {
  public:
   using RowwiseSearch::RowwiseSearch;
   std::string name() const override { return "greedy"; }
+  std::string whole_step_blocker() const override { return ""; }
 
  protected:
   at::Tensor choose(const at::Tensor& scores) override;
@@ -43,10 +49,14 @@ class SampleSearch final : public RowwiseSearch {
   SampleSearch(std::optional<int64_t> pad_token_id, int64_t num_return_sequences)
       : RowwiseSearch(pad_token_id), per_input_(num_return_sequences) {}
   std::string name() const override { return "sample"; }
+  std::string whole_step_blocker() const override { return ""; }
   int64_t rows_per_input() const override { return per_input_; }
 
  protected:
   at::Tensor choose(const at::Tensor& scores) override;
+  // The draw at::multinomial makes, without its host-side validity checks: softmax, Exp(1) noise
+  // from the same generator, argmax of p / noise (the same generator calls, hence the same tokens).
+  at::Tensor choose_on_device(const at::Tensor& scores) override;
 
  private:
   int64_t per_input_;

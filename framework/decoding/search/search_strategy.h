@@ -29,6 +29,13 @@ struct StepDecision {
   at::Tensor emitted;
 };
 
+// What the whole-step form of a step decides, all of it on the device.
+struct DeviceDecision {
+  at::Tensor next_tokens;  // [rows] int64, already written into the sequences
+  at::Tensor parent_rows;  // [rows] int64, or undefined when the strategy never reorders rows
+  at::Tensor done;         // [] bool: no further step can change what finalize() returns
+};
+
 class SearchStrategy {
  public:
   virtual ~SearchStrategy() = default;
@@ -46,6 +53,19 @@ class SearchStrategy {
                             Sequences& seqs, const StoppingCriteria& stop) = 0;
   // The returned sequences for each input, best first.
   virtual std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) = 0;
+
+  // The whole-step form (framework/decoding/whole_step.h). "" when device_step() exists: it is
+  // step() over the static form of Sequences (begin() got that form too), with fixed shapes, no
+  // host reads and state updated in place, so that a CUDA graph can replay it; and once its
+  // `done` is true, further calls change nothing finalize() returns (a loop that reads the flag
+  // only every few steps runs a few steps past the end). Otherwise why not.
+  virtual std::string whole_step_blocker() const {
+    return "search strategy '" + name() + "' has no whole-step form (SearchStrategy::device_step)";
+  }
+  virtual DeviceDecision device_step(const at::Tensor& logits, const LogitsProcessor& processors,
+                                     Sequences& seqs, const StoppingCriteria& stop);
+  // Whether device_step() reorders rows (its parent_rows are defined).
+  virtual bool reorders_rows() const { return false; }
 };
 
 }  // namespace gengraph

@@ -6,14 +6,29 @@
 
 namespace gengraph {
 
+std::string StoppingCriterion::whole_step_blocker() const {
+  return "stopping criterion '" + name() +
+         "' does not say it can run in a whole-step graph (StoppingCriterion::whole_step_blocker)";
+}
+
+std::string StoppingCriteria::whole_step_blocker() const {
+  for (const auto& m : members_) {
+    std::string why = m->whole_step_blocker();
+    if (!why.empty()) return why;
+  }
+  return "";
+}
+
 at::Tensor MaxLengthCriterion::should_stop(const Sequences& seqs) const {
+  if (seqs.is_static()) return seqs.written.ge(max_length_).expand({seqs.rows()});
   return at::full({seqs.rows()}, seqs.length() >= max_length_,
                   seqs.tokens.options().dtype(at::kBool));
 }
 
 at::Tensor EosCriterion::should_stop(const Sequences& seqs) const {
-  return at::isin(seqs.tokens.select(1, seqs.length() - 1),
-                  ids_on_device(eos_, eos_ids_, seqs.tokens.device()));
+  const at::Tensor last =
+      seqs.is_static() ? last_tokens(seqs, 1).squeeze(1) : seqs.tokens.select(1, seqs.length() - 1);
+  return at::isin(last, ids_on_device(eos_, eos_ids_, seqs.tokens.device()));
 }
 
 MaxTimeCriterion::MaxTimeCriterion(double seconds)
@@ -29,10 +44,14 @@ at::Tensor StopSequencesCriterion::should_stop(const Sequences& seqs) const {
   at::Tensor stop = at::zeros({seqs.rows()}, seqs.tokens.options().dtype(at::kBool));
   for (size_t i = 0; i < sequences_.size(); ++i) {
     const int64_t n = static_cast<int64_t>(sequences_[i].size());
+    const at::Tensor& want = ids_on_device(on_device_[i], sequences_[i], seqs.tokens.device());
+    if (seqs.is_static()) {
+      if (n > seqs.tokens.size(1)) continue;
+      stop.logical_or_(last_tokens(seqs, n).eq(want).all(1).logical_and(seqs.written.ge(n)));
+      continue;
+    }
     if (n > seqs.length()) continue;
-    stop.logical_or_(seqs.tokens.narrow(1, seqs.length() - n, n)
-                         .eq(ids_on_device(on_device_[i], sequences_[i], seqs.tokens.device()))
-                         .all(1));
+    stop.logical_or_(seqs.tokens.narrow(1, seqs.length() - n, n).eq(want).all(1));
   }
   return stop;
 }

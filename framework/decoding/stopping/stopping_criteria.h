@@ -19,6 +19,9 @@ class StoppingCriterion {
   virtual std::string name() const = 0;
   // -> [rows] bool
   virtual at::Tensor should_stop(const Sequences& seqs) const = 0;
+  // As LogitsProcessor::whole_step_blocker: "" when should_stop() accepts the static form of
+  // Sequences without host reads or changing shapes.
+  virtual std::string whole_step_blocker() const;
 };
 
 // Stops every row once the sequence (padded prompt included) reaches max_length tokens.
@@ -27,6 +30,7 @@ class MaxLengthCriterion final : public StoppingCriterion {
   explicit MaxLengthCriterion(int64_t max_length) : max_length_(max_length) {}
   std::string name() const override { return "max_length"; }
   at::Tensor should_stop(const Sequences& seqs) const override;
+  std::string whole_step_blocker() const override { return ""; }
   int64_t max_length() const { return max_length_; }
 
  private:
@@ -39,6 +43,7 @@ class EosCriterion final : public StoppingCriterion {
   explicit EosCriterion(std::vector<int64_t> eos_ids) : eos_ids_(std::move(eos_ids)) {}
   std::string name() const override { return "eos"; }
   at::Tensor should_stop(const Sequences& seqs) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   std::vector<int64_t> eos_ids_;
@@ -52,6 +57,9 @@ class MaxTimeCriterion final : public StoppingCriterion {
   explicit MaxTimeCriterion(double seconds);
   std::string name() const override { return "max_time"; }
   at::Tensor should_stop(const Sequences& seqs) const override;
+  std::string whole_step_blocker() const override {
+    return "stopping criterion 'max_time' reads the host clock at every step";
+  }
 
  private:
   double seconds_;
@@ -65,6 +73,7 @@ class StopSequencesCriterion final : public StoppingCriterion {
       : sequences_(std::move(sequences)), on_device_(sequences_.size()) {}
   std::string name() const override { return "stop_sequences"; }
   at::Tensor should_stop(const Sequences& seqs) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   std::vector<std::vector<int64_t>> sequences_;
@@ -78,6 +87,7 @@ class StoppingCriteria {
   // -> [rows] bool: any member says stop
   at::Tensor should_stop(const Sequences& seqs) const;
   bool has(const std::string& name) const;
+  std::string whole_step_blocker() const;  // the first member's
   size_t size() const { return members_.size(); }
 
  private:

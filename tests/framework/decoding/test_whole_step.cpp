@@ -1,0 +1,282 @@
+// The whole-step loop (framework/decoding/whole_step.h): the same tokens as the host loop for
+// every part that declares a whole-step form, reads of the done flag only every sync_every steps,
+// and a named reason wherever a part keeps the host loop. Uncaptured here (any device); the
+// captured graph is compared with the uncaptured step on CUDA only.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "backends/register_builtin.h"
+#include "framework/backend/backend_registry.h"
+#include "framework/decoding/generator.h"
+#include "framework/model/causal_lm.h"
+#include "framework/util/device.h"
+#include "framework/util/error.h"
+#include "tests/support/fixed_logits_backend.h"
+#include "tests/support/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using ::testing::HasSubstr;
+
+LoopOptions whole(LoopOptions::WholeStep mode = LoopOptions::WholeStep::kOn, int64_t sync = 3,
+                  bool capture = false) {
+  LoopOptions o;
+  o.whole_step = mode;
+  o.capture = capture;
+  o.sync_every = sync;
+  return o;
+}
+
+std::unique_ptr<ForwardBackend> backend(const std::string& name,
+                                        std::shared_ptr<const CausalLM> model,
+                                        std::map<std::string, std::string> options = {}) {
+  register_builtin_backends();
+  return BackendRegistry::instance().create(name, std::move(model),
+                                            BackendOptions(name, std::move(options)));
+}
+
+void expect_same_outputs(const GenerationResult& a, const GenerationResult& b,
+                         const std::string& what) {
+  ASSERT_EQ(a.outputs.size(), b.outputs.size()) << what;
+  for (size_t i = 0; i < a.outputs.size(); ++i) {
+    ASSERT_EQ(a.outputs[i].size(), b.outputs[i].size()) << what << " input " << i;
+    for (size_t j = 0; j < a.outputs[i].size(); ++j) {
+      EXPECT_EQ(a.outputs[i][j].tokens, b.outputs[i][j].tokens)
+          << what << " input " << i << " sequence " << j;
+      ASSERT_EQ(a.outputs[i][j].score.has_value(), b.outputs[i][j].score.has_value()) << what;
+      if (a.outputs[i][j].score) {
+        EXPECT_NEAR(*a.outputs[i][j].score, *b.outputs[i][j].score, 1e-5) << what;
+      }
+    }
+  }
+  EXPECT_EQ(a.timing.steps, b.timing.steps) << what;
+}
+
+const std::vector<std::vector<int64_t>> kPrompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
+
+// Every processor that reads the token history, with ids taken from what the model generates
+// (so that EOS, the stop sequence and the biased sequences actually occur): the static form's
+// length arithmetic is what differs from the host loop's.
+GenerationConfig history_config(const CausalLM& model) {
+  auto eager = backend("eager", std::shared_ptr<const CausalLM>(&model, [](const CausalLM*) {}));
+  GenerationConfig plain;
+  plain.max_new_tokens = 10;
+  const auto out = Generator(plain).generate(*eager, kPrompts).outputs;
+  const auto& t0 = out[0][0].tokens;
+  const auto& t2 = out[2][0].tokens;
+  GenerationConfig g;
+  g.max_new_tokens = 14;
+  g.eos_token_id = {t0[4]};
+  g.pad_token_id = 0;
+  g.min_new_tokens = 3;
+  g.repetition_penalty = 1.3;
+  g.no_repeat_ngram_size = 3;
+  g.frequency_penalty = 0.2;
+  g.presence_penalty = 0.1;
+  g.bad_words_ids = {{t2[0], t2[1]}};
+  g.sequence_bias = {{{t0[1], t0[2]}, -1.5}, {{t2[3]}, 2.0}};
+  g.begin_suppress_tokens = {t0[0]};
+  g.suppress_tokens = {t2[5]};
+  g.forced_eos_token_id = {t0[4]};
+  g.exponential_decay_length_penalty = std::make_pair<int64_t, double>(5, 1.2);
+  g.stop_sequences = {{t2[2], t2[3]}};
+  return g;
+}
+
+TEST(WholeStep, HistoryReadingPartsMatchTheHostLoop) {
+  for (const std::string which : {"tiny", "llama-a"}) {
+    const auto model = testing::test_model(which, 5);
+    const GenerationConfig base = history_config(*model);
+    GenerationConfig sample = base;
+    sample.do_sample = true;
+    sample.top_p = 0.9;
+    sample.num_return_sequences = 2;
+    GenerationConfig beam = base;
+    beam.num_beams = 3;
+    beam.num_return_sequences = 2;
+    beam.length_penalty = 0.7;
+    GenerationConfig beam_never = beam;
+    beam_never.early_stopping = EarlyStopping::kNever;
+    beam_never.length_penalty = 1.5;
+    GenerationConfig beam_sample = beam;
+    beam_sample.do_sample = true;
+    beam_sample.early_stopping = EarlyStopping::kTrue;
+    const auto host = backend("eager", model);
+    const auto stat = backend("cuda_graph", model, {{"capture", "false"}});
+    for (const auto& [what, g] :
+         {std::pair{"greedy", base}, std::pair{"sample", sample}, std::pair{"beam", beam},
+          std::pair{"beam_never", beam_never}, std::pair{"beam_sample", beam_sample}}) {
+      for (const int64_t sync : {1, 4}) {
+        const std::string label = which + "/" + what + "/sync_every " + std::to_string(sync);
+        at::manual_seed(23);
+        const auto a = Generator(g).generate(*host, kPrompts);
+        at::manual_seed(23);
+        const auto b = Generator(g, {}, whole(LoopOptions::WholeStep::kOn, sync))
+                           .generate(*stat, kPrompts);
+        EXPECT_TRUE(b.loop.whole_step) << label;
+        EXPECT_FALSE(b.loop.captured) << label;
+        expect_same_outputs(a, b, label);
+        // Steps past the end: fewer than sync_every.
+        EXPECT_GE(b.loop.steps_run, b.timing.steps) << label;
+        EXPECT_LT(b.loop.steps_run - b.timing.steps, sync) << label;
+      }
+    }
+  }
+}
+
+// Fixed logits in which a few tokens compete, so that the history decides every choice: EOS is
+// the best token for row 0 (it ends the row as soon as min_new_tokens allows), and the penalties
+// rotate the others, which repeats n-grams for no_repeat_ngram_size to ban.
+TEST(WholeStep, PenaltiesAndBansOverACompetitiveHistory) {
+  const auto model = testing::test_model("tiny", 3);
+  const int64_t vocab = model->config().vocab_size, eos = 7;
+  at::manual_seed(1);
+  at::Tensor logits = at::randn({8, vocab}) * 0.1;
+  for (int64_t r = 0; r < 8; ++r) {
+    for (int64_t t = 1; t <= 6; ++t) logits[r][t] = 5.0 - 0.07 * double(t) + 0.013 * double(r);
+    logits[r][eos] = r == 0 ? 6.0 : 3.2 + 0.2 * double(r);
+  }
+  testing::FixedLogitsBackend fixed(model, logits);
+  GenerationConfig g;
+  g.max_new_tokens = 16;
+  g.eos_token_id = {eos};
+  g.pad_token_id = 0;
+  g.min_new_tokens = 3;
+  g.repetition_penalty = 1.15;
+  g.no_repeat_ngram_size = 2;
+  g.frequency_penalty = 0.3;
+  g.sequence_bias = {{{2, 3}, -0.4}, {{5}, 0.2}};
+  g.bad_words_ids = {{4, 1}};
+  g.exponential_decay_length_penalty = std::make_pair<int64_t, double>(6, 1.3);
+  g.stop_sequences = {{6, 2}};
+  GenerationConfig beam = g;
+  beam.num_beams = 2;
+  GenerationConfig sample = g;
+  sample.do_sample = true;
+  sample.top_k = 4;
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4}, {5, 6}, {2, 2, 2, 2}};
+  for (const auto& [what, config] :
+       {std::pair{"greedy", g}, std::pair{"beam", beam}, std::pair{"sample", sample}}) {
+    at::manual_seed(4);
+    const auto a = Generator(config).generate(fixed, prompts);
+    at::manual_seed(4);
+    const auto b = Generator(config, {}, whole(LoopOptions::WholeStep::kOn, 2))
+                       .generate(fixed, prompts);
+    EXPECT_TRUE(b.loop.whole_step) << what;
+    expect_same_outputs(a, b, what);
+  }
+  // Row 0 of the greedy run ends with EOS right after min_new_tokens (3 tokens, then EOS).
+  const auto greedy = Generator(g).generate(fixed, prompts).outputs;
+  ASSERT_EQ(greedy[0][0].tokens.size(), 4u);
+  EXPECT_EQ(greedy[0][0].tokens.back(), eos);
+}
+
+TEST(WholeStep, ReadsTheDoneFlagEverySyncEverySteps) {
+  const auto model = testing::test_model("tiny", 3);
+  at::manual_seed(0);
+  testing::FixedLogitsBackend fixed(model, at::randn({4, model->config().vocab_size}));
+  GenerationConfig g;
+  g.max_new_tokens = 10;  // no EOS: every generation makes 10 decisions
+  for (const int64_t sync : {1, 3, 4, 20}) {
+    const auto a = Generator(g).generate(fixed, {{1, 2}, {3}});
+    const auto b = Generator(g, {}, whole(LoopOptions::WholeStep::kOn, sync))
+                       .generate(fixed, {{1, 2}, {3}});
+    expect_same_outputs(a, b, "sync_every " + std::to_string(sync));
+    // Before decisions 1 and every sync-th one below 10.
+    int64_t reads = 1;
+    for (int64_t run = 2; run < 10; ++run) reads += run % sync == 0;
+    EXPECT_EQ(b.loop.flag_reads, reads) << sync;
+    EXPECT_EQ(b.loop.steps_run, 10) << sync;
+    EXPECT_EQ(b.timing.steps, 10) << sync;
+  }
+}
+
+TEST(WholeStep, APartWithoutAWholeStepFormIsNamed) {
+  const auto model = testing::test_model("tiny", 3);
+  const auto stat = backend("cuda_graph", model, {{"capture", "false"}});
+  GenerationConfig g;
+  g.max_new_tokens = 5;
+
+  GenerationConfig timed = g;
+  timed.max_time = 100.0;
+  const auto fell_back =
+      Generator(timed, {}, whole(LoopOptions::WholeStep::kAuto)).generate(*stat, kPrompts);
+  EXPECT_FALSE(fell_back.loop.whole_step);
+  EXPECT_THAT(fell_back.loop.fallback, HasSubstr("'max_time'"));
+  expect_same_outputs(Generator(g).generate(*stat, kPrompts), fell_back, "max_time fallback");
+  EXPECT_THAT(testing::error_of([&] {
+                Generator(timed, {}, whole()).generate(*stat, kPrompts);
+              }),
+              HasSubstr("'max_time' reads the host clock"));
+
+  GenerationConfig diverse = g;
+  diverse.num_beams = 4;
+  diverse.num_beam_groups = 2;
+  diverse.diversity_penalty = 0.5;
+  EXPECT_THAT(testing::error_of([&] {
+                Generator(diverse, {}, whole()).generate(*stat, kPrompts);
+              }),
+              HasSubstr("'group_beam_search'"));
+
+  const auto eager = backend("eager", model);
+  EXPECT_THAT(testing::error_of([&] { Generator(g, {}, whole()).generate(*eager, kPrompts); }),
+              HasSubstr("backend 'eager' has no static decode step"));
+
+  EXPECT_THAT(testing::error_of([&] {
+                Generator(g, {}, whole()).generate(*stat, kPrompts, [](const StreamedToken&) {});
+              }),
+              HasSubstr("streaming"));
+
+  if (!cuda_available()) {
+    EXPECT_THAT(testing::error_of([&] {
+                  Generator(g, {}, whole(LoopOptions::WholeStep::kOn, 3, /*capture=*/true))
+                      .generate(*stat, kPrompts);
+                }),
+                HasSubstr("needs the model on a CUDA device"));
+  }
+  EXPECT_THAT(testing::error_of([&] { Generator(g, {}, whole(LoopOptions::WholeStep::kOn, 0)); }),
+              HasSubstr("sync_every: expected an integer >= 1, found 0"));
+  EXPECT_THAT(testing::error_of([] { parse_whole_step("sometimes", "loop.whole_step"); }),
+              HasSubstr("loop.whole_step: expected off, auto or on, found 'sometimes'"));
+}
+
+TEST(WholeStep, TheStaticFormHasNoHostLength) {
+  Sequences s{at::zeros({2, 8}, at::kLong), at::ones({2, 3}, at::kBool), 3,
+              at::scalar_tensor(5, at::kLong)};
+  EXPECT_THAT(testing::error_of([&] { (void)s.length(); }), HasSubstr("static form"));
+  s.tokens.copy_(at::arange(16, at::kLong).view({2, 8}));
+  EXPECT_TRUE(at::equal(last_tokens(s, 2), at::tensor({3, 4, 11, 12}, at::kLong).view({2, 2})));
+  EXPECT_TRUE(at::equal(written_columns(s).to(at::kLong),
+                        at::tensor({1, 1, 1, 1, 1, 0, 0, 0}, at::kLong)));
+}
+
+// On CUDA: the captured graph replays exactly what the uncaptured step computes.
+TEST(WholeStepCuda, CapturedEqualsUncaptured) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  LoadOptions on_cuda;
+  on_cuda.device = c10::Device(c10::kCUDA, 0);
+  const auto model = testing::test_model("gpt2-a", 5, on_cuda);
+  const auto graphs = backend("cuda_graph", model);
+  GenerationConfig g;
+  g.max_new_tokens = 12;
+  GenerationConfig sample = g;
+  sample.do_sample = true;
+  GenerationConfig beam = g;
+  beam.num_beams = 3;
+  for (const auto& [what, config] :
+       {std::pair{"greedy", g}, std::pair{"sample", sample}, std::pair{"beam", beam}}) {
+    at::manual_seed(9);
+    const auto a = Generator(config, {}, whole(LoopOptions::WholeStep::kOn, 4, false))
+                       .generate(*graphs, kPrompts);
+    at::manual_seed(9);
+    const auto b = Generator(config, {}, whole(LoopOptions::WholeStep::kOn, 4, true))
+                       .generate(*graphs, kPrompts);
+    EXPECT_TRUE(b.loop.captured) << what;
+    expect_same_outputs(a, b, what);
+  }
+}
+
+}  // namespace
+}  // namespace gengraph
