@@ -5,7 +5,8 @@
 // the model's noise on top.
 //
 // loop/<strategy>/rows:R (its per_step counter), GPT-2's vocabulary (50257), 32 new tokens with
-// min_new_tokens 32 (as the seed's config), on GENGRAPH_BENCH_DEVICE.
+// min_new_tokens 32 (as the seed's config), on GENGRAPH_BENCH_DEVICE; loop/<strategy>_whole the
+// same through the whole-step loop.
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
@@ -41,6 +42,10 @@ struct LoopCase {
   std::string label;
   int64_t beams = 1;
   bool sample = false;
+  // The whole step on the device (framework/decoding/whole_step.h): one CUDA graph per generation
+  // on CUDA, uncaptured elsewhere (its ops/step is then what the graph holds, not what the host
+  // issues per step), the done flag read every 4 steps.
+  bool whole = false;
 };
 
 void BM_Loop(benchmark::State& state, LoopCase c) {
@@ -57,7 +62,13 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
   g.max_new_tokens = kNew;
   g.min_new_tokens = kNew;
   g.eos_token_id = {kEos};
-  const Generator generator(g, [dev] { synchronize(dev); });
+  LoopOptions loop;
+  if (c.whole) {
+    loop.whole_step = LoopOptions::WholeStep::kOn;
+    loop.capture = dev.is_cuda();
+    loop.sync_every = 4;
+  }
+  const Generator generator(g, [dev] { synchronize(dev); }, loop);
   std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch),
                                             std::vector<int64_t>(kPrompt));
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -75,6 +86,7 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
     state.counters["ops/step"] = static_cast<double>(counter.top_level()) / kNew;
     state.counters["host_reads/step"] = static_cast<double>(counter.host_reads()) / kNew;
   }
+  if (c.whole) state.counters["captured"] = loop.capture ? 1 : 0;
   for (auto _ : state) {
     benchmark::DoNotOptimize(generator.generate(backend, prompts).timing.steps);
   }
@@ -90,7 +102,10 @@ void register_loop_benchmarks() {
   const std::vector<std::pair<LoopCase, std::vector<int64_t>>> cases = {
       {{"greedy", 1, false}, {1, 8}},
       {{"sample", 1, true}, {1, 8}},
-      {{"beam4", 4, false}, {4, 16}}};
+      {{"beam4", 4, false}, {4, 16}},
+      {{"greedy_whole", 1, false, true}, {1, 8}},
+      {{"sample_whole", 1, true, true}, {1, 8}},
+      {{"beam4_whole", 4, false, true}, {4, 16}}};
   for (const auto& [c, rows] : cases) {
     auto* b =
         benchmark::RegisterBenchmark(("loop/" + c.label).c_str(), BM_Loop, c)->ArgName("rows");

@@ -173,6 +173,16 @@ BackendSpec read_backend(const YAML::Node& n, const std::string& path, const std
     if (b.name.empty()) r.fail("name", "a backend name");
     b.label = r.scalar<std::string>("label", "", "a label");
     if (r.has("fused")) b.fused = r.scalar<bool>("fused", true, "true or false");
+    if (r.has("loop")) {
+      const YAML::Node l = r.child("loop");
+      if (!l.IsMap()) r.fail("loop", "a mapping with whole_step, capture and sync_every");
+      MapReader lr(l, path + ".loop", file);
+      b.loop.whole_step =
+          parse_whole_step(lr.choice("whole_step", "on", {"off", "auto", "on"}), path + ".loop");
+      b.loop.capture = lr.scalar<bool>("capture", true, "true or false");
+      b.loop.sync_every = lr.integer("sync_every", 4, 1, 1 << 20);
+      lr.finish();
+    }
     if (r.has("options")) {
       const YAML::Node o = r.child("options");
       if (!o.IsMap()) r.fail("options", "a mapping of backend options");
@@ -339,7 +349,7 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   } else if (r.has("backend")) {
     c.backends.push_back(read_backend(r.child("backend"), "backend", file));
   } else {
-    c.backends.push_back(BackendSpec{"eager", "eager", {}});
+    c.backends.push_back(BackendSpec{"eager", "eager", {}, {}, {}});
   }
   std::set<std::string> labels;
   for (const auto& b : c.backends) {

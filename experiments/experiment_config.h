@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "framework/decoding/whole_step.h"
+
 namespace gengraph {
 
 struct ModelSpec {
@@ -28,6 +30,9 @@ struct BackendSpec {
   // The model's form for this row (ModelConfig::fused) when it differs from model.fused: the
   // runner then loads the model a second time in that form, for this row (and others like it).
   std::optional<bool> fused;
+  // The decoding loop that drives this row (`loop:` whole_step, capture, sync_every); the host
+  // loop when absent.
+  LoopOptions loop;
 };
 
 struct InputsSpec {

@@ -66,6 +66,7 @@ struct Row {
   bool deterministic = true;
   int64_t steps = 0;
   int64_t peak_device = 0;
+  LoopReport loop;  // the last timed generation's
 };
 
 // Where the experiment's model comes from (no dtype or device: callers that load add them).
@@ -90,6 +91,13 @@ void check_runnable(const ExperimentConfig& c) {
                                            c10::Device(c.model.device));
     } catch (const Error& e) {
       throw Error(c.file + ": backends: '" + b.label + "': " + e.what());
+    }
+    // A whole step that must be captured needs the model on CUDA; say so before any work.
+    if (b.loop.whole_step == LoopOptions::WholeStep::kOn && b.loop.capture &&
+        c.model.device.rfind("cuda", 0) != 0) {
+      throw Error(c.file + ": backends: '" + b.label +
+                  "': loop.whole_step: on with capture: true needs model.device: cuda (found " +
+                  c.model.device + "); set loop.capture: false to run the whole step uncaptured");
     }
   }
   if (c.model.preset.empty() && !std::filesystem::is_directory(c.model.path)) {
@@ -209,7 +217,10 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
   }
   std::function<void()> sync;
   if (device.is_cuda()) sync = [device] { synchronize(device); };
-  const Generator generator(gen, sync);
+  // One generator per loop a row asks for (the host loop unless a backend entry says `loop:`).
+  const auto generator_for = [&](const BackendSpec& spec) {
+    return Generator(gen, sync, spec.loop);
+  };
 
   nlohmann::json doc = results_header(c);
   doc["environment"] = {{"gengraph_commit", gengraph_commit()},
@@ -264,9 +275,14 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
     row.backend = BackendRegistry::instance().create(spec.name, model,
                                                      BackendOptions(spec.name, spec.options));
     reset_peak_memory(device);
+    const Generator generator = generator_for(spec);
     for (int64_t i = 0; i < c.run.warmup; ++i) {
       at::manual_seed(c.run.seed);
-      generator.generate(*row.backend, prompts);
+      const GenerationResult r = generator.generate(*row.backend, prompts);
+      if (i == 0 && !r.loop.fallback.empty()) {
+        log << "backend " << spec.label
+            << ": whole step not possible, host loop: " << r.loop.fallback << "\n";
+      }
     }
     row.peak_device = peak_memory_bytes(device);
     rows.push_back(std::move(row));
@@ -276,8 +292,9 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
       Row& row = rows[(k + static_cast<size_t>(i)) % rows.size()];
       at::manual_seed(c.run.seed);
       const bool streamed = stream && i == 0 && &row == &rows.front();
-      const GenerationResult r =
-          generator.generate(*row.backend, prompts, streamed ? stream : TokenStream());
+      const GenerationResult r = generator_for(row.spec).generate(
+          *row.backend, prompts, streamed ? stream : TokenStream());
+      row.loop = r.loop;
       const nlohmann::json outputs = outputs_json(r, prompts);
       if (row.outputs.is_null()) row.outputs = outputs;
       row.deterministic = row.deterministic && outputs == row.outputs;
@@ -302,6 +319,15 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
     run["options"] = row.spec.options;
     run["fused"] = row.spec.fused.value_or(c.model.fused);
     run["report"] = row.backend->report();
+    run["loop"] = {{"whole_step", whole_step_name(row.spec.loop.whole_step)},
+                   {"capture", row.spec.loop.capture},
+                   {"sync_every", row.spec.loop.sync_every},
+                   {"ran_whole_step", row.loop.whole_step},
+                   {"captured", row.loop.captured},
+                   {"fallback", row.loop.fallback},
+                   {"steps_run", row.loop.steps_run},
+                   {"flag_reads", row.loop.flag_reads},
+                   {"capture_seconds", row.loop.capture_s}};
     run["steps"] = row.steps;
     run["deterministic_across_repeats"] = row.deterministic;
     run["outputs"] = row.outputs;

@@ -95,6 +95,20 @@ void point_table(std::ostringstream& o, const nlohmann::json& doc,
         << std::setprecision(2) << num("aoti_load_seconds") << " s"
         << (num("aoti_freezing") > 0 ? ", freezing" : "") << "\n";
     }
+    // The decoding loop: the whole step on the device (framework/decoding/whole_step.h) or the
+    // host loop, and why when a row asked for the whole step and did not get it.
+    if (r.contains("loop") && r.at("loop").value("whole_step", "off") != "off") {
+      const auto& l = r.at("loop");
+      if (l.value("ran_whole_step", false)) {
+        o << "    whole step on the device, "
+          << (l.value("captured", false) ? "one CUDA graph" : "uncaptured") << ", done flag read "
+          << l.value("flag_reads", int64_t{0}) << " times over " << l.value("steps_run", int64_t{0})
+          << " steps\n";
+      } else {
+        o << "    host loop (whole step not possible: " << l.value("fallback", std::string())
+          << ")\n";
+      }
+    }
     // The attention kernel LibTorch picks for gengraph's own decode step (at::SDPBackend).
     if (r.contains("report") && r.at("report").contains("sdpa_kernel")) {
       static const char* kNames[] = {"math", "flash", "memory-efficient", "cuDNN", "overrideable"};

@@ -147,7 +147,7 @@ GenerationResult Generator::generate(ForwardBackend& backend,
     result.loop.fallback = why;
   }
 
-  Sequences seqs{ids, valid, prompt_len};
+  Sequences seqs{ids, valid, prompt_len, {}};
   pipe.strategy->begin(seqs);
   const auto t0 = Clock::now();
   at::Tensor logits =

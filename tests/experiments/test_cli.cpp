@@ -102,6 +102,10 @@ TEST(Cli, ValidateChecksBackendOptionsAndEverySweepPointsModel) {
       {"model: {preset: gpt2-tiny}\nbackends: [{name: trace, options: {cache_dir: " +
            (dir / "c0.yaml").string() + "}}]\n",
        "option 'cache_dir': '" + (dir / "c0.yaml").string() + "' is not a folder"},
+      {"model: {preset: gpt2-tiny}\nbackends: [{name: cuda_graph, label: w, options: {capture: "
+       "false}, loop: {whole_step: on}}]\n",
+       "backends: 'w': loop.whole_step: on with capture: true needs model.device: cuda (found "
+       "cpu)"},
   };
   int i = 0;
   for (const auto& [head, expected] : cases) {

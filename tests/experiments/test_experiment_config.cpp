@@ -106,6 +106,18 @@ INSTANTIATE_TEST_SUITE_P(
                 "model: {preset: gpt2-tiny}\n" + kInputs +
                     "backends: [{name: eager, label: u, fused: 2}]\n",
                 "fused: expected true or false, found '2'"},
+        BadYaml{"bad_loop_whole_step",
+                "model: {preset: gpt2-tiny}\n" + kInputs +
+                    "backends: [{name: eager, loop: {whole_step: sometimes}}]\n",
+                "backends[0].loop.whole_step: expected one of off, auto, on, found 'sometimes'"},
+        BadYaml{"bad_loop_sync_every",
+                "model: {preset: gpt2-tiny}\n" + kInputs +
+                    "backends: [{name: eager, loop: {sync_every: 0}}]\n",
+                "backends[0].loop.sync_every: expected an integer in [1, 1048576], found '0'"},
+        BadYaml{"bad_loop_key",
+                "model: {preset: gpt2-tiny}\n" + kInputs +
+                    "backends: [{name: eager, loop: {graph: yes}}]\n",
+                "backends[0].loop.graph"},
         BadYaml{"preset_and_path", "model: {preset: gpt2-tiny, path: /x}\n" + kInputs,
                 "exactly one of model.preset or model.path"},
         BadYaml{"no_model", kInputs, "model: expected a model: mapping"},

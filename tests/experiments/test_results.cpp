@@ -50,6 +50,42 @@ run: {warmup: 0, repeats: 2}
   EXPECT_THAT(table, HasSubstr("decode ms/token"));
 }
 
+// A row may ask for the whole decoding step on the device (`loop:`); the results record what ran
+// and, where a part prevented it, why; the table says it under the row.
+TEST(Cli, WholeStepRowsRecordTheirLoop) {
+  TempDir dir;
+  write_file(dir / "w.yaml", R"(model: {preset: gpt2-tiny}
+backends:
+  - eager
+  - {name: cuda_graph, label: whole, options: {capture: false},
+     loop: {whole_step: on, capture: false, sync_every: 2}}
+  - {name: eager, label: asked, loop: {whole_step: auto}}
+inputs: {prompts: [[1, 2, 3], [4, 5]]}
+generation: {max_new_tokens: 5, num_beams: 2}
+run: {warmup: 1, repeats: 1}
+)");
+  const auto out = dir / "w.json";
+  ASSERT_EQ(cli({"run", (dir / "w.yaml").string(), "--output", out.string(), "--quiet"}), 0);
+  const auto doc = nlohmann::json::parse(testing::read_file(out));
+  ASSERT_EQ(doc["runs"].size(), 3u);
+  EXPECT_EQ(doc["runs"][0]["loop"]["whole_step"], "off");
+  const auto& whole = doc["runs"][1]["loop"];
+  EXPECT_TRUE(whole["ran_whole_step"].get<bool>());
+  EXPECT_FALSE(whole["captured"].get<bool>());
+  EXPECT_EQ(whole["sync_every"], 2);
+  EXPECT_EQ(whole["steps_run"], 5);
+  EXPECT_EQ(whole["flag_reads"], 3);  // before steps 1, 2 and 4
+  EXPECT_EQ(doc["runs"][1]["outputs"], doc["runs"][0]["outputs"]);
+  const auto& asked = doc["runs"][2]["loop"];
+  EXPECT_FALSE(asked["ran_whole_step"].get<bool>());
+  EXPECT_THAT(asked["fallback"].get<std::string>(), HasSubstr("backend 'eager'"));
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"show", out.string()}), 0);
+  const std::string table = ::testing::internal::GetCapturedStdout();
+  EXPECT_THAT(table, HasSubstr("whole step on the device, uncaptured, done flag read 3 times"));
+  EXPECT_THAT(table, HasSubstr("host loop (whole step not possible: backend 'eager'"));
+}
+
 // "same tokens" compares tokens: in bfloat16 two correct backends can keep the same beams with
 // scores that differ in the last bits (seen on the GPU: trace's fused kernels), so a score
 // difference is reported beside it, not as a mismatch; a different token is one.

@@ -156,9 +156,10 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
   const at::Tensor running = seqs.tokens.view({b, nb, cur_len});
   const at::Tensor cand =
       at::cat({gather_beams(running, beam), token.unsqueeze(-1)}, 2);  // [B, K, L+1]
-  const at::Tensor hits = stop.should_stop(Sequences{cand.view({b * k, cur_len + 1}),
-                                                     seqs.prompt_valid, seqs.prompt_length})
-                              .view({b, k});  // [B, K]
+  const at::Tensor hits =
+      stop.should_stop(
+              Sequences{cand.view({b * k, cur_len + 1}), seqs.prompt_valid, seqs.prompt_length, {}})
+          .view({b, k});  // [B, K]
 
   // The best num_beams candidates that did not stop keep running.
   const at::Tensor running_candidates = top_scores + hits.to(at::kFloat) * kBlocked;
@@ -204,15 +205,11 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
   StepDecision d;
   d.next_tokens = next_running.select(2, cur_len).reshape({b * nb});
   d.parent_rows = (parent + at::arange(b, parent.options()).unsqueeze(1) * nb).reshape({b * nb});
-  // The three stop conditions in one device-to-host copy: on CUDA each .item() waits for the
-  // device.
-  const at::Tensor flags =
-      at::stack({improvable_.any(), is_finished_.all(), hits.all()}).to(at::kCPU);
-  const auto f = flags.accessor<bool, 1>();
-  const bool can_improve = f[0];
-  const bool all_full = early_true && f[1];
-  const bool all_hit = f[2];
-  d.done = !(can_improve && !all_full && !all_hit);
+  // The three stop conditions combined on the device and read in one scalar read: on CUDA each
+  // read waits for the device.
+  at::Tensor done = improvable_.any().logical_not().logical_or(hits.all());
+  if (early_true) done = done.logical_or(is_finished_.all());
+  d.done = done.item<bool>();
   return d;
 }
 

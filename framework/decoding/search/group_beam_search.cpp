@@ -134,8 +134,8 @@ StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcess
     const at::Tensor rows = at::tensor(idx, at::kLong).to(dev);  // [B*gs]
     const at::Tensor group_tokens = seqs.tokens.index_select(0, rows);
     state_->group = g;
-    const Sequences group_seqs{group_tokens, seqs.prompt_valid.index_select(0, rows),
-                               seqs.prompt_length};
+    const Sequences group_seqs{
+        group_tokens, seqs.prompt_valid.index_select(0, rows), seqs.prompt_length, {}};
     const at::Tensor lp =
         processors.process(group_seqs, at::log_softmax(logits.index_select(0, rows), -1));
     const at::Tensor acc =
