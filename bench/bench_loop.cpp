@@ -68,7 +68,8 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
     loop.capture = dev.is_cuda();
     loop.sync_every = 4;
   }
-  const Generator generator(g, [dev] { synchronize(dev); }, loop);
+  const Generator generator(
+      g, [dev] { synchronize(dev); }, loop);
   std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch),
                                             std::vector<int64_t>(kPrompt));
   for (size_t i = 0; i < prompts.size(); ++i) {

@@ -42,9 +42,9 @@ struct LoopReport {
   bool whole_step = false;  // the whole-step loop ran
   bool captured = false;    // ... replayed as a CUDA graph
   std::string fallback;     // why the host loop ran although whole_step was auto ("" otherwise)
-  int64_t steps_run = 0;    // decoding steps run, those past the end (up to sync_every - 1) included
-  int64_t flag_reads = 0;   // reads of the done flag, each a device-to-host wait on CUDA
-  double capture_s = 0;     // capturing the graph
+  int64_t steps_run = 0;   // decoding steps run, those past the end (up to sync_every - 1) included
+  int64_t flag_reads = 0;  // reads of the done flag, each a device-to-host wait on CUDA
+  double capture_s = 0;    // capturing the graph
 };
 
 // "" when the whole step can run with this pipeline and backend (static_decode() is asked, so

@@ -113,8 +113,8 @@ TEST(WholeStep, HistoryReadingPartsMatchTheHostLoop) {
         at::manual_seed(23);
         const auto a = Generator(g).generate(*host, kPrompts);
         at::manual_seed(23);
-        const auto b = Generator(g, {}, whole(LoopOptions::WholeStep::kOn, sync))
-                           .generate(*stat, kPrompts);
+        const auto b =
+            Generator(g, {}, whole(LoopOptions::WholeStep::kOn, sync)).generate(*stat, kPrompts);
         EXPECT_TRUE(b.loop.whole_step) << label;
         EXPECT_FALSE(b.loop.captured) << label;
         expect_same_outputs(a, b, label);
@@ -162,8 +162,8 @@ TEST(WholeStep, PenaltiesAndBansOverACompetitiveHistory) {
     at::manual_seed(4);
     const auto a = Generator(config).generate(fixed, prompts);
     at::manual_seed(4);
-    const auto b = Generator(config, {}, whole(LoopOptions::WholeStep::kOn, 2))
-                       .generate(fixed, prompts);
+    const auto b =
+        Generator(config, {}, whole(LoopOptions::WholeStep::kOn, 2)).generate(fixed, prompts);
     EXPECT_TRUE(b.loop.whole_step) << what;
     expect_same_outputs(a, b, what);
   }
@@ -181,8 +181,8 @@ TEST(WholeStep, ReadsTheDoneFlagEverySyncEverySteps) {
   g.max_new_tokens = 10;  // no EOS: every generation makes 10 decisions
   for (const int64_t sync : {1, 3, 4, 20}) {
     const auto a = Generator(g).generate(fixed, {{1, 2}, {3}});
-    const auto b = Generator(g, {}, whole(LoopOptions::WholeStep::kOn, sync))
-                       .generate(fixed, {{1, 2}, {3}});
+    const auto b =
+        Generator(g, {}, whole(LoopOptions::WholeStep::kOn, sync)).generate(fixed, {{1, 2}, {3}});
     expect_same_outputs(a, b, "sync_every " + std::to_string(sync));
     // Before decisions 1 and every sync-th one below 10.
     int64_t reads = 1;
@@ -206,18 +206,14 @@ TEST(WholeStep, APartWithoutAWholeStepFormIsNamed) {
   EXPECT_FALSE(fell_back.loop.whole_step);
   EXPECT_THAT(fell_back.loop.fallback, HasSubstr("'max_time'"));
   expect_same_outputs(Generator(g).generate(*stat, kPrompts), fell_back, "max_time fallback");
-  EXPECT_THAT(testing::error_of([&] {
-                Generator(timed, {}, whole()).generate(*stat, kPrompts);
-              }),
+  EXPECT_THAT(testing::error_of([&] { Generator(timed, {}, whole()).generate(*stat, kPrompts); }),
               HasSubstr("'max_time' reads the host clock"));
 
   GenerationConfig diverse = g;
   diverse.num_beams = 4;
   diverse.num_beam_groups = 2;
   diverse.diversity_penalty = 0.5;
-  EXPECT_THAT(testing::error_of([&] {
-                Generator(diverse, {}, whole()).generate(*stat, kPrompts);
-              }),
+  EXPECT_THAT(testing::error_of([&] { Generator(diverse, {}, whole()).generate(*stat, kPrompts); }),
               HasSubstr("'group_beam_search'"));
 
   const auto eager = backend("eager", model);
@@ -248,8 +244,8 @@ TEST(WholeStep, TheStaticFormHasNoHostLength) {
   EXPECT_THAT(testing::error_of([&] { (void)s.length(); }), HasSubstr("static form"));
   s.tokens.copy_(at::arange(16, at::kLong).view({2, 8}));
   EXPECT_TRUE(at::equal(last_tokens(s, 2), at::tensor({3, 4, 11, 12}, at::kLong).view({2, 2})));
-  EXPECT_TRUE(at::equal(written_columns(s).to(at::kLong),
-                        at::tensor({1, 1, 1, 1, 1, 0, 0, 0}, at::kLong)));
+  EXPECT_TRUE(
+      at::equal(written_columns(s).to(at::kLong), at::tensor({1, 1, 1, 1, 1, 0, 0, 0}, at::kLong)));
 }
 
 // On CUDA: the captured graph replays exactly what the uncaptured step computes.
