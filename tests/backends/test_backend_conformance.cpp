@@ -77,7 +77,8 @@ TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
   const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
   GenerationConfig g;
   g.max_new_tokens = 12;
-  // Greedy, seeded sampling and beam search (the beam reorder runs inside decode).
+  // Greedy, seeded sampling, beam search, beam sampling and diverse beam search (the beam reorder
+  // runs inside decode).
   GenerationConfig sample = g;
   sample.do_sample = true;
   sample.top_k = 20;
@@ -87,9 +88,13 @@ TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
   GenerationConfig beam_sample = beam;
   beam_sample.do_sample = true;
   beam_sample.early_stopping = EarlyStopping::kTrue;
+  GenerationConfig diverse = beam;
+  diverse.num_beams = 4;
+  diverse.num_beam_groups = 2;
+  diverse.diversity_penalty = 0.5;
   for (const auto& [what, config] :
        {std::pair{"greedy", g}, std::pair{"sample", sample}, std::pair{"beam", beam},
-        std::pair{"beam_sample", beam_sample}}) {
+        std::pair{"beam_sample", beam_sample}, std::pair{"diverse_beam", diverse}}) {
     at::manual_seed(17);
     const auto a = Generator(config).generate(*reference, prompts);
     at::manual_seed(17);

@@ -3,8 +3,7 @@
 // backend on the fused model (the default form), for the unfused form (transformers' formulation
 // op by op), for the aoti backend (the model exported by torch.export, compiled by
 // AOTInductor), and for the whole-step loop run uncaptured over cuda_graph's static step
-// (framework/decoding/whole_step.h; every case but diverse beam search, which keeps the host loop
-// and says so).
+// (framework/decoding/whole_step.h).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -68,8 +67,8 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
   } else if (variant == "whole_step") {
     backend = BackendRegistry::instance().create(
         "cuda_graph", loaded.model, BackendOptions("cuda_graph", {{"capture", "false"}}));
-    // auto: diverse beam search falls back (checked below); sync_every 3 runs steps past the end.
-    loop.whole_step = LoopOptions::WholeStep::kAuto;
+    // sync_every 3: some generations run steps past their end.
+    loop.whole_step = LoopOptions::WholeStep::kOn;
     loop.capture = false;
     loop.sync_every = 3;
   } else {
@@ -82,14 +81,7 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
   // Same seed, same draws: the default generator is where transformers' sampling draws from.
   at::manual_seed(rec["seed"].get<uint64_t>());
   const GenerationResult r = Generator(gen, {}, loop).generate(*backend, prompts);
-  if (variant == "whole_step") {
-    if (gen.num_beam_groups > 1) {
-      EXPECT_FALSE(r.loop.whole_step);
-      EXPECT_NE(r.loop.fallback.find("group_beam_search"), std::string::npos) << r.loop.fallback;
-    } else {
-      EXPECT_TRUE(r.loop.whole_step) << r.loop.fallback;
-    }
-  }
+  if (variant == "whole_step") EXPECT_TRUE(r.loop.whole_step);
   ASSERT_EQ(r.outputs.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     ASSERT_EQ(r.outputs[i].size(), expected[i].size()) << "input " << i;

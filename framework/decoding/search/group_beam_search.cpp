@@ -12,13 +12,14 @@ at::Tensor HammingDiversity::process(const Sequences&, at::Tensor scores) const 
   const int64_t start = s.group * s.group_size;
   if (start == 0) return scores;
   const int64_t batch = s.current_tokens.size(0) / s.num_beams, vocab = scores.size(-1);
-  at::Tensor out = scores.clone();
-  for (int64_t b = 0; b < batch; ++b) {
-    const at::Tensor previous = s.current_tokens.narrow(0, b * s.num_beams, start);
-    const at::Tensor frequency = at::bincount(previous, {}, vocab);  // [vocab] int64
-    out.narrow(0, b * s.group_size, s.group_size).sub_(frequency * penalty_);
-  }
-  return out;
+  // How often each token was chosen by the earlier groups of each input: [B, vocab], counted on
+  // the device (bincount would read its size back to the host).
+  const at::Tensor previous = s.current_tokens.view({batch, s.num_beams}).narrow(1, 0, start);
+  const at::Tensor frequency =
+      at::zeros({batch, vocab}, scores.options())
+          .scatter_add_(1, previous, at::ones(previous.sizes(), scores.options()));
+  return (scores.view({batch, s.group_size, vocab}) - (frequency * penalty_).unsqueeze(1))
+      .view(scores.sizes());
 }
 
 GroupBeamSearch::GroupBeamSearch(GroupBeamSearchOptions options,
@@ -32,6 +33,20 @@ GroupBeamSearch::GroupBeamSearch(GroupBeamSearchOptions options,
 void GroupBeamSearch::begin(const Sequences& seqs) {
   batch_ = seqs.rows() / options_.num_beams;
   prompt_len_ = seqs.prompt_length;
+  on_device_ = seqs.is_static();
+  if (on_device_) {
+    const int64_t g = options_.num_beam_groups, gs = group_size_, cap = seqs.tokens.size(1);
+    const auto l = seqs.tokens.options();
+    pool_scores_ = at::zeros({batch_, g, gs}, l.dtype(at::kDouble));
+    pool_keys_ = at::zeros({batch_, g, gs}, l);
+    pool_tokens_ = at::zeros({batch_, g, gs, cap}, l);
+    pool_lengths_ = at::zeros({batch_, g, gs}, l);
+    pool_sizes_ = at::zeros({batch_, g}, l);
+    pool_done_ = at::zeros({batch_, g}, l.dtype(at::kBool));
+    current_ = at::zeros({batch_ * options_.num_beams}, l);
+    done_ = at::zeros({}, l.dtype(at::kBool));
+    eos_ = at::tensor(options_.eos, at::kLong).to(l.device());
+  }
   // The first beam of every group starts at 0, the others at -1e9.
   beam_scores_ =
       at::full({batch_, options_.num_beams}, -1e9, seqs.tokens.options().dtype(at::kFloat));
@@ -164,10 +179,159 @@ StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcess
   return d;
 }
 
+void GroupBeamSearch::add_on_device(int64_t g, const at::Tensor& valid, const at::Tensor& score,
+                                    const at::Tensor& hyp, const at::Tensor& length,
+                                    const at::Tensor& key) {
+  const int64_t gs = group_size_, cap = hyp.size(1);
+  at::Tensor scores = pool_scores_.select(1, g), keys = pool_keys_.select(1, g);  // [B, gs]
+  at::Tensor tokens = pool_tokens_.select(1, g), lengths = pool_lengths_.select(1, g);
+  at::Tensor sizes = pool_sizes_.select(1, g);  // [B]
+  const at::Tensor used = at::arange(gs, sizes.options()).unsqueeze(0).lt(sizes.unsqueeze(1));
+  const at::Tensor lowest = std::get<0>(
+      at::where(used, scores,
+                at::scalar_tensor(std::numeric_limits<double>::infinity(), scores.options()))
+          .min(1));
+  const at::Tensor worst =
+      at::where(sizes.gt(0), lowest, at::scalar_tensor(1e9, scores.options()));  // as Pool::worst
+  const at::Tensor full = sizes.ge(gs);
+  const at::Tensor accept = valid.logical_and(full.logical_not().logical_or(score.gt(worst)));
+  // A full pool evicts its lowest score, the oldest among equals; one with room fills the next
+  // slot.
+  const at::Tensor evict =
+      at::where(used.logical_and(scores.eq(lowest.unsqueeze(1))), keys,
+                at::scalar_tensor(std::numeric_limits<int64_t>::max(), keys.options()))
+          .argmin(1);
+  const at::Tensor slot = at::where(full, evict, sizes.clamp_max(gs - 1)).unsqueeze(1);  // [B, 1]
+  const at::Tensor take = accept.unsqueeze(1);
+  scores.scatter_(1, slot, at::where(take, score.unsqueeze(1), scores.gather(1, slot)));
+  keys.scatter_(1, slot, at::where(take, key.expand({score.size(0), 1}), keys.gather(1, slot)));
+  lengths.scatter_(1, slot,
+                   at::where(take, length.expand({score.size(0), 1}), lengths.gather(1, slot)));
+  const at::Tensor row = slot.unsqueeze(2).expand({score.size(0), 1, cap});
+  tokens.scatter_(1, row, at::where(take.unsqueeze(2), hyp.unsqueeze(1), tokens.gather(1, row)));
+  sizes.add_(accept.logical_and(full.logical_not()).to(at::kLong));
+}
+
+DeviceDecision GroupBeamSearch::device_step(const at::Tensor& logits,
+                                            const LogitsProcessor& processors, Sequences& seqs,
+                                            const StoppingCriteria& stop) {
+  const int64_t nb = options_.num_beams, gs = group_size_, vocab = logits.size(-1);
+  const int64_t cap = seqs.tokens.size(1), groups = options_.num_beam_groups;
+  const int64_t k = std::max<int64_t>(2, 1 + static_cast<int64_t>(options_.eos.size())) * gs;
+  const auto long_opts = seqs.tokens.options();
+  const at::Tensor cur = seqs.written.clone();         // [] the length before this step
+  const at::Tensor generated = cur + 1 - prompt_len_;  // [] generated tokens after it
+  const at::Tensor live = done_.logical_not();
+  const auto penalty = [&](const at::Tensor& len) {
+    return at::pow(len.to(at::kDouble), options_.length_penalty);
+  };
+  const at::Tensor done_len =
+      (options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0)
+          ? at::scalar_tensor(options_.max_length - prompt_len_, long_opts)
+          : generated;
+  at::Tensor tokens = seqs.tokens.clone();  // [B*nb, cap], reordered group by group
+  at::Tensor reorder = at::zeros({batch_ * nb}, long_opts);
+  state_->current_tokens = current_;
+  const at::Tensor batch_rows = at::arange(batch_, long_opts).unsqueeze(1) * gs;  // [B, 1]
+  for (int64_t g = 0; g < groups; ++g) {
+    // Rows of group g, input by input: b * nb + g * gs + j.
+    const at::Tensor rows =
+        (at::arange(batch_, long_opts).unsqueeze(1) * nb + g * gs + at::arange(gs, long_opts))
+            .view({-1});
+    const at::Tensor group_tokens = seqs.tokens.index_select(0, rows);
+    state_->group = g;
+    const Sequences group_seqs{group_tokens, seqs.prompt_valid.index_select(0, rows),
+                               seqs.prompt_length, seqs.written};
+    const at::Tensor lp =
+        processors.process(group_seqs, at::log_softmax(logits.index_select(0, rows), -1));
+    const at::Tensor acc =
+        (lp + beam_scores_.index_select(0, rows).unsqueeze(-1)).view({batch_, gs * vocab});
+    auto [top_scores, top_idx] = at::topk(acc, k, 1, /*largest=*/true, /*sorted=*/true);
+    const at::Tensor src = top_idx.div(vocab, "floor");  // [B, k] beam within the group
+    const at::Tensor tok = top_idx.remainder(vocab);
+    const at::Tensor is_eos = at::isin(tok, eos_);
+    const at::Tensor was_done = pool_done_.select(1, g).clone();  // [B], before this step
+    const at::Tensor open = was_done.logical_not().logical_and(live);
+    // EOS among the first gs candidates joins the pool, in rank order.
+    const at::Tensor by_beam = group_tokens.view({batch_, gs, cap});
+    for (int64_t j = 0; j < gs; ++j) {
+      at::Tensor hyp = by_beam.gather(1, src.narrow(1, j, 1).unsqueeze(2).expand({batch_, 1, cap}))
+                           .squeeze(1);  // [B, cap]
+      hyp.index_copy_(1, cur.view({1}), tok.narrow(1, j, 1));
+      add_on_device(g, open.logical_and(is_eos.select(1, j)),
+                    top_scores.select(1, j).to(at::kDouble) / penalty(generated), hyp, generated,
+                    cur * gs + j);
+    }
+    // Pool::is_done with the best score of this step.
+    const at::Tensor best = top_scores.select(1, 0).to(at::kDouble);
+    at::Tensor finished = pool_sizes_.select(1, g).ge(gs);
+    if (options_.early_stopping != EarlyStopping::kTrue) {
+      const at::Tensor lowest = std::get<0>(pool_scores_.select(1, g).min(1));
+      finished = finished.logical_and(lowest.ge(best / penalty(done_len)));
+    }
+    pool_done_.select(1, g).logical_or_(finished.logical_and(open));
+    // The first gs candidates that are not EOS continue; a group that was done runs on padding
+    // from row 0, as transformers does.
+    const at::Tensor rank = at::arange(k, long_opts).unsqueeze(0);
+    const at::Tensor chosen =
+        std::get<1>(at::sort(at::where(is_eos, rank + k, rank), 1)).narrow(1, 0, gs);  // [B, gs]
+    const at::Tensor keep = was_done.unsqueeze(1);
+    const at::Tensor ns =
+        at::where(keep, at::scalar_tensor(0.0, top_scores.options()), top_scores.gather(1, chosen));
+    const at::Tensor nt =
+        at::where(keep, at::scalar_tensor(options_.pad_token, long_opts), tok.gather(1, chosen));
+    const at::Tensor next_rows =
+        at::where(keep, at::scalar_tensor(0, long_opts), src.gather(1, chosen) + batch_rows)
+            .view({-1});  // [B*gs], rows of group_tokens
+    beam_scores_.index_copy_(0, rows,
+                             at::where(live, ns.view({-1}), beam_scores_.index_select(0, rows)));
+    tokens.index_copy_(0, rows, group_tokens.index_select(0, next_rows));
+    current_.index_copy_(0, rows, nt.view({-1}));
+    reorder.index_copy_(0, rows,
+                        next_rows.div(gs, "floor") * nb + g * gs + next_rows.remainder(gs));
+  }
+  tokens.index_copy_(1, cur.view({1}), current_.unsqueeze(1));
+  const at::Tensor stop_all =
+      stop.should_stop(Sequences{tokens, seqs.prompt_valid, seqs.prompt_length, cur + 1}).all();
+  seqs.tokens.copy_(at::where(live, tokens, seqs.tokens));
+  seqs.written.add_(live.to(at::kLong));  // finalize() reads the length the search ended at
+  done_.logical_or_(pool_done_.all().logical_or(stop_all));
+  return DeviceDecision{current_.clone(), reorder, done_.clone()};
+}
+
+void GroupBeamSearch::pools_from_device() {
+  const at::Tensor scores = pool_scores_.to(at::kCPU), keys = pool_keys_.to(at::kCPU);
+  const at::Tensor tokens = pool_tokens_.to(at::kCPU).contiguous();
+  const at::Tensor lengths = pool_lengths_.to(at::kCPU), sizes = pool_sizes_.to(at::kCPU);
+  const at::Tensor done = pool_done_.to(at::kCPU);
+  const int64_t groups = options_.num_beam_groups;
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t g = 0; g < groups; ++g) {
+      Pool& pool = pools_[b * groups + g];
+      pool = Pool{};
+      // Insertion order is the host pool's order (eviction keeps the others' order).
+      std::vector<std::pair<int64_t, int64_t>> order;  // (key, slot)
+      for (int64_t j = 0; j < sizes[b][g].item<int64_t>(); ++j)
+        order.emplace_back(keys[b][g][j].item<int64_t>(), j);
+      std::sort(order.begin(), order.end());
+      for (const auto& [key, j] : order) {
+        const int64_t* p = tokens[b][g][j].data_ptr<int64_t>() + prompt_len_;
+        const double score = scores[b][g][j].item<double>();
+        pool.beams.push_back(
+            Finished{score, std::vector<int64_t>(p, p + lengths[b][g][j].item<int64_t>())});
+        pool.worst = std::min(pool.worst, score);
+      }
+      pool.done = done[b][g].item<bool>();
+    }
+  }
+}
+
 std::vector<std::vector<Hypothesis>> GroupBeamSearch::finalize(const Sequences& seqs) {
+  if (on_device_) pools_from_device();
   const at::Tensor tokens = seqs.tokens.to(at::kCPU).contiguous();
   const at::Tensor scores = beam_scores_.to(at::kCPU);
-  const int64_t total = seqs.length(), groups = options_.num_beam_groups;
+  const int64_t total = on_device_ ? seqs.written.item<int64_t>() : seqs.length();
+  const int64_t groups = options_.num_beam_groups;
   for (int64_t bg = 0; bg < static_cast<int64_t>(pools_.size()); ++bg) {
     if (pools_[bg].done) continue;
     for (int64_t j = 0; j < group_size_; ++j) {

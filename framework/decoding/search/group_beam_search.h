@@ -29,6 +29,7 @@ class HammingDiversity final : public LogitsProcessor {
       : state_(std::move(state)), penalty_(penalty) {}
   std::string name() const override { return "hamming_diversity"; }
   at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  std::string whole_step_blocker() const override { return ""; }
 
  private:
   std::shared_ptr<const DiverseBeamState> state_;
@@ -51,10 +52,12 @@ class GroupBeamSearch final : public SearchStrategy {
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;
   std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
-  std::string whole_step_blocker() const override {
-    return "search strategy 'group_beam_search' (diverse beam search) keeps its finished "
-           "hypotheses in host-side pools, as transformers 4.55's BeamHypotheses did";
-  }
+  std::string whole_step_blocker() const override { return ""; }
+  // The pools as fixed tensors: each add is the host pool's add (evict the lowest score, the
+  // oldest among equals) done for every input at once; finalize() rebuilds the host pools.
+  DeviceDecision device_step(const at::Tensor& logits, const LogitsProcessor& processors,
+                             Sequences& seqs, const StoppingCriteria& stop) override;
+  bool reorders_rows() const override { return true; }
 
  private:
   struct Finished {
@@ -75,11 +78,24 @@ class GroupBeamSearch final : public SearchStrategy {
                     const at::Tensor& top_beams, const at::Tensor& group_tokens, int64_t cur_len,
                     at::Tensor& next_scores, at::Tensor& next_tokens, at::Tensor& next_rows);
 
+  // Whole-step form: adds the candidates `valid` [B] with `score` [B] float64, tokens `hyp` [B, cap]
+  // of `length` [] generated tokens, to group g's pools, in order `key` [].
+  void add_on_device(int64_t g, const at::Tensor& valid, const at::Tensor& score,
+                     const at::Tensor& hyp, const at::Tensor& length, const at::Tensor& key);
+  // Whole-step form: the device pools as host pools (finalize).
+  void pools_from_device();
+
   GroupBeamSearchOptions options_;
   std::shared_ptr<DiverseBeamState> state_;
   int64_t batch_ = 0, prompt_len_ = 0, group_size_ = 1;
   at::Tensor beam_scores_;   // [B * num_beams] float32
   std::vector<Pool> pools_;  // [B * groups], index b * groups + g
+  // The whole-step form's state, [B, groups, ...]: the pools' scores (float64), insertion keys,
+  // tokens (full rows), generated lengths, sizes and done flags; the tokens chosen this step
+  // (what HammingDiversity reads); whether the search has ended.
+  bool on_device_ = false;
+  at::Tensor pool_scores_, pool_keys_, pool_tokens_, pool_lengths_, pool_sizes_, pool_done_;
+  at::Tensor current_, done_, eos_;
 };
 
 }  // namespace gengraph

@@ -9,6 +9,7 @@
 #include "backends/register_builtin.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
+#include "framework/decoding/search/rowwise_search.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
@@ -103,11 +104,16 @@ TEST(WholeStep, HistoryReadingPartsMatchTheHostLoop) {
     GenerationConfig beam_sample = beam;
     beam_sample.do_sample = true;
     beam_sample.early_stopping = EarlyStopping::kTrue;
+    GenerationConfig diverse = beam;
+    diverse.num_beams = 4;
+    diverse.num_beam_groups = 2;
+    diverse.diversity_penalty = 0.7;
     const auto host = backend("eager", model);
     const auto stat = backend("cuda_graph", model, {{"capture", "false"}});
     for (const auto& [what, g] :
          {std::pair{"greedy", base}, std::pair{"sample", sample}, std::pair{"beam", beam},
-          std::pair{"beam_never", beam_never}, std::pair{"beam_sample", beam_sample}}) {
+          std::pair{"beam_never", beam_never}, std::pair{"beam_sample", beam_sample},
+          std::pair{"diverse", diverse}}) {
       for (const int64_t sync : {1, 4}) {
         const std::string label = which + "/" + what + "/sync_every " + std::to_string(sync);
         at::manual_seed(23);
@@ -133,8 +139,8 @@ TEST(WholeStep, PenaltiesAndBansOverACompetitiveHistory) {
   const auto model = testing::test_model("tiny", 3);
   const int64_t vocab = model->config().vocab_size, eos = 7;
   at::manual_seed(1);
-  at::Tensor logits = at::randn({8, vocab}) * 0.1;
-  for (int64_t r = 0; r < 8; ++r) {
+  at::Tensor logits = at::randn({16, vocab}) * 0.1;
+  for (int64_t r = 0; r < 16; ++r) {
     for (int64_t t = 1; t <= 6; ++t) logits[r][t] = 5.0 - 0.07 * double(t) + 0.013 * double(r);
     logits[r][eos] = r == 0 ? 6.0 : 3.2 + 0.2 * double(r);
   }
@@ -156,9 +162,14 @@ TEST(WholeStep, PenaltiesAndBansOverACompetitiveHistory) {
   GenerationConfig sample = g;
   sample.do_sample = true;
   sample.top_k = 4;
+  GenerationConfig diverse = g;
+  diverse.num_beams = 4;
+  diverse.num_beam_groups = 2;
+  diverse.diversity_penalty = 0.3;
+  diverse.num_return_sequences = 3;
   const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4}, {5, 6}, {2, 2, 2, 2}};
-  for (const auto& [what, config] :
-       {std::pair{"greedy", g}, std::pair{"beam", beam}, std::pair{"sample", sample}}) {
+  for (const auto& [what, config] : {std::pair{"greedy", g}, std::pair{"beam", beam},
+                                     std::pair{"sample", sample}, std::pair{"diverse", diverse}}) {
     at::manual_seed(4);
     const auto a = Generator(config).generate(fixed, prompts);
     at::manual_seed(4);
@@ -193,6 +204,27 @@ TEST(WholeStep, ReadsTheDoneFlagEverySyncEverySteps) {
   }
 }
 
+class Silent final : public LogitsProcessor {
+ public:
+  std::string name() const override { return "silent"; }
+  at::Tensor process(const Sequences&, at::Tensor scores) const override { return scores; }
+};
+class SilentStop final : public StoppingCriterion {
+ public:
+  std::string name() const override { return "silent_stop"; }
+  at::Tensor should_stop(const Sequences& seqs) const override {
+    return at::zeros({seqs.rows()}, at::kBool);
+  }
+};
+class SilentChoice final : public RowwiseSearch {
+ public:
+  using RowwiseSearch::RowwiseSearch;
+  std::string name() const override { return "silent_choice"; }
+
+ protected:
+  at::Tensor choose(const at::Tensor& scores) override { return scores.argmin(-1); }
+};
+
 TEST(WholeStep, APartWithoutAWholeStepFormIsNamed) {
   const auto model = testing::test_model("tiny", 3);
   const auto stat = backend("cuda_graph", model, {{"capture", "false"}});
@@ -209,12 +241,16 @@ TEST(WholeStep, APartWithoutAWholeStepFormIsNamed) {
   EXPECT_THAT(testing::error_of([&] { Generator(timed, {}, whole()).generate(*stat, kPrompts); }),
               HasSubstr("'max_time' reads the host clock"));
 
-  GenerationConfig diverse = g;
-  diverse.num_beams = 4;
-  diverse.num_beam_groups = 2;
-  diverse.diversity_penalty = 0.5;
-  EXPECT_THAT(testing::error_of([&] { Generator(diverse, {}, whole()).generate(*stat, kPrompts); }),
-              HasSubstr("'group_beam_search'"));
+  // Parts from elsewhere that say nothing are taken to have no whole-step form.
+  ProcessorChain chain;
+  chain.add(std::make_unique<Silent>());
+  EXPECT_THAT(chain.whole_step_blocker(),
+              HasSubstr("logits processor 'silent' does not say it can run in a whole-step graph"));
+  StoppingCriteria criteria;
+  criteria.add(std::make_unique<SilentStop>());
+  EXPECT_THAT(criteria.whole_step_blocker(), HasSubstr("stopping criterion 'silent_stop'"));
+  EXPECT_THAT(SilentChoice(std::nullopt).whole_step_blocker(),
+              HasSubstr("search strategy 'silent_choice' has no whole-step form"));
 
   const auto eager = backend("eager", model);
   EXPECT_THAT(testing::error_of([&] { Generator(g, {}, whole()).generate(*eager, kPrompts); }),
