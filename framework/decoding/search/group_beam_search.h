@@ -78,8 +78,8 @@ class GroupBeamSearch final : public SearchStrategy {
                     const at::Tensor& top_beams, const at::Tensor& group_tokens, int64_t cur_len,
                     at::Tensor& next_scores, at::Tensor& next_tokens, at::Tensor& next_rows);
 
-  // Whole-step form: adds the candidates `valid` [B] with `score` [B] float64, tokens `hyp` [B, cap]
-  // of `length` [] generated tokens, to group g's pools, in order `key` [].
+  // Whole-step form: adds the candidates `valid` [B] with `score` [B] float64, tokens `hyp` [B,
+  // cap] of `length` [] generated tokens, to group g's pools, in order `key` [].
   void add_on_device(int64_t g, const at::Tensor& valid, const at::Tensor& score,
                      const at::Tensor& hyp, const at::Tensor& length, const at::Tensor& key);
   // Whole-step form: the device pools as host pools (finalize).
