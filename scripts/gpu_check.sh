@@ -3,7 +3,8 @@
 # Usage: bash scripts/gpu_check.sh [STAGE...]   (default: tests seed gpt2 bench, about 5 minutes)
 # Stages, each time-boxed and writing its results to $OUT as it ends, so a stage cut short costs
 # only itself, and a rerun can name just the stages that need it:
-#   tests    the GPU test suite: replay bit-identical to the uncaptured step (float32, bfloat16),
+#   tests    the GPU test suite: replay bit-identical to the uncaptured step (float32, bfloat16;
+#            the whole-step graph too),
 #            every backend's tokens equal to eager in float32, bfloat16 logits as close to eager's
 #            as bfloat16 eager's are to float32 (75 s)
 #   seed     the seed's workload: GPT-J-6B shape, bf16, 4 beams, 32 in / 32 out, on every gengraph
@@ -65,7 +66,7 @@ for st in "${STAGES[@]}"; do
     stage "tests: the GPU test suite"
     # cuBLAS is bit-reproducible across streams (capture runs on a side stream) only with a fixed
     # workspace configuration (NVIDIA's cuBLAS docs, "Results reproducibility").
-    CUBLAS_WORKSPACE_CONFIG=:4096:8 timeout "${T_TESTS:-75}" "$BIN/gengraph_tests" --gtest_filter='*CudaGraph*' --gtest_brief=1
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 timeout "${T_TESTS:-75}" "$BIN/gengraph_tests" --gtest_filter='*CudaGraph*:WholeStepCuda*' --gtest_brief=1
     echo "gpu tests exit: $?" ;;
   seed)
     stage "seed: GPT-J-6B shape, bf16, beam 4, 32/32"

@@ -19,6 +19,7 @@ struct Engine::Impl {
   LoadedModel loaded;
   std::string backend_name;
   std::unique_ptr<ForwardBackend> backend;
+  LoopOptions loop;
 };
 
 namespace {
@@ -53,6 +54,13 @@ Engine::Engine(const std::string& model, const EngineOptions& o) : impl_(std::ma
   const ModelSource src = model_source_of(model, o);
   const BackendOptions options(o.backend, o.backend_options);
   BackendRegistry::instance().validate(o.backend, options, src.load.device);
+  impl_->loop.whole_step = parse_whole_step(o.whole_step, "EngineOptions::whole_step");
+  impl_->loop.capture = o.capture;
+  impl_->loop.sync_every = o.sync_every;
+  if (o.sync_every < 1) {
+    throw Error("EngineOptions::sync_every: expected an integer >= 1, found " +
+                std::to_string(o.sync_every));
+  }
   model_config_of(src);  // the preset or config.json checked before any weight is read
   impl_->loaded = load_model(src);
   impl_->backend_name = o.backend;
@@ -69,11 +77,14 @@ Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts,
   const c10::Device device = impl_->loaded.model->device();
   std::function<void()> sync;
   if (device.is_cuda()) sync = [device] { synchronize(device); };
-  const GenerationResult r = Generator(config, sync).generate(*impl_->backend, prompts, stream);
+  const GenerationResult r =
+      Generator(config, sync, impl_->loop).generate(*impl_->backend, prompts, stream);
   Generation out;
   out.settings = config.to_json();
   out.steps = r.timing.steps;
   out.seconds = r.timing.total_s;
+  out.whole_step = r.loop.whole_step;
+  out.whole_step_fallback = r.loop.fallback;
   for (const auto& per_input : r.outputs) {
     out.outputs.emplace_back();
     for (const auto& h : per_input) out.outputs.back().push_back(Sequence{h.tokens, h.score});

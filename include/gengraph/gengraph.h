@@ -34,6 +34,13 @@ struct EngineOptions {
   // random weights.
   nlohmann::json model_config = nullptr;
   uint64_t weights_seed = 0;
+  // The whole decoding step on the device (docs/architecture.md#the-whole-step-on-the-device):
+  // "off" (the host loop), "auto" (when every part allows it; Generation says why not) or "on"
+  // (an error naming the part that prevents it); replayed as a CUDA graph (`capture`, CUDA only)
+  // or run uncaptured; the done flag read every `sync_every` steps.
+  std::string whole_step = "off";
+  bool capture = true;
+  int64_t sync_every = 4;
 };
 
 struct Sequence {
@@ -46,6 +53,8 @@ struct Generation {
   nlohmann::json settings;                     // the resolved generation settings
   int64_t steps = 0;                           // forward calls (tokens per row)
   double seconds = 0;                          // prefill to last token
+  bool whole_step = false;                     // the whole step ran on the device
+  std::string whole_step_fallback;             // why not, when EngineOptions::whole_step was auto
 };
 
 class Engine {

@@ -114,6 +114,33 @@ TEST(Engine, BeamSearchRefusesToStream) {
               HasSubstr("'beam_search' strategy chooses its sequences only when it finishes"));
 }
 
+// The whole step through the facade: the same tokens as the host loop, or the reason it cannot.
+TEST(Engine, RunsTheWholeStepOrSaysWhyNot) {
+  EngineOptions o;
+  o.backend = "cuda_graph";
+  o.backend_options = {{"capture", "false"}};
+  Engine host("gpt2-tiny", o);
+  o.whole_step = "on";
+  o.capture = false;
+  Engine whole("gpt2-tiny", o);
+  const Json settings = {{"max_new_tokens", 6}, {"num_beams", 3}};
+  const Generation a = host.generate({{1, 2, 3}, {4}}, settings);
+  const Generation b = whole.generate({{1, 2, 3}, {4}}, settings);
+  EXPECT_FALSE(a.whole_step);
+  EXPECT_TRUE(b.whole_step);
+  ASSERT_EQ(a.outputs.size(), b.outputs.size());
+  for (size_t i = 0; i < a.outputs.size(); ++i)
+    EXPECT_EQ(a.outputs[i][0].tokens, b.outputs[i][0].tokens);
+  EngineOptions e;
+  e.whole_step = "auto";
+  const Generation c = Engine("gpt2-tiny", e).generate({{1, 2}}, {{"max_new_tokens", 2}});
+  EXPECT_FALSE(c.whole_step);
+  EXPECT_THAT(c.whole_step_fallback, HasSubstr("backend 'eager' has no static decode step"));
+  e.whole_step = "always";
+  EXPECT_THAT(error_of([&] { Engine("gpt2-tiny", e); }),
+              HasSubstr("EngineOptions::whole_step: expected off, auto or on, found 'always'"));
+}
+
 TEST(Engine, ErrorsNameTheInputBeforeAnyLoad) {
   EXPECT_THAT(error_of([] { Engine("no/such/folder"); }),
               HasSubstr("model 'no/such/folder': no such model folder"));
