@@ -59,6 +59,8 @@ class StaticDecode {
   // After prefill(): slot = length(), parents the identity, every token valid. The caller then
   // fills ids and positions.
   virtual void start() = 0;
+  // Valid once prepared; the same storage for as long as the prepared shape does not change (a
+  // loop keeps a graph captured over them for the next generation of that shape).
   virtual StaticDecodeBuffers buffers() = 0;
   virtual void run(bool reorder) = 0;
 };

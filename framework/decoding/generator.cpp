@@ -29,6 +29,59 @@ void emit(const TokenStream& stream, const StepDecision& d, int64_t per_input, i
 
 }  // namespace
 
+// Everything a whole-step generation's graph reads and writes, kept for the next generation of
+// the same shape on the same backend: its graph then replays from the first decode step on.
+struct Generator::WholeStepState {
+  const ForwardBackend* backend = nullptr;
+  StaticDecode* static_decode = nullptr;
+  int64_t rows = 0, max_length = 0, prompt_length = 0;
+  Pipeline pipe;
+  Sequences seqs;
+  at::Tensor done, live_steps;  // [] bool: after the last decision; [] int64: decisions before it
+  StaticDecodeBuffers buffers;  // the backend's, as the graph was captured over them
+  std::unique_ptr<StepGraph> graph;
+  bool reuses(ForwardBackend& b, int64_t r, int64_t len, int64_t prompt) const {
+    if (&b != backend || r != rows || len != max_length || prompt != prompt_length) return false;
+    StaticDecode* sd = b.static_decode();
+    if (sd != static_decode) return false;
+    const StaticDecodeBuffers now = sd->buffers();
+    return now.ids.data_ptr() == buffers.ids.data_ptr() &&
+           now.positions.data_ptr() == buffers.positions.data_ptr() &&
+           now.slot.data_ptr() == buffers.slot.data_ptr() &&
+           now.parents.data_ptr() == buffers.parents.data_ptr() &&
+           now.logits.data_ptr() == buffers.logits.data_ptr();
+  }
+};
+
+Generator::Generator(const Generator& other)
+    : config_(other.config_), sync_(other.sync_), loop_(other.loop_) {}
+
+Generator::~Generator() = default;
+Generator::Generator(Generator&&) noexcept = default;
+
+Generator::WholeStepState& Generator::whole_step_state(ForwardBackend& backend, Pipeline pipe,
+                                                       int64_t rows, int64_t max_length,
+                                                       int64_t prompt_length) const {
+  if (whole_ && whole_->reuses(backend, rows, max_length, prompt_length)) return *whole_;
+  whole_.reset();  // its graph and buffers first
+  auto w = std::make_unique<WholeStepState>();
+  w->backend = &backend;
+  w->static_decode = backend.static_decode();
+  w->rows = rows;
+  w->max_length = max_length;
+  w->prompt_length = prompt_length;
+  w->pipe = std::move(pipe);
+  const auto l = at::TensorOptions().dtype(at::kLong).device(backend.model().device());
+  w->seqs = Sequences{at::empty({rows, max_length}, l),
+                      at::empty({rows, prompt_length}, l.dtype(at::kBool)), prompt_length,
+                      at::zeros({}, l)};
+  w->done = at::zeros({}, l.dtype(at::kBool));
+  w->live_steps = at::zeros({}, l);
+  w->buffers = w->static_decode->buffers();
+  whole_ = std::move(w);
+  return *whole_;
+}
+
 Generator::Generator(GenerationConfig config, std::function<void()> sync, LoopOptions loop)
     : config_(std::move(config)), sync_(std::move(sync)), loop_(loop) {
   config_.validate();
@@ -127,18 +180,20 @@ GenerationResult Generator::generate(ForwardBackend& backend,
   if (loop_.whole_step != LoopOptions::WholeStep::kOff) {
     std::string why = whole_step_blocker(pipe, backend, static_cast<bool>(stream), loop_);
     if (why.empty()) {
+      WholeStepState& w = whole_step_state(backend, std::move(pipe), rows, max_length, prompt_len);
       // The static form: a [rows, max_length] buffer that the steps write in place.
-      at::Tensor buffer = at::full({rows, max_length}, pad, ids.options());
-      buffer.narrow(1, 0, prompt_len).copy_(ids);
-      Sequences seqs{buffer, valid, prompt_len, at::scalar_tensor(prompt_len, ids.options())};
-      pipe.strategy->begin(seqs);
+      w.seqs.tokens.narrow(1, 0, prompt_len).copy_(ids);
+      w.seqs.tokens.narrow(1, prompt_len, max_length - prompt_len).fill_(pad);
+      w.seqs.prompt_valid.copy_(valid);
+      w.seqs.written.fill_(prompt_len);
+      w.pipe.strategy->begin(w.seqs);
       const auto t0 = Clock::now();
       const at::Tensor logits =
           backend.prefill(StepInputs{input_ids, input_positions, input_valid, {}, per_input})
               .to(at::kFloat);
-      run_whole_step(backend, pipe, seqs, logits, positions.select(1, prompt_len - 1).unsqueeze(1),
+      run_whole_step(backend, w, logits, positions.select(1, prompt_len - 1).unsqueeze(1),
                      max_length - prompt_len, t0, result);
-      fold_outputs(pipe.strategy->finalize(seqs), batch, result);
+      fold_outputs(w.pipe.strategy->finalize(w.seqs), batch, result);
       return result;
     }
     if (loop_.whole_step == LoopOptions::WholeStep::kOn) {
@@ -189,18 +244,21 @@ void Generator::fold_outputs(std::vector<std::vector<Hypothesis>> per_row, int64
   }
 }
 
-void Generator::run_whole_step(ForwardBackend& backend, Pipeline& pipe, Sequences& seqs,
+void Generator::run_whole_step(ForwardBackend& backend, WholeStepState& w,
                                const at::Tensor& first_logits, const at::Tensor& last_positions,
                                int64_t max_steps, Clock::time_point t0,
                                GenerationResult& result) const {
-  StaticDecode& sd = *backend.static_decode();
+  StaticDecode& sd = *w.static_decode;
+  Pipeline& pipe = w.pipe;
+  Sequences& seqs = w.seqs;
   sd.start();
-  const StaticDecodeBuffers buf = sd.buffers();
+  const StaticDecodeBuffers& buf = w.buffers;
   buf.positions.copy_(last_positions);
   const bool reorder = pipe.strategy->reorders_rows();
-  const auto flags = seqs.written.options().dtype(at::kBool);
-  const at::Tensor done = at::zeros({}, flags);                         // after the last decision
-  const at::Tensor live_steps = at::zeros({}, seqs.written.options());  // decisions before done
+  const at::Tensor& done = w.done;
+  const at::Tensor& live_steps = w.live_steps;
+  done.zero_();
+  live_steps.zero_();
   // One decision: the strategy's device step, then its tokens into the backend's input buffers.
   const auto decide = [&](const at::Tensor& logits) {
     live_steps.add_(done.logical_not().to(at::kLong));
@@ -230,20 +288,21 @@ void Generator::run_whole_step(ForwardBackend& backend, Pipeline& pipe, Sequence
   result.timing.time_to_first_token_s = since(t0);
   result.loop.whole_step = true;
   int64_t run = 1;
-  std::unique_ptr<StepGraph> graph;
   for (; run < max_steps; ++run) {
     if ((run == 1 || run % loop_.sync_every == 0) && read_done()) break;
-    // The first decode step runs uncaptured (it creates what the parts make on first use); the
-    // graph records the second and replays from then on.
-    if (loop_.capture && run >= 2) {
-      if (!graph) {
+    // In the first generation of a shape the first decode step runs uncaptured (it creates what
+    // the parts make on first use), the graph records the second and replays from then on; later
+    // generations of the shape replay it from the first decode step.
+    if (loop_.capture && (run >= 2 || w.graph)) {
+      if (!w.graph) {
         const auto c0 = Clock::now();
-        graph = std::make_unique<StepGraph>(backend.model().device());
+        auto graph = std::make_unique<StepGraph>(backend.model().device());
         graph->capture(step);
+        w.graph = std::move(graph);
         result.loop.capture_s = since(c0);
-        result.loop.captured = true;
       }
-      graph->replay();
+      result.loop.captured = true;
+      w.graph->replay();
     } else {
       step();
     }

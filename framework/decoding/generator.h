@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "framework/backend/forward_backend.h"
@@ -42,6 +43,10 @@ class Generator {
  public:
   // `sync` waits for the device (CUDA) so that timings are true; empty on CPU.
   Generator(GenerationConfig config, std::function<void()> sync = {}, LoopOptions loop = {});
+  // A copy has the same settings and none of the whole-step state (below).
+  Generator(const Generator& other);
+  Generator(Generator&&) noexcept;
+  ~Generator();
 
   // prompts: token ids per input, ragged allowed (left-padded here as transformers does).
   // `stream`, when given, receives each token as it is chosen (token_stream.h); on CUDA that adds
@@ -53,18 +58,26 @@ class Generator {
   const LoopOptions& loop() const { return loop_; }
 
  private:
+  struct WholeStepState;
+  // The whole-step state for this shape: the one kept from the last generation when it matches
+  // (same backend, static step buffers, rows and lengths: its graph is reused), else a new one
+  // made with `pipe`.
+  WholeStepState& whole_step_state(ForwardBackend& backend, Pipeline pipe, int64_t rows,
+                                   int64_t max_length, int64_t prompt_length) const;
   static void fold_outputs(std::vector<std::vector<Hypothesis>> per_row, int64_t batch,
                            GenerationResult& result);
   // The whole-step loop (whole_step.h) after the prefill: `first_logits` [rows, vocab] float32,
   // `last_positions` [rows, 1] the prompt's last position ids, at most `max_steps` decisions.
-  void run_whole_step(ForwardBackend& backend, Pipeline& pipe, Sequences& seqs,
-                      const at::Tensor& first_logits, const at::Tensor& last_positions,
-                      int64_t max_steps, std::chrono::steady_clock::time_point t0,
-                      GenerationResult& result) const;
+  void run_whole_step(ForwardBackend& backend, WholeStepState& w, const at::Tensor& first_logits,
+                      const at::Tensor& last_positions, int64_t max_steps,
+                      std::chrono::steady_clock::time_point t0, GenerationResult& result) const;
 
   GenerationConfig config_;
   std::function<void()> sync_;
   LoopOptions loop_;
+  // The last whole-step generation's buffers, pipeline and graph (generate() is const, and not
+  // thread-safe with the whole step: one Generator per thread).
+  mutable std::unique_ptr<WholeStepState> whole_;
 };
 
 }  // namespace gengraph

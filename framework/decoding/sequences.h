@@ -12,6 +12,7 @@
 #include <ATen/Tensor.h>
 
 #include <cstdint>
+#include <string>
 
 namespace gengraph {
 
@@ -26,6 +27,16 @@ struct Sequences {
   int64_t length() const;
   int64_t generated() const { return length() - prompt_length; }
 };
+
+// The first of `members`' whole_step_blocker() reasons, "" when none has one (chains of parts).
+template <typename Members>
+std::string first_whole_step_blocker(const Members& members) {
+  for (const auto& m : members) {
+    std::string why = m->whole_step_blocker();
+    if (!why.empty()) return why;
+  }
+  return "";
+}
 
 // The static form's helpers, each a few device ops without a host read.
 // [rows, n] int64: the last n written tokens of every row (columns before 0 clamp to column 0;

@@ -27,6 +27,16 @@ at::Tensor written_columns(const Sequences& seqs) {
   return at::arange(seqs.tokens.size(1), seqs.tokens.options()).lt(seqs.written);
 }
 
+void refill(at::Tensor& t, at::IntArrayRef sizes, const at::TensorOptions& options,
+            const at::Scalar& value) {
+  if (t.defined() && t.sizes() == sizes && t.dtype() == options.dtype() &&
+      t.device() == options.device() && t.is_contiguous()) {
+    t.fill_(value);
+  } else {
+    t = at::full(sizes, value, options);
+  }
+}
+
 DeviceDecision SearchStrategy::device_step(const at::Tensor&, const LogitsProcessor&, Sequences&,
                                            const StoppingCriteria&) {
   throw Error(whole_step_blocker().empty()

@@ -79,22 +79,7 @@ TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
   g.max_new_tokens = 12;
   // Greedy, seeded sampling, beam search, beam sampling and diverse beam search (the beam reorder
   // runs inside decode).
-  GenerationConfig sample = g;
-  sample.do_sample = true;
-  sample.top_k = 20;
-  GenerationConfig beam = g;
-  beam.num_beams = 3;
-  beam.num_return_sequences = 2;
-  GenerationConfig beam_sample = beam;
-  beam_sample.do_sample = true;
-  beam_sample.early_stopping = EarlyStopping::kTrue;
-  GenerationConfig diverse = beam;
-  diverse.num_beams = 4;
-  diverse.num_beam_groups = 2;
-  diverse.diversity_penalty = 0.5;
-  for (const auto& [what, config] :
-       {std::pair{"greedy", g}, std::pair{"sample", sample}, std::pair{"beam", beam},
-        std::pair{"beam_sample", beam_sample}, std::pair{"diverse_beam", diverse}}) {
+  for (const auto& [what, config] : testing::every_strategy(g)) {
     at::manual_seed(17);
     const auto a = Generator(config).generate(*reference, prompts);
     at::manual_seed(17);

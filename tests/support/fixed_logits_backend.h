@@ -26,11 +26,8 @@ class FixedLogitsBackend final : public ForwardBackend, public StaticDecode {
   // The whole-step loop's forward: the fixed rows copied into a logits buffer.
   StaticDecode* static_decode() override { return this; }
   void start() override {
-    const int64_t rows = shape().rows;
-    const auto l = logits_.options().dtype(at::kLong);
-    buffers_ = StaticDecodeBuffers{at::zeros({rows, 1}, l), at::zeros({rows, 1}, l),
-                                   at::full({1}, length(), l), at::arange(rows, l),
-                                   at::empty({rows, logits_.size(1)}, logits_.options())};
+    buffers_.slot.fill_(length());
+    buffers_.parents.copy_(at::arange(buffers_.parents.size(0), buffers_.parents.options()));
   }
   StaticDecodeBuffers buffers() override { return buffers_; }
   void run(bool) override {
@@ -39,7 +36,14 @@ class FixedLogitsBackend final : public ForwardBackend, public StaticDecode {
   }
 
  protected:
-  void do_prepare(const BatchShape&) override {}
+  // The static step's buffers stay put while the shape does (StaticDecode's contract).
+  void do_prepare(const BatchShape& shape) override {
+    if (buffers_.ids.defined() && buffers_.ids.size(0) == shape.rows) return;
+    const auto l = logits_.options().dtype(at::kLong);
+    buffers_ = StaticDecodeBuffers{at::zeros({shape.rows, 1}, l), at::zeros({shape.rows, 1}, l),
+                                   at::zeros({1}, l), at::arange(shape.rows, l),
+                                   at::empty({shape.rows, logits_.size(1)}, logits_.options())};
+  }
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor&) override {
     ++prefills_;
     return rows_of(in);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/decoding/generation_config.h"
 #include "framework/model/weights.h"
 
 namespace gengraph {
@@ -75,6 +76,11 @@ int run_quietly(const std::filesystem::path& config, const std::filesystem::path
 // "tiny" (the gpt2-tiny preset with `seed`) or a fixture model folder by name, e.g. "gpt2-a".
 std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t seed,
                                            const LoadOptions& load = {});
+
+// Every built-in strategy over the settings of `base`: greedy, seeded sampling (top_k 20), beam
+// search (3 beams, 2 returned), beam sampling (early_stopping true) and diverse beam search (4
+// beams in 2 groups), labelled.
+std::vector<std::pair<std::string, GenerationConfig>> every_strategy(const GenerationConfig& base);
 
 // The message of the gengraph::Error that `f` throws, or "<no error>".
 template <typename F>

@@ -14,11 +14,7 @@ std::string LogitsProcessor::whole_step_blocker() const {
 }
 
 std::string ProcessorChain::whole_step_blocker() const {
-  for (const auto& m : members_) {
-    std::string why = m->whole_step_blocker();
-    if (!why.empty()) return why;
-  }
-  return "";
+  return first_whole_step_blocker(members_);
 }
 
 at::Tensor ProcessorChain::process(const Sequences& seqs, at::Tensor scores) const {

@@ -25,18 +25,20 @@ void BeamSearch::begin(const Sequences& seqs) {
   batch_ = seqs.rows() / nb;
   prompt_len_ = seqs.prompt_length;
   candidates_ = std::max<int64_t>(2, 1 + options_.n_eos) * nb;
-  const auto f = seqs.tokens.options().dtype(at::kFloat);
-  running_scores_ = at::zeros({batch_, nb}, f);
+  // In place where the shapes repeat (refill): a whole-step graph of an earlier generation reads
+  // these very buffers.
+  const auto f = seqs.tokens.options().dtype(at::kFloat), b = f.dtype(at::kBool);
+  refill(running_scores_, {batch_, nb}, f, 0.0);
   running_scores_.narrow(1, 1, nb - 1).fill_(kBlocked);
-  fin_tokens_ =
-      at::full({batch_, nb, options_.max_length}, options_.fill_token, seqs.tokens.options());
-  fin_scores_ = at::full({batch_, nb}, kBlocked, f);
-  fin_lengths_ = at::zeros({batch_, nb}, seqs.tokens.options());
-  is_finished_ = at::zeros({batch_, nb}, f.dtype(at::kBool));
-  improvable_ = at::ones({batch_, 1}, f.dtype(at::kBool));
-  top_mask_ = at::cat(
-      {at::ones({nb}, f.dtype(at::kBool)), at::zeros({candidates_ - nb}, f.dtype(at::kBool))});
-  done_ = at::zeros({}, f.dtype(at::kBool));
+  refill(fin_tokens_, {batch_, nb, options_.max_length}, seqs.tokens.options(),
+         options_.fill_token);
+  refill(fin_scores_, {batch_, nb}, f, kBlocked);
+  refill(fin_lengths_, {batch_, nb}, seqs.tokens.options(), 0);
+  refill(is_finished_, {batch_, nb}, b, false);
+  refill(improvable_, {batch_, 1}, b, true);
+  refill(top_mask_, {candidates_}, b, false);
+  top_mask_.narrow(0, 0, nb).fill_(true);
+  refill(done_, {}, b, false);
 }
 
 // step() over the static form. The same operations in the same order, with the sequence length

@@ -34,24 +34,26 @@ void GroupBeamSearch::begin(const Sequences& seqs) {
   batch_ = seqs.rows() / options_.num_beams;
   prompt_len_ = seqs.prompt_length;
   on_device_ = seqs.is_static();
-  if (on_device_) {
+  if (on_device_) {  // in place where the shapes repeat (refill), as BeamSearch::begin
     const int64_t g = options_.num_beam_groups, gs = group_size_, cap = seqs.tokens.size(1);
     const auto l = seqs.tokens.options();
-    pool_scores_ = at::zeros({batch_, g, gs}, l.dtype(at::kDouble));
-    pool_keys_ = at::zeros({batch_, g, gs}, l);
-    pool_tokens_ = at::zeros({batch_, g, gs, cap}, l);
-    pool_lengths_ = at::zeros({batch_, g, gs}, l);
-    pool_sizes_ = at::zeros({batch_, g}, l);
-    pool_done_ = at::zeros({batch_, g}, l.dtype(at::kBool));
-    current_ = at::zeros({batch_ * options_.num_beams}, l);
-    done_ = at::zeros({}, l.dtype(at::kBool));
-    eos_ = at::tensor(options_.eos, at::kLong).to(l.device());
+    refill(pool_scores_, {batch_, g, gs}, l.dtype(at::kDouble), 0.0);
+    refill(pool_keys_, {batch_, g, gs}, l, 0);
+    refill(pool_tokens_, {batch_, g, gs, cap}, l, 0);
+    refill(pool_lengths_, {batch_, g, gs}, l, 0);
+    refill(pool_sizes_, {batch_, g}, l, 0);
+    refill(pool_done_, {batch_, g}, l.dtype(at::kBool), false);
+    refill(current_, {batch_ * options_.num_beams}, l, 0);
+    refill(done_, {}, l.dtype(at::kBool), false);
+    if (!eos_.defined() || eos_.device() != l.device())
+      eos_ = at::tensor(options_.eos, at::kLong).to(l.device());
   }
   // The first beam of every group starts at 0, the others at -1e9.
-  beam_scores_ =
-      at::full({batch_, options_.num_beams}, -1e9, seqs.tokens.options().dtype(at::kFloat));
-  beam_scores_.slice(1, 0, options_.num_beams, group_size_).fill_(0.0);
-  beam_scores_ = beam_scores_.view({-1});
+  refill(beam_scores_, {batch_ * options_.num_beams}, seqs.tokens.options().dtype(at::kFloat),
+         -1e9);
+  beam_scores_.view({batch_, options_.num_beams})
+      .slice(1, 0, options_.num_beams, group_size_)
+      .fill_(0.0);
   pools_.assign(batch_ * options_.num_beam_groups, Pool{});
 }
 

@@ -6,8 +6,8 @@ namespace gengraph {
 
 void RowwiseSearch::begin(const Sequences& seqs) {
   const auto opts = seqs.tokens.options();
-  unfinished_ = at::ones({seqs.rows()}, opts.dtype(at::kBool));
-  lengths_ = at::zeros({seqs.rows()}, opts.dtype(at::kLong));
+  refill(unfinished_, {seqs.rows()}, opts.dtype(at::kBool), true);
+  refill(lengths_, {seqs.rows()}, opts.dtype(at::kLong), 0);
 }
 
 StepDecision RowwiseSearch::step(const at::Tensor& logits, const LogitsProcessor& processors,

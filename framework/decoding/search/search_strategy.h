@@ -29,6 +29,12 @@ struct StepDecision {
   at::Tensor emitted;
 };
 
+// Makes `t` a tensor of `sizes` and `options` filled with `value`: in place when it already is one
+// (so that a graph captured over it in an earlier generation stays valid), allocated otherwise.
+// Strategies' begin() sets their state with it.
+void refill(at::Tensor& t, at::IntArrayRef sizes, const at::TensorOptions& options,
+            const at::Scalar& value);
+
 // What the whole-step form of a step decides, all of it on the device.
 struct DeviceDecision {
   at::Tensor next_tokens;  // [rows] int64, already written into the sequences

@@ -12,11 +12,7 @@ std::string StoppingCriterion::whole_step_blocker() const {
 }
 
 std::string StoppingCriteria::whole_step_blocker() const {
-  for (const auto& m : members_) {
-    std::string why = m->whole_step_blocker();
-    if (!why.empty()) return why;
-  }
-  return "";
+  return first_whole_step_blocker(members_);
 }
 
 at::Tensor MaxLengthCriterion::should_stop(const Sequences& seqs) const {

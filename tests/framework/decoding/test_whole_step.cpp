@@ -89,31 +89,15 @@ GenerationConfig history_config(const CausalLM& model) {
 TEST(WholeStep, HistoryReadingPartsMatchTheHostLoop) {
   for (const std::string which : {"tiny", "llama-a"}) {
     const auto model = testing::test_model(which, 5);
-    const GenerationConfig base = history_config(*model);
-    GenerationConfig sample = base;
-    sample.do_sample = true;
-    sample.top_p = 0.9;
-    sample.num_return_sequences = 2;
-    GenerationConfig beam = base;
-    beam.num_beams = 3;
-    beam.num_return_sequences = 2;
-    beam.length_penalty = 0.7;
-    GenerationConfig beam_never = beam;
-    beam_never.early_stopping = EarlyStopping::kNever;
-    beam_never.length_penalty = 1.5;
-    GenerationConfig beam_sample = beam;
-    beam_sample.do_sample = true;
-    beam_sample.early_stopping = EarlyStopping::kTrue;
-    GenerationConfig diverse = beam;
-    diverse.num_beams = 4;
-    diverse.num_beam_groups = 2;
-    diverse.diversity_penalty = 0.7;
+    auto configs = testing::every_strategy(history_config(*model));
+    // Length penalties other than 1, and early_stopping "never" with its length bound.
+    configs[2].second.length_penalty = 0.7;
+    configs.emplace_back("beam_never", configs[2].second);
+    configs.back().second.early_stopping = EarlyStopping::kNever;
+    configs.back().second.length_penalty = 1.5;
     const auto host = backend("eager", model);
     const auto stat = backend("cuda_graph", model, {{"capture", "false"}});
-    for (const auto& [what, g] :
-         {std::pair{"greedy", base}, std::pair{"sample", sample}, std::pair{"beam", beam},
-          std::pair{"beam_never", beam_never}, std::pair{"beam_sample", beam_sample},
-          std::pair{"diverse", diverse}}) {
+    for (const auto& [what, g] : configs) {
       for (const int64_t sync : {1, 4}) {
         const std::string label = which + "/" + what + "/sync_every " + std::to_string(sync);
         at::manual_seed(23);
@@ -157,19 +141,8 @@ TEST(WholeStep, PenaltiesAndBansOverACompetitiveHistory) {
   g.bad_words_ids = {{4, 1}};
   g.exponential_decay_length_penalty = std::make_pair<int64_t, double>(6, 1.3);
   g.stop_sequences = {{6, 2}};
-  GenerationConfig beam = g;
-  beam.num_beams = 2;
-  GenerationConfig sample = g;
-  sample.do_sample = true;
-  sample.top_k = 4;
-  GenerationConfig diverse = g;
-  diverse.num_beams = 4;
-  diverse.num_beam_groups = 2;
-  diverse.diversity_penalty = 0.3;
-  diverse.num_return_sequences = 3;
   const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4}, {5, 6}, {2, 2, 2, 2}};
-  for (const auto& [what, config] : {std::pair{"greedy", g}, std::pair{"beam", beam},
-                                     std::pair{"sample", sample}, std::pair{"diverse", diverse}}) {
+  for (const auto& [what, config] : testing::every_strategy(g)) {
     at::manual_seed(4);
     const auto a = Generator(config).generate(fixed, prompts);
     at::manual_seed(4);
@@ -182,6 +155,34 @@ TEST(WholeStep, PenaltiesAndBansOverACompetitiveHistory) {
   const auto greedy = Generator(g).generate(fixed, prompts).outputs;
   ASSERT_EQ(greedy[0][0].tokens.size(), 4u);
   EXPECT_EQ(greedy[0][0].tokens.back(), eos);
+}
+
+// One Generator keeps its whole-step state (buffers, strategy state, pipeline; on CUDA the graph)
+// for the next generation of the same shape: every generation must start from a clean state.
+TEST(WholeStep, LaterGenerationsOfAShapeReuseItsStateCleanly) {
+  const auto model = testing::test_model("gpt2-a", 5);
+  const auto host = backend("eager", model);
+  const auto stat = backend("cuda_graph", model, {{"capture", "false"}, {"max_length", "32"}});
+  GenerationConfig g;
+  g.max_new_tokens = 8;
+  g.repetition_penalty = 1.4;
+  g.no_repeat_ngram_size = 2;
+  const std::vector<std::vector<std::vector<int64_t>>> batches = {
+      {{3, 4, 5}, {6, 7, 8}},   // a shape
+      {{9, 1, 2}, {5, 5, 5}},   // the same shape, other tokens
+      {{3, 4, 5}, {6, 7, 8}},   // the first again
+      {{1, 2, 3, 4, 5}, {7}}};  // another prompt length: new state
+  for (const auto& [what, config] : testing::every_strategy(g)) {
+    const Generator reference(config);
+    const Generator whole_step(config, {}, whole(LoopOptions::WholeStep::kOn, 2));
+    for (size_t i = 0; i < batches.size(); ++i) {
+      at::manual_seed(31);
+      const auto a = reference.generate(*host, batches[i]);
+      at::manual_seed(31);
+      const auto b = whole_step.generate(*stat, batches[i]);
+      expect_same_outputs(a, b, what + " batch " + std::to_string(i));
+    }
+  }
 }
 
 TEST(WholeStep, ReadsTheDoneFlagEverySyncEverySteps) {
