@@ -7,8 +7,9 @@
 //        + strategy.device_step         (processors, choice, stop checks, over static Sequences)
 //        + writing the chosen tokens, positions and parents into the backend's input buffers
 //
-// runs it with fixed shapes and no host reads, captured as one CUDA graph per generation
-// (`capture`) or uncaptured (any device; the CPU conformance tests run it so), and reads the
+// runs it with fixed shapes and no host reads, captured as one CUDA graph (`capture`; kept by the
+// Generator for its next generation of the same shape) or uncaptured (any device; the CPU
+// conformance tests run it so), and reads the
 // device-side "all done" flag only every `sync_every` steps. Steps past the end change nothing:
 // strategies freeze once done. Processors and strategies know nothing of graphs and backends
 // nothing of decoding settings; every part says whether it can take part (whole_step_blocker()).
