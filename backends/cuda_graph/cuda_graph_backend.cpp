@@ -155,8 +155,28 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
     bucket_->cache->reset();
   }
 
+  // The eager step runs a shared prompt once per input (as the eager backend does); a traced or
+  // compiled prefill is made per row count, so those get every row.
+  bool shares_prefill() const override { return s_.step == "eager"; }
+
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
     Bucket& b = *bucket_;
+    if (in.copies > 1) {
+      // The prompt in the bucket's first `inputs` rows, then their cache copied to the rows each
+      // stands for; padding rows keep themselves (reset: no valid slot, as a padded prefill
+      // leaves them).
+      const int64_t inputs = in.input_ids.size(0), rows = inputs * in.copies;
+      StaticCache first(b.cache->keys().narrow(1, 0, inputs),
+                        b.cache->values().narrow(1, 0, inputs),
+                        b.cache->validity().narrow(0, 0, inputs));
+      const at::Tensor logits =
+          run_forward_step(model(), first, in.input_ids, in.positions, slots, in.token_valid);
+      const auto l = in.input_ids.options();
+      const at::Tensor parents = at::cat(
+          {at::arange(inputs, l).repeat_interleave(in.copies), at::arange(rows, b.rows, l)});
+      b.cache->expand_rows(parents, in.input_ids.size(1));
+      return logits.index_select(0, parents.narrow(0, 0, rows));
+    }
     const int64_t rows = in.input_ids.size(0), t = in.input_ids.size(1), extra = b.rows - rows;
     // Padding rows are pure padding: they attend only to themselves and are never read.
     at::Tensor ids = pad_rows(in.input_ids, extra, 0), pos = pad_rows(in.positions, extra, 0);
