@@ -20,6 +20,10 @@ struct Engine::Impl {
   std::string backend_name;
   std::unique_ptr<ForwardBackend> backend;
   LoopOptions loop;
+  // The last call's generator and its resolved settings: a call with the same settings reuses
+  // it, and with it a whole-step graph of the same shape.
+  std::unique_ptr<Generator> generator;
+  nlohmann::json generator_settings;
 };
 
 namespace {
@@ -77,10 +81,14 @@ Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts,
   const c10::Device device = impl_->loaded.model->device();
   std::function<void()> sync;
   if (device.is_cuda()) sync = [device] { synchronize(device); };
-  const GenerationResult r =
-      Generator(config, sync, impl_->loop).generate(*impl_->backend, prompts, stream);
+  const nlohmann::json resolved = config.to_json();
+  if (!impl_->generator || impl_->generator_settings != resolved) {
+    impl_->generator = std::make_unique<Generator>(config, sync, impl_->loop);
+    impl_->generator_settings = resolved;
+  }
+  const GenerationResult r = impl_->generator->generate(*impl_->backend, prompts, stream);
   Generation out;
-  out.settings = config.to_json();
+  out.settings = resolved;
   out.steps = r.timing.steps;
   out.seconds = r.timing.total_s;
   out.whole_step = r.loop.whole_step;

@@ -124,13 +124,18 @@ TEST(Engine, RunsTheWholeStepOrSaysWhyNot) {
   o.capture = false;
   Engine whole("gpt2-tiny", o);
   const Json settings = {{"max_new_tokens", 6}, {"num_beams", 3}};
-  const Generation a = host.generate({{1, 2, 3}, {4}}, settings);
-  const Generation b = whole.generate({{1, 2, 3}, {4}}, settings);
-  EXPECT_FALSE(a.whole_step);
-  EXPECT_TRUE(b.whole_step);
-  ASSERT_EQ(a.outputs.size(), b.outputs.size());
-  for (size_t i = 0; i < a.outputs.size(); ++i)
-    EXPECT_EQ(a.outputs[i][0].tokens, b.outputs[i][0].tokens);
+  // Calls with the same settings share one generator (and its whole-step state): the second one
+  // must start clean.
+  for (const std::vector<std::vector<int64_t>> prompts :
+       {std::vector<std::vector<int64_t>>{{1, 2, 3}, {4}}, {{7, 8, 9}, {5, 5}}}) {
+    const Generation a = host.generate(prompts, settings);
+    const Generation b = whole.generate(prompts, settings);
+    EXPECT_FALSE(a.whole_step);
+    EXPECT_TRUE(b.whole_step);
+    ASSERT_EQ(a.outputs.size(), b.outputs.size());
+    for (size_t i = 0; i < a.outputs.size(); ++i)
+      EXPECT_EQ(a.outputs[i][0].tokens, b.outputs[i][0].tokens);
+  }
   EngineOptions e;
   e.whole_step = "auto";
   const Generation c = Engine("gpt2-tiny", e).generate({{1, 2}}, {{"max_new_tokens", 2}});
