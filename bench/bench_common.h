@@ -21,6 +21,10 @@ std::shared_ptr<const CausalLM> preset_model(const std::string& preset, bool fus
 // True under GENGRAPH_BENCH_SMOKE=1: the CI smoke run, which shrinks every grid.
 bool bench_smoke();
 
+// True under GENGRAPH_BENCH_OP_NAMES=1: benchmarks that count operators also print them by name
+// (per step, to stderr), to see where a count comes from.
+bool bench_op_names();
+
 // Model presets the benchmarks sweep ("gpt2-tiny" only under GENGRAPH_BENCH_SMOKE=1).
 std::vector<std::string> bench_presets();
 

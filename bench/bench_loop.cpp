@@ -10,6 +10,8 @@
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+
 #include "bench/bench_common.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
@@ -86,6 +88,14 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
     generator.generate(backend, prompts);
     state.counters["ops/step"] = static_cast<double>(counter.top_level()) / kNew;
     state.counters["host_reads/step"] = static_cast<double>(counter.host_reads()) / kNew;
+    state.counters["kernels/step"] = static_cast<double>(counter.kernels()) / kNew;
+    if (bench_op_names()) {
+      std::fprintf(stderr, "loop/%s rows %lld, top-level operators per step:\n", c.label.c_str(),
+                   static_cast<long long>(rows));
+      for (const auto& [name, n] : counter.top_level_by_name()) {
+        std::fprintf(stderr, "  %6.2f %s\n", static_cast<double>(n) / kNew, name.c_str());
+      }
+    }
   }
   if (c.whole) state.counters["captured"] = loop.capture ? 1 : 0;
   for (auto _ : state) {

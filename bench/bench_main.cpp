@@ -35,6 +35,11 @@ bool bench_smoke() {
   return smoke && std::string(smoke) == "1";
 }
 
+bool bench_op_names() {
+  const char* names = std::getenv("GENGRAPH_BENCH_OP_NAMES");
+  return names && std::string(names) == "1";
+}
+
 std::vector<std::string> bench_presets() {
   if (bench_smoke()) return {"gpt2-tiny"};
   return {"gpt2-tiny", "gpt2"};

@@ -37,7 +37,9 @@ struct Generator::WholeStepState {
   int64_t rows = 0, max_length = 0, prompt_length = 0;
   Pipeline pipe;
   Sequences seqs;
-  at::Tensor done, live_steps;  // [] bool: after the last decision; [] int64: decisions before it
+  // [] bool: after the last decision; [] int64: decisions made after it had become true (the
+  // graph runs on between reads of the flag), which do not count as steps.
+  at::Tensor done, dead_steps;
   StaticDecodeBuffers buffers;  // the backend's, as the graph was captured over them
   std::unique_ptr<StepGraph> graph;
   bool reuses(ForwardBackend& b, int64_t r, int64_t len, int64_t prompt) const {
@@ -76,7 +78,7 @@ Generator::WholeStepState& Generator::whole_step_state(ForwardBackend& backend, 
                       at::empty({rows, prompt_length}, l.dtype(at::kBool)), prompt_length,
                       at::zeros({}, l)};
   w->done = at::zeros({}, l.dtype(at::kBool));
-  w->live_steps = at::zeros({}, l);
+  w->dead_steps = at::zeros({}, l);
   w->buffers = w->static_decode->buffers();
   whole_ = std::move(w);
   return *whole_;
@@ -256,12 +258,12 @@ void Generator::run_whole_step(ForwardBackend& backend, WholeStepState& w,
   buf.positions.copy_(last_positions);
   const bool reorder = pipe.strategy->reorders_rows();
   const at::Tensor& done = w.done;
-  const at::Tensor& live_steps = w.live_steps;
+  const at::Tensor& dead_steps = w.dead_steps;
   done.zero_();
-  live_steps.zero_();
+  dead_steps.zero_();
   // One decision: the strategy's device step, then its tokens into the backend's input buffers.
   const auto decide = [&](const at::Tensor& logits) {
-    live_steps.add_(done.logical_not().to(at::kLong));
+    dead_steps.add_(done);
     const DeviceDecision d =
         pipe.strategy->device_step(logits, pipe.processors, seqs, pipe.stopping);
     buf.ids.copy_(d.next_tokens.unsqueeze(1));
@@ -310,7 +312,7 @@ void Generator::run_whole_step(ForwardBackend& backend, WholeStepState& w,
   if (sync_) sync_();
   result.timing.total_s = since(t0);
   result.loop.steps_run = run;
-  result.timing.steps = live_steps.item<int64_t>();
+  result.timing.steps = run - dead_steps.item<int64_t>();  // run decisions were made
 }
 
 }  // namespace gengraph

@@ -19,6 +19,7 @@ int64_t Sequences::length() const {
 }
 
 at::Tensor last_tokens(const Sequences& seqs, int64_t n) {
+  if (n == 1) return seqs.tokens.index_select(1, (seqs.written - 1).clamp_min_(0).view({1}));
   const at::Tensor cols = (at::arange(n, seqs.tokens.options()) + (seqs.written - n)).clamp_min(0);
   return seqs.tokens.index_select(1, cols);
 }

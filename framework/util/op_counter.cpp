@@ -3,6 +3,8 @@
 #include <ATen/record_function.h>
 
 #include <cstring>
+#include <map>
+#include <string>
 #include <string_view>
 #include <unordered_set>
 #include <vector>
@@ -13,6 +15,7 @@ namespace gengraph {
 
 struct AtenOpCounter::State {
   int64_t top = 0, all = 0, reads = 0, kernels = 0;
+  std::map<std::string, int64_t> top_names;
   // Per open operator: whether it computes nothing itself (a view, an allocation, a wrapper), and
   // whether an operator it called counted as a kernel.
   struct Frame {
@@ -56,7 +59,10 @@ bool computes_nothing(const char* name) {
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (t_state) {
-    if (t_state->open.empty()) ++t_state->top;
+    if (t_state->open.empty()) {
+      ++t_state->top;
+      ++t_state->top_names[fn.name()];
+    }
     ++t_state->all;
     if (reads_back(fn.name())) ++t_state->reads;
     t_state->open.push_back({computes_nothing(fn.name()), false});
@@ -96,5 +102,8 @@ int64_t AtenOpCounter::top_level() const { return state_->top; }
 int64_t AtenOpCounter::all() const { return state_->all; }
 int64_t AtenOpCounter::host_reads() const { return state_->reads; }
 int64_t AtenOpCounter::kernels() const { return state_->kernels; }
+std::map<std::string, int64_t> AtenOpCounter::top_level_by_name() const {
+  return state_->top_names;
+}
 
 }  // namespace gengraph

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 
 namespace gengraph {
 
@@ -29,6 +31,9 @@ class AtenOpCounter {
   // operator counts as the kernels it calls; on CUDA each counted operator is about one kernel
   // launch, so this is the kernel count of a step as seen from any machine.
   int64_t kernels() const;
+  // The top-level operators by name, with how often each was dispatched: where a step's operators
+  // come from, for benchmarks and for finding what to trim.
+  std::map<std::string, int64_t> top_level_by_name() const;
 
   struct State;
 

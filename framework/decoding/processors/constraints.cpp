@@ -87,9 +87,8 @@ at::Tensor SequenceBias::process(const Sequences& seqs, at::Tensor scores) const
     } else {
       match = ids.narrow(1, ids.size(1) - prefix, prefix).eq(want).prod(1).to(at::kBool);
     }
-    bias.select(1, seq.back())
-        .add_(at::where(match, at::scalar_tensor(b, scores.options()),
-                        at::scalar_tensor(0.0, scores.options())));
+    // b where the prefix matches, 0 elsewhere (not add_(match, b): b may be -inf, 0 * inf is NaN).
+    bias.select(1, seq.back()).add_(at::where(match, b, 0.0));
   }
   return scores + bias;
 }
@@ -133,12 +132,11 @@ at::Tensor SuppressTokens::process(const Sequences& seqs, at::Tensor scores) con
   if (at_length_) {
     const int64_t trigger = *at_length_ + (relative_ ? seqs.prompt_length : 0);
     if (seqs.is_static()) {
-      return at::where(mask.logical_and(seqs.written.eq(trigger)),
-                       at::scalar_tensor(-kInf, scores.options()), scores);
+      return at::where(mask.logical_and(seqs.written.eq(trigger)), -kInf, scores);
     }
     if (seqs.length() != trigger) return scores;
   }
-  return at::where(mask, at::scalar_tensor(-kInf, scores.options()), scores);
+  return at::where(mask, -kInf, scores);
 }
 
 ForceTokens::ForceTokens(std::string name, std::vector<int64_t> tokens, int64_t at_length)
@@ -159,13 +157,12 @@ MinLength::MinLength(int64_t min, std::vector<int64_t> eos, bool new_only)
 at::Tensor MinLength::process(const Sequences& seqs, at::Tensor scores) const {
   const at::Tensor& mask = cached_vocab_mask(mask_, eos_, scores);
   if (seqs.is_static()) {
-    const at::Tensor len = new_only_ ? seqs.written - seqs.prompt_length : seqs.written;
-    return at::where(mask.logical_and(len.lt(min_)), at::scalar_tensor(-kInf, scores.options()),
-                     scores);
+    const at::Tensor short_ = seqs.written.lt(new_only_ ? min_ + seqs.prompt_length : min_);
+    return at::where(mask.logical_and(short_), -kInf, scores);
   }
   const int64_t len = new_only_ ? seqs.generated() : seqs.length();
   if (len >= min_) return scores;
-  return at::where(mask, at::scalar_tensor(-kInf, scores.options()), scores);
+  return at::where(mask, -kInf, scores);
 }
 
 }  // namespace gengraph

@@ -111,10 +111,8 @@ at::Tensor Renormalize::process(const Sequences&, at::Tensor scores) const {
 
 at::Tensor RemoveInvalidValues::process(const Sequences&, at::Tensor scores) const {
   const double hi = std::numeric_limits<float>::max(), lo = std::numeric_limits<float>::lowest();
-  // Scalar tensors broadcast: no full-size temporaries.
-  at::Tensor out = at::where(scores.ne(scores), at::scalar_tensor(0.0, scores.options()), scores);
-  out = at::where(scores.eq(kInf), at::scalar_tensor(hi, scores.options()), out);
-  return at::where(scores.eq(-kInf), at::scalar_tensor(lo, scores.options()), out);
+  // NaN to 0, +inf to the largest float32, -inf to the lowest: one kernel.
+  return at::nan_to_num(scores, 0.0, hi, lo);
 }
 
 }  // namespace gengraph

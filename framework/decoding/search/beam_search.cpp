@@ -39,6 +39,11 @@ void BeamSearch::begin(const Sequences& seqs) {
   refill(top_mask_, {candidates_}, b, false);
   top_mask_.narrow(0, 0, nb).fill_(true);
   refill(done_, {}, b, false);
+  // Constant for a batch size (num_beams is fixed): kept, so a graph may read it.
+  if (!row_base_.defined() || row_base_.size(0) != batch_ ||
+      row_base_.device() != seqs.tokens.device()) {
+    row_base_ = (at::arange(batch_, seqs.tokens.options()) * nb).unsqueeze(1);
+  }
 }
 
 // step() over the static form. The same operations in the same order, with the sequence length
@@ -50,7 +55,7 @@ DeviceDecision BeamSearch::device_step(const at::Tensor& logits, const LogitsPro
   const int64_t nb = options_.num_beams, b = batch_, k = candidates_, vocab = logits.size(-1);
   const int64_t cap = seqs.tokens.size(1);
   const bool early_true = options_.early_stopping == EarlyStopping::kTrue;
-  const at::Tensor cur = seqs.written.clone();  // [] int64, the length before this step
+  const at::Tensor& cur = seqs.written;  // [] int64, the length before this step (until the end)
   // (cur + 1 - prompt) ** length_penalty in double, then float32 as a scalar operand would be.
   const auto penalty = [&](const at::Tensor& len) {
     return at::pow(len.to(at::kDouble), options_.length_penalty).to(at::kFloat);
@@ -77,7 +82,7 @@ DeviceDecision BeamSearch::device_step(const at::Tensor& logits, const LogitsPro
                                                      seqs.prompt_length, new_len})
                               .view({b, k});
 
-  const at::Tensor running_candidates = top_scores + hits.to(at::kFloat) * kBlocked;
+  const at::Tensor running_candidates = at::add(top_scores, hits, kBlocked);
   const at::Tensor next = std::get<1>(at::topk(running_candidates, nb));
   const at::Tensor next_running = gather_beams(cand, next);  // [B, nb, cap]
   const at::Tensor new_running_scores = gather_beams(running_candidates, next);
@@ -85,28 +90,31 @@ DeviceDecision BeamSearch::device_step(const at::Tensor& logits, const LogitsPro
 
   const at::Tensor generated = new_len - prompt_len_;  // [] int64
   const at::Tensor just_finished = hits.logical_and(top_mask_.unsqueeze(0));
-  at::Tensor fin = top_scores / penalty(generated);
-  if (early_true) fin = fin + is_finished_.all(-1, /*keepdim=*/true).to(at::kFloat) * kBlocked;
-  fin = fin + improvable_.logical_not().to(at::kFloat) * kBlocked;
-  fin = fin + just_finished.logical_not().to(at::kFloat) * kBlocked;
+  const at::Tensor generated_penalty = penalty(generated);
+  at::Tensor fin = top_scores / generated_penalty;
+  if (early_true) fin = at::add(fin, is_finished_.all(-1, /*keepdim=*/true), kBlocked);
+  fin = at::add(fin, improvable_.logical_not(), kBlocked);
+  fin = at::add(fin, just_finished.logical_not(), kBlocked);
   const at::Tensor merged_scores = at::cat({fin_scores_, fin}, 1);
   const at::Tensor keep = std::get<1>(at::topk(merged_scores, nb));
-  const at::Tensor cand_padded = at::where(at::arange(cap, cand.options()).lt(new_len), cand,
-                                           at::scalar_tensor(options_.fill_token, cand.options()));
+  const at::Tensor cand_padded =
+      at::where(at::arange(cap, cand.options()).lt(new_len), cand, options_.fill_token);
   const at::Tensor new_fin_tokens = gather_beams(at::cat({fin_tokens_, cand_padded}, 1), keep);
   const at::Tensor new_fin_scores = gather_beams(merged_scores, keep);
   const at::Tensor new_fin_lengths =
       gather_beams(at::cat({fin_lengths_, generated.expand({b, k})}, 1), keep);
   const at::Tensor new_is_finished = gather_beams(at::cat({is_finished_, just_finished}, 1), keep);
 
-  const at::Tensor best_len =
+  // With early_stopping never and a positive length penalty the best a running beam can reach is
+  // at max_length: a constant, made on the host as the host loop makes it.
+  const at::Tensor best_possible =
       (options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0)
-          ? at::scalar_tensor(options_.max_length - prompt_len_, cur.options())
-          : generated;
-  const at::Tensor best_possible = new_running_scores.narrow(1, 0, 1) / penalty(best_len);
+          ? new_running_scores.narrow(1, 0, 1) /
+                static_cast<float>(std::pow(static_cast<double>(options_.max_length - prompt_len_),
+                                            options_.length_penalty))
+          : new_running_scores.narrow(1, 0, 1) / generated_penalty;
   const at::Tensor worst_finished =
-      at::where(new_is_finished, std::get<0>(new_fin_scores.min(1, /*keepdim=*/true)),
-                at::scalar_tensor(kBlocked, new_fin_scores.options()));
+      at::where(new_is_finished, std::get<0>(new_fin_scores.min(1, /*keepdim=*/true)), kBlocked);
   const at::Tensor new_improvable =
       improvable_.logical_and(best_possible.gt(worst_finished).any(-1, /*keepdim=*/true));
 
@@ -116,8 +124,9 @@ DeviceDecision BeamSearch::device_step(const at::Tensor& logits, const LogitsPro
 
   // In place, and only while the search runs: a graph replays these very buffers.
   const at::Tensor live = done_.logical_not();
+  // One kernel each: where() writing into the state it reads (an elementwise full overlap).
   const auto update = [&](at::Tensor& state, const at::Tensor& fresh) {
-    state.copy_(at::where(live, fresh, state));
+    at::where_out(state, live, fresh, state);
   };
   update(running_scores_, new_running_scores);
   update(fin_tokens_, new_fin_tokens);
@@ -125,14 +134,13 @@ DeviceDecision BeamSearch::device_step(const at::Tensor& logits, const LogitsPro
   update(fin_lengths_, new_fin_lengths);
   update(is_finished_, new_is_finished);
   update(improvable_, new_improvable);
-  seqs.tokens.copy_(at::where(live, next_running.reshape({b * nb, cap}), seqs.tokens));
-  seqs.written.add_(1);
-  done_.logical_or_(stop_now);
-
+  update(seqs.tokens, next_running.reshape({b * nb, cap}));
   DeviceDecision d;
   d.next_tokens = next_running.index_select(2, cur.view({1})).reshape({b * nb});
-  d.parent_rows = (parent + at::arange(b, parent.options()).unsqueeze(1) * nb).reshape({b * nb});
-  d.done = done_.clone();
+  d.parent_rows = (parent + row_base_).reshape({b * nb});
+  d.done = done_;        // the loop copies it before the next step changes it
+  seqs.written.add_(1);  // cur moves on: every read of it is above
+  done_.logical_or_(stop_now);
   return d;
 }
 
@@ -164,7 +172,7 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
           .view({b, k});  // [B, K]
 
   // The best num_beams candidates that did not stop keep running.
-  const at::Tensor running_candidates = top_scores + hits.to(at::kFloat) * kBlocked;
+  const at::Tensor running_candidates = at::add(top_scores, hits, kBlocked);
   const at::Tensor next = std::get<1>(at::topk(running_candidates, nb));  // [B, nb]
   const at::Tensor next_running = gather_beams(cand, next);               // [B, nb, L+1]
   running_scores_ = gather_beams(running_candidates, next);
@@ -174,9 +182,9 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
   const at::Tensor just_finished = hits.logical_and(top_mask_.unsqueeze(0));
   at::Tensor fin = top_scores / std::pow(static_cast<double>(cur_len + 1 - prompt_len_),
                                          options_.length_penalty);
-  if (early_true) fin = fin + is_finished_.all(-1, /*keepdim=*/true).to(at::kFloat) * kBlocked;
-  fin = fin + improvable_.logical_not().to(at::kFloat) * kBlocked;
-  fin = fin + just_finished.logical_not().to(at::kFloat) * kBlocked;
+  if (early_true) fin = at::add(fin, is_finished_.all(-1, /*keepdim=*/true), kBlocked);
+  fin = at::add(fin, improvable_.logical_not(), kBlocked);
+  fin = at::add(fin, just_finished.logical_not(), kBlocked);
   const at::Tensor merged_scores = at::cat({fin_scores_, fin}, 1);  // [B, nb+K]
   const at::Tensor keep = std::get<1>(at::topk(merged_scores, nb));
   const at::Tensor cand_padded = at::cat({cand, at::full({b, k, options_.max_length - cur_len - 1},
@@ -199,8 +207,7 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
   const at::Tensor best_possible =
       running_scores_.narrow(1, 0, 1) / std::pow(best_len, options_.length_penalty);
   const at::Tensor worst_finished =
-      at::where(is_finished_, std::get<0>(fin_scores_.min(1, /*keepdim=*/true)),
-                at::scalar_tensor(kBlocked, fin_scores_.options()));
+      at::where(is_finished_, std::get<0>(fin_scores_.min(1, /*keepdim=*/true)), kBlocked);
   improvable_ = improvable_.logical_and(best_possible.gt(worst_finished).any(-1, /*keepdim=*/true));
 
   seqs.tokens = next_running.reshape({b * nb, new_len});

@@ -45,6 +45,7 @@ class BeamSearch final : public SearchStrategy {
   at::Tensor is_finished_;     // [B, nb] bool
   at::Tensor improvable_;      // [B, 1] bool (transformers' is_early_stop_heuristic_unsatisfied)
   at::Tensor top_mask_;        // [K] bool, the first num_beams candidates
+  at::Tensor row_base_;        // [B, 1] int64: b * num_beams, the first row of each input
   at::Tensor done_;            // [] bool (whole-step form): the search has ended
 };
 

@@ -189,20 +189,16 @@ void GroupBeamSearch::add_on_device(int64_t g, const at::Tensor& valid, const at
   at::Tensor tokens = pool_tokens_.select(1, g), lengths = pool_lengths_.select(1, g);
   at::Tensor sizes = pool_sizes_.select(1, g);  // [B]
   const at::Tensor used = at::arange(gs, sizes.options()).unsqueeze(0).lt(sizes.unsqueeze(1));
-  const at::Tensor lowest = std::get<0>(
-      at::where(used, scores,
-                at::scalar_tensor(std::numeric_limits<double>::infinity(), scores.options()))
-          .min(1));
-  const at::Tensor worst =
-      at::where(sizes.gt(0), lowest, at::scalar_tensor(1e9, scores.options()));  // as Pool::worst
+  const at::Tensor lowest =
+      std::get<0>(at::where(used, scores, std::numeric_limits<double>::infinity()).min(1));
+  const at::Tensor worst = at::where(sizes.gt(0), lowest, 1e9);  // as Pool::worst
   const at::Tensor full = sizes.ge(gs);
   const at::Tensor accept = valid.logical_and(full.logical_not().logical_or(score.gt(worst)));
   // A full pool evicts its lowest score, the oldest among equals; one with room fills the next
   // slot.
-  const at::Tensor evict =
-      at::where(used.logical_and(scores.eq(lowest.unsqueeze(1))), keys,
-                at::scalar_tensor(std::numeric_limits<int64_t>::max(), keys.options()))
-          .argmin(1);
+  const at::Tensor evict = at::where(used.logical_and(scores.eq(lowest.unsqueeze(1))), keys,
+                                     std::numeric_limits<int64_t>::max())
+                               .argmin(1);
   const at::Tensor slot = at::where(full, evict, sizes.clamp_max(gs - 1)).unsqueeze(1);  // [B, 1]
   const at::Tensor take = accept.unsqueeze(1);
   scores.scatter_(1, slot, at::where(take, score.unsqueeze(1), scores.gather(1, slot)));
@@ -278,13 +274,10 @@ DeviceDecision GroupBeamSearch::device_step(const at::Tensor& logits,
     const at::Tensor chosen =
         std::get<1>(at::sort(at::where(is_eos, rank + k, rank), 1)).narrow(1, 0, gs);  // [B, gs]
     const at::Tensor keep = was_done.unsqueeze(1);
-    const at::Tensor ns =
-        at::where(keep, at::scalar_tensor(0.0, top_scores.options()), top_scores.gather(1, chosen));
-    const at::Tensor nt =
-        at::where(keep, at::scalar_tensor(options_.pad_token, long_opts), tok.gather(1, chosen));
-    const at::Tensor next_rows =
-        at::where(keep, at::scalar_tensor(0, long_opts), src.gather(1, chosen) + batch_rows)
-            .view({-1});  // [B*gs], rows of group_tokens
+    const at::Tensor ns = at::where(keep, 0.0, top_scores.gather(1, chosen));
+    const at::Tensor nt = at::where(keep, options_.pad_token, tok.gather(1, chosen));
+    const at::Tensor next_rows = at::where(keep, 0, src.gather(1, chosen) + batch_rows)
+                                     .view({-1});  // [B*gs], rows of group_tokens
     beam_scores_.index_copy_(0, rows,
                              at::where(live, ns.view({-1}), beam_scores_.index_select(0, rows)));
     tokens.index_copy_(0, rows, group_tokens.index_select(0, next_rows));
@@ -295,10 +288,10 @@ DeviceDecision GroupBeamSearch::device_step(const at::Tensor& logits,
   tokens.index_copy_(1, cur.view({1}), current_.unsqueeze(1));
   const at::Tensor stop_all =
       stop.should_stop(Sequences{tokens, seqs.prompt_valid, seqs.prompt_length, cur + 1}).all();
-  seqs.tokens.copy_(at::where(live, tokens, seqs.tokens));
-  seqs.written.add_(live.to(at::kLong));  // finalize() reads the length the search ended at
+  at::where_out(seqs.tokens, live, tokens, seqs.tokens);  // one kernel: an elementwise overlap
+  seqs.written.add_(live);  // finalize() reads the length the search ended at
   done_.logical_or_(pool_done_.all().logical_or(stop_all));
-  return DeviceDecision{current_.clone(), reorder, done_.clone()};
+  return DeviceDecision{current_, reorder, done_};
 }
 
 void GroupBeamSearch::pools_from_device() {

@@ -16,12 +16,12 @@ StepDecision RowwiseSearch::step(const at::Tensor& logits, const LogitsProcessor
   at::Tensor next = choose(scores);  // [rows]
   if (pad_token_id_) {
     // Rows that already finished keep receiving padding (transformers does the same).
-    next = at::where(unfinished_, next, at::full_like(next, *pad_token_id_));
+    next = at::where(unfinished_, next, *pad_token_id_);
   }
   seqs.tokens = at::cat({seqs.tokens, next.unsqueeze(1)}, 1);
-  lengths_.add_(unfinished_.to(at::kLong));
+  lengths_.add_(unfinished_);
   const at::Tensor emitted = unfinished_.clone();
-  unfinished_.logical_and_(stop.should_stop(seqs).logical_not());
+  unfinished_.gt_(stop.should_stop(seqs));  // unfinished and not stopping: one kernel
   StepDecision d;
   d.next_tokens = next;
   d.emitted = emitted;
@@ -34,12 +34,12 @@ DeviceDecision RowwiseSearch::device_step(const at::Tensor& logits,
                                           const StoppingCriteria& stop) {
   const at::Tensor scores = processors.process(seqs, logits);
   at::Tensor next = choose_on_device(scores);  // [rows]
-  if (pad_token_id_) next = at::where(unfinished_, next, at::full_like(next, *pad_token_id_));
+  if (pad_token_id_) next = at::where(unfinished_, next, *pad_token_id_);
   // Once every row has finished, later steps append padding that no length counts.
   seqs.tokens.index_copy_(1, seqs.written.view({1}), next.unsqueeze(1));
   seqs.written.add_(1);
-  lengths_.add_(unfinished_.to(at::kLong));
-  unfinished_.logical_and_(stop.should_stop(seqs).logical_not());
+  lengths_.add_(unfinished_);
+  unfinished_.gt_(stop.should_stop(seqs));  // unfinished and not stopping: one kernel
   return DeviceDecision{next, {}, unfinished_.logical_not().all()};
 }
 

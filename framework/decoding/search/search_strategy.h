@@ -35,7 +35,8 @@ struct StepDecision {
 void refill(at::Tensor& t, at::IntArrayRef sizes, const at::TensorOptions& options,
             const at::Scalar& value);
 
-// What the whole-step form of a step decides, all of it on the device.
+// What the whole-step form of a step decides, all of it on the device. The tensors may be the
+// strategy's own state: the loop copies them into its buffers before the next step.
 struct DeviceDecision {
   at::Tensor next_tokens;  // [rows] int64, already written into the sequences
   at::Tensor parent_rows;  // [rows] int64, or undefined when the strategy never reorders rows

@@ -24,6 +24,7 @@ at::Tensor MaxLengthCriterion::should_stop(const Sequences& seqs) const {
 at::Tensor EosCriterion::should_stop(const Sequences& seqs) const {
   const at::Tensor last =
       seqs.is_static() ? last_tokens(seqs, 1).squeeze(1) : seqs.tokens.select(1, seqs.length() - 1);
+  if (eos_ids_.size() == 1) return last.eq(eos_ids_[0]);
   return at::isin(last, ids_on_device(eos_, eos_ids_, seqs.tokens.device()));
 }
 
@@ -53,9 +54,13 @@ at::Tensor StopSequencesCriterion::should_stop(const Sequences& seqs) const {
 }
 
 at::Tensor StoppingCriteria::should_stop(const Sequences& seqs) const {
-  at::Tensor stop = at::zeros({seqs.rows()}, seqs.tokens.options().dtype(at::kBool));
-  for (const auto& m : members_) stop.logical_or_(m->should_stop(seqs));
-  return stop;
+  if (members_.empty()) return at::zeros({seqs.rows()}, seqs.tokens.options().dtype(at::kBool));
+  // A member's answer may be a view (max_length expands one flag over the rows): combined out of
+  // place, starting from the first, one kernel per further member.
+  at::Tensor stop = members_[0]->should_stop(seqs);
+  for (size_t i = 1; i < members_.size(); ++i)
+    stop = stop.logical_or(members_[i]->should_stop(seqs));
+  return stop.expand({seqs.rows()});
 }
 
 bool StoppingCriteria::has(const std::string& name) const {

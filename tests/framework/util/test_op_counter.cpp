@@ -15,10 +15,14 @@ TEST(AtenOpCounter, CountsWhatTheHostIssuesAndWhatRunsNestedSeparately) {
     const auto sum = at::add(a, a);
     EXPECT_EQ(counter.top_level(), 1);
     const auto y = at::linear(a, w, b);  // linear dispatches addmm (and a transpose) itself
+    const auto again = at::add(sum, a);
     top = counter.top_level();
     all = counter.all();
+    // By name: the host's own operators only, each as often as it was issued.
+    const std::map<std::string, int64_t> want = {{"aten::add", 2}, {"aten::linear", 1}};
+    EXPECT_EQ(counter.top_level_by_name(), want);
   }
-  EXPECT_EQ(top, 2);
+  EXPECT_EQ(top, 3);
   EXPECT_GT(all, top);
   {
     AtenOpCounter counter;
