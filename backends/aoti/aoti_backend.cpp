@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "backends/aoti/aoti_step.h"
+#include "framework/backend/options.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/causal_lm.h"
 
@@ -11,8 +12,10 @@ namespace {
 
 class AotiBackend final : public ForwardBackend {
  public:
-  AotiBackend(std::shared_ptr<const CausalLM> model, const AotiStepOptions& o)
-      : ForwardBackend(std::move(model)), step_(this->model(), o, "aoti") {}
+  AotiBackend(std::shared_ptr<const CausalLM> model, const AotiStepOptions& o, bool share_prefill)
+      : ForwardBackend(std::move(model)),
+        step_(this->model(), o, "aoti"),
+        share_prefill_(share_prefill) {}
 
   std::string name() const override { return "aoti"; }
 
@@ -28,9 +31,23 @@ class AotiBackend final : public ForwardBackend {
     reuse_or_allocate(cache_, model().cache_shape(shape.rows, shape.max_length), f, Reorder::kSwap);
   }
 
+  // The package takes any row count, so the beams of one input share their prompt: it runs once
+  // per input, in the cache's first rows, and its cache is copied to the rows each stands for.
+  bool shares_prefill() const override { return share_prefill_; }
+
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
-    return step_.run(in.input_ids, in.positions, slots, in.token_valid, cache_->validity(),
-                     cache_->keys(), cache_->values());
+    if (in.copies == 1) {
+      return step_.run(in.input_ids, in.positions, slots, in.token_valid, cache_->validity(),
+                       cache_->keys(), cache_->values());
+    }
+    const int64_t inputs = in.input_ids.size(0);
+    const at::Tensor logits = step_.run(
+        in.input_ids, in.positions, slots, in.token_valid, cache_->validity().narrow(0, 0, inputs),
+        cache_->keys().narrow(1, 0, inputs), cache_->values().narrow(1, 0, inputs));
+    const at::Tensor parents =
+        at::arange(inputs, in.input_ids.options()).repeat_interleave(in.copies);
+    cache_->expand_rows(parents, in.input_ids.size(1));
+    return logits.index_select(0, parents);
   }
 
   at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {
@@ -41,6 +58,7 @@ class AotiBackend final : public ForwardBackend {
 
  private:
   AotiStep step_;
+  bool share_prefill_;
   std::unique_ptr<StaticCache> cache_;  // what the compiled step reads and writes in place
 };
 
@@ -51,15 +69,16 @@ BackendInfo aoti_backend_info() {
   info.name = "aoti";
   info.description =
       "the step compiled ahead of time by AOTInductor (torch.export; tools/export_aoti.py) over a "
-      "static cache; options package, cache_dir, freezing, max_rows";
+      "static cache; options package, cache_dir, freezing, max_rows, share_prefill (true)";
   info.check_options = [](const BackendOptions& o, const c10::Device&) {
     AotiStepOptions s;
     read_aoti_options(o, s);
+    read_share_prefill(o);
   };
   info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
     AotiStepOptions s;
     read_aoti_options(o, s);
-    return std::make_unique<AotiBackend>(std::move(model), s);
+    return std::make_unique<AotiBackend>(std::move(model), s, read_share_prefill(o));
   };
   return info;
 }

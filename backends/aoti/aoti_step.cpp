@@ -286,10 +286,17 @@ at::Tensor AotiStep::run(const at::Tensor& input_ids, const at::Tensor& position
                 std::to_string(meta_.context) + ")");
   }
   // The compiled program computes strides from the sizes: every input must be contiguous, and
-  // the cache buffers are the ones written in place, so they must be too (they are: StaticCache).
-  TORCH_INTERNAL_ASSERT(valid.is_contiguous() && keys.is_contiguous() && values.is_contiguous());
+  // the cache buffers are the ones written in place, so they must be too (they are: StaticCache,
+  // or its first rows, whose per-layer slices are contiguous).
+  const auto layer_contiguous = [](const at::Tensor& t) {
+    return t.size(0) == 0 || t.select(0, 0).is_contiguous();
+  };
+  TORCH_INTERNAL_ASSERT(valid.is_contiguous() && layer_contiguous(keys) &&
+                        layer_contiguous(values));
   // The cache goes in per layer (export format 2): views of the stacked buffers, written in place.
-  // The views are made once per buffer (the cache outlives many steps), not 2 x layers ops a step.
+  // The views are made once per buffer (the cache outlives many steps), not 2 x layers ops a step;
+  // those of a buffer's first rows (a shared prefill, once a generation) are made for the call.
+  LayerViews once;
   LayerViews* lv = nullptr;
   for (auto& c : layer_views_) {
     if (c.keys == keys.data_ptr() && c.values == values.data_ptr() && c.sizes == keys.sizes()) {
@@ -297,8 +304,9 @@ at::Tensor AotiStep::run(const at::Tensor& input_ids, const at::Tensor& position
     }
   }
   if (!lv) {
-    lv = &layer_views_[next_views_];
-    next_views_ = 1 - next_views_;
+    const bool whole_buffers = keys.is_contiguous();
+    lv = whole_buffers ? &layer_views_[next_views_] : &once;
+    if (whole_buffers) next_views_ = 1 - next_views_;
     lv->views.clear();
     for (int64_t l = 0; l < keys.size(0); ++l) {
       lv->views.push_back(keys.select(0, l));

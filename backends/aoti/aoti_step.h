@@ -107,7 +107,9 @@ class AotiStep {
   AotiStep& operator=(const AotiStep&) = delete;
 
   // Runs the program; the cache tensors are written in place. Checks rows and cache length
-  // against the package's bounds. `cuda_stream`: the cudaStream_t to run on (nullptr: the
+  // against the package's bounds. `keys` and `values` ([layers, rows, ...]) may be the first rows
+  // of larger buffers (narrowed on dim 1: each layer's slice is then still contiguous), as a
+  // shared prefill passes them. `cuda_stream`: the cudaStream_t to run on (nullptr: the
   // current stream), so that a CUDA graph capturing on a side stream records the program.
   at::Tensor run(const at::Tensor& input_ids, const at::Tensor& positions, const at::Tensor& slots,
                  const at::Tensor& token_valid, const at::Tensor& valid, const at::Tensor& keys,

@@ -30,6 +30,7 @@ struct Settings {
   AotiStepOptions aoti;  // step: aoti (package, cache_dir, freezing, max_rows)
   int64_t warmup = 3;
   bool capture = true;  // false: the same static-buffer step, run eagerly (debugging; any device)
+  bool share_prefill = true;  // the eager and compiled steps run a shared prompt once per input
 };
 
 std::vector<int64_t> parse_buckets(const std::string& text) {
@@ -155,9 +156,11 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
     bucket_->cache->reset();
   }
 
-  // The eager step runs a shared prompt once per input (as the eager backend does); a traced or
-  // compiled prefill is made per row count, so those get every row.
-  bool shares_prefill() const override { return s_.step == "eager"; }
+  // The eager and the compiled step run a shared prompt once per input (as the eager and aoti
+  // backends do); a traced prefill is traced per row count, so it gets every row.
+  bool shares_prefill() const override {
+    return s_.share_prefill && (s_.step == "eager" || s_.step == "aoti");
+  }
 
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
     Bucket& b = *bucket_;
@@ -170,7 +173,10 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
                         b.cache->values().narrow(1, 0, inputs),
                         b.cache->validity().narrow(0, 0, inputs));
       const at::Tensor logits =
-          run_forward_step(model(), first, in.input_ids, in.positions, slots, in.token_valid);
+          aoti_
+              ? aoti_->run(in.input_ids, in.positions, slots, in.token_valid, first.validity(),
+                           first.keys(), first.values(), current_stream())
+              : run_forward_step(model(), first, in.input_ids, in.positions, slots, in.token_valid);
       const auto l = in.input_ids.options();
       const at::Tensor parents = at::cat(
           {at::arange(inputs, l).repeat_interleave(in.copies), at::arange(rows, b.rows, l)});
@@ -339,6 +345,7 @@ Settings read_settings(const BackendOptions& o) {
   }
   s.warmup = o.get_int("warmup", 3, 1, 100);
   s.capture = o.get_bool("capture", true);
+  s.share_prefill = read_share_prefill(o);
   return s;
 }
 
@@ -353,7 +360,8 @@ BackendInfo cuda_graph_backend_info() {
       "options buckets, max_length, step (eager|trace|aoti), freeze and fuser (as trace's, for "
       "step: trace), package, cache_dir, freezing and max_rows (as aoti's, for step: aoti), "
       "warmup, capture (true|false: false runs the same "
-      "static-buffer step uncaptured, on any device)";
+      "static-buffer step uncaptured, on any device), share_prefill (true: the eager and aoti "
+      "steps run the prompt of an input's beams once)";
   info.unavailable_reason = [](const BackendOptions& o) -> std::string {
     if (cuda_available() || !o.get_bool("capture", true)) return "";
     return "capture needs a CUDA device, and none is visible here (capture: false runs the step "

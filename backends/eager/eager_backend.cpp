@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "framework/backend/options.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/causal_lm.h"
 
@@ -12,8 +13,10 @@ namespace {
 
 class EagerBackend final : public ForwardBackend {
  public:
-  EagerBackend(std::shared_ptr<const CausalLM> model, bool static_cache)
-      : ForwardBackend(std::move(model)), static_cache_(static_cache) {}
+  EagerBackend(std::shared_ptr<const CausalLM> model, bool static_cache, bool share_prefill)
+      : ForwardBackend(std::move(model)),
+        static_cache_(static_cache),
+        share_prefill_(share_prefill) {}
 
   std::string name() const override { return "eager"; }
 
@@ -37,7 +40,7 @@ class EagerBackend final : public ForwardBackend {
                                 Reorder::kSwap);
   }
 
-  bool shares_prefill() const override { return true; }
+  bool shares_prefill() const override { return share_prefill_; }
 
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
     if (in.copies == 1) {
@@ -67,6 +70,7 @@ class EagerBackend final : public ForwardBackend {
 
  private:
   bool static_cache_;
+  bool share_prefill_;
   std::unique_ptr<GrowingCache> growing_;
   std::unique_ptr<StaticCache> static_;
   KVCache* cache_ = nullptr;  // the one of the two in use
@@ -77,16 +81,19 @@ class EagerBackend final : public ForwardBackend {
 BackendInfo eager_backend_info() {
   BackendInfo info;
   info.name = "eager";
-  info.description = "ATen ops run directly; option cache: growing (default) | static";
+  info.description =
+      "ATen ops run directly; options cache: growing (default) | static, share_prefill (true)";
   auto static_cache = [](const BackendOptions& o) {
     return o.get_string("cache", "growing", {"growing", "static"}) == "static";
   };
   info.check_options = [static_cache](const BackendOptions& o, const c10::Device&) {
     static_cache(o);
+    read_share_prefill(o);
   };
   info.create = [static_cache](std::shared_ptr<const CausalLM> model,
                                const BackendOptions& options) {
-    return std::make_unique<EagerBackend>(std::move(model), static_cache(options));
+    return std::make_unique<EagerBackend>(std::move(model), static_cache(options),
+                                          read_share_prefill(options));
   };
   return info;
 }

@@ -59,6 +59,8 @@ void BackendOptions::check_all_used() const {
   }
 }
 
+bool read_share_prefill(const BackendOptions& o) { return o.get_bool("share_prefill", true); }
+
 std::string expand_home(const std::string& path) {
   if (path == "~" || path.rfind("~/", 0) == 0) {
     if (const char* home = std::getenv("HOME")) return std::string(home) + path.substr(1);

@@ -30,6 +30,10 @@ class BackendOptions {
   mutable std::set<std::string> known_;
 };
 
+// The option share_prefill (default true), of backends that can run the prompt of several rows
+// (the beams of one input) once and copy its cache: false prefills every row, for comparison.
+bool read_share_prefill(const BackendOptions& o);
+
 // "~/x" as the shell would expand it (YAML does not); other paths as they are. For path options.
 std::string expand_home(const std::string& path);
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "backends/register_builtin.h"
+#include "experiments/cli.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/loader.h"
@@ -103,12 +104,15 @@ TEST(FusedForm, WeightsKeepTheirValuesAndAreStoredOnce) {
 namespace gengraph {
 namespace {
 
-// A prefill whose rows stand for several each (the beams of one input): the eager backend runs
-// each prompt once and copies its cache; the logits and the next step equal those of a prefill of
-// every row. A backend that does not share (cuda_graph, uncaptured) repeats the rows itself.
+// A prefill whose rows stand for several each (the beams of one input): the eager and aoti
+// backends and cuda_graph's eager and compiled steps run each prompt once and copy its cache; the
+// logits and the next step equal those of a prefill of every row. A backend that does not share
+// (cuda_graph's traced step) repeats the rows itself.
 TEST(SharedPrefill, EqualsAPrefillOfEveryRow) {
   register_builtin_backends();
-  const auto model = testing::test_model("llama-a", 3);
+  install_aoti_export_tool();
+  // The conformance suite's llama-a: its aoti package is built once for both.
+  const auto model = testing::test_model("llama-a", 11);
   const auto ids = at::tensor({0, 3, 4, 5, 6, 7}, at::kLong).reshape({2, 3});
   const auto valid = ids.ne(0);
   const auto pos = valid.to(at::kLong).cumsum(1).sub(1).clamp_min(0);
@@ -118,25 +122,30 @@ TEST(SharedPrefill, EqualsAPrefillOfEveryRow) {
        std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
            {"eager", {{"cache", "growing"}}},
            {"eager", {{"cache", "static"}}},
+           {"aoti", {}},
            {"cuda_graph", {{"capture", "false"}}},  // 6 rows in bucket 8: 2 padding rows
+           {"cuda_graph", {{"capture", "false"}, {"step", "aoti"}}},
            {"cuda_graph", {{"capture", "false"}, {"step", "trace"}}}}) {
     auto shared = BackendRegistry::instance().create(name, model, BackendOptions(name, options));
     auto full = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
-    // cuda_graph shares with its eager step; a traced prefill gets every row.
-    EXPECT_EQ(shared->shares_prefill(), !options.count("step"));
+    // A traced prefill gets every row.
+    EXPECT_EQ(shared->shares_prefill(), !options.count("step") || options.at("step") != "trace");
     shared->prepare(BatchShape{rows, 8});
     full->prepare(BatchShape{rows, 8});
     const auto a = shared->prefill(StepInputs{ids, pos, valid, {}, copies});
     const auto b = full->prefill(StepInputs{each(ids), each(pos), each(valid), {}});
     ASSERT_EQ(a.sizes(), b.sizes()) << name;
-    EXPECT_TRUE(at::allclose(a, b, 1e-5, 1e-6)) << name;
+    // The compiled program's kernels differ from eager's by up to the conformance suite's bound.
+    const bool compiled = name == "aoti" || (options.count("step") && options.at("step") == "aoti");
+    const double rtol = compiled ? 1e-4 : 1e-5, atol = compiled ? 1e-5 : 1e-6;
+    EXPECT_TRUE(at::allclose(a, b, rtol, atol)) << name;
     // A decode step with a beam reorder reads the copied caches.
     const auto next = b.argmax(-1).unsqueeze(1);
     const auto p2 = each(pos).select(1, 2).unsqueeze(1) + 1;
     const auto parents = at::tensor({2, 0, 1, 5, 5, 3}, at::kLong);
     const auto da = shared->decode(StepInputs{next, p2, at::ones({rows, 1}, at::kBool), parents});
     const auto db = full->decode(StepInputs{next, p2, at::ones({rows, 1}, at::kBool), parents});
-    EXPECT_TRUE(at::allclose(da, db, 1e-5, 1e-6)) << name;
+    EXPECT_TRUE(at::allclose(da, db, rtol, atol)) << name;
     // Copies that do not divide the prepared rows are refused.
     shared->prepare(BatchShape{rows, 8});
     EXPECT_NE(testing::error_of([&] {
@@ -144,6 +153,25 @@ TEST(SharedPrefill, EqualsAPrefillOfEveryRow) {
               }).find("copies 4 does not divide the prepared 6 rows"),
               std::string::npos);
   }
+  // share_prefill: false prefills every row (for comparison), with the same logits.
+  for (const auto& name : {"eager", "aoti", "cuda_graph"}) {
+    std::map<std::string, std::string> options = {{"share_prefill", "false"}};
+    if (std::string(name) == "cuda_graph") options["capture"] = "false";
+    auto unshared = BackendRegistry::instance().create(name, model, BackendOptions(name, options));
+    EXPECT_FALSE(unshared->shares_prefill()) << name;
+    unshared->prepare(BatchShape{rows, 8});
+    auto full = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
+    full->prepare(BatchShape{rows, 8});
+    const auto a = unshared->prefill(StepInputs{ids, pos, valid, {}, copies});
+    const auto b = full->prefill(StepInputs{each(ids), each(pos), each(valid), {}});
+    EXPECT_TRUE(at::allclose(a, b, 1e-4, 1e-5)) << name;
+  }
+
+  EXPECT_NE(testing::error_of([&] {
+              BackendRegistry::instance().create(
+                  "eager", model, BackendOptions("eager", {{"share_prefill", "no"}}));
+            }).find("share_prefill"),
+            std::string::npos);
 }
 
 }  // namespace
