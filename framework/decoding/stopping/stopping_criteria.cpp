@@ -31,10 +31,14 @@ at::Tensor EosCriterion::should_stop(const Sequences& seqs) const {
 MaxTimeCriterion::MaxTimeCriterion(double seconds)
     : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
 
-at::Tensor MaxTimeCriterion::should_stop(const Sequences& seqs) const {
+std::optional<bool> MaxTimeCriterion::decided_on_host(const Sequences&) const {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  return at::full({seqs.rows()}, elapsed > seconds_, seqs.tokens.options().dtype(at::kBool));
+  return elapsed > seconds_;
+}
+
+at::Tensor MaxTimeCriterion::should_stop(const Sequences& seqs) const {
+  return at::full({seqs.rows()}, *decided_on_host(seqs), seqs.tokens.options().dtype(at::kBool));
 }
 
 at::Tensor StopSequencesCriterion::should_stop(const Sequences& seqs) const {
@@ -54,12 +58,22 @@ at::Tensor StopSequencesCriterion::should_stop(const Sequences& seqs) const {
 }
 
 at::Tensor StoppingCriteria::should_stop(const Sequences& seqs) const {
-  if (members_.empty()) return at::zeros({seqs.rows()}, seqs.tokens.options().dtype(at::kBool));
-  // A member's answer may be a view (max_length expands one flag over the rows): combined out of
-  // place, starting from the first, one kernel per further member.
-  at::Tensor stop = members_[0]->should_stop(seqs);
-  for (size_t i = 1; i < members_.size(); ++i)
-    stop = stop.logical_or(members_[i]->should_stop(seqs));
+  const auto flags = seqs.tokens.options().dtype(at::kBool);
+  // Members whose answer the host knows (the host loop's max_length, max_time) add no operator;
+  // the others are combined out of place from the first (an answer may be a view: max_length
+  // expands one flag over the rows in the static form), one kernel per further member.
+  at::Tensor stop;
+  for (const auto& m : members_) {
+    if (!seqs.is_static()) {
+      if (const std::optional<bool> known = m->decided_on_host(seqs)) {
+        if (*known) return at::ones({seqs.rows()}, flags);
+        continue;
+      }
+    }
+    const at::Tensor s = m->should_stop(seqs);
+    stop = stop.defined() ? stop.logical_or(s) : s;
+  }
+  if (!stop.defined()) return at::zeros({seqs.rows()}, flags);
   return stop.expand({seqs.rows()});
 }
 

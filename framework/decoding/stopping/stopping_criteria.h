@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,10 @@ class StoppingCriterion {
   virtual std::string name() const = 0;
   // -> [rows] bool
   virtual at::Tensor should_stop(const Sequences& seqs) const = 0;
+  // The same answer for every row, known on the host without device work (max_length from the
+  // host length, max_time from the clock), or nullopt. StoppingCriteria then skips the member's
+  // tensor: fewer operators for the host loop to issue. Never asked of the static form.
+  virtual std::optional<bool> decided_on_host(const Sequences&) const { return std::nullopt; }
   // As LogitsProcessor::whole_step_blocker: "" when should_stop() accepts the static form of
   // Sequences without host reads or changing shapes.
   virtual std::string whole_step_blocker() const;
@@ -30,6 +35,9 @@ class MaxLengthCriterion final : public StoppingCriterion {
   explicit MaxLengthCriterion(int64_t max_length) : max_length_(max_length) {}
   std::string name() const override { return "max_length"; }
   at::Tensor should_stop(const Sequences& seqs) const override;
+  std::optional<bool> decided_on_host(const Sequences& seqs) const override {
+    return seqs.length() >= max_length_;
+  }
   std::string whole_step_blocker() const override { return ""; }
   int64_t max_length() const { return max_length_; }
 
@@ -57,6 +65,7 @@ class MaxTimeCriterion final : public StoppingCriterion {
   explicit MaxTimeCriterion(double seconds);
   std::string name() const override { return "max_time"; }
   at::Tensor should_stop(const Sequences& seqs) const override;
+  std::optional<bool> decided_on_host(const Sequences& seqs) const override;
   std::string whole_step_blocker() const override {
     return "stopping criterion 'max_time' reads the host clock at every step";
   }

@@ -13,6 +13,7 @@
 #include "framework/decoding/processors/warpers.h"
 #include "framework/decoding/stopping/stopping_criteria.h"
 #include "framework/util/error.h"
+#include "framework/util/op_counter.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -330,6 +331,37 @@ TEST(StoppingCriteria, StopSequencesAndMaxTime) {
   EXPECT_TRUE(expired.should_stop(s).all().item<bool>());
   MaxTimeCriterion later(3600);
   EXPECT_FALSE(later.should_stop(s).any().item<bool>());
+}
+
+// The chain: any member says stop. Members the host can decide (max_length from the host length)
+// add no operator; the static form (the whole step) asks every member on the device; both agree.
+TEST(StoppingCriteria, TheChainIsTheOrOfItsMembersInBothForms) {
+  // Row 0 ends with EOS 7, row 1 with the stop sequence "2 5", row 2 with neither.
+  const auto t = at::tensor({1, 3, 7, 4, 2, 5, 5, 9, 6}, at::kLong).reshape({3, 3});
+  const auto valid = at::ones({3, 1}, at::kBool);
+  for (const int64_t max_length : {3, 4}) {
+    StoppingCriteria chain;
+    chain.add(std::make_unique<MaxLengthCriterion>(max_length));
+    chain.add(std::make_unique<EosCriterion>(std::vector<int64_t>{7}));
+    chain.add(std::make_unique<StopSequencesCriterion>(std::vector<std::vector<int64_t>>{{2, 5}}));
+    at::Tensor got;
+    int64_t ops = 0;
+    {
+      AtenOpCounter counter;
+      got = chain.should_stop(Sequences{t, valid, 1});
+      ops = counter.top_level();
+    }
+    // max_length 3 is reached: every row stops, decided on the host (one fill, no member's
+    // operators); 4 is not: the other members decide.
+    const auto want =
+        (max_length == 3 ? at::tensor({1, 1, 1}) : at::tensor({1, 1, 0})).to(at::kBool);
+    EXPECT_TRUE(at::equal(got, want)) << max_length;
+    if (max_length == 3) EXPECT_EQ(ops, 1);
+    // The static form (the whole step): a [rows, capacity] buffer with 3 columns written.
+    const auto buffer = at::cat({t, at::zeros({3, 2}, at::kLong)}, 1);
+    const Sequences fixed{buffer, valid, 1, at::scalar_tensor(3, at::kLong)};
+    EXPECT_TRUE(at::equal(chain.should_stop(fixed), want)) << max_length;
+  }
 }
 
 }  // namespace
