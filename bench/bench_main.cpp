@@ -30,15 +30,16 @@ std::shared_ptr<const CausalLM> preset_model(const std::string& preset, bool fus
   return m;
 }
 
-bool bench_smoke() {
-  const char* smoke = std::getenv("GENGRAPH_BENCH_SMOKE");
-  return smoke && std::string(smoke) == "1";
+namespace {
+bool env_is_one(const char* name) {
+  const char* value = std::getenv(name);
+  return value && std::string(value) == "1";
 }
+}  // namespace
 
-bool bench_op_names() {
-  const char* names = std::getenv("GENGRAPH_BENCH_OP_NAMES");
-  return names && std::string(names) == "1";
-}
+bool bench_smoke() { return env_is_one("GENGRAPH_BENCH_SMOKE"); }
+
+bool bench_op_names() { return env_is_one("GENGRAPH_BENCH_OP_NAMES"); }
 
 std::vector<std::string> bench_presets() {
   if (bench_smoke()) return {"gpt2-tiny"};

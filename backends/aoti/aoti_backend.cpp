@@ -40,14 +40,10 @@ class AotiBackend final : public ForwardBackend {
       return step_.run(in.input_ids, in.positions, slots, in.token_valid, cache_->validity(),
                        cache_->keys(), cache_->values());
     }
-    const int64_t inputs = in.input_ids.size(0);
-    const at::Tensor logits = step_.run(
-        in.input_ids, in.positions, slots, in.token_valid, cache_->validity().narrow(0, 0, inputs),
-        cache_->keys().narrow(1, 0, inputs), cache_->values().narrow(1, 0, inputs));
-    const at::Tensor parents =
-        at::arange(inputs, in.input_ids.options()).repeat_interleave(in.copies);
-    cache_->expand_rows(parents, in.input_ids.size(1));
-    return logits.index_select(0, parents);
+    const StaticCache first = cache_->first_rows(in.input_ids.size(0));
+    const at::Tensor logits = step_.run(in.input_ids, in.positions, slots, in.token_valid,
+                                        first.validity(), first.keys(), first.values());
+    return cache_->expand_prefill(logits, in.copies, in.input_ids.size(1), shape().rows);
   }
 
   at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {

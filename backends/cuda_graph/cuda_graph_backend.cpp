@@ -168,20 +168,13 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
       // The prompt in the bucket's first `inputs` rows, then their cache copied to the rows each
       // stands for; padding rows keep themselves (reset: no valid slot, as a padded prefill
       // leaves them).
-      const int64_t inputs = in.input_ids.size(0), rows = inputs * in.copies;
-      StaticCache first(b.cache->keys().narrow(1, 0, inputs),
-                        b.cache->values().narrow(1, 0, inputs),
-                        b.cache->validity().narrow(0, 0, inputs));
+      StaticCache first = b.cache->first_rows(in.input_ids.size(0));
       const at::Tensor logits =
           aoti_
               ? aoti_->run(in.input_ids, in.positions, slots, in.token_valid, first.validity(),
                            first.keys(), first.values(), current_stream())
               : run_forward_step(model(), first, in.input_ids, in.positions, slots, in.token_valid);
-      const auto l = in.input_ids.options();
-      const at::Tensor parents = at::cat(
-          {at::arange(inputs, l).repeat_interleave(in.copies), at::arange(rows, b.rows, l)});
-      b.cache->expand_rows(parents, in.input_ids.size(1));
-      return logits.index_select(0, parents.narrow(0, 0, rows));
+      return b.cache->expand_prefill(logits, in.copies, in.input_ids.size(1), b.rows);
     }
     const int64_t rows = in.input_ids.size(0), t = in.input_ids.size(1), extra = b.rows - rows;
     // Padding rows are pure padding: they attend only to themselves and are never read.

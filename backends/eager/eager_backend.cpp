@@ -50,17 +50,11 @@ class EagerBackend final : public ForwardBackend {
     // takes it in its first `inputs` rows, written in place; a growing one holds just those rows.
     const int64_t inputs = in.input_ids.size(0);
     std::optional<StaticCache> first;
-    if (static_cache_) {
-      first.emplace(static_->keys().narrow(1, 0, inputs), static_->values().narrow(1, 0, inputs),
-                    static_->validity().narrow(0, 0, inputs));
-    }
+    if (static_cache_) first.emplace(static_->first_rows(inputs));
     const at::Tensor logits =
         run_forward_step(model(), first ? static_cast<KVCache&>(*first) : *cache_, in.input_ids,
                          in.positions, slots, in.token_valid);
-    const at::Tensor parents =
-        at::arange(inputs, in.input_ids.options()).repeat_interleave(in.copies);
-    cache_->expand_rows(parents, in.input_ids.size(1));
-    return logits.index_select(0, parents);
+    return cache_->expand_prefill(logits, in.copies, in.input_ids.size(1), shape().rows);
   }
 
   at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {

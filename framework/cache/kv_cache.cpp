@@ -5,6 +5,19 @@
 
 namespace gengraph {
 
+at::Tensor KVCache::expand_prefill(const at::Tensor& logits, int64_t copies, int64_t written,
+                                   int64_t cache_rows) {
+  const int64_t inputs = logits.size(0), rows = inputs * copies;
+  const auto l = logits.options().dtype(at::kLong);
+  at::Tensor parents = at::arange(inputs, l).repeat_interleave(copies);
+  if (cache_rows > rows) parents = at::cat({parents, at::arange(rows, cache_rows, l)});
+  const int64_t bytes = reorder_bytes_, n = reorders_;
+  reorder(parents, written);
+  reorder_bytes_ = bytes;
+  reorders_ = n;
+  return logits.index_select(0, parents.narrow(0, 0, rows));
+}
+
 void GrowingCache::write_validity(const at::Tensor& /*slots*/, const at::Tensor& token_valid) {
   valid_ = valid_.defined() ? at::cat({valid_, token_valid}, 1) : token_valid.clone();
 }

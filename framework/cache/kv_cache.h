@@ -49,14 +49,13 @@ class KVCache {
   // moved. -1: all of them (a captured graph, which cannot know the length).
   virtual void reorder(const at::Tensor& parent_rows, int64_t written = -1) = 0;
 
-  // After a prefill of the first rows only (ForwardBackend shared prefills): row r takes the
-  // written slots of row parent_rows[r], as a reorder does, without counting as a beam step's.
-  void expand_rows(const at::Tensor& parent_rows, int64_t written) {
-    const int64_t bytes = reorder_bytes_, n = reorders_;
-    reorder(parent_rows, written);
-    reorder_bytes_ = bytes;
-    reorders_ = n;
-  }
+  // After a prefill of one row per input in the first rows (ForwardBackend shared prefills):
+  // each input's `written` slots copied to the `copies` consecutive rows it stands for, as a
+  // reorder does but without counting as a beam step's; rows past inputs x copies up to
+  // `cache_rows` (bucket padding) keep themselves. Returns the logits of the inputs x copies rows.
+  //   logits: [inputs, vocab] -> [inputs * copies, vocab]
+  at::Tensor expand_prefill(const at::Tensor& logits, int64_t copies, int64_t written,
+                            int64_t cache_rows);
 
   // Bytes one reorder read and wrote (keys, values and validity, every layer), on average over
   // those since the cache was made or reset; 0 without any: the traffic a beam step adds to the
@@ -120,6 +119,12 @@ class StaticCache final : public KVCache {
 
   const at::Tensor& keys() const { return keys_; }
   const at::Tensor& values() const { return values_; }
+  // A cache over the first `rows` rows of these buffers (views, written in place): where a shared
+  // prefill runs the prompts.
+  StaticCache first_rows(int64_t rows) const {
+    return StaticCache(keys_.narrow(1, 0, rows), values_.narrow(1, 0, rows),
+                       valid_.narrow(0, 0, rows));
+  }
   int64_t rows() const { return valid_.size(0); }
   int64_t max_len() const { return valid_.size(1); }
 

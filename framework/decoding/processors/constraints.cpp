@@ -157,8 +157,8 @@ MinLength::MinLength(int64_t min, std::vector<int64_t> eos, bool new_only)
 at::Tensor MinLength::process(const Sequences& seqs, at::Tensor scores) const {
   const at::Tensor& mask = cached_vocab_mask(mask_, eos_, scores);
   if (seqs.is_static()) {
-    const at::Tensor short_ = seqs.written.lt(new_only_ ? min_ + seqs.prompt_length : min_);
-    return at::where(mask.logical_and(short_), -kInf, scores);
+    const at::Tensor too_short = seqs.written.lt(new_only_ ? min_ + seqs.prompt_length : min_);
+    return at::where(mask.logical_and(too_short), -kInf, scores);
   }
   const int64_t len = new_only_ ? seqs.generated() : seqs.length();
   if (len >= min_) return scores;

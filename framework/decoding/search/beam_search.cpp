@@ -16,6 +16,12 @@ at::Tensor gather_beams(const at::Tensor& x, const at::Tensor& idx) {
   return at::take_along_dim(x, i, 1);
 }
 
+// transformers' early-stop heuristic: with early_stopping never and a positive length penalty, the
+// best a running beam can still reach is scored at max_length, a constant.
+bool best_at_max_length(const BeamSearchOptions& o) {
+  return o.early_stopping == EarlyStopping::kNever && o.length_penalty > 0;
+}
+
 }  // namespace
 
 BeamSearch::BeamSearch(BeamSearchOptions options) : options_(options) {}
@@ -105,14 +111,13 @@ DeviceDecision BeamSearch::device_step(const at::Tensor& logits, const LogitsPro
       gather_beams(at::cat({fin_lengths_, generated.expand({b, k})}, 1), keep);
   const at::Tensor new_is_finished = gather_beams(at::cat({is_finished_, just_finished}, 1), keep);
 
-  // With early_stopping never and a positive length penalty the best a running beam can reach is
-  // at max_length: a constant, made on the host as the host loop makes it.
+  // At max_length the penalty is a host constant, divided as the host loop divides by it.
+  const at::Tensor best_running = new_running_scores.narrow(1, 0, 1);
   const at::Tensor best_possible =
-      (options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0)
-          ? new_running_scores.narrow(1, 0, 1) /
-                static_cast<float>(std::pow(static_cast<double>(options_.max_length - prompt_len_),
-                                            options_.length_penalty))
-          : new_running_scores.narrow(1, 0, 1) / generated_penalty;
+      best_at_max_length(options_)
+          ? best_running / std::pow(static_cast<double>(options_.max_length - prompt_len_),
+                                    options_.length_penalty)
+          : best_running / generated_penalty;
   const at::Tensor worst_finished =
       at::where(new_is_finished, std::get<0>(new_fin_scores.min(1, /*keepdim=*/true)), kBlocked);
   const at::Tensor new_improvable =
@@ -200,10 +205,9 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
 
   // Could a running beam still beat the worst finished one? (transformers' heuristic)
   const int64_t new_len = cur_len + 1;
-  const double best_len =
-      (options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0)
-          ? static_cast<double>(options_.max_length - prompt_len_)
-          : static_cast<double>(new_len - prompt_len_);
+  const double best_len = best_at_max_length(options_)
+                              ? static_cast<double>(options_.max_length - prompt_len_)
+                              : static_cast<double>(new_len - prompt_len_);
   const at::Tensor best_possible =
       running_scores_.narrow(1, 0, 1) / std::pow(best_len, options_.length_penalty);
   const at::Tensor worst_finished =

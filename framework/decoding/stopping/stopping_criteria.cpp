@@ -17,8 +17,7 @@ std::string StoppingCriteria::whole_step_blocker() const {
 
 at::Tensor MaxLengthCriterion::should_stop(const Sequences& seqs) const {
   if (seqs.is_static()) return seqs.written.ge(max_length_).expand({seqs.rows()});
-  return at::full({seqs.rows()}, seqs.length() >= max_length_,
-                  seqs.tokens.options().dtype(at::kBool));
+  return at::full({seqs.rows()}, *decided_on_host(seqs), seqs.tokens.options().dtype(at::kBool));
 }
 
 at::Tensor EosCriterion::should_stop(const Sequences& seqs) const {
