@@ -4,10 +4,13 @@
 #include <cmath>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
 
+#include "experiments/results.h"
+#include "experiments/table.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -19,54 +22,32 @@ namespace {
 
 using Json = nlohmann::json;
 
-// (point name, point document) for each point; one unnamed point for a file without a sweep.
-std::vector<std::pair<std::string, const Json*>> points_of(const Json& doc,
-                                                           const std::string& name) {
-  const std::string what = "'" + name + "' is not a gengraph results file: ";
-  if (!doc.is_object()) throw Error(what + "expected a JSON object");
-  std::vector<std::pair<std::string, const Json*>> out;
-  if (!doc.contains("points")) {
-    if (!doc.contains("runs") || !doc["runs"].is_array())
-      throw Error(what + "expected a 'runs' list (or 'points')");
-    out.emplace_back("", &doc);
+struct Point {
+  std::string name;  // "" for a file without a sweep
+  JsonAt doc;
+};
+
+// Each point of a results file; the file itself as one unnamed point when it has no sweep. Every
+// point must have its 'runs' list.
+std::vector<Point> points_of(const JsonAt& doc) {
+  std::vector<Point> out;
+  if (!doc.has("points")) {
+    doc["runs"].items();
+    out.push_back({"", doc});
     return out;
   }
-  if (!doc["points"].is_array()) throw Error(what + "expected 'points' to be a list");
-  for (size_t i = 0; i < doc["points"].size(); ++i) {
-    const Json& p = doc["points"][i];
-    if (!p.is_object() || !p.contains("runs") || !p["runs"].is_array()) {
-      throw Error(what + "points[" + std::to_string(i) + "] has no 'runs' list");
-    }
-    std::string label;
-    if (p.contains("point") && p["point"].is_array()) {
-      for (const auto& part : p["point"])
-        label += (label.empty() ? "" : ", ") +
-                 (part.is_string() ? part.get<std::string>() : part.dump());
-    }
-    out.emplace_back(label, &p);
+  for (const auto& p : doc["points"].items()) {
+    p["runs"].items();
+    out.push_back({point_label(p), p});
   }
   return out;
 }
 
-// Each label's first run in a point.
-std::map<std::string, const Json*> runs_by_label(const Json& point) {
-  std::map<std::string, const Json*> out;
-  for (const auto& r : point["runs"]) {
-    if (r.is_object()) out.emplace(r.value("label", std::string()), &r);
-  }
+// The runs of a point with their labels (every run an object with a string label).
+std::vector<std::pair<std::string, JsonAt>> labelled_runs(const JsonAt& point) {
+  std::vector<std::pair<std::string, JsonAt>> out;
+  for (const auto& r : point["runs"].items()) out.emplace_back(r["label"].string(), r);
   return out;
-}
-
-std::vector<double> values_of(const Json& run, const std::string& metric) {
-  const Json t = run.value("timings", Json::object());
-  if (!t.is_object() || !t.contains(metric) || !t[metric].is_object() ||
-      !t[metric].contains("values"))
-    return {};
-  std::vector<double> v;
-  for (const auto& x : t[metric]["values"]) {
-    if (x.is_number()) v.push_back(x.get<double>());
-  }
-  return v;
 }
 
 std::string fmt(double x) {
@@ -84,17 +65,20 @@ std::string spread(const std::vector<double>& v) {
   return out + " (" + std::to_string(s.size()) + ")";
 }
 
-std::string field(const Json& doc, const std::string& path) {
-  const Json* j = &doc;
+// A setting for display ("(none)" when absent): a string as it is, anything else as JSON, cut to
+// 90 bytes on a character boundary (the comparison stays valid UTF-8).
+std::string field(const JsonAt& doc, const std::string& path) {
+  std::optional<JsonAt> j = doc;
   std::stringstream ss(path);
   for (std::string key; std::getline(ss, key, '.');) {
-    if (!j->is_object() || !j->contains(key)) return "(none)";
-    j = &(*j)[key];
+    j = j->find(key);
+    if (!j) return "(none)";
   }
-  std::string s = j->is_string() ? j->get<std::string>() : j->dump();
-  if (s.size() > 90) s = s.substr(0, 87) + "...";
-  return s;
+  return shorten_utf8(j->text(), 90);
 }
+
+// Only the terminal's copy is escaped; the comparison document keeps the text as it was.
+std::string shown(const Json& s) { return terminal_text(s.get<std::string>()); }
 
 }  // namespace
 
@@ -104,11 +88,14 @@ Json compare_documents(const Json& before, const std::string& before_name, const
     throw Error("compare: unknown metric '" + metric + "'; expected one of " +
                 join(kCompareMetrics, ", "));
   }
-  const auto bp = points_of(before, before_name), ap = points_of(after, after_name);
+  const JsonAt before_doc(before, results_source(before_name)),
+      after_doc(after, results_source(after_name));
+  const auto bp = points_of(before_doc), ap = points_of(after_doc);
   const bool higher_is_better = metric == "tokens_per_second";
-  const Json& b0 = *bp.front().second;
-  const Json& a0 = *ap.front().second;
-  auto side = [](const Json& doc, const Json& first, const std::string& name) {
+  // The settings are read from the first point (a sweep of no points has none: the file's own).
+  const JsonAt& b0 = bp.empty() ? before_doc : bp.front().doc;
+  const JsonAt& a0 = ap.empty() ? after_doc : ap.front().doc;
+  auto side = [](const JsonAt& doc, const JsonAt& first, const std::string& name) {
     return Json{{"file", name},
                 {"experiment", field(doc, "experiment")},
                 {"commit", field(first, "environment.gengraph_commit")},
@@ -117,8 +104,8 @@ Json compare_documents(const Json& before, const std::string& before_name, const
   Json out = {{"schema", "gengraph-compare-1"},
               {"metric", metric},
               {"higher_is_better", higher_is_better},
-              {"before", side(before, b0, before_name)},
-              {"after", side(after, a0, after_name)},
+              {"before", side(before_doc, b0, before_name)},
+              {"after", side(after_doc, a0, after_name)},
               {"settings_that_differ", Json::array()},
               {"points", Json::array()}};
   // Settings that make two files measure different things; listed, not refused: comparing two
@@ -135,52 +122,51 @@ Json compare_documents(const Json& before, const std::string& before_name, const
                                          "run.repeats",
                                          "run.warmup"};
   for (const auto& k : keys) {
-    const std::string x = field(k == "experiment" ? before : b0, k),
-                      y = field(k == "experiment" ? after : a0, k);
+    const std::string x = field(k == "experiment" ? before_doc : b0, k),
+                      y = field(k == "experiment" ? after_doc : a0, k);
     if (x != y) out["settings_that_differ"].push_back({{"key", k}, {"before", x}, {"after", y}});
   }
 
   // Points and rows are matched through maps (first occurrence wins), so a file of many rows
   // compares in n log n, not n^2.
   std::vector<std::string> names;
-  std::map<std::string, const Json*> b_points, a_points;
+  std::map<std::string, const JsonAt*> b_points, a_points;
   for (const auto& p : bp) {
-    if (b_points.emplace(p.first, p.second).second) names.push_back(p.first);
+    if (b_points.emplace(p.name, &p.doc).second) names.push_back(p.name);
   }
   for (const auto& p : ap) {
-    if (a_points.emplace(p.first, p.second).second && !b_points.count(p.first))
-      names.push_back(p.first);
+    if (a_points.emplace(p.name, &p.doc).second && !b_points.count(p.name)) names.push_back(p.name);
   }
   for (const auto& name : names) {
-    const Json* b = b_points.count(name) ? b_points[name] : nullptr;
-    const Json* a = a_points.count(name) ? a_points[name] : nullptr;
+    const JsonAt* b = b_points.count(name) ? b_points[name] : nullptr;
+    const JsonAt* a = a_points.count(name) ? a_points[name] : nullptr;
     Json point = {{"point", name}, {"rows", Json::array()}};
     if (!b || !a) {
       point["only_in"] = b ? "before" : "after";
       out["points"].push_back(point);
       continue;
     }
+    // Rows in the order of BEFORE, then those only in AFTER; the first of a label counts.
     std::vector<std::string> labels;
-    std::map<std::string, const Json*> b_runs = runs_by_label(*b), a_runs = runs_by_label(*a);
-    for (const auto* doc : {b, a}) {
-      std::set<std::string> listed(labels.begin(), labels.end());
-      for (const auto& r : (*doc)["runs"]) {
-        const std::string l = r.is_object() ? r.value("label", std::string()) : std::string();
-        if (!l.empty() && listed.insert(l).second) labels.push_back(l);
+    std::map<std::string, JsonAt> b_runs, a_runs;
+    for (auto* runs : {&b_runs, &a_runs}) {
+      for (const auto& [l, r] : labelled_runs(runs == &b_runs ? *b : *a)) {
+        if (runs->emplace(l, r).second && (runs == &b_runs || !b_runs.count(l)))
+          labels.push_back(l);
       }
     }
     for (const auto& l : labels) {
-      const Json* rb = b_runs.count(l) ? b_runs[l] : nullptr;
-      const Json* ra = a_runs.count(l) ? a_runs[l] : nullptr;
+      const auto ib = b_runs.find(l), ia = a_runs.find(l);
+      const JsonAt* rb = ib == b_runs.end() ? nullptr : &ib->second;
+      const JsonAt* ra = ia == a_runs.end() ? nullptr : &ia->second;
       Json row = {{"label", l}};
       if (!rb || !ra) {
         row["status"] = rb ? "only in before" : "only in after";
-      } else if (rb->contains("error") || ra->contains("error")) {
-        row["status"] =
-            std::string("failed in ") +
-            (rb->contains("error") ? (ra->contains("error") ? "both" : "before") : "after");
+      } else if (rb->has("error") || ra->has("error")) {
+        row["status"] = std::string("failed in ") +
+                        (rb->has("error") ? (ra->has("error") ? "both" : "before") : "after");
       } else {
-        const auto vb = values_of(*rb, metric), va = values_of(*ra, metric);
+        const auto vb = row_timing(*rb, metric).values, va = row_timing(*ra, metric).values;
         row["before"] = vb;
         row["after"] = va;
         if (vb.empty() || va.empty()) {
@@ -213,15 +199,15 @@ std::string format_comparison(const Json& c) {
   std::ostringstream o;
   for (const char* side : {"before", "after"}) {
     const Json& s = c.at(side);
-    o << std::left << std::setw(8) << std::string(side) + ":" << s.at("file").get<std::string>()
-      << " (experiment " << s.at("experiment").get<std::string>() << ", commit "
-      << s.at("commit").get<std::string>() << ", " << s.at("created").get<std::string>() << ")\n";
+    o << std::left << std::setw(8) << std::string(side) + ":" << shown(s.at("file"))
+      << " (experiment " << shown(s.at("experiment")) << ", commit " << shown(s.at("commit"))
+      << ", " << shown(s.at("created")) << ")\n";
   }
   if (!c.at("settings_that_differ").empty()) {
     o << "settings that differ (the rows may not measure the same thing):\n";
     for (const auto& d : c.at("settings_that_differ")) {
-      o << "  " << d.at("key").get<std::string>() << ": " << d.at("before").get<std::string>()
-        << "  ->  " << d.at("after").get<std::string>() << "\n";
+      o << "  " << shown(d.at("key")) << ": " << shown(d.at("before")) << "  ->  "
+        << shown(d.at("after")) << "\n";
     }
   }
   const std::string metric = c.at("metric").get<std::string>();
@@ -234,8 +220,9 @@ std::string format_comparison(const Json& c) {
        " covers the spread of repeats within each file, not drift of the machine between the two "
        "runs: a row"
        " whose code did not change (a transformers peer, say) shows that drift.\n";
+  if (c.at("points").empty()) o << "\nno sweep point in either file: nothing to compare\n";
   for (const auto& p : c.at("points")) {
-    const std::string name = p.at("point").get<std::string>();
+    const std::string name = shown(p.at("point"));
     if (!name.empty()) o << "\n[" << name << "]\n";
     if (p.contains("only_in")) {
       o << (name.empty() ? "\n[the file without a sweep]\n" : "") << "  only in "
@@ -246,7 +233,7 @@ std::string format_comparison(const Json& c) {
       << "after " + metric << std::setw(22) << "speed-up" << std::setw(12) << "confidence"
       << "verdict\n";
     for (const auto& r : p.at("rows")) {
-      o << std::left << std::setw(20) << r.at("label").get<std::string>();
+      o << std::left << std::setw(20) << shown(r.at("label"));
       const std::string status = r.at("status").get<std::string>();
       if (!r.contains("before")) {
         o << status << "\n";

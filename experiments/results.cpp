@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "experiments/process.h"
+#include "experiments/table.h"
 #include "framework/decoding/generator.h"
 
 namespace gengraph {
@@ -161,32 +162,97 @@ void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
 
 std::vector<std::string> failed_runs(const nlohmann::json& doc) {
   std::vector<std::string> out;
-  auto scan = [&](const nlohmann::json& point, const std::string& where) {
-    for (const auto& r : point.at("runs")) {
-      if (r.contains("error")) out.push_back(r.at("label").get<std::string>() + where);
+  const JsonAt d(doc, "the results");
+  auto scan = [&](const JsonAt& point, const std::string& where) {
+    for (const auto& r : point["runs"].items()) {
+      if (r.has("error")) out.push_back(r["label"].string() + where);
     }
   };
-  if (doc.contains("points")) {
-    for (const auto& p : doc.at("points"))
-      scan(p, " [" + join(p.at("point").get<std::vector<std::string>>(), ", ") + "]");
+  if (d.has("points")) {
+    for (const auto& p : d["points"].items()) scan(p, " [" + point_label(p) + "]");
   } else {
-    scan(doc, "");
+    scan(d, "");
   }
   return out;
 }
 
+std::string results_source(const std::string& path) {
+  return path.empty() ? "the results" : "'" + path + "' is not a gengraph results file";
+}
+
+std::string point_label(const JsonAt& point) { return join(point["point"].strings(), ", "); }
+
+TimingSummary read_timing(const JsonAt& summary) {
+  // No measurement is 0 or negative, and none is near 1e12: 31 years in ms, a trillion tokens/s.
+  // JSON has no NaN or infinity (gengraph would have written null); 1e308 is a number, refused
+  // here.
+  constexpr double kMax = 1e12;
+  const std::string measured = "a measured value > 0 and at most 1e12";
+  auto positive = [&](const JsonAt& v) {
+    const double x = v.number_in(0, kMax, measured);
+    if (x == 0) v.fail(measured);
+    return x;
+  };
+  auto num = [](double x) { return nlohmann::json(x).dump(); };
+  TimingSummary t;
+  if (const auto v = summary.find("median")) t.median = positive(*v);
+  if (const auto v = summary.find("min")) t.min = positive(*v);
+  if (const auto v = summary.find("max")) t.max = positive(*v);
+  if (const auto v = summary.find("stdev")) v->number_in(0, kMax, "a value >= 0 and at most 1e12");
+  if (const auto v = summary.find("values")) {
+    for (const auto& x : v->items()) t.values.push_back(positive(x));
+  }
+  std::optional<double> mean;
+  if (const auto v = summary.find("mean")) mean = positive(*v);
+  if (t.min && t.max) {
+    if (*t.min > *t.max) summary["max"].fail("a value >= min (" + num(*t.min) + ")");
+    // The mean is computed, so it may stray from [min, max] by rounding; the others are copies.
+    const double slack = 1e-9 * *t.max;
+    const std::string range =
+        "a value within [min, max] = [" + num(*t.min) + ", " + num(*t.max) + "]";
+    if (t.median && (*t.median < *t.min || *t.median > *t.max)) summary["median"].fail(range);
+    if (mean && (*mean < *t.min - slack || *mean > *t.max + slack)) summary["mean"].fail(range);
+    const auto values = summary.find("values");
+    for (size_t i = 0; i < t.values.size(); ++i) {
+      if (t.values[i] < *t.min || t.values[i] > *t.max) values->items()[i].fail(range);
+    }
+  }
+  return t;
+}
+
+TimingSummary row_timing(const JsonAt& run, const std::string& metric) {
+  const JsonAt timings = run["timings"];
+  const auto summary = timings.find(metric);
+  // gengraph writes null for a metric with no values (decode_ms_per_token of a single step).
+  if (!summary || summary->json().is_null()) return {};
+  return read_timing(*summary);
+}
+
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code ec;
+  if (std::filesystem::exists(a, ec) && std::filesystem::exists(b, ec)) {
+    const bool same = std::filesystem::equivalent(a, b, ec);
+    if (!ec) return same;
+  }
+  auto normal = [](const std::filesystem::path& p) {
+    std::error_code e;
+    std::filesystem::path c = std::filesystem::weakly_canonical(p, e);
+    if (e) c = std::filesystem::absolute(p, e).lexically_normal();
+    return c;
+  };
+  return normal(a) == normal(b);
+}
+
 nlohmann::json read_results(const std::string& path) {
   nlohmann::json doc = read_json_file(path);
-  const std::string what = "'" + path + "' is not a gengraph results file: ";
-  if (!doc.is_object()) throw Error(what + "expected a JSON object");
-  if (doc.value("schema_version", 0) != 1) {
-    throw Error(
-        what + "expected schema_version 1, found " +
-        (doc.contains("schema_version") ? doc["schema_version"].dump() : std::string("none")));
-  }
-  const bool sweep = doc.contains("points");
-  if (!(sweep ? doc["points"].is_array() : doc.contains("runs") && doc["runs"].is_array())) {
-    throw Error(what + "expected a 'runs' list (or 'points', each with 'runs')");
+  const JsonAt d(doc, results_source(path));
+  d.object("a JSON object");
+  d["schema_version"].integer_in(1, 1, "1 (the results schema this gengraph reads)");
+  const bool sweep = d.has("points");
+  const JsonAt rows = d[sweep ? "points" : "runs"];
+  if (!rows.exists() || !rows.json().is_array()) {
+    rows.fail(sweep ? "an array of points, each with 'runs'"
+                    : "an array of runs (or 'points', each with 'runs')");
   }
   return doc;
 }

@@ -2,6 +2,7 @@
 // whole or not at all, and reading it back.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -10,6 +11,7 @@
 
 #include "experiments/experiment_config.h"
 #include "framework/util/error.h"
+#include "framework/util/json_at.h"
 
 namespace gengraph {
 
@@ -53,11 +55,39 @@ void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
 // path itself a folder. `what` names it in the error ("results", "plot").
 void check_output_path(const std::filesystem::path& path, const std::string& what);
 
+// The readers of results files (show, compare) read every field through JsonAt
+// (framework/util/json_at.h), so that each refusal names the file and the key path.
+
+// How errors about the results file `path` begin: "'r.json' is not a gengraph results file" ("the
+// results" for a document that is not from a file).
+std::string results_source(const std::string& path);
+
+// The key=value overrides of a sweep point ("inputs.batch_size=1, ..."), from its 'point' list.
+std::string point_label(const JsonAt& point);
+
+// A timing summary of a results row (timings.total_ms, ...: median, min, max, mean, stdev,
+// values; each may be absent, an empty summary for none). It is refused, naming the key path and
+// the value, when it holds what no measurement gives: a time or rate that is not > 0 or is above
+// 1e12 (ms: 31 years; tokens/s: a trillion), a median, mean or value outside [min, max].
+struct TimingSummary {
+  std::optional<double> median, min, max;
+  std::vector<double> values;
+};
+TimingSummary read_timing(const JsonAt& summary);
+// A row's timings.<metric>: the row must have a 'timings' object; a metric absent from it, or
+// null (as gengraph writes a metric without values), is an empty summary.
+TimingSummary row_timing(const JsonAt& run, const std::string& metric);
+
+// Whether two paths name one file: the same file when both exist (hard and symbolic links, "./a"
+// and "a"), else the same path once made absolute and normal (std::filesystem::weakly_canonical).
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b);
+
 // A results file, read and checked for what every reader needs (schema_version 1, runs or
 // points); errors name the file.
 nlohmann::json read_results(const std::string& path);
 
-// Runs `f` on results files, turning a field of the wrong type into an error naming them.
+// Runs `f` on results files, turning a json exception that escaped the typed reads (a bug) into an
+// error naming them. A last resort: readers use JsonAt.
 template <typename F>
 std::string with_results_errors(const std::string& files, F f) {
   try {

@@ -30,6 +30,11 @@ std::string ratio_confidence_text(int64_t repeats);
 // per-repeat ratios with an order-statistic interval for rows timed in the same interleaved
 // repeats, the ratio of medians for peers. {baseline, median, [low, high, confidence], method}.
 nlohmann::json ratio_to_baseline(const nlohmann::json& row, const nlohmann::json& base);
+// The same from the rows' total_ms values (times > 0) and whether each is a peer; `base_label`
+// is the baseline's label.
+nlohmann::json ratio_to_baseline(const std::vector<double>& row, bool row_is_peer,
+                                 const std::vector<double>& base, bool base_is_peer,
+                                 const std::string& base_label);
 
 // The speed-up of AFTER over BEFORE from two independent sets of repeat timings (lower is
 // better): the Hodges-Lehmann estimate of the shift between log(before) and log(after), i.e. the

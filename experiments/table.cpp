@@ -1,7 +1,10 @@
 #include "experiments/table.h"
 
+#include <cstdint>
 #include <iomanip>
+#include <optional>
 #include <sstream>
+#include <vector>
 
 #include "experiments/results.h"
 #include "experiments/statistics.h"
@@ -10,24 +13,25 @@
 namespace gengraph {
 namespace {
 
-std::string cell(const nlohmann::json& t, const char* key) {
-  if (!t.contains(key) || !t.at(key).contains("median")) return "-";
+// A string field of the file, made safe for the terminal.
+std::string shown(const JsonAt& v) { return terminal_text(v.string()); }
+
+std::string cell(const TimingSummary& t) {
+  if (!t.median) return "-";
   std::ostringstream s;
-  const double m = t.at(key).at("median").get<double>();
-  s << std::fixed << std::setprecision(m >= 1000 ? 0 : 2) << m;
-  if (t.at(key).at("values").size() > 1) {
-    s << " [" << t.at(key).at("min").get<double>() << "-" << t.at(key).at("max").get<double>()
-      << "]";
-  }
+  s << std::fixed << std::setprecision(*t.median >= 1000 ? 0 : 2) << *t.median;
+  if (t.values.size() > 1 && t.min && t.max) s << " [" << *t.min << "-" << *t.max << "]";
   return s.str();
 }
 
 // The "same tokens" cell: from the outputs both rows recorded (so files written when the flag
 // still compared scores too read right), else the recorded flag; a score difference is shown.
-std::string same_tokens_cell(const nlohmann::json& r, const nlohmann::json& first) {
-  if (!r.contains("outputs") || !first.contains("outputs"))
-    return r.value("tokens_match_first_row", true) ? "yes" : "NO";
-  const OutputComparison c = compare_outputs(first.at("outputs"), r.at("outputs"));
+// compare_outputs reads any shape without fault (another shape does not match).
+std::string same_tokens_cell(const JsonAt& r, const JsonAt& first) {
+  const auto outputs = r.find("outputs"), first_outputs = first.find("outputs");
+  if (!outputs || !first_outputs)
+    return r.boolean_or("tokens_match_first_row", true) ? "yes" : "NO";
+  const OutputComparison c = compare_outputs(first_outputs->json(), outputs->json());
   if (!c.same_tokens) return "NO";
   if (!c.max_score_difference || *c.max_score_difference == 0) return "yes";
   std::ostringstream s;
@@ -36,58 +40,67 @@ std::string same_tokens_cell(const nlohmann::json& r, const nlohmann::json& firs
   return s.str();
 }
 
-void point_table(std::ostringstream& o, const nlohmann::json& doc,
-                 const std::string& baseline_label) {
-  const auto& runs = doc.at("runs");
+bool is_peer(const JsonAt& r) { return r.string_or("backend", "").rfind("peer:", 0) == 0; }
+
+// A non-negative number (bytes, fractions, seconds); JSON holds no NaN or infinity.
+double amount(const JsonAt& v) { return v.number_in(0, 1e300, "a number >= 0"); }
+
+void point_table(std::ostringstream& o, const JsonAt& doc, const std::string& baseline_label) {
+  const std::vector<JsonAt> runs = doc["runs"].items();
   if (runs.empty()) return;
-  const nlohmann::json* base = &runs.at(0);
+  const JsonAt* base = &runs.front();
   for (const auto& r : runs) {
-    if (r.at("label") == baseline_label && !r.contains("error"))
+    if (r["label"].string() == baseline_label && !r.has("error"))
       base = &r;  // a failed peer divides nothing
   }
+  const std::vector<double> base_total =
+      base->has("error") ? std::vector<double>() : row_timing(*base, "total_ms").values;
   o << std::left << std::setw(20) << "row" << std::setw(24) << "first token ms" << std::setw(24)
     << "decode ms/token" << std::setw(24) << "total ms" << std::setw(24) << "tokens/s"
-    << std::setw(22) << "vs " + (*base).at("label").get<std::string>() << "same tokens\n";
+    << std::setw(22) << "vs " + shown((*base)["label"]) << "same tokens\n";
   for (const auto& r : runs) {
-    if (r.contains("error")) {
-      o << std::left << std::setw(20) << r.at("label").get<std::string>()
-        << "FAILED: " << r.at("error").get<std::string>() << "\n";
+    if (r.has("error")) {
+      o << std::left << std::setw(20) << shown(r["label"])
+        << "FAILED: " << terminal_text(r["error"].text()) << "\n";
       continue;
     }
+    const TimingSummary total = row_timing(r, "total_ms");
     // Recomputed from the values, so results files written before vs_baseline existed show it too.
-    const nlohmann::json v =
-        base->contains("error") ? nlohmann::json::object() : ratio_to_baseline(r, *base);
+    const nlohmann::json v = base->has("error")
+                                 ? nlohmann::json::object()
+                                 : ratio_to_baseline(total.values, is_peer(r), base_total,
+                                                     is_peer(*base), (*base)["label"].string());
     std::ostringstream ratio;
     ratio << std::fixed << std::setprecision(2) << v.value("median", 0.0) << "x";
     if (v.contains("low") && &r != base)
       ratio << " [" << v.at("low").get<double>() << "-" << v.at("high").get<double>() << "]";
-    o << std::left << std::setw(20) << r.at("label").get<std::string>() << std::setw(24)
-      << cell(r.at("timings"), "time_to_first_token_ms") << std::setw(24)
-      << cell(r.at("timings"), "decode_ms_per_token") << std::setw(24)
-      << cell(r.at("timings"), "total_ms") << std::setw(24)
-      << cell(r.at("timings"), "tokens_per_second") << std::setw(22) << ratio.str()
-      << same_tokens_cell(r, runs.at(0)) << "\n";
-    if (r.contains("bandwidth")) {
+    o << std::left << std::setw(20) << shown(r["label"]) << std::setw(24)
+      << cell(row_timing(r, "time_to_first_token_ms")) << std::setw(24)
+      << cell(row_timing(r, "decode_ms_per_token")) << std::setw(24) << cell(total) << std::setw(24)
+      << cell(row_timing(r, "tokens_per_second")) << std::setw(22) << ratio.str()
+      << same_tokens_cell(r, runs.front()) << "\n";
+    if (const auto bw = r.find("bandwidth")) {
       // Results written before the read measurement existed carry only the copy fraction.
-      const auto& bw = r.at("bandwidth");
-      o << "    decode reads >= " << std::setprecision(1)
-        << bw.at("bytes_per_decode_step").get<double>() / 1e6 << " MB/step: ";
-      if (bw.contains("fraction_of_read_bandwidth"))
-        o << 100 * bw.at("fraction_of_read_bandwidth").get<double>()
-          << "% of the measured read (mv) bandwidth, ";
-      o << 100 * bw.at("fraction_of_copy_bandwidth").get<double>() << "% of the copy bandwidth";
+      const double bytes = amount((*bw)["bytes_per_decode_step"]);
+      o << "    decode reads >= " << std::setprecision(1) << bytes / 1e6 << " MB/step: ";
+      if (const auto read = bw->find("fraction_of_read_bandwidth"))
+        o << 100 * amount(*read) << "% of the measured read (mv) bandwidth, ";
+      o << 100 * amount((*bw)["fraction_of_copy_bandwidth"]) << "% of the copy bandwidth";
       // Files written before the reorder was counted have no bytes_moved_per_step.
-      if (bw.contains("bytes_moved_per_step") && bw.at("bytes_moved_per_step").get<double>() >
-                                                     bw.at("bytes_per_decode_step").get<double>())
-        o << "; moved " << bw.at("bytes_moved_per_step").get<double>() / 1e6
-          << " MB/step with the beam reorder";
+      if (const auto moved = bw->find("bytes_moved_per_step")) {
+        if (amount(*moved) > bytes)
+          o << "; moved " << amount(*moved) / 1e6 << " MB/step with the beam reorder";
+      }
       o << "\n";
     }
+    const auto report = r.find("report");
     // An AOTInductor package's cost: what building it took (this run, or as recorded when it was
     // built for an earlier one) and its size.
-    if (r.contains("report") && r.at("report").contains("aoti_package_bytes")) {
-      const auto& rep = r.at("report");
-      auto num = [&](const char* k) { return rep.value(k, 0.0); };
+    if (report && report->has("aoti_package_bytes")) {
+      auto num = [&](const char* k) {
+        const auto x = report->find(k);
+        return x ? amount(*x) : 0.0;
+      };
       o << "    aoti package " << std::fixed << std::setprecision(1)
         << num("aoti_package_bytes") / 1e6 << " MB: export " << num("aoti_export_seconds")
         << " s + compile " << num("aoti_compile_seconds") << " s"
@@ -97,88 +110,175 @@ void point_table(std::ostringstream& o, const nlohmann::json& doc,
     }
     // The decoding loop: the whole step on the device (framework/decoding/whole_step.h) or the
     // host loop, and why when a row asked for the whole step and did not get it.
-    if (r.contains("loop") && r.at("loop").value("whole_step", "off") != "off") {
-      const auto& l = r.at("loop");
-      if (l.value("ran_whole_step", false)) {
+    const auto loop = r.find("loop");
+    if (loop && loop->string_or("whole_step", "off") != "off") {
+      if (loop->boolean_or("ran_whole_step", false)) {
         o << "    whole step on the device, "
-          << (l.value("captured", false) ? "one CUDA graph" : "uncaptured") << ", done flag read "
-          << l.value("flag_reads", int64_t{0}) << " times over " << l.value("steps_run", int64_t{0})
-          << " steps\n";
+          << (loop->boolean_or("captured", false) ? "one CUDA graph" : "uncaptured")
+          << ", done flag read " << loop->integer_or("flag_reads", 0) << " times over "
+          << loop->integer_or("steps_run", 0) << " steps\n";
       } else {
-        o << "    host loop (whole step not possible: " << l.value("fallback", std::string())
-          << ")\n";
+        o << "    host loop (whole step not possible: "
+          << terminal_text(loop->string_or("fallback", "")) << ")\n";
       }
     }
     // The attention kernel LibTorch picks for gengraph's own decode step (at::SDPBackend).
-    if (r.contains("report") && r.at("report").contains("sdpa_kernel")) {
+    if (report && report->has("sdpa_kernel")) {
       static const char* kNames[] = {"math", "flash", "memory-efficient", "cuDNN", "overrideable"};
-      const double k = r.at("report").at("sdpa_kernel").get<double>();
+      const double k = (*report)["sdpa_kernel"].number();
       if (k >= 0 && k < 5) o << "    attention kernel: " << kNames[static_cast<int>(k)] << "\n";
     }
   }
 }
 
-void point_header(std::ostringstream& o, const nlohmann::json& doc) {
-  o << "model " << doc.at("model").at("source").get<std::string>() << " ("
-    << doc.at("model").at("model_type").get<std::string>() << ", "
-    << doc.at("model").at("parameters").get<int64_t>() << " parameters), "
-    << doc.at("environment").at("device").get<std::string>() << ", "
-    << doc.at("environment").at("dtype").get<std::string>() << ", batch "
-    << doc.at("inputs").at("batch_size").get<int64_t>() << ", "
-    << doc.at("run").at("repeats").get<int64_t>() << " repeats (median [min-max])\n"
+void point_header(std::ostringstream& o, const JsonAt& doc) {
+  const JsonAt model = doc["model"], env = doc["environment"];
+  // Read in the order shown, so that the first field missing is the one named.
+  const std::string source = shown(model["source"]), type = shown(model["model_type"]);
+  const int64_t parameters = model["parameters"].integer_in(0, INT64_MAX);
+  const std::string device = shown(env["device"]), dtype = shown(env["dtype"]);
+  const int64_t batch = doc["inputs"]["batch_size"].integer_in(1, INT64_MAX);
+  // run.repeats as the experiment file allows it: it sizes the interval's computation.
+  const int64_t repeats = doc["run"]["repeats"].integer_in(1, 100000);
+  o << "model " << source << " (" << type << ", " << parameters << " parameters), " << device
+    << ", " << dtype << ", batch " << batch << ", " << repeats << " repeats (median [min-max])\n"
     << "'vs' = baseline total time / row total time: for rows timed in the same interleaved "
        "repeats, the median"
-    << " of per-repeat ratios [its order-statistic interval, "
-    << ratio_confidence_text(doc.at("run").at("repeats").get<int64_t>())
+    << " of per-repeat ratios [its order-statistic interval, " << ratio_confidence_text(repeats)
     << "]; for peers, the ratio of medians\n";
-  if (doc.contains("bandwidth")) {
-    const auto& bw = doc.at("bandwidth");
+  if (const auto bw = doc.find("bandwidth")) {
     o << "measured bandwidth: " << std::fixed << std::setprecision(1);
-    if (bw.contains("read_bytes_per_second"))
-      o << "read (mv) " << bw.at("read_bytes_per_second").get<double>() / 1e9 << " GB/s, ";
-    o << "copy " << bw.at("copy_bytes_per_second").get<double>() / 1e9 << " GB/s\n";
+    if (const auto read = bw->find("read_bytes_per_second"))
+      o << "read (mv) " << amount(*read) / 1e9 << " GB/s, ";
+    o << "copy " << amount((*bw)["copy_bytes_per_second"]) / 1e9 << " GB/s\n";
   }
+}
+
+// A sequence's token ids as the table shows them.
+std::string token_list(const JsonAt& tokens) {
+  std::string out = "[";
+  for (const auto& t : tokens.items())
+    out += (out.size() > 1 ? "," : "") + std::to_string(t.integer());
+  return out + "]";
 }
 
 }  // namespace
 
-std::string format_table(const nlohmann::json& doc) {
+std::string format_table(const nlohmann::json& json, const std::string& file) {
+  return format_table(JsonAt(json, results_source(file)));
+}
+
+std::string format_table(const JsonAt& doc) {
   std::ostringstream o;
-  const std::string baseline = doc.value("baseline", "");
-  o << "experiment " << doc.at("experiment").get<std::string>() << "\n";
-  if (doc.contains("points")) {
-    for (const auto& p : doc.at("points")) {
-      o << "\n[" << join(p.at("point").get<std::vector<std::string>>(), ", ") << "] ";
+  const std::string baseline = doc.string_or("baseline", "");
+  o << "experiment " << shown(doc["experiment"]) << "\n";
+  if (doc.has("points")) {
+    for (const auto& p : doc["points"].items()) {
+      o << "\n[" << terminal_text(point_label(p)) << "] ";
       point_header(o, p);
       point_table(o, p, baseline);
     }
-    if (doc.contains("missing_points")) {
-      for (const auto& p : doc.at("missing_points")) {
-        o << "\n[" << join(p.at("point").get<std::vector<std::string>>(), ", ")
-          << "] NO RESULT: " << p.at("status").get<std::string>() << "\n";
+    if (const auto missing = doc.find("missing_points")) {
+      for (const auto& p : missing->items()) {
+        o << "\n[" << terminal_text(point_label(p)) << "] NO RESULT: " << shown(p["status"])
+          << "\n";
       }
     }
     return o.str();
   }
   point_header(o, doc);
   point_table(o, doc, baseline);
-  if (!doc.at("runs").empty()) {
-    o << "generated tokens (" << doc.at("runs").at(0).at("label").get<std::string>() << "):\n";
-    int shown = 0;
-    for (const auto& in : doc.at("runs").at(0).at("outputs")) {
-      if (++shown > 4) {
+  const std::vector<JsonAt> runs = doc["runs"].items();
+  // The first row's tokens (a failed first row has none to show).
+  const auto outputs = runs.empty() ? std::nullopt : runs.front().find("outputs");
+  if (outputs) {
+    o << "generated tokens (" << shown(runs.front()["label"]) << "):\n";
+    int shown_inputs = 0;
+    for (const auto& in : outputs->items()) {
+      if (++shown_inputs > 4) {
         o << "  ...\n";
         break;
       }
-      for (const auto& s : in.at("sequences")) {
-        o << "  input " << in.at("input").get<int64_t>() << ": " << s.at("tokens").dump();
-        if (s.contains("score")) o << "  score " << s.at("score").get<double>();
+      for (const auto& s : in["sequences"].items()) {
+        o << "  input " << in["input"].integer() << ": " << token_list(s["tokens"]);
+        if (const auto score = s.find("score")) o << "  score " << score->number();
         o << "\n";
-        if (s.contains("text")) o << "    text: " << s.at("text").dump() << "\n";
+        // As JSON text: quoted, its control characters escaped.
+        if (const auto text = s.find("text"))
+          o << "    text: "
+            << terminal_text(
+                   text->json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+            << "\n";
       }
     }
   }
   return o.str();
+}
+
+std::string terminal_text(const std::string& text, bool keep_line_breaks) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  auto escape_byte = [&](unsigned char c) {
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  };
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      if ((c == '\n' || c == '\t') && keep_line_breaks) {
+        out += static_cast<char>(c);
+      } else if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else if (c == '\r') {
+        out += "\\r";
+      } else if (c < 0x20 || c == 0x7f) {
+        escape_byte(c);
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    // One UTF-8 character: its length, its code point, and whether it is well formed (no
+    // overlong form, no surrogate, at most U+10FFFF).
+    const size_t n = c >= 0xF8 ? 0 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+    uint32_t cp = n == 4 ? c & 0x07 : n == 3 ? c & 0x0F : c & 0x1F;
+    bool ok = n > 0 && i + n <= text.size();
+    for (size_t k = 1; ok && k < n; ++k) {
+      const auto d = static_cast<unsigned char>(text[i + k]);
+      ok = (d & 0xC0) == 0x80;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    ok = ok && cp >= kMin[n] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    if (!ok) {
+      escape_byte(c);
+      ++i;
+      continue;
+    }
+    const bool control = cp <= 0x9F;  // C1 (C0 and DEL are ASCII)
+    const bool bidi = cp == 0x061C || cp == 0x200E || cp == 0x200F ||
+                      (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+    if (control || bidi) {
+      out += "\\u";
+      for (int shift = 12; shift >= 0; shift -= 4) out += kHex[(cp >> shift) & 15];
+    } else {
+      out.append(text, i, n);
+    }
+    i += n;
+  }
+  return out;
+}
+
+std::string shorten_utf8(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t cut = max_bytes > 3 ? max_bytes - 3 : 0;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut) + "...";
 }
 
 }  // namespace gengraph

@@ -113,12 +113,14 @@ run: {warmup: 0, repeats: 3}
   const std::vector<double> ms = {10, 11, 12.5, 13, 14.2};
   auto set = [&](nlohmann::json& doc, double factor) {
     auto& t = doc["runs"][0]["timings"];
-    t["total_ms"]["values"] = nlohmann::json::array();
-    t["tokens_per_second"]["values"] = nlohmann::json::array();
+    std::vector<double> total, tps;
     for (double x : ms) {
-      t["total_ms"]["values"].push_back(x * factor);
-      t["tokens_per_second"]["values"].push_back(3000 / (x * factor));
+      total.push_back(x * factor);
+      tps.push_back(3000 / (x * factor));
     }
+    // Whole summaries: a median, min or max that disagreed with the values would be refused.
+    t["total_ms"] = summary(total);
+    t["tokens_per_second"] = summary(tps);
   };
   set(a, 1.0);
   testing::write_file(dir / "a.json", a.dump());
@@ -180,12 +182,20 @@ run: {warmup: 0, repeats: 3}
   EXPECT_EQ(cli({"compare", (dir / "a.json").string()}), 2);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(),
               HasSubstr("compare: expected 2 argument(s), found 1"));
-  // A row whose timings are not an object is reported as such, not read out of bounds.
-  b["runs"][0]["timings"] = "broken";
+  // A row without the metric is reported as such; one whose timings are not an object is refused,
+  // naming the key, not read out of bounds.
+  b["runs"][0]["timings"].erase("total_ms");
   testing::write_file(dir / "c.json", b.dump());
   ::testing::internal::CaptureStdout();
   EXPECT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "c.json").string()}), 0);
   EXPECT_THAT(::testing::internal::GetCapturedStdout(), HasSubstr("no total_ms on the after side"));
+  b["runs"][0]["timings"] = "broken";
+  testing::write_file(dir / "c.json", b.dump());
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"compare", (dir / "a.json").string(), (dir / "c.json").string()}), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("c.json' is not a gengraph results file: key 'runs[0].timings': expected "
+                        "an object, found the string \"broken\""));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "framework/decoding/generation_config.h"
+#include "framework/util/json_at.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -269,6 +270,83 @@ TEST(Cli, OutputThroughASymlinkKeepsTheLink) {
   EXPECT_EQ(nlohmann::json::parse(testing::read_file(dir / "target.json"))["schema_version"], 1);
 }
 
+// The one typed reader of JSON files (framework/util/json_at.h): every refusal is
+// "<source>: key '<path>': expected <what>, found <what is there>".
+TEST(ResultsJsonAt, EveryRefusalNamesTheSourceKeyExpectationAndFinding) {
+  using Json = nlohmann::json;
+  const Json doc = Json::parse(R"({"a": {"b": [1, "two", null, true, 2.5, {"c": 0}]},
+    "n": 0, "big": 18446744073709551615, "neg": -3, "s": "x\ny\u001b\u0085\"q\"",
+    "long": ")" + std::string(300, 'z') +
+                               R"(", "arr": [1, 2, 3], "obj": {"k": 1}})");
+  const JsonAt root(doc, "'f.json'");
+  auto error = [](auto&& f) { return testing::error_of(f); };
+  // What is there, described: a string (escaped, quoted), numbers as written, sizes of containers.
+  EXPECT_EQ(error([&] { root["a"]["b"].items()[1].integer(); }),
+            "'f.json': key 'a.b[1]': expected an integer, found the string \"two\"");
+  EXPECT_EQ(error([&] { root["a"]["b"].items()[2].string(); }),
+            "'f.json': key 'a.b[2]': expected a string, found null");
+  EXPECT_EQ(error([&] { root["a"]["b"].items()[3].number(); }),
+            "'f.json': key 'a.b[3]': expected a number, found true");
+  EXPECT_EQ(error([&] { root["a"]["b"].items()[4].integer(); }),
+            "'f.json': key 'a.b[4]': expected an integer, found 2.5");
+  EXPECT_EQ(error([&] { root["a"]["b"].items()[5]["c"].boolean(); }),
+            "'f.json': key 'a.b[5].c': expected true or false, found 0");
+  EXPECT_EQ(error([&] { root["arr"].string(); }),
+            "'f.json': key 'arr': expected a string, found an array of 3 entries");
+  EXPECT_EQ(error([&] { root["obj"].items(); }),
+            "'f.json': key 'obj': expected an array, found an object of 1 key");
+  EXPECT_EQ(error([&] { root["s"].integer(); }),
+            "'f.json': key 's': expected an integer, found the string "
+            "\"x\\ny\\u001b\\u0085\\\"q\\\"\"");
+  EXPECT_EQ(error([&] { root["long"].number(); }),
+            "'f.json': key 'long': expected a number, found the string \"" + std::string(120, 'z') +
+                "...\"");
+  // A missing key, the document itself (no key part), an object where there is none.
+  EXPECT_EQ(error([&] { root["a"]["missing"].string(); }),
+            "'f.json': key 'a.missing': expected a string, found nothing (the key is missing)");
+  EXPECT_EQ(error([&] { JsonAt(Json::array(), "'g.json'").object("a manifest"); }),
+            "'g.json': expected a manifest, found an array of 0 entries");
+  EXPECT_EQ(error([&] { root["arr"].has("x"); }),
+            "'f.json': key 'arr': expected an object, found an array of 3 entries");
+  // Ranges: a parsed non-negative integer is unsigned, and is held to both ends.
+  EXPECT_EQ(error([&] { root["n"].integer_in(1, 9); }),
+            "'f.json': key 'n': expected an integer from 1 to 9, found 0");
+  EXPECT_EQ(error([&] { root["big"].integer_in(0, 9); }),
+            "'f.json': key 'big': expected an integer from 0 to 9, found 18446744073709551615");
+  EXPECT_EQ(error([&] { root["big"].integer(); }),
+            "'f.json': key 'big': expected an integer, found 18446744073709551615");
+  EXPECT_EQ(error([&] { root["neg"].integer_in(0, 9, "a point number"); }),
+            "'f.json': key 'neg': expected a point number, found -3");
+  EXPECT_EQ(root["n"].integer_in(0, 0), 0);
+  EXPECT_EQ(root["neg"].integer_in(-3, -3), -3);
+  EXPECT_EQ(error([&] { root["neg"].number_in(0, 1, "a fraction"); }),
+            "'f.json': key 'neg': expected a fraction, found -3");
+  // Sizes are refused before the array is walked; strings() names the element.
+  EXPECT_EQ(error([&] { root["arr"].items(2, "an array of points"); }),
+            "'f.json': key 'arr': expected an array of points (at most 2 entries), found an array "
+            "of 3 entries");
+  EXPECT_EQ(error([&] { root["arr"].strings(); }),
+            "'f.json': key 'arr[0]': expected a string, found 1");
+  EXPECT_EQ(error([&] { root["a"].strings(); }),
+            "'f.json': key 'a': expected an array of strings, found an object of 1 key");
+  // Unknown keys: named (escaped like values), with the closest known one.
+  EXPECT_NO_THROW(root["obj"].only({"k"}));
+  EXPECT_EQ(error([&] {
+              root["obj"].only({"kk", "other"});
+            }),
+            "'f.json': unknown key 'obj.k' (did you mean 'kk'?); expected only kk, other");
+  const Json odd = {{"x\ny", 1}};
+  EXPECT_EQ(error([&] { JsonAt(odd, "'h.json'").only({"another"}); }),
+            "'h.json': unknown key 'x\\ny'; expected only another");
+  // Optional members: the fallback when absent, refused when of another type.
+  EXPECT_EQ(root.integer_or("absent", 7), 7);
+  EXPECT_EQ(root["a"].string_or("absent", "d"), "d");
+  EXPECT_EQ(error([&] { root.string_or("n", "d"); }),
+            "'f.json': key 'n': expected a string, found 0");
+  EXPECT_EQ(root["a"]["b"].items()[1].text(), "two");
+  EXPECT_EQ(root["obj"].text(), "{\"k\":1}");
+}
+
 TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
   TempDir dir;
   auto show_error = [&](const std::string& name, const std::string& text) {
@@ -280,11 +358,16 @@ TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
   EXPECT_THAT(show_error("a.json", "{"), HasSubstr("a.json' is not valid JSON"));
   EXPECT_THAT(
       show_error("b.json", "{\"runs\": []}"),
-      HasSubstr("b.json' is not a gengraph results file: expected schema_version 1, found none"));
-  EXPECT_THAT(show_error("c.json", "{\"schema_version\": 1}"), HasSubstr("expected a 'runs' list"));
+      HasSubstr("b.json' is not a gengraph results file: key 'schema_version': expected 1 (the "
+                "results schema this gengraph reads), found nothing (the key is missing)"));
+  EXPECT_THAT(
+      show_error("c.json", "{\"schema_version\": 1}"),
+      HasSubstr("c.json' is not a gengraph results file: key 'runs': expected an array of runs (or "
+                "'points', each with 'runs'), found nothing (the key is missing)"));
   EXPECT_THAT(
       show_error("d.json", "{\"schema_version\": 1, \"experiment\": \"x\", \"runs\": [{}]}"),
-      HasSubstr("d.json' is not a gengraph results file: a field is missing or of the wrong type"));
+      HasSubstr("d.json' is not a gengraph results file: key 'model': expected an object, found "
+                "nothing (the key is missing)"));
   // Fields missing from an otherwise complete file are named (and never read out of bounds).
   const std::string run =
       R"({"label": "eager", "backend": "eager", "outputs": [], "timings": {"total_ms": {"median": 1, "min": 1,
@@ -292,14 +375,15 @@ TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
   const std::string head =
       R"({"schema_version": 1, "experiment": "x", "model": {"source": "s", "model_type": "gpt2",
       "parameters": 1}, "inputs": {"batch_size": 1}, "run": {"repeats": 1}, )";
-  EXPECT_THAT(show_error("e.json", head + R"("runs": [)" + run + "]}"),
-              HasSubstr("key 'environment' not found"));
+  EXPECT_THAT(
+      show_error("e.json", head + R"("runs": [)" + run + "]}"),
+      HasSubstr("key 'environment': expected an object, found nothing (the key is missing)"));
   EXPECT_THAT(
       show_error(
           "f.json",
           head +
               R"("environment": {"device": "cpu", "dtype": "float32"}, "runs": [{"label": "eager"}]})"),
-      HasSubstr("key 'timings' not found"));
+      HasSubstr("key 'runs[0].timings': expected an object, found nothing (the key is missing)"));
   write_file(
       dir / "g.json",
       head + R"("environment": {"device": "cpu", "dtype": "float32"}, "runs": [)" + run + "]}");
