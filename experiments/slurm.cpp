@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
-#include <set>
 #include <sstream>
 
 #include "experiments/experiment_config.h"
@@ -15,6 +17,7 @@
 #include "experiments/table.h"
 #include "framework/model/model_config.h"
 #include "framework/util/error.h"
+#include "framework/util/json_at.h"
 
 namespace gengraph {
 namespace {
@@ -32,41 +35,257 @@ std::string random_id() {
   return s.str();
 }
 
-// Text that goes into the job script: an #SBATCH line or a double-quoted shell word.
-void check_script_text(const std::string& what, const std::string& v) {
-  for (const char ch : v) {
-    if (static_cast<unsigned char>(ch) < 0x20 || ch == ' ' || ch == '"' || ch == '\'' ||
-        ch == '\\' || ch == '`' || ch == '$') {
-      throw Error(what + " '" + v +
-                  "': Slurm job scripts cannot hold spaces, quotes, '$', '`' or control "
-                  "characters in it; use another folder");
+// Where the first control character of `v` starts (C0, DEL, or a C1 control U+0080..U+009F in
+// UTF-8), or npos.
+size_t control_character_at(const std::string& v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    const auto b = static_cast<unsigned char>(v[i]);
+    if (b < 0x20 || b == 0x7f) return i;
+    if (b == 0xc2 && i + 1 < v.size()) {
+      const auto next = static_cast<unsigned char>(v[i + 1]);
+      if (next >= 0x80 && next <= 0x9f) return i;
     }
+  }
+  return std::string::npos;
+}
+
+// `v` in double quotes for a message, as the JSON readers quote values (control characters,
+// quotes and backslashes escaped, cut after 120 bytes).
+std::string shown(const std::string& v) { return JsonAt::quoted(v); }
+
+// Refuses control characters in a value bound for the job script.
+void check_no_control_characters(const std::string& value, const std::string& origin,
+                                 const std::string& place) {
+  const size_t at = control_character_at(value);
+  if (at == std::string::npos) return;
+  throw Error(origin + ": expected text without control characters for " + place +
+              " of the Slurm job script (no newline, carriage return, tab, DEL or other control "
+              "character: a newline would start a line of its own there), found " +
+              shown(value) + " (a control character at byte " + std::to_string(at) + ")");
+}
+
+// The point numbers of a job of `n` points, for messages: "0 to 3".
+std::string point_range(int64_t n) {
+  return n > 0 ? "0 to " + std::to_string(n - 1) : "none: the job has no points";
+}
+
+// A point number written in decimal digits (no sign, no leading zeros), or nullopt.
+std::optional<int64_t> point_number(const std::string& text) {
+  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  if (text.size() > 1 && text[0] == '0') return std::nullopt;
+  return std::stoll(text);  // at most 18 digits: within int64_t
+}
+
+// A job manifest, checked (check_job_manifest): the document as read, and its fields typed.
+struct JobManifest {
+  Json doc;
+  std::string file;
+  std::string id, experiment, cwd, gengraph;
+  ExperimentConfig config;  // config_text parsed as submitted (config_file, overrides)
+  std::vector<std::vector<std::string>> points;
+  std::vector<std::string> job_ids;  // each submission's Slurm job id, oldest first
+};
+
+// The number of points of the experiment's sweep, or kMaxJobPoints + 1 when there are more.
+int64_t sweep_size(const ExperimentConfig& c) {
+  int64_t n = 1;
+  for (const auto& [key, values] : c.sweep) {
+    n *= static_cast<int64_t>(values.size());
+    if (n > kMaxJobPoints) return kMaxJobPoints + 1;
+  }
+  return n;
+}
+
+// Refuses a sweep of more points than one job holds, before any point is parsed.
+void check_sweep_size(const ExperimentConfig& c) {
+  if (sweep_size(c) > kMaxJobPoints) {
+    throw Error(c.file + ": sweep: expands to more than " + std::to_string(kMaxJobPoints) +
+                " points, more than one Slurm job of gengraph holds; split it into smaller "
+                "sweeps");
   }
 }
 
+// Walks the points of the experiment's sweep (the overrides of each) in the order expand_sweep
+// gives them, the last key varying fastest, without parsing any.
+class SweepWalk {
+ public:
+  explicit SweepWalk(const ExperimentConfig& c) : c_(c), index_(c.sweep.size(), 0) {}
+  std::vector<std::string> point() const {
+    std::vector<std::string> p;
+    for (size_t k = 0; k < c_.sweep.size(); ++k)
+      p.push_back(c_.sweep[k].first + "=" + c_.sweep[k].second[index_[k]]);
+    return p;
+  }
+  void next() {
+    for (size_t k = c_.sweep.size(); k > 0; --k) {
+      if (++index_[k - 1] < c_.sweep[k - 1].second.size()) return;
+      index_[k - 1] = 0;
+    }
+  }
+
+ private:
+  const ExperimentConfig& c_;
+  std::vector<size_t> index_;
+};
+
+// The configuration of one point: the experiment with the point's overrides after its own, as
+// expand_sweep parses each point.
+ExperimentConfig point_config(const ExperimentConfig& c, const std::vector<std::string>& point) {
+  if (c.sweep.empty()) return c;
+  std::vector<std::string> all = c.overrides;
+  all.insert(all.end(), point.begin(), point.end());
+  try {
+    return parse_experiment(c.source_text, c.file, all);
+  } catch (const Error& e) {
+    throw Error("sweep point " + join(point, ", ") + ": " + e.what());
+  }
+}
+
+// A point for messages: "[key=value, ...]", a value with a control character escaped.
+std::string point_list(const std::vector<std::string>& p) {
+  std::vector<std::string> shown_p;
+  for (const auto& v : p)
+    shown_p.push_back(control_character_at(v) == std::string::npos ? v : shown(v));
+  return "[" + join(shown_p, ", ") + "]";
+}
+
+// How errors about the JSON file `file` begin: its name in quotes.
+std::string file_source(const std::string& file) { return "'" + file + "'"; }
+
+JobManifest parse_job_manifest(const Json& m, const std::string& file) {
+  const JsonAt f(m, file_source(file));
+  const std::string schema_text = std::string("\"") + kJobSchema + "\"";
+  f.object("a gengraph job manifest (a JSON object with \"schema\": " + schema_text + ")");
+  const std::string schema_expected = schema_text + " (a job folder of gengraph submit)";
+  if (f["schema"].string(schema_expected) != kJobSchema) f["schema"].fail(schema_expected);
+  f.only({"schema", "id", "experiment", "config_file", "config_text", "overrides", "cwd",
+          "gengraph", "created", "points", "jobs"});
+  JobManifest out;
+  out.file = file;
+  const std::string id_expected = "the submission's id (1 to 64 hexadecimal digits)";
+  out.id = f["id"].string(id_expected);
+  if (out.id.empty() || out.id.size() > 64 ||
+      out.id.find_first_not_of("0123456789abcdef") != std::string::npos)
+    f["id"].fail(id_expected);
+  out.experiment = f["experiment"].string("the experiment's name");
+  const std::string config_file = f["config_file"].string("the experiment file's path");
+  const std::string config_text = f["config_text"].string("the experiment file's text");
+  const std::vector<std::string> overrides = f["overrides"].strings(10000);
+  auto absolute_path = [&](const std::string& key) {
+    const std::string expected = "an absolute path without control characters";
+    const std::string v = f[key].string(expected);
+    if (v.empty() || v[0] != '/' || control_character_at(v) != std::string::npos)
+      f[key].fail(expected);
+    return v;
+  };
+  out.cwd = absolute_path("cwd");
+  out.gengraph = absolute_path("gengraph");
+  f["created"].string("the submission's time (a string)");
+  const std::vector<JsonAt> points =
+      f["points"].items(kMaxJobPoints, "an array of points (arrays of strings)");
+  out.points.reserve(points.size());
+  for (const JsonAt& p : points) out.points.push_back(p.strings());
+  const auto n = static_cast<int64_t>(out.points.size());
+  for (const JsonAt& job : f["jobs"].items(kMaxJobPoints, "an array of submissions")) {
+    job.object("a submission (an object with job_id, tasks and submitted)");
+    job.only({"job_id", "tasks", "submitted"});
+    const std::string job_id_expected = "a Slurm job id (a string of 1 to 20 digits)";
+    const std::string id = job["job_id"].string(job_id_expected);
+    if (id.empty() || id.size() > 20 || id.find_first_not_of("0123456789") != std::string::npos)
+      job["job_id"].fail(job_id_expected);
+    out.job_ids.push_back(id);
+    job["submitted"].string("the submission's time (a string)");
+    const std::string expected =
+        "the point numbers submitted (" + point_range(n) + "), each once, in increasing order";
+    const std::vector<JsonAt> tasks = job["tasks"].items(static_cast<size_t>(n), expected);
+    if (tasks.empty()) job["tasks"].fail(expected);
+    int64_t last = -1;
+    for (const JsonAt& t : tasks) {
+      const int64_t task = t.integer_in(0, n - 1);
+      if (task <= last) t.fail(expected);
+      last = task;
+    }
+  }
+  // The experiment as submitted must still be one, of this name, whose sweep gives these points.
+  try {
+    out.config = parse_experiment(config_text, config_file, overrides);
+  } catch (const Error& e) {
+    throw Error(file_source(file) +
+                ": key 'config_text': expected the experiment as submitted (read with "
+                "config_file's name and the overrides), found text that is not one: " +
+                e.what());
+  }
+  if (out.config.name != out.experiment) {
+    f["experiment"].fail("the name of the experiment in config_text, " +
+                         JsonAt::quoted(out.config.name));
+  }
+  if (sweep_size(out.config) != n) {
+    const int64_t size = sweep_size(out.config);
+    f["points"].fail("the " +
+                     (size > kMaxJobPoints ? "more than " + std::to_string(kMaxJobPoints)
+                                           : std::to_string(size)) +
+                     " point(s) the sweep of config_text expands to, in order");
+  }
+  SweepWalk walk(out.config);  // point by point: the work is bounded by the file's own points
+  for (size_t i = 0; i < out.points.size(); ++i, walk.next()) {
+    const std::vector<std::string> expected = walk.point();
+    if (out.points[i] != expected) {
+      throw Error(file_source(file) + ": key 'points[" + std::to_string(i) + "]': expected " +
+                  point_list(expected) + " (point " + std::to_string(i) +
+                  " of the sweep of config_text), found " + point_list(out.points[i]));
+    }
+  }
+  out.doc = m;
+  return out;
+}
+
+// The manifest's text; refused (naming the key) when a string in it is not UTF-8, which JSON
+// cannot hold.
+std::string manifest_text(const Json& m, const std::string& file) {
+  for (const auto& [key, value] : m.items()) {
+    try {
+      (void)value.dump();
+    } catch (const Json::exception&) {
+      throw Error("cannot write the job manifest '" + file + "': its key '" + key +
+                  "' holds text that is not UTF-8, which JSON cannot record (the experiment's "
+                  "text, name or overrides, or the path of the working folder or of gengraph); "
+                  "use UTF-8 names");
+    }
+  }
+  return m.dump(2) + "\n";
+}
+
+// An sbatch option's value and where it came from, for messages.
+struct SbatchValue {
+  std::string value;
+  std::string origin;
+};
+
 // sbatch options from the experiment's cluster block, then --slurm-option overrides.
-std::map<std::string, std::string> sbatch_options(const ClusterSpec& c,
+std::map<std::string, SbatchValue> sbatch_options(const ExperimentConfig& e,
                                                   const std::vector<std::string>& overrides) {
-  std::map<std::string, std::string> o;
-  if (!c.partition.empty()) o["partition"] = c.partition;
-  if (!c.time.empty()) o["time"] = c.time;
-  if (c.gpus > 0) o["gres"] = "gpu:" + std::to_string(c.gpus);
-  if (c.cpus > 0) o["cpus-per-task"] = std::to_string(c.cpus);
-  if (!c.memory.empty()) o["mem"] = c.memory;
-  for (const auto& [k, v] : c.options) o[k] = v;
+  const ClusterSpec& c = e.cluster;
+  const std::string in = e.file + ": ";
+  std::map<std::string, SbatchValue> o;
+  if (!c.partition.empty()) o["partition"] = {c.partition, in + "cluster.partition"};
+  if (!c.time.empty()) o["time"] = {c.time, in + "cluster.time"};
+  if (c.gpus > 0) o["gres"] = {"gpu:" + std::to_string(c.gpus), in + "cluster.gpus"};
+  if (c.cpus > 0) o["cpus-per-task"] = {std::to_string(c.cpus), in + "cluster.cpus"};
+  if (!c.memory.empty()) o["mem"] = {c.memory, in + "cluster.memory"};
+  for (const auto& [k, v] : c.options) o[k] = {v, in + "cluster.options." + k};
   for (const auto& spec : overrides) {
     const auto eq = spec.find('=');
     const std::string k = spec.substr(0, eq),
                       v = eq == std::string::npos ? "" : spec.substr(eq + 1);
     if (!sbatch_option_name(k)) {
-      throw Error("--slurm-option '" + spec +
-                  "': expected an sbatch long option without '--', as KEY=VALUE or KEY, e.g. "
+      throw Error("--slurm-option " + shown(spec) +
+                  ": expected an sbatch long option without '--', as KEY=VALUE or KEY, e.g. "
                   "partition=gpu");
     }
     if (sbatch_option_set_by_gengraph(k))
       throw Error("--slurm-option '" + spec + "': gengraph sets --" + k);
-    check_script_text("--slurm-option", v);
-    o[k] = v;
+    o[k] = {v, "--slurm-option " + k};
   }
   return o;
 }
@@ -85,43 +304,50 @@ std::string self_executable() {
   return p.string();
 }
 
-Json read_manifest(const fs::path& dir) {
-  const fs::path file = dir / "job.json";
-  if (!fs::is_directory(dir)) throw Error("'" + dir.string() + "' is not a job folder");
-  if (!fs::exists(file)) {
-    throw Error("'" + dir.string() + "' has no job.json: not a folder made by gengraph submit");
+// The values of a job script besides the sbatch options, with where each came from.
+struct ScriptValues {
+  fs::path dir;
+  std::string dir_origin;
+  std::string name, name_origin;
+  std::string cwd, cwd_origin;
+  std::string gengraph, gengraph_origin;
+};
+
+// A Slurm file name pattern for the task's log: the folder's '%' doubled (Slurm reads "%%" as
+// '%'), and a folder with a backslash refused (one turns every pattern of the name off, so that
+// all tasks would write one file).
+std::string log_pattern(const ScriptValues& v, const std::string& extension) {
+  const std::string folder = (v.dir / "logs").string();
+  if (folder.find('\\') != std::string::npos) {
+    throw Error(v.dir_origin + ": expected a folder without a backslash (Slurm's --output and " +
+                "--error name each task's log with %a, which a backslash turns off), found " +
+                shown(v.dir.string()));
   }
-  Json m = read_json_file(file);
-  if (!m.is_object() || m.value("schema", "") != kJobSchema || !m.contains("points") ||
-      !m["points"].is_array() || !m.contains("id") || !m.contains("config_text")) {
-    throw Error("'" + file.string() + "' is not a gengraph job manifest (expected schema " +
-                kJobSchema + ")");
-  }
-  return m;
+  std::string out;
+  for (const char ch : folder) out += ch == '%' ? std::string("%%") : std::string(1, ch);
+  return out + "/%a" + extension;
 }
 
-// The experiment exactly as submitted: its text, its file name (for messages) and overrides.
-ExperimentConfig manifest_config(const Json& m) {
-  return parse_experiment(m["config_text"].get<std::string>(), m["config_file"].get<std::string>(),
-                          m["overrides"].get<std::vector<std::string>>());
+// job.sbatch for `tasks`, every value through the one writer.
+std::string job_script(const ScriptValues& v, const std::map<std::string, SbatchValue>& options,
+                       const std::vector<int64_t>& tasks) {
+  BatchScript s;
+  check_no_control_characters(v.name, v.name_origin, "the job's name (--job-name)");
+  s.comment("Written by gengraph submit: one array task per sweep point of " + v.name + ".",
+            v.name_origin);
+  s.option("job-name", "gengraph-" + v.name, v.name_origin);
+  s.option("array", array_spec(tasks), "the points to run");
+  s.option("output", log_pattern(v, ".out"), v.dir_origin);
+  s.option("error", log_pattern(v, ".err"), v.dir_origin);
+  s.option("chdir", v.cwd, v.cwd_origin);
+  for (const auto& [k, o] : options) s.option(k, o.value, o.origin);
+  s.exec({{v.gengraph, v.gengraph_origin}, {"task", ""}, {v.dir.string(), v.dir_origin}});
+  return s.text();
 }
 
-// Writes job.sbatch for `tasks` and submits it; returns the job id.
-std::string write_and_submit(const fs::path& dir, const Json& m,
-                             const std::map<std::string, std::string>& options,
-                             const std::vector<int64_t>& tasks) {
-  std::ostringstream s;
-  s << "#!/bin/bash\n"
-    << "# Written by gengraph submit: one array task per sweep point of " << m["experiment"]
-    << ".\n"
-    << "#SBATCH --job-name=gengraph-" << m["experiment"].get<std::string>() << "\n"
-    << "#SBATCH --array=" << array_spec(tasks) << "\n"
-    << "#SBATCH --output=" << (dir / "logs" / "%a.out").string() << "\n"
-    << "#SBATCH --error=" << (dir / "logs" / "%a.err").string() << "\n"
-    << "#SBATCH --chdir=" << m["cwd"].get<std::string>() << "\n";
-  for (const auto& [k, v] : options) s << "#SBATCH --" << k << (v.empty() ? "" : "=" + v) << "\n";
-  s << "exec \"" << m["gengraph"].get<std::string>() << "\" task \"" << dir.string() << "\"\n";
-  write_file_atomically(dir / "job.sbatch", s.str(), "the job script");
+// Writes job.sbatch and submits it; returns the job id.
+std::string write_and_submit(const fs::path& dir, const std::string& script) {
+  write_file_atomically(dir / "job.sbatch", script, "the job script");
   const CapturedCommand r = run_captured({"sbatch", "--parsable", (dir / "job.sbatch").string()});
   if (!r.found) {
     throw Error(
@@ -129,12 +355,22 @@ std::string write_and_submit(const fs::path& dir, const Json& m,
         "on a machine that can submit to the cluster");
   }
   std::string id = r.out.substr(0, r.out.find_first_of(";\n"));
-  if (r.rc != 0 || id.empty() || id.find_first_not_of("0123456789") != std::string::npos) {
+  if (r.rc != 0 || id.empty() || id.size() > 20 ||
+      id.find_first_not_of("0123456789") != std::string::npos) {
     std::string why = r.err.empty() ? r.out : r.err;
     while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
     throw Error("sbatch refused the job (exit " + std::to_string(r.rc) + "): " + why);
   }
   return id;
+}
+
+JobManifest read_manifest(const fs::path& dir) {
+  const fs::path file = dir / "job.json";
+  if (!fs::is_directory(dir)) throw Error("'" + dir.string() + "' is not a job folder");
+  if (!fs::exists(fs::symlink_status(file))) {
+    throw Error("'" + dir.string() + "' has no job.json: not a folder made by gengraph submit");
+  }
+  return parse_job_manifest(read_json_file(file), file.string());
 }
 
 // Which points have a valid part, and which an error part.
@@ -143,56 +379,64 @@ struct PartState {
   std::map<int64_t, std::string> failed;
 };
 
-PartState read_parts(const fs::path& dir, const Json& m) {
+PartState read_parts(const fs::path& dir, const JobManifest& m) {
   PartState st;
-  const int64_t n = static_cast<int64_t>(m["points"].size());
+  const auto n = static_cast<int64_t>(m.points.size());
   if (!fs::is_directory(dir / "parts")) return st;
   for (const auto& e : fs::directory_iterator(dir / "parts")) {
     const std::string name = e.path().filename().string();
     if (name.find(".tmp") != std::string::npos) continue;  // a part still being written
     const bool error_part = name.size() > 11 && name.substr(name.size() - 11) == ".error.json";
     const std::string stem = name.substr(0, name.find('.'));
-    if (stem.empty() || stem.find_first_not_of("0123456789") != std::string::npos ||
-        e.path().extension() != ".json") {
-      throw Error("'" + e.path().string() + "': not a part of this job (expected INDEX.json)");
+    const std::string file = e.path().string();
+    const std::optional<int64_t> index = point_number(stem);
+    if (!index || *index >= n || name != stem + (error_part ? ".error.json" : ".json")) {
+      throw Error("'" + file + "': not a part of this job: expected INDEX.json or " +
+                  "INDEX.error.json with INDEX a point number (" + point_range(n) + "), found " +
+                  shown(name));
     }
-    const int64_t index = std::stoll(stem);
     const Json part = read_json_file(e.path());
-    if (!part.is_object() || part.value("schema", "") != kPartSchema ||
-        part.value("job", "") != m["id"].get<std::string>() || part.value("index", -1) != index ||
-        index >= n) {
-      throw Error("'" + e.path().string() + "' is not a part of this job (made for another " +
-                  "experiment or submission; its job id or index does not match job.json)");
-    }
+    const JsonAt f(part, file_source(file));
+    f.object("a JSON object (a part of gengraph task)");
+    const std::string not_ours =
+        "' is not a part of this job (made for another experiment or submission; its job id or "
+        "index does not match job.json)";
+    if (f["schema"].string(std::string("\"") + kPartSchema + "\"") != kPartSchema ||
+        f["job"].string("the submission's id") != m.id)
+      throw Error("'" + file + not_ours);
+    if (f["index"].integer_in(0, kMaxJobPoints) != *index) throw Error("'" + file + not_ours);
     if (error_part) {
-      st.failed[index] = part.value("error", std::string("failed"));
+      f.only({"schema", "job", "index", "error"});
+      st.failed[*index] = f["error"].string("the point's error message");
     } else {
-      st.done[index] = part.at("result");
+      f.only({"schema", "job", "index", "result"});
+      const JsonAt result = f["result"].object("the point's results (an object)");
+      // One point's document, as `gengraph run` writes it for an experiment without a sweep:
+      // read whole now, so that a damaged one is named here and not once merged and written.
+      if (result.has("points")) result["points"].fail("no 'points' (a part holds one point)");
+      (void)format_table(result);
+      st.done[*index] = result.json();
     }
   }
   for (const auto& [i, doc] : st.done) st.failed.erase(i);  // a rerun succeeded
   return st;
 }
 
-std::vector<std::string> point_of(const Json& m, int64_t i) {
-  return m["points"][static_cast<size_t>(i)].get<std::vector<std::string>>();
-}
-
-std::string point_text(const Json& m, int64_t i) {
-  const auto p = point_of(m, i);
-  return "point " + std::to_string(i) + (p.empty() ? "" : " [" + join(p, ", ") + "]");
+std::string point_text(const JobManifest& m, int64_t i) {
+  const auto& p = m.points[static_cast<size_t>(i)];
+  return "point " + std::to_string(i) + (p.empty() ? "" : " " + point_list(p));
 }
 
 // What Slurm says of each task of the last submission, when its clients answer.
-std::map<int64_t, std::string> scheduler_states(const Json& m) {
+std::map<int64_t, std::string> scheduler_states(const JobManifest& m) {
   std::map<int64_t, std::string> out;
-  if (!m.contains("jobs") || m["jobs"].empty()) return out;
-  const std::string id = m["jobs"].back().value("job_id", "");
-  const CapturedCommand r = run_captured({"squeue", "-h", "-t", "all", "-j", id, "-o", "%K %T"});
+  if (m.job_ids.empty()) return out;
+  const CapturedCommand r =
+      run_captured({"squeue", "-h", "-t", "all", "-j", m.job_ids.back(), "-o", "%K %T"});
   if (!r.found || r.rc != 0) return out;
   std::istringstream lines(r.out);
   for (std::string task, state; lines >> task >> state;) {
-    if (task.find_first_not_of("0123456789") == std::string::npos) out[std::stoll(task)] = state;
+    if (const auto i = point_number(task)) out[*i] = state;  // ranges of pending tasks: skipped
   }
   return out;
 }
@@ -204,9 +448,9 @@ fs::path find_job_dir(const std::string& arg) {
     for (const auto& e : fs::directory_iterator("results")) {
       if (!fs::exists(e.path() / "job.json")) continue;
       try {
-        const Json m = read_manifest(e.path());
-        for (const auto& j : m.value("jobs", Json::array()))
-          if (j.value("job_id", "") == arg) return fs::absolute(e.path());
+        const JobManifest m = read_manifest(e.path());
+        for (const auto& id : m.job_ids)
+          if (id == arg) return fs::absolute(e.path());
       } catch (const Error&) {
       }
     }
@@ -216,17 +460,80 @@ fs::path find_job_dir(const std::string& arg) {
 
 }  // namespace
 
+void BatchScript::comment(const std::string& text, const std::string& origin) {
+  check_no_control_characters(text, origin, "a comment");
+  header_.push_back("# " + text);
+}
+
+void BatchScript::option(const std::string& key, const std::string& value,
+                         const std::string& origin) {
+  if (!sbatch_option_name(key)) {
+    throw Error(origin + ": expected an sbatch long option's name (lowercase letters, digits, " +
+                "'-'), found " + shown(key));
+  }
+  check_no_control_characters(value, origin, "its #SBATCH --" + key + " line");
+  std::string line = "#SBATCH --" + key;
+  if (!value.empty()) {
+    line += "=";
+    if (value.find_first_of(" \"'\\#") == std::string::npos) {
+      line += value;
+    } else {
+      line += '"';
+      for (const char ch : value) {
+        if (ch == '"' || ch == '\'' || ch == '\\' || ch == '#') line += '\\';
+        line += ch;
+      }
+      line += '"';
+    }
+  }
+  header_.push_back(line);
+}
+
+void BatchScript::exec(const std::vector<Word>& words) {
+  std::string line = "exec";
+  for (const Word& w : words) {
+    line += ' ';
+    if (w.origin.empty()) {  // a fixed word of gengraph's own
+      if (w.text.empty() ||
+          w.text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                   "0123456789-_./") != std::string::npos)
+        throw Error("internal error: the job script's fixed word " + shown(w.text) +
+                    " needs quoting; give it an origin");
+      line += w.text;
+      continue;
+    }
+    check_no_control_characters(w.text, w.origin, "its command line");
+    line += '"';
+    for (const char ch : w.text) {
+      if (ch == '"' || ch == '\\' || ch == '$' || ch == '`') line += '\\';
+      line += ch;
+    }
+    line += '"';
+  }
+  command_ = line;
+}
+
+std::string BatchScript::text() const {
+  if (command_.empty()) throw Error("internal error: a job script without its command");
+  std::string out = "#!/bin/bash\n";
+  for (const auto& line : header_) out += line + "\n";
+  return out + command_ + "\n";
+}
+
+void check_job_manifest(const nlohmann::json& manifest, const std::string& file) {
+  (void)parse_job_manifest(manifest, file);
+}
+
 std::string submit_experiment(const std::string& config_path, const std::vector<std::string>& sets,
                               const std::vector<std::string>& slurm_options,
                               const std::string& job_dir, std::ostream& out) {
   const ExperimentConfig c = load_experiment(config_path, sets);
+  check_sweep_size(c);                      // before each point is parsed
   const auto points = check_experiment(c);  // every point checked before anything is submitted
-  const auto options = sbatch_options(c.cluster, slurm_options);
+  const auto options = sbatch_options(c, slurm_options);
   const fs::path dir =
       fs::absolute(job_dir.empty() ? fs::path("results") / (c.name + ".slurm") : fs::path(job_dir));
-  check_script_text("the job folder", dir.string());
-  check_script_text("the working folder", fs::current_path().string());
-  if (fs::exists(dir)) {
+  if (fs::exists(fs::symlink_status(dir))) {
     throw Error("job folder '" + dir.string() +
                 "' exists already (an earlier submission?); give another with --job-dir, rerun "
                 "its missing points with --rerun, or remove it");
@@ -245,13 +552,23 @@ std::string submit_experiment(const std::string& config_path, const std::vector<
   for (const auto& [overrides, pc] : points) m["points"].push_back(overrides);
   std::vector<int64_t> tasks;
   for (size_t i = 0; i < points.size(); ++i) tasks.push_back(static_cast<int64_t>(i));
+  // Everything is checked before the folder is made: the manifest as a later task will read it,
+  // and the script.
+  const std::string manifest_file = (dir / "job.json").string();
+  std::string text = manifest_text(m, manifest_file);
+  check_job_manifest(m, manifest_file);
+  const std::string script =
+      job_script({dir, "the job folder (--job-dir, else results/NAME.slurm)", c.name,
+                  c.file + ": the experiment's name", m["cwd"].get<std::string>(),
+                  "the working folder", m["gengraph"].get<std::string>(), "gengraph's own path"},
+                 options, tasks);
   fs::create_directories(dir / "logs");
   fs::create_directories(dir / "parts");
   try {
-    write_file_atomically(dir / "job.json", m.dump(2) + "\n", "the job manifest");
-    const std::string id = write_and_submit(dir, m, options, tasks);
+    write_file_atomically(dir / "job.json", text, "the job manifest");
+    const std::string id = write_and_submit(dir, script);
     m["jobs"].push_back({{"job_id", id}, {"tasks", tasks}, {"submitted", now_iso8601()}});
-    write_file_atomically(dir / "job.json", m.dump(2) + "\n", "the job manifest");
+    write_file_atomically(dir / "job.json", manifest_text(m, manifest_file), "the job manifest");
     out << "submitted Slurm job " << id << ": " << tasks.size() << " array task(s), one per point\n"
         << "job folder: " << dir.string() << "\n"
         << "when it is done: gengraph collect " << dir.string() << "\n";
@@ -266,24 +583,32 @@ std::string submit_experiment(const std::string& config_path, const std::vector<
 int resubmit_missing(const std::string& job_dir, const std::vector<std::string>& slurm_options,
                      std::ostream& out) {
   const fs::path dir = fs::absolute(job_dir);
-  Json m = read_manifest(dir);
+  JobManifest m = read_manifest(dir);
   const PartState st = read_parts(dir, m);
   std::vector<int64_t> tasks;
-  for (int64_t i = 0; i < static_cast<int64_t>(m["points"].size()); ++i)
+  for (int64_t i = 0; i < static_cast<int64_t>(m.points.size()); ++i)
     if (!st.done.count(i)) tasks.push_back(i);
   if (tasks.empty()) {
     out << "every point of " << dir.string() << " has a result; nothing to rerun\n";
     return 0;
   }
-  const ExperimentConfig c = manifest_config(m);
-  check_experiment(c);
+  check_experiment(m.config);
+  if (!fs::is_regular_file(m.gengraph) || ::access(m.gengraph.c_str(), X_OK) != 0) {
+    throw Error(file_source(m.file) +
+                ": key 'gengraph': expected the path of the gengraph binary the tasks " +
+                "run, found " + shown(m.gengraph) + ", which is not an executable file here");
+  }
+  const std::string script = job_script(
+      {dir, "the job folder", m.experiment, file_source(m.file) + ": key 'experiment'", m.cwd,
+       file_source(m.file) + ": key 'cwd'", m.gengraph, file_source(m.file) + ": key 'gengraph'"},
+      sbatch_options(m.config, slurm_options), tasks);
   for (const int64_t i : tasks) {  // the old error parts go; the rerun writes new ones
     std::error_code ignored;
     fs::remove(dir / "parts" / (std::to_string(i) + ".error.json"), ignored);
   }
-  const std::string id = write_and_submit(dir, m, sbatch_options(c.cluster, slurm_options), tasks);
-  m["jobs"].push_back({{"job_id", id}, {"tasks", tasks}, {"submitted", now_iso8601()}});
-  write_file_atomically(dir / "job.json", m.dump(2) + "\n", "the job manifest");
+  const std::string id = write_and_submit(dir, script);
+  m.doc["jobs"].push_back({{"job_id", id}, {"tasks", tasks}, {"submitted", now_iso8601()}});
+  write_file_atomically(dir / "job.json", manifest_text(m.doc, m.file), "the job manifest");
   out << "submitted Slurm job " << id << ": " << tasks.size()
       << " point(s) without a result: " << array_spec(tasks) << "\n";
   return static_cast<int>(tasks.size());
@@ -291,33 +616,33 @@ int resubmit_missing(const std::string& job_dir, const std::vector<std::string>&
 
 int run_task(const std::string& job_dir, std::optional<int64_t> index, std::ostream& log) {
   const fs::path dir = fs::absolute(job_dir);
-  const Json m = read_manifest(dir);
+  const JobManifest m = read_manifest(dir);
+  const auto n = static_cast<int64_t>(m.points.size());
   if (!index) {
     const char* env = std::getenv("SLURM_ARRAY_TASK_ID");
-    if (!env || !*env || std::string(env).find_first_not_of("0123456789") != std::string::npos) {
+    if (!env || !*env) {
       throw Error(
           "gengraph task: give the point's INDEX, or run it as a Slurm array task "
           "(SLURM_ARRAY_TASK_ID)");
     }
-    index = std::stoll(env);
+    index = point_number(env);
+    if (!index) {
+      throw Error("gengraph task: SLURM_ARRAY_TASK_ID: expected a point number of " + dir.string() +
+                  " (" + point_range(n) + "), found " + shown(env));
+    }
   }
-  const int64_t n = static_cast<int64_t>(m["points"].size());
   if (*index < 0 || *index >= n) {
     throw Error("gengraph task: point " + std::to_string(*index) + " is not in " + dir.string() +
-                " (it has points 0 to " + std::to_string(n - 1) + ")");
+                " (it has points " + point_range(n) + ")");
   }
   const fs::path part = dir / "parts" / (std::to_string(*index) + ".json");
   const fs::path error_part = dir / "parts" / (std::to_string(*index) + ".error.json");
-  Json header = {{"schema", kPartSchema}, {"job", m["id"]}, {"index", *index}};
+  Json header = {{"schema", kPartSchema}, {"job", m.id}, {"index", *index}};
   try {
-    const ExperimentConfig c = manifest_config(m);
-    const auto points = expand_sweep(c);
-    if (static_cast<int64_t>(points.size()) != n ||
-        points[static_cast<size_t>(*index)].first != point_of(m, *index)) {
-      throw Error("the experiment no longer expands to the points job.json lists");
-    }
-    log << "gengraph task: " << point_text(m, *index) << " of " << m["experiment"] << "\n";
-    Json result = run_point(points[static_cast<size_t>(*index)].second, log);
+    // The manifest's points are the sweep's own (checked when it was read): parse only this one.
+    const ExperimentConfig pc = point_config(m.config, m.points[static_cast<size_t>(*index)]);
+    log << "gengraph task: " << point_text(m, *index) << " of " << shown(m.experiment) << "\n";
+    Json result = run_point(pc, log);
     header["result"] = std::move(result);
     write_file_atomically(part, header.dump() + "\n", "the result part");
     return 0;
@@ -325,7 +650,9 @@ int run_task(const std::string& job_dir, std::optional<int64_t> index, std::ostr
     throw;
   } catch (const std::exception& e) {
     header["error"] = e.what();
-    write_file_atomically(error_part, header.dump() + "\n", "the error part");
+    write_file_atomically(error_part,
+                          header.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n",
+                          "the error part");
     log << "error: " << e.what() << "\n";
     return 1;
   }
@@ -334,10 +661,10 @@ int run_task(const std::string& job_dir, std::optional<int64_t> index, std::ostr
 int collect_job(const std::string& job_dir_or_id, const std::string& output, std::ostream& out,
                 std::ostream& err) {
   const fs::path dir = find_job_dir(job_dir_or_id);
-  const Json m = read_manifest(dir);
+  const JobManifest m = read_manifest(dir);
   const PartState st = read_parts(dir, m);
-  const ExperimentConfig c = manifest_config(m);
-  const int64_t n = static_cast<int64_t>(m["points"].size());
+  const ExperimentConfig& c = m.config;
+  const auto n = static_cast<int64_t>(m.points.size());
   std::map<int64_t, std::string> states;
   if (static_cast<int64_t>(st.done.size()) < n) states = scheduler_states(m);
 
@@ -354,7 +681,7 @@ int collect_job(const std::string& job_dir_or_id, const std::string& output, std
     doc["points"] = Json::array();
     for (const auto& [i, point] : st.done) {
       Json p = point;
-      p["point"] = point_of(m, i);
+      p["point"] = m.points[static_cast<size_t>(i)];
       doc["points"].push_back(p);
     }
   }
@@ -372,7 +699,7 @@ int collect_job(const std::string& job_dir_or_id, const std::string& output, std
       why = "no result (still queued or running, or it never ran; see " +
             (dir / "logs" / (std::to_string(i) + ".err")).string() + ")";
     }
-    missing.push_back({{"index", i}, {"point", point_of(m, i)}, {"status", why}});
+    missing.push_back({{"index", i}, {"point", m.points[static_cast<size_t>(i)]}, {"status", why}});
   }
   if (!missing.empty()) doc["missing_points"] = missing;
   const std::string path = !output.empty()     ? output

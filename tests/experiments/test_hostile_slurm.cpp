@@ -1,0 +1,568 @@
+// Hostile and careless input, second pass (issue 25): one test per defect class
+// (docs/reliability.md). Here: Slurm job folders. Values that reach job.sbatch (the experiment's
+// name, cluster values and --slurm-option values, the job folder, the working folder and on a
+// rerun job.json's cwd, experiment and gengraph) never add a line or a command to it; an edited
+// job.json or part file is refused naming the file and the key; out-of-range task numbers are
+// named.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "experiments/experiment_config.h"
+#include "experiments/slurm.h"
+#include "tests/support/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using namespace testing::cli_names;  // NOLINT(build/namespaces)
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using ::testing::AllOf;
+using ::testing::Not;
+
+std::string sweep_text() {
+  return testing::read_file(std::string(GENGRAPH_SOURCE_DIR) + "/configs/slurm_sweep_tiny.yaml");
+}
+
+// A folder on PATH with an `sbatch` that records each script it is given and prints `out`.
+struct StandInSbatch {
+  TempDir bin;
+  testing::ScopedEnv path;
+  explicit StandInSbatch(const std::string& out = "4242")
+      : path("PATH", bin.path().string() + ":/usr/bin:/bin") {
+    write_file(bin / "sbatch",
+               "#!/bin/sh\necho \"$2\" >> \"$(dirname \"$0\")/calls\"\necho " + out + "\n");
+    fs::permissions(bin / "sbatch", fs::perms::owner_all);
+  }
+  bool called() const { return fs::exists(bin / "calls"); }
+};
+
+// Checks that every line of a job script is the shebang (first), a comment, an #SBATCH line or
+// the one exec line (last); returns the exec line.
+std::string checked_exec_line(const std::string& script) {
+  std::istringstream in(script);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  EXPECT_FALSE(lines.empty());
+  if (lines.empty()) return "";
+  EXPECT_EQ(lines.front(), "#!/bin/bash");
+  EXPECT_EQ(script.back(), '\n');
+  for (size_t i = 1; i + 1 < lines.size(); ++i) {
+    EXPECT_TRUE(lines[i].rfind("# ", 0) == 0 || lines[i].rfind("#SBATCH --", 0) == 0)
+        << "line " << i << " is neither a comment nor an #SBATCH line: " << lines[i];
+  }
+  EXPECT_EQ(lines.back().rfind("exec ", 0), 0u) << lines.back();
+  for (const auto& line : lines) EXPECT_EQ(line.find('\r'), std::string::npos) << line;
+  return lines.back();
+}
+
+// The #SBATCH options as sbatch reads them (its documented rules: arguments split at
+// whitespace, double and single quotes group, a backslash takes the next character as it is, an
+// unquoted '#' ends the line).
+std::map<std::string, std::string> sbatch_reads(const std::string& script) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(script);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("#SBATCH", 0) != 0) continue;
+    std::vector<std::string> args;
+    std::string arg;
+    bool in_arg = false, escaped = false;
+    char quote = 0;
+    for (size_t i = 7; i < line.size(); ++i) {
+      const char ch = line[i];
+      if (escaped) {
+        arg += ch, escaped = false;
+      } else if (ch == '\\') {
+        escaped = in_arg = true;
+      } else if (quote) {
+        if (ch == quote)
+          quote = 0;
+        else
+          arg += ch;
+      } else if (ch == '"' || ch == '\'') {
+        quote = ch, in_arg = true;
+      } else if (ch == '#') {
+        break;
+      } else if (ch == ' ') {
+        if (in_arg) args.push_back(arg);
+        arg.clear(), in_arg = false;
+      } else {
+        arg += ch, in_arg = true;
+      }
+    }
+    EXPECT_EQ(quote, 0) << "unmatched quote: " << line;
+    if (in_arg) args.push_back(arg);
+    EXPECT_EQ(args.size(), 1u) << "one argument per line: " << line;
+    for (const auto& a : args) {
+      const auto eq = a.find('=');
+      out[a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)] =
+          eq == std::string::npos ? "" : a.substr(eq + 1);
+    }
+  }
+  return out;
+}
+
+// The words of the exec line as bash reads them (bash runs `printf` in place of exec). Nothing
+// in them runs: `marker` must not appear.
+std::vector<std::string> bash_reads(const std::string& exec_line, const fs::path& work) {
+  write_file(work / "words.sh", "printf '%s\\n' " + exec_line.substr(5) + "\n");
+  const std::string cmd = "cd '" + work.string() + "' && bash words.sh > words.txt";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  std::istringstream in(testing::read_file(work / "words.txt"));
+  std::vector<std::string> words;
+  for (std::string w; std::getline(in, w);) words.push_back(w);
+  return words;
+}
+
+// Values a careless or hostile user could give, none with a control character.
+const std::vector<std::string> kPrintableHostile = {
+    "two words", "$(touch pwned)",     "`touch pwned`", "a\"b",
+    "it's",      "back\\slash",        "#hash",         "x;touch pwned",
+    "50%",       "--x=y 'q' \"r\" #s", "ünïcödé ✓",     "$HOME",
+    "a\\\"b",    "'$(touch pwned)'"};
+
+// Values that carry a control character: each must be refused.
+const std::vector<std::string> kControl = {"a\nb",
+                                           "a\rb",
+                                           "a\tb",
+                                           "a\x7f"
+                                           "b",
+                                           "a\xc2\x85"
+                                           "b",
+                                           "\n#SBATCH --wrap=touch pwned",
+                                           std::string("a\0b", 3)};
+
+TEST(HostileSlurm, TheBatchScriptWriterQuotesEveryValueAndRefusesControlCharacters) {
+  TempDir dir;
+  for (const auto& v : kPrintableHostile) {
+    BatchScript s;
+    s.comment("about " + v, "the experiment's name");
+    s.option("job-name", "gengraph-" + v, "the experiment's name");
+    s.option("comment", v, "--slurm-option comment");
+    s.option("exclusive", "", "--slurm-option exclusive");
+    s.exec({{"/opt/gen graph/" + v, "gengraph's path"}, {"task", ""}, {v, "the job folder"}});
+    const std::string script = s.text();
+    const std::string exec = checked_exec_line(script);
+    const auto options = sbatch_reads(script);
+    EXPECT_EQ(options.at("job-name"), "gengraph-" + v) << script;
+    EXPECT_EQ(options.at("comment"), v) << script;
+    EXPECT_EQ(options.at("exclusive"), "");
+    EXPECT_EQ(bash_reads(exec, dir.path()),
+              (std::vector<std::string>{"/opt/gen graph/" + v, "task", v}))
+        << script;
+    EXPECT_FALSE(fs::exists(dir / "pwned")) << script;
+  }
+  for (const auto& v : kControl) {
+    BatchScript s;
+    EXPECT_THAT(
+        testing::error_of([&] { s.option("job-name", v, "the experiment's name"); }),
+        AllOf(HasSubstr("the experiment's name: expected text without control "
+                        "characters"),
+              HasSubstr("#SBATCH --job-name line"), HasSubstr("(a control character at byte")))
+        << v;
+    EXPECT_THAT(testing::error_of([&] { s.comment(v, "name"); }), HasSubstr("name: expected"));
+    EXPECT_THAT(testing::error_of([&] {
+                  s.exec({{v, "job.json key 'cwd'"}});
+                }),
+                HasSubstr("job.json key 'cwd': expected text without control characters"));
+  }
+  BatchScript s;
+  EXPECT_THAT(testing::error_of([&] { s.option("array\n#", "1", "--slurm-option"); }),
+              HasSubstr("expected an sbatch long option's name"));
+  EXPECT_THAT(testing::error_of([&] { s.text(); }), HasSubstr("without its command"));
+}
+
+// The same script as the real sbatch (Slurm's client; no controller needed) reads it: its
+// verbose listing of the options it took from the script.
+TEST(HostileSlurm, TheRealSbatchReadsBackEveryValue) {
+  if (std::system("command -v sbatch > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no sbatch on PATH (Debian: slurm-client): the stand-in model of its "
+                    "parsing still runs in TheBatchScriptWriterQuotes...";
+  TempDir dir;
+  // A cluster that does not exist: sbatch lists the options it read, then fails to connect.
+  write_file(dir / "slurm.conf",
+             "ClusterName=h\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\n"
+             "TCPTimeout=1\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=localhost\n");
+  testing::ScopedEnv conf("SLURM_CONF", (dir / "slurm.conf").string());
+  for (const auto& v : kPrintableHostile) {
+    BatchScript s;
+    s.option("job-name", "gengraph-" + v, "name");
+    s.option("chdir", "/tmp/" + v, "cwd");
+    s.option("comment", v, "comment");
+    s.exec({{"/bin/true", "gengraph"}});
+    write_file(dir / "job.sbatch", s.text());
+    const std::string cmd = "cd '" + dir.path().string() +
+                            "' && timeout 30 sbatch -vv --test-only job.sbatch > out.txt 2>&1";
+    (void)std::system(cmd.c_str());  // fails: no controller
+    const std::string out = testing::read_file(dir / "out.txt");
+    std::map<std::string, std::string> listed;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      const auto colon = line.find(" : ");
+      if (line.rfind("sbatch: ", 0) != 0 || colon == std::string::npos) continue;
+      std::string key = line.substr(8, colon - 8);
+      while (!key.empty() && key.back() == ' ') key.pop_back();
+      listed[key] = line.substr(colon + 3);
+    }
+    ASSERT_TRUE(listed.count("job-name")) << out;
+    EXPECT_EQ(listed["job-name"], "gengraph-" + v) << out;
+    EXPECT_EQ(listed["chdir"], "/tmp/" + v) << out;
+    EXPECT_EQ(listed["comment"], v) << out;
+  }
+}
+
+// submit: names, cluster values, --slurm-option values, job and working folders.
+TEST(HostileSlurm, SubmittedValuesNeverAddALineToTheJobScript) {
+  TempDir dir;
+  StandInSbatch sbatch;
+  int n = 0;
+  // Names with control characters are refused naming the name; nothing is made or submitted.
+  for (const std::string yaml_name : {"\"x\\n#SBATCH --wrap=touch pwned\\ntouch pwned\"",
+                                      "\"x\\ry\"", "\"x\\ty\"", "\"x\\u007fy\"", "\"x\\u0085y\""}) {
+    write_file(dir / "n.yaml", sweep_text() + "name: " + yaml_name + "\n");
+    const auto job = dir / ("refused" + std::to_string(n++));
+    auto [rc, err] =
+        testing::cli_stderr({"submit", (dir / "n.yaml").string(), "--job-dir", job.string()});
+    EXPECT_EQ(rc, 1) << yaml_name;
+    EXPECT_THAT(err, HasSubstr("the experiment's name: expected text without control characters"))
+        << err;
+    EXPECT_FALSE(fs::exists(job));
+  }
+  // A control character in a cluster value or a --slurm-option value.
+  write_file(dir / "s.yaml", sweep_text());
+  auto [rc, err] = testing::cli_stderr({"submit", (dir / "s.yaml").string(), "--set",
+                                        "cluster.partition=\"gpu\\n#SBATCH --wrap=x\"", "--job-dir",
+                                        (dir / "c1").string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("cluster.partition"));
+  std::tie(rc, err) = testing::cli_stderr({"submit", (dir / "s.yaml").string(), "--slurm-option",
+                                           "comment=a\n#SBATCH --wrap=touch pwned", "--job-dir",
+                                           (dir / "c2").string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("--slurm-option comment: expected text without control characters "
+                             "for its #SBATCH --comment line"));
+  EXPECT_THAT(err, HasSubstr("found \"a\\n#SBATCH --wrap=touch pwned\""));
+  EXPECT_FALSE(fs::exists(dir / "c2"));
+  EXPECT_FALSE(sbatch.called());
+
+  // Printable hostile values are written so that sbatch and bash read them back unchanged.
+  const auto cwd = fs::current_path();
+  for (const auto& v : kPrintableHostile) {
+    if (v.find('/') != std::string::npos) continue;  // one folder name
+    SCOPED_TRACE(v);
+    const fs::path work = dir / ("w " + v);  // the working folder: job.json's cwd
+    fs::create_directories(work);
+    Json name = v;
+    write_file(work / "s.yaml", sweep_text() + "name: " + name.dump() + "\n");
+    // (a backslash in the job folder is refused: below)
+    const fs::path job = v.find('\\') == std::string::npos ? work / ("job " + v)
+                                                           : dir / ("job" + std::to_string(n++));
+    fs::current_path(work);
+    const std::string physical_cwd = fs::current_path().string();
+    std::tie(rc, err) = testing::cli_stderr(
+        {"submit", "s.yaml", "--slurm-option", "comment=" + v, "--job-dir", job.string()});
+    fs::current_path(cwd);
+    ASSERT_EQ(rc, 0) << err;
+    const std::string script = testing::read_file(job / "job.sbatch");
+    const auto options = sbatch_reads(script);
+    EXPECT_EQ(options.at("job-name"), "gengraph-" + v);
+    EXPECT_EQ(options.at("comment"), v);
+    EXPECT_EQ(options.at("chdir"), physical_cwd);
+    EXPECT_EQ(options.at("partition"), "debug");
+    std::string logs;  // Slurm's file name pattern: '%' doubled
+    for (const char ch : (job / "logs").string()) logs += ch == '%' ? "%%" : std::string(1, ch);
+    EXPECT_EQ(options.at("output"), logs + "/%a.out");
+    const auto words = bash_reads(checked_exec_line(script), dir.path());
+    ASSERT_EQ(words.size(), 3u);
+    EXPECT_EQ(words[1], "task");
+    EXPECT_EQ(words[2], job.string());
+    EXPECT_FALSE(fs::exists(dir / "pwned"));
+    EXPECT_FALSE(fs::exists(work / "pwned"));
+    // The folder is one a task can run: its manifest passes the check.
+    EXPECT_NO_THROW(check_job_manifest(Json::parse(testing::read_file(job / "job.json")),
+                                       (job / "job.json").string()));
+  }
+  // A backslash in the job folder would turn off %a in the log names: refused, naming it.
+  std::tie(rc, err) = testing::cli_stderr(
+      {"submit", (dir / "s.yaml").string(), "--job-dir", (dir / "back\\slash").string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("the job folder (--job-dir, else results/NAME.slurm): expected a "
+                             "folder without a backslash"));
+  EXPECT_FALSE(fs::exists(dir / "back\\slash"));
+  // A working folder whose name is not UTF-8 (Latin-1): JSON cannot record it; named.
+  const fs::path latin1 = dir / "caf\xe9";
+  fs::create_directories(latin1);
+  fs::current_path(latin1);
+  std::tie(rc, err) = testing::cli_stderr(
+      {"submit", (dir / "s.yaml").string(), "--job-dir", (dir / "latin1").string()});
+  fs::current_path(cwd);
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("its key 'cwd' holds text that is not UTF-8")) << err;
+  EXPECT_FALSE(fs::exists(dir / "latin1"));
+}
+
+// A job folder submitted with the stand-in sbatch, for editing its job.json.
+struct SubmittedJob {
+  TempDir dir;
+  StandInSbatch sbatch;
+  fs::path job;
+  Json manifest;
+  SubmittedJob() : job(dir / "job") {
+    write_file(dir / "s.yaml", sweep_text());
+    EXPECT_EQ(
+        testing::cli_stderr({"submit", (dir / "s.yaml").string(), "--job-dir", job.string()}).first,
+        0);
+    manifest = Json::parse(testing::read_file(job / "job.json"));
+  }
+  void write_manifest(const Json& m) { write_file(job / "job.json", m.dump(1)); }
+};
+
+TEST(HostileSlurm, AnEditedJobJsonIsRefusedNamingTheKey) {
+  SubmittedJob s;
+  const Json good = s.manifest;
+  ASSERT_EQ(good["points"].size(), 4u);
+  struct Edit {
+    std::string key;  // what the message must name
+    std::function<void(Json&)> apply;
+  };
+  Json million = Json::array();
+  for (int i = 0; i < 1000000; ++i) million.push_back(Json::array());
+  const std::vector<Edit> edits = {
+      {"key 'cwd'", [](Json& m) { m["cwd"] = "/tmp\n#SBATCH --wrap=touch pwned"; }},
+      {"key 'cwd'", [](Json& m) { m["cwd"] = "relative/folder"; }},
+      {"key 'cwd'", [](Json& m) { m["cwd"] = 7; }},
+      {"key 'gengraph'", [](Json& m) { m["gengraph"] = "/bin/gg\"; touch pwned; \"\r"; }},
+      {"key 'gengraph'", [](Json& m) { m["gengraph"] = Json::array({"/bin/sh"}); }},
+      {"key 'experiment'", [](Json& m) { m["experiment"] = "other\n#SBATCH --wrap=x"; }},
+      {"key 'experiment'", [](Json& m) { m.erase("experiment"); }},
+      {"key 'points[0]'", [](Json& m) { std::swap(m["points"][0], m["points"][1]); }},
+      {"key 'points[2]'",
+       [](Json& m) { m["points"][2][0] = "generation.num_beams=8"; }},  // a point it lacks
+      {"key 'points'", [](Json& m) { m["points"].push_back(m["points"][0]); }},
+      {"key 'points'", [&](Json& m) { m["points"] = million; }},
+      {"key 'points[1][0]'", [](Json& m) { m["points"][1][0] = 5; }},
+      {"key 'points[3]'", [](Json& m) { m["points"][3] = "generation.num_beams=1"; }},
+      {"key 'overrides'", [](Json& m) { m["overrides"] = "generation.num_beams=1"; }},
+      {"key 'overrides[0]'", [](Json& m) { m["overrides"] = Json::array({1}); }},
+      {"key 'config_text'", [](Json& m) { m["config_text"] = 7; }},
+      {"key 'config_text'", [](Json& m) { m["config_text"] = "model: [unclosed"; }},
+      {"key 'id'", [](Json& m) { m.erase("id"); }},
+      {"key 'id'", [](Json& m) { m["id"] = "../../x"; }},
+      {"key 'schema'", [](Json& m) { m["schema"] = "gengraph-slurm-job-9"; }},
+      {"key 'created'", [](Json& m) { m["created"] = nullptr; }},
+      {"key 'jobs[0].job_id'", [](Json& m) { m["jobs"][0]["job_id"] = 4242; }},
+      {"key 'jobs[0].job_id'", [](Json& m) { m["jobs"][0]["job_id"] = "42; touch pwned"; }},
+      {"key 'jobs[0].tasks[1]'",
+       [](Json& m) {
+         m["jobs"][0]["tasks"] = {0, 99};
+       }},
+      {"key 'jobs[0].tasks[1]'",
+       [](Json& m) {
+         m["jobs"][0]["tasks"] = {2, 1};
+       }},
+      {"key 'jobs[0].tasks[0]'",
+       [](Json& m) { m["jobs"][0]["tasks"] = Json::parse("[99999999999999999999]"); }},
+      {"key 'jobs[0].tasks'", [](Json& m) { m["jobs"][0]["tasks"] = Json::object(); }},
+      {"key 'jobs[0]'", [](Json& m) { m["jobs"][0] = "4242"; }},
+      {"unknown key 'jobs[0].script'", [](Json& m) { m["jobs"][0]["script"] = "x"; }},
+      {"unknown key 'evil'", [](Json& m) { m["evil"] = true; }},
+      {"expected a gengraph job manifest", [](Json& m) { m = Json::array({m}); }},
+  };
+  for (const auto& e : edits) {
+    Json m = good;
+    e.apply(m);
+    s.write_manifest(m);
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"submit", "--rerun", s.job.string()},
+          std::vector<std::string>{"task", s.job.string(), "0"},
+          std::vector<std::string>{"collect", s.job.string()}}) {
+      auto [rc, err] = testing::cli_stderr(args);
+      EXPECT_EQ(rc, 1) << args[0] << " " << e.key;
+      // "'<file>': key '<path>': expected <what>, found <what is there>" (or "unknown key").
+      EXPECT_THAT(err, HasSubstr("'" + (s.job / "job.json").string() + "': " + e.key))
+          << args[0] << ": " << err;
+      if (e.key.rfind("key '", 0) == 0) {
+        EXPECT_THAT(err, AllOf(HasSubstr(e.key + ": expected "), HasSubstr(", found ")))
+            << args[0] << ": " << err;
+      }
+      EXPECT_THAT(err, Not(HasSubstr("json.exception"))) << err;
+    }
+    EXPECT_FALSE(fs::exists(s.job / "parts" / "0.json")) << e.key;
+    EXPECT_FALSE(fs::exists(s.job / "parts" / "0.error.json")) << e.key;
+  }
+  EXPECT_FALSE(fs::exists(s.dir / "pwned"));
+  EXPECT_EQ(testing::read_file(s.sbatch.bin / "calls"),
+            (s.job / "job.sbatch").string() + "\n");  // the first submission only
+  // The same checks without the CLI, as a fuzz target calls them: no side effects.
+  EXPECT_NO_THROW(check_job_manifest(good, "job.json"));
+  Json swapped = good;
+  std::swap(swapped["points"][1], swapped["points"][3]);
+  EXPECT_THAT(testing::error_of([&] { check_job_manifest(swapped, "job.json"); }),
+              HasSubstr("'job.json': key 'points[1]': expected [generation.num_beams=1, "
+                        "generation.max_new_tokens=5] (point 1 of the sweep of config_text), "
+                        "found [generation.num_beams=2, generation.max_new_tokens=5]"));
+  for (const Json& odd : {Json(), Json(7), Json("x"), Json::object(), Json::array()})
+    EXPECT_THAT(testing::error_of([&] { check_job_manifest(odd, "j.json"); }), HasSubstr("j.json"));
+}
+
+// A rerun writes job.json's own cwd, experiment and gengraph through the writer too: a gengraph
+// path with quotes and '$(...)' is one word; one that is not an executable file is refused.
+TEST(HostileSlurm, ARerunQuotesJobJsonPaths) {
+  SubmittedJob s;
+  Json m = s.manifest;
+  const fs::path odd = s.dir / "gen \"graph\" $(touch pwned) 'x'";
+  write_file(odd, "#!/bin/sh\n");
+  fs::permissions(odd, fs::perms::owner_all);
+  m["gengraph"] = odd.string();
+  m["cwd"] = (s.dir / "it's a \"folder\"").string();
+  s.write_manifest(m);
+  auto [rc, err] = testing::cli_stderr({"submit", "--rerun", s.job.string()});
+  ASSERT_EQ(rc, 0) << err;
+  const std::string script = testing::read_file(s.job / "job.sbatch");
+  EXPECT_EQ(sbatch_reads(script).at("chdir"), m["cwd"].get<std::string>());
+  EXPECT_EQ(sbatch_reads(script).at("array"), "0,1,2,3");
+  EXPECT_EQ(bash_reads(checked_exec_line(script), s.dir.path()),
+            (std::vector<std::string>{odd.string(), "task", s.job.string()}));
+  EXPECT_FALSE(fs::exists(s.dir / "pwned"));
+  m = Json::parse(testing::read_file(s.job / "job.json"));
+  EXPECT_EQ(m["jobs"].size(), 2u);
+  m["gengraph"] = (s.dir / "nothing here").string();
+  s.write_manifest(m);
+  std::tie(rc, err) = testing::cli_stderr({"submit", "--rerun", s.job.string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err,
+              HasSubstr("job.json': key 'gengraph': expected the path of the gengraph binary"));
+}
+
+TEST(HostileSlurm, OutOfRangeTaskNumbersAndForeignPartsAreNamed) {
+  SubmittedJob s;
+  for (const std::string id : {"99999999999999999999", "-1", "1e3", "0x1", " 1", "007"}) {
+    testing::ScopedEnv task_id("SLURM_ARRAY_TASK_ID", id);
+    auto [rc, err] = testing::cli_stderr({"task", s.job.string()});
+    EXPECT_EQ(rc, 1) << id;
+    EXPECT_THAT(err, HasSubstr("SLURM_ARRAY_TASK_ID: expected a point number of " + s.job.string() +
+                               " (0 to 3), found \"" + id + "\""))
+        << err;
+    EXPECT_THAT(err, Not(HasSubstr("stoll")));
+  }
+  {
+    testing::ScopedEnv task_id("SLURM_ARRAY_TASK_ID", "4");
+    auto [rc, err] = testing::cli_stderr({"task", s.job.string()});
+    EXPECT_EQ(rc, 1);
+    EXPECT_THAT(err, HasSubstr("point 4 is not in"));
+  }
+  const Json header = {{"schema", "gengraph-slurm-part-1"}, {"job", s.manifest["id"]}};
+  struct Part {
+    std::string name;
+    Json doc;
+    std::string message;
+  };
+  const std::vector<Part> parts = {
+      {"99999999999999999999.json", header,
+       "expected INDEX.json or INDEX.error.json with INDEX a "
+       "point number (0 to 3), found "
+       "\"99999999999999999999.json\""},
+      {"007.json", header, "found \"007.json\""},
+      {"4.json", header, "found \"4.json\""},
+      {"1.json.bak", header, "found \"1.json.bak\""},
+      {"1.json", Json::array(),
+       "1.json': expected a JSON object (a part of gengraph task), found an array of 0 entries"},
+      {"1.json",
+       {{"schema", "gengraph-slurm-part-1"}, {"job", s.manifest["id"]}, {"index", "1"}},
+       "1.json': key 'index': expected an integer from 0 to 100000, found the string \"1\""},
+      {"1.json",
+       {{"schema", "gengraph-slurm-part-1"}, {"job", s.manifest["id"]}, {"index", 1}},
+       "1.json': key 'result': expected the point's results (an object), found nothing (the key "
+       "is missing)"},
+      {"1.json",
+       {{"schema", "gengraph-slurm-part-1"},
+        {"job", s.manifest["id"]},
+        {"index", 1},
+        {"result", Json::array()}},
+       "1.json': key 'result': expected the point's results (an object), found an array of 0 "
+       "entries"},
+      // A result that is not one point's results document: read whole before anything is merged.
+      {"1.json",
+       {{"schema", "gengraph-slurm-part-1"},
+        {"job", s.manifest["id"]},
+        {"index", 1},
+        {"result", Json::object()}},
+       "1.json': key 'result.experiment': expected a string, found nothing (the key is missing)"},
+      {"1.json",
+       {{"schema", "gengraph-slurm-part-1"},
+        {"job", s.manifest["id"]},
+        {"index", 1},
+        {"result", {{"experiment", "e"}, {"points", Json::array()}}}},
+       "1.json': key 'result.points': expected no 'points' (a part holds one point), found an "
+       "array of 0 entries"},
+      {"1.error.json",
+       {{"schema", "gengraph-slurm-part-1"}, {"job", s.manifest["id"]}, {"index", 1}, {"error", 5}},
+       "1.error.json': key 'error': expected the point's error message, found 5"},
+      {"1.json",
+       {{"schema", 1}},
+       "1.json': key 'schema': expected \"gengraph-slurm-part-1\", found 1"},
+  };
+  for (const auto& p : parts) {
+    write_file(s.job / "parts" / p.name, p.doc.dump());
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"collect", s.job.string()},
+          std::vector<std::string>{"submit", "--rerun", s.job.string()}}) {
+      auto [rc, err] = testing::cli_stderr(args);
+      EXPECT_EQ(rc, 1) << p.name;
+      EXPECT_THAT(err, HasSubstr(p.message)) << err;
+      EXPECT_THAT(err, Not(HasSubstr("json.exception")));
+      EXPECT_THAT(err, Not(HasSubstr("stoll")));
+    }
+    fs::remove(s.job / "parts" / p.name);
+  }
+}
+
+// Sweeps larger than one job holds are refused before each point is parsed; the points a
+// manifest must list are the ones expand_sweep gives, in its order.
+TEST(HostileSlurm, SweepsBeyondAJobAreRefusedAndPointsFollowExpandSweep) {
+  TempDir dir;
+  StandInSbatch sbatch;
+  std::string values;
+  for (int i = 1; i <= 100; ++i) values += (i > 1 ? ", " : "") + std::to_string(i);
+  write_file(dir / "big.yaml", sweep_text() + "name: big\n");
+  auto [rc, err] = testing::cli_stderr({"submit", (dir / "big.yaml").string(), "--set",
+                                        "sweep={generation.max_new_tokens: [" + values +
+                                            "], generation.top_k: [" + values +
+                                            "], generation.num_beams: [" + values + "]}",
+                                        "--job-dir", (dir / "big").string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("sweep: expands to more than 100000 points"));
+  EXPECT_FALSE(sbatch.called());
+
+  const ExperimentConfig c = parse_experiment(
+      sweep_text() + "name: order\n", "order.yaml",
+      {"sweep={generation.num_beams: [1, 2, 3], generation.max_new_tokens: [2, 5], "
+       "generation.do_sample: [false]}"});
+  const auto expanded = expand_sweep(c);
+  ASSERT_EQ(expanded.size(), 6u);
+  Json m = {{"schema", "gengraph-slurm-job-1"},
+            {"id", "abc123"},
+            {"experiment", "order"},
+            {"config_file", "order.yaml"},
+            {"config_text", c.source_text},
+            {"overrides", c.overrides},
+            {"cwd", "/tmp"},
+            {"gengraph", "/usr/bin/gengraph"},
+            {"created", "now"},
+            {"points", Json::array()},
+            {"jobs", Json::array()}};
+  for (const auto& [point, pc] : expanded) m["points"].push_back(point);
+  EXPECT_NO_THROW(check_job_manifest(m, "order.json"));
+  std::swap(m["points"][4], m["points"][5]);
+  EXPECT_THAT(testing::error_of([&] { check_job_manifest(m, "order.json"); }),
+              HasSubstr("'order.json': key 'points[4]': expected ["));
+}
+
+}  // namespace
+}  // namespace gengraph
