@@ -3,13 +3,17 @@
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "backends/aoti/aoti_step.h"
+#include "experiments/results.h"
 #include "framework/model/loader.h"
 #include "framework/util/error.h"
+#include "framework/util/json_at.h"
 
 namespace gengraph {
 
@@ -35,6 +39,36 @@ void PeerModelFolder::remove() {
   if (temporary_) std::filesystem::remove_all(path_, ignored);
 }
 
+namespace {
+
+// The metrics of a row's timings that show and compare read.
+const char* const kTimingMetrics[] = {"time_to_first_token_ms", "decode_ms_per_token", "total_ms",
+                                      "tokens_per_second"};
+
+// The peer's row as tools/hf_peer.py wrote it, checked for what the runner, `show` and `compare`
+// read from it, so that a damaged row fails the peer (naming the key) instead of the results.
+void check_peer_row(const nlohmann::json& row, const PeerSpec& peer, size_t inputs) {
+  const JsonAt r(row, "peer '" + peer.label + "': the output of tools/hf_peer.py");
+  r.object("a results row (an object)");
+  if (r["label"].string() != peer.label)
+    r["label"].fail("the peer's label, " + JsonAt::quoted(peer.label));
+  r["backend"].string();
+  const auto outputs = r["outputs"].items();
+  if (outputs.size() != inputs)
+    r["outputs"].fail("one entry per input (" + std::to_string(inputs) + ")");
+  for (const auto& in : outputs) {
+    in["input"].integer();
+    in["prompt_length"].integer();
+    for (const auto& s : in["sequences"].items()) {
+      for (const auto& t : s["tokens"].items()) t.integer();
+      if (const auto score = s.find("score")) score->number();
+    }
+  }
+  for (const char* metric : kTimingMetrics) row_timing(r, metric);
+}
+
+}  // namespace
+
 nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
                         const std::filesystem::path& folder, const nlohmann::json& generation,
                         const std::vector<std::vector<int64_t>>& prompts, std::ostream& log) {
@@ -59,26 +93,47 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
     throw Error("peer '" + peer.label + "': tools/hf_peer.py failed (exit " + std::to_string(r.rc) +
                 "; any message it printed is above)");
   }
+  check_peer_row(*r.out, peer, prompts.size());
   return *r.out;
 }
 
 nlohmann::json tokenizer_call(const std::string& folder, const char* op,
                               const nlohmann::json& items, const char* field, std::ostream& log) {
   ToolResult r = run_tool("hf_tokenizer.py", {{"model", folder}, {op, items}}, 0, log);
-  if (!r.out || !(*r.out).contains(field) || (*r.out)[field].size() != items.size()) {
+  if (!r.out) {
     throw Error(std::string("inputs.texts: tools/hf_tokenizer.py could not ") + op +
                 " with the tokenizer in '" + folder + "' (exit " + std::to_string(r.rc) +
                 "; any message it printed is above)");
+  }
+  // One result per item: token ids (integers) for "encode", a string for "decode".
+  const JsonAt out(*r.out, std::string("inputs.texts: the output of tools/hf_tokenizer.py (") + op +
+                               " with the tokenizer in '" + folder + "')");
+  out.object();
+  const std::vector<JsonAt> results = out[field].items();
+  if (results.size() != items.size()) {
+    out[field].fail(std::string("one entry per ") +
+                    (std::string(op) == "encode" ? "text" : "sequence") + " (" +
+                    std::to_string(items.size()) + ")");
+  }
+  for (const auto& x : results) {
+    if (std::string(op) == "encode") {
+      for (const auto& id : x.items(std::numeric_limits<size_t>::max(), "an array of token ids"))
+        id.integer();
+    } else {
+      x.string();
+    }
   }
   return (*r.out)[field];
 }
 
 void decode_outputs(nlohmann::json& runs, const std::string& folder, std::ostream& log) {
+  // Read through JsonAt: a peer's row was checked when it came, gengraph's are its own.
+  const JsonAt all(runs, "the results");
   nlohmann::json seqs = nlohmann::json::array();
-  for (const auto& run : runs) {
-    if (!run.contains("outputs")) continue;
-    for (const auto& in : run["outputs"]) {
-      for (const auto& s : in["sequences"]) seqs.push_back(s["tokens"]);
+  for (const auto& run : all.items()) {
+    if (!run.has("outputs")) continue;
+    for (const auto& in : run["outputs"].items()) {
+      for (const auto& s : in["sequences"].items()) seqs.push_back(s["tokens"].json());
     }
   }
   if (seqs.empty()) return;
@@ -94,30 +149,68 @@ void decode_outputs(nlohmann::json& runs, const std::string& folder, std::ostrea
 
 namespace {
 
-// The lines of the tool's standard error that say what went wrong (its own "export_aoti:" lines
-// and what follows them), else the last lines.
+// What the tool's standard error says went wrong: its own "export_aoti:" message (with the lines
+// indented under it, at most 5), else the last meaningful line, i.e. not a traceback's frames,
+// a warning or a log line.
 std::string tool_reason(const std::string& err) {
   std::vector<std::string> lines;
   std::stringstream in(err);
   for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) lines.push_back(line);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") != std::string::npos) lines.push_back(line);
   }
-  size_t from = lines.size() > 8 ? lines.size() - 8 : 0;
   for (size_t i = 0; i < lines.size(); ++i) {
-    if (lines[i].rfind("export_aoti:", 0) == 0) {
-      from = i;
-      break;
-    }
+    if (lines[i].rfind("export_aoti:", 0) != 0) continue;
+    std::string out = "\n  " + lines[i];
+    for (size_t j = i + 1; j < lines.size() && j <= i + 5 && lines[j][0] == ' '; ++j)
+      out += "\n  " + lines[j];
+    return out;
   }
-  std::string out;
-  for (size_t i = from; i < lines.size() && i < from + 12; ++i) out += "\n  " + lines[i];
-  return out.empty() ? " (no message)" : out;
+  const auto meaningful = [](const std::string& l) {
+    const bool log_line = l.size() > 5 && (l[0] == 'W' || l[0] == 'I' || l[0] == 'E') &&
+                          std::isdigit(static_cast<unsigned char>(l[1])) &&
+                          std::isdigit(static_cast<unsigned char>(l[4]));  // W1202 09:46:...
+    return l[0] != ' ' && l[0] != '\t' && !log_line &&
+           l.rfind("Traceback (most recent call last)", 0) != 0 &&
+           l.find("Warning: ") == std::string::npos && l.rfind("During handling of", 0) != 0 &&
+           l.rfind("The above exception", 0) != 0;
+  };
+  for (size_t i = lines.size(); i-- > 0;) {
+    if (meaningful(lines[i])) return "\n  " + lines[i];
+  }
+  return lines.empty() ? " (no message)" : "\n  " + lines.back();
+}
+
+// Whether the tool failed for want of disk space, by its message (Python's OSError [Errno 28],
+// a compiler's "No space left on device", the tool's own exit status 6).
+bool out_of_space(const CapturedCommand& r) {
+  return r.rc == 6 || r.err.find("No space left on device") != std::string::npos ||
+         r.err.find("[Errno 28]") != std::string::npos || r.err.find("ENOSPC") != std::string::npos;
+}
+
+// Removes the model copies of exports in processes that were killed before they could (their
+// folders are named after their pid; /tmp is this host's).
+void remove_stale_export_folders() {
+  const std::string start = "gengraph-aoti-export-";
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(std::filesystem::temp_directory_path(ec), ec), end;
+       !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(start, 0) != 0) continue;
+    const std::string pid = name.substr(start.size(), name.find('-', start.size()) - start.size());
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    if (std::stol(pid) == ::getpid() || process_is_running(std::stol(pid))) continue;
+    std::error_code ignored;
+    std::filesystem::remove_all(it->path(), ignored);
+  }
 }
 
 AotiBuildReport export_with_tool(const CausalLM& model, const AotiExportRequest& request,
                                  const std::filesystem::path& out) {
   static int calls = 0;
   InterruptGuard guard;
+  remove_stale_export_folders();
   const auto dir =
       std::filesystem::temp_directory_path() /
       ("gengraph-aoti-export-" + std::to_string(::getpid()) + "-" + std::to_string(++calls));
@@ -154,14 +247,24 @@ AotiBuildReport export_with_tool(const CausalLM& model, const AotiExportRequest&
     throw Error(what + ": the tools' Python '" + argv[0] +
                 "' was not found (scripts/setup.sh makes it; GENGRAPH_PYTHON names another)");
   }
+  if (r.rc != 0 && out_of_space(r)) {
+    throw Error("building the aoti package in '" + out.parent_path().string() +
+                "' failed: No space left on device (free space there or in '" +
+                std::filesystem::temp_directory_path().string() +
+                "', where the model's copy and Inductor's build files go; the backend option "
+                "cache_dir or GENGRAPH_AOTI_CACHE puts packages on another disk)" +
+                tool_reason(r.err));
+  }
   if (r.rc != 0) {
     throw Error(what + " failed: tools/export_aoti.py exited with " + std::to_string(r.rc) +
                 tool_reason(r.err));
   }
   const auto report = read_json_file(dir / "report.json");
+  const JsonAt fields(
+      report, "'" + (dir / "report.json").string() + "' (the report of tools/export_aoti.py)");
   AotiBuildReport b;
-  b.export_seconds = report.value("export_seconds", 0.0);
-  b.compile_seconds = report.value("compile_seconds", 0.0);
+  b.export_seconds = fields.number_or("export_seconds", 0.0);
+  b.compile_seconds = fields.number_or("compile_seconds", 0.0);
   return b;
 }
 

@@ -11,17 +11,24 @@ keys_0, values_0, ..., keys_L-1, values_L-1) -> last logits, each [rows, kv_head
 head_dim] cache tensor written in place at `slots`. The rows, the step's token count and the cache
 length are dynamic, so one package serves every batch, prompt length and max_length up to the
 model's context. The package's metadata (gengraph.*) says what it was made for; gengraph refuses a package
-made for other weights, dtype, device or torch version. Exit status: 0 written, 2 bad arguments or
-model, 3 torch.export failed, 4 AOTInductor failed (the compiler's reason printed), 5 no compiler.
+made for other weights, dtype, device or torch version. The package also holds a manifest
+(gengraph/manifest.json: the SHA-256 of each of its files), which gengraph checks before it loads
+the package: a damaged program would take the loading process down. Exit status: 0 written, 2 bad
+arguments or model, 3 torch.export failed, 4 AOTInductor failed (the compiler's reason printed),
+5 no compiler, 6 no space left on the device.
 """
 import argparse
+import errno
+import hashlib
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 import traceback
 import warnings
+import zipfile
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -76,6 +83,65 @@ def example(rows, t, max_len, layers, kv, hd, dtype, device):
     return (torch.zeros(rows, t, dtype=torch.long, device=device), torch.zeros(rows, t, dtype=torch.long, device=device),
             torch.arange(t, device=device), torch.ones(rows, t, dtype=torch.bool, device=device),
             torch.zeros(rows, max_len, dtype=torch.bool, device=device)) + cache
+
+
+MANIFEST = "gengraph/manifest.json"
+
+
+def add_manifest(path):
+    """Adds MANIFEST to the package at `path`: {"format": 1, "sha256": {file: hex digest}} for
+    every file in it, under the archive's own folder (LibTorch's loader finds that folder from the
+    first two files, which stay first)."""
+    with zipfile.ZipFile(path) as z:
+        names = [i.filename for i in z.infolist()]
+        digests = {}
+        for name in names:
+            h = hashlib.sha256()
+            with z.open(name) as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            digests[name] = h.hexdigest()
+    first = [n.split("/")[0] for n in names[:2]]
+    prefix = first[0] + "/" if len(first) == 2 and first[0] and first[0] == first[1] else ""
+    with zipfile.ZipFile(path, "a") as z:  # stored, not compressed: gengraph reads it in place
+        z.writestr(prefix + MANIFEST, json.dumps({"format": 1, "sha256": digests}))
+
+
+def running(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def temporary_package(out):
+    """Where the package is written before it is renamed to `out` (AOTInductor insists on the
+    suffix): OUT.tmp-PID-HOST.pt2. Those of exports killed before they finished (their process,
+    on this host, is gone) are removed first."""
+    host = socket.gethostname().replace("/", "_")
+    folder = os.path.dirname(os.path.abspath(out))
+    start = os.path.basename(out) + ".tmp-"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        names = []
+    for name in names:
+        if not (name.startswith(start) and name.endswith(".pt2")):
+            continue
+        pid, _, where = name[len(start):-len(".pt2")].partition("-")
+        if pid.isdigit() and where in ("", host) and int(pid) != os.getpid() and not running(int(pid)):
+            try:
+                os.remove(os.path.join(folder, name))
+            except OSError:
+                pass
+    return "%s.tmp-%d-%s.pt2" % (out, os.getpid(), host)
+
+
+def no_space(err):
+    return (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "No space left on device" in str(err)
 
 
 def fail(code, what, err=None):
@@ -174,17 +240,20 @@ def main():
     configs = {"aot_inductor.metadata": {"gengraph." + k: str(v) for k, v in meta.items()}}
     if a.freezing:
         configs["freezing"] = True
-    tmp = "%s.tmp-%d.pt2" % (a.out, os.getpid())  # AOTInductor insists on the suffix
+    tmp = temporary_package(a.out)
     t1 = time.perf_counter()
     try:
         with torch.no_grad():
             torch._inductor.aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
+        compile_s = time.perf_counter() - t1
+        add_manifest(tmp)
+        os.replace(tmp, a.out)
     except Exception as e:  # noqa: BLE001
         if os.path.exists(tmp):
             os.remove(tmp)
+        if no_space(e):
+            fail(6, f"no space left on device writing the package '{a.out}'", e)
         fail(4, "AOTInductor could not compile the exported program", e)
-    compile_s = time.perf_counter() - t1
-    os.replace(tmp, a.out)
     report = dict(meta, export_seconds=round(export_s, 3), compile_seconds=round(compile_s, 3),
                   package_bytes=os.path.getsize(a.out))
     if a.report:

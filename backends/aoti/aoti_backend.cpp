@@ -6,6 +6,7 @@
 #include "framework/backend/options.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/causal_lm.h"
+#include "framework/util/error.h"
 
 namespace gengraph {
 namespace {
@@ -70,6 +71,15 @@ BackendInfo aoti_backend_info() {
     AotiStepOptions s;
     read_aoti_options(o, s);
     read_share_prefill(o);
+    if (!s.package.empty()) {
+      // The package's structure and metadata now (cheap), so that `validate` refuses a damaged
+      // one; its checksums are compared when it is loaded.
+      try {
+        AotiMeta::read(s.package);
+      } catch (const Error& e) {
+        throw Error("backend 'aoti' option 'package': " + std::string(e.what()));
+      }
+    }
   };
   info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
     AotiStepOptions s;

@@ -102,7 +102,11 @@ class TraceBackend final : public ForwardBackend {
            model().device().str() + (s_.trace.freeze ? "-frozen" : "") +
            (s_.trace.optimize_for_inference ? "-ofi" : "") +
            (model().config().fused ? "" : "-unfused") + ".pt");
-      if (std::filesystem::exists(path)) {
+      std::error_code ec;
+      if (std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
+        // A FIFO, device or folder in its place is refused by name, not opened (a FIFO blocks).
+        check_regular_file(path, "trace cache file '" + path.string() + "'",
+                           "a TorchScript file (remove it: the trace is made again)");
         it = steps_.emplace(key, TracedStep::load(path, model().device(), meta, s_.trace)).first;
         ++loaded_;
       } else {

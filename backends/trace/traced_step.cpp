@@ -8,7 +8,6 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/serialization/import.h>
 
-#include <optional>
 #include <sstream>
 
 #include "framework/backend/options.h"
@@ -16,6 +15,7 @@
 #include "framework/model/causal_lm.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
+#include "framework/util/json_at.h"
 
 namespace gengraph {
 namespace {
@@ -131,43 +131,26 @@ nlohmann::json TraceMeta::to_json() const {
 }
 
 TraceMeta TraceMeta::from_json(const nlohmann::json& j, const std::string& source) {
+  const JsonAt doc(j, source + ": gengraph.json");
+  doc.object("an object (the trace's metadata, docs/tracing.md)");
   TraceMeta m;
-  if (!j.is_object())
-    throw Error(source + ": gengraph.json: expected a JSON object, found " + j.dump());
-  auto need = [&](const char* key) -> const nlohmann::json& {
-    if (!j.contains(key)) throw Error(source + ": gengraph.json lacks '" + key + "'");
-    return j[key];
-  };
-  auto wrong = [&](const char* key, const char* expected, const nlohmann::json& found) {
-    return Error(source + ": gengraph.json '" + key + "': expected " + expected + ", found " +
-                 found.dump());
-  };
-  auto integer = [&](const char* key) {
-    const auto& v = need(key);
-    if (!v.is_number_integer()) throw wrong(key, "an integer", v);
-    return v.get<int64_t>();
-  };
-  auto text = [&](const char* key, std::optional<std::string> fallback = std::nullopt) {
-    if (fallback && !j.contains(key)) return *fallback;
-    const auto& v = need(key);
-    if (!v.is_string()) throw wrong(key, "a string", v);
-    return v.get<std::string>();
-  };
-  m.format = static_cast<int>(integer("format"));
-  m.model_type = text("model_type");
-  m.model_fingerprint = text("model_fingerprint", "");
-  m.layers = integer("layers");
-  m.kv_heads = integer("kv_heads");
-  m.head_dim = integer("head_dim");
-  m.vocab_size = integer("vocab_size");
-  m.dtype = text("dtype");
-  m.rows = integer("rows");
-  m.prompt_length = integer("prompt_length");
-  m.max_length = integer("max_length");
-  m.made_by = text("made_by", "");
-  if (m.format != 1)
-    throw Error(source + ": gengraph.json format " + std::to_string(m.format) + ", expected 1");
+  m.format = static_cast<int>(doc["format"].integer_in(1, 1, "1 (the format this gengraph reads)"));
+  m.model_type = doc["model_type"].string();
+  m.model_fingerprint = doc.string_or("model_fingerprint", "");
+  m.layers = doc["layers"].integer();
+  m.kv_heads = doc["kv_heads"].integer();
+  m.head_dim = doc["head_dim"].integer();
+  m.vocab_size = doc["vocab_size"].integer();
+  m.dtype = doc["dtype"].string();
+  m.rows = doc["rows"].integer();
+  m.prompt_length = doc["prompt_length"].integer();
+  m.max_length = doc["max_length"].integer();
+  m.made_by = doc.string_or("made_by", "");
   return m;
+}
+
+TraceMeta TraceMeta::parse(std::string_view text, const std::string& source) {
+  return from_json(parse_json_text(text, source + ": gengraph.json"), source);
 }
 
 TraceMeta expected_meta(const CausalLM& model, int64_t rows, int64_t prompt_length,
@@ -234,6 +217,8 @@ TracedStep TracedStep::load(const std::filesystem::path& path, const c10::Device
                             const TraceMeta& expected, const TraceOptions& options) {
   const std::string file = path.string();
   if (!std::filesystem::exists(path)) throw Error("trace file '" + file + "' does not exist");
+  // Before LibTorch opens it: a FIFO in its place would block the open forever.
+  check_regular_file(path, "trace file '" + file + "'", "a TorchScript file");
   torch::jit::ExtraFilesMap extra{{"gengraph.json", ""}};
   auto m = std::make_shared<torch::jit::Module>();
   try {
@@ -246,13 +231,7 @@ TracedStep TracedStep::load(const std::filesystem::path& path, const c10::Device
     throw Error("trace file '" + file +
                 "' has no gengraph.json extra file (see docs/tracing.md for the contract)");
   }
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(extra["gengraph.json"]);
-  } catch (const nlohmann::json::exception& e) {  // parse errors and number overflows
-    throw Error("trace file '" + file + "': gengraph.json is not valid JSON: " + e.what());
-  }
-  const TraceMeta got = TraceMeta::from_json(j, "trace file '" + file + "'");
+  const TraceMeta got = TraceMeta::parse(extra["gengraph.json"], "trace file '" + file + "'");
   compare(file, "model_type", expected.model_type, got.model_type);
   compare(file, "layers", std::to_string(expected.layers), std::to_string(got.layers));
   compare(file, "kv_heads", std::to_string(expected.kv_heads), std::to_string(got.kv_heads));

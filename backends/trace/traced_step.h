@@ -21,6 +21,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 namespace torch::jit {
 struct Module;
@@ -42,7 +43,11 @@ struct TraceMeta {
   std::string made_by;  // "gengraph" or the Python tool
 
   nlohmann::json to_json() const;
+  // Read through JsonAt: a refusal is "<source>: gengraph.json: key 'layers': expected an integer,
+  // found ...", with `source` the trace file ("trace file 'a.pt'").
   static TraceMeta from_json(const nlohmann::json& j, const std::string& source);
+  // From gengraph.json's text (parse_json_text, then from_json).
+  static TraceMeta parse(std::string_view text, const std::string& source);
 };
 
 // What the running model and batch need; compared field by field with a file's TraceMeta.

@@ -8,11 +8,14 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/serialization/export.h>
 
+#include <functional>
+
 #include "backends/register_builtin.h"
 #include "backends/trace/traced_step.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
+#include "framework/util/json_at.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -20,6 +23,7 @@ namespace {
 
 using testing::error_of;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::TempDir;
 
 std::shared_ptr<const CausalLM> tiny(at::ScalarType dtype = at::kFloat) {
@@ -161,8 +165,18 @@ TEST(TraceBackendErrors, MissingCorruptOrIncompleteFiles) {
   auto bad_meta = meta.to_json();
   bad_meta["layers"] = "two";
   partial.save((dir / "badmeta.pt").string(), {{"gengraph.json", bad_meta.dump()}});
-  EXPECT_THAT(error_of([&] { TracedStep::load(dir / "badmeta.pt", at::kCPU, meta); }),
-              HasSubstr("gengraph.json 'layers': expected an integer, found \"two\""));
+  EXPECT_EQ(error_of([&] { TracedStep::load(dir / "badmeta.pt", at::kCPU, meta); }),
+            "trace file '" + (dir / "badmeta.pt").string() +
+                "': gengraph.json: key 'layers': expected an integer, found the string \"two\"");
+  // Not JSON at all: the parser's reason and its place, not its exception's text.
+  partial.save((dir / "notjson.pt").string(), {{"gengraph.json", "{\"layers\": 2,"}});
+  const std::string not_json =
+      error_of([&] { TracedStep::load(dir / "notjson.pt", at::kCPU, meta); });
+  EXPECT_THAT(not_json, ::testing::StartsWith("trace file '" + (dir / "notjson.pt").string() +
+                                              "': gengraph.json is not valid JSON: "));
+  EXPECT_THAT(not_json, ::testing::EndsWith("unexpected end of input; expected string literal at "
+                                            "line 1, column 14"));
+  EXPECT_THAT(not_json, Not(HasSubstr("json.exception")));
   // Right metadata, wrong output: a decode that returns its input ids.
   torch::jit::Module wrong(c10::QualifiedName("__torch__.Wrong"));
   wrong.define(R"(
@@ -187,6 +201,87 @@ def decode(self, a, b, c, d, e, f, g):
   auto ti = make("trace", m, {{"file", (dir / "ints.pt").string()}});
   EXPECT_THAT(error_of([&] { Generator(greedy(6)).generate(*ti, kPrompts); }),
               HasSubstr("prefill returned Long logits, expected floating-point scores"));
+}
+
+// gengraph.json goes through the one typed reader (JsonAt): every refusal names the trace file,
+// the key, what was expected and what was found, in one form; what is not JSON names the
+// parser's reason and its place (parse_json_text), without nlohmann's exception prefix.
+TEST(TraceBackendErrors, GengraphJsonIsReadThroughTheOneTypedReader) {
+  const TraceMeta good = expected_meta(*tiny(), 2, 4, 10);
+  const std::string source = "trace file 'a.pt'";
+  const TraceMeta back = TraceMeta::parse(good.to_json().dump(), source);
+  EXPECT_EQ(back.to_json(), good.to_json());
+  auto refusal = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json j = good.to_json();
+    change(j);
+    return error_of([&] { TraceMeta::parse(j.dump(), source); });
+  };
+  const std::string at = source + ": gengraph.json: ";
+  EXPECT_EQ(refusal([](auto& j) { j["rows"] = 2.5; }),
+            at + "key 'rows': expected an integer, found 2.5");
+  EXPECT_EQ(refusal([](auto& j) { j["vocab_size"] = 18446744073709551615ull; }),
+            at + "key 'vocab_size': expected an integer, found 18446744073709551615");
+  EXPECT_EQ(refusal([](auto& j) { j["dtype"] = nullptr; }),
+            at + "key 'dtype': expected a string, found null");
+  EXPECT_EQ(refusal([](auto& j) { j.erase("head_dim"); }),
+            at + "key 'head_dim': expected an integer, found nothing (the key is missing)");
+  EXPECT_EQ(refusal([](auto& j) {
+              j["model_type"] = {1, 2};
+            }),
+            at + "key 'model_type': expected a string, found an array of 2 entries");
+  EXPECT_EQ(refusal([](auto& j) {
+              j["made_by"] = {{"who", "me"}};
+            }),
+            at + "key 'made_by': expected a string, found an object of 1 key");
+  EXPECT_EQ(refusal([](auto& j) { j["format"] = 2; }),
+            at + "key 'format': expected 1 (the format this gengraph reads), found 2");
+  EXPECT_EQ(refusal([](auto& j) { j = nlohmann::json::array(); }),
+            source +
+                ": gengraph.json: expected an object (the trace's metadata, docs/tracing.md), "
+                "found an array of 0 entries");
+  // A value from the file is escaped and cut, never printed raw.
+  EXPECT_EQ(refusal([](auto& j) { j["layers"] = "2\n\x1b[31m"; }),
+            at + "key 'layers': expected an integer, found the string \"2\\n\\u001b[31m\"");
+  // Optional keys may be absent.
+  nlohmann::json minimal = good.to_json();
+  minimal.erase("made_by");
+  minimal.erase("model_fingerprint");
+  EXPECT_EQ(TraceMeta::parse(minimal.dump(), source).made_by, "");
+
+  // Not JSON: the reason and the place, counted as the parser counts them.
+  const std::string not_json = source + ": gengraph.json is not valid JSON: ";
+  EXPECT_EQ(error_of([&] { TraceMeta::parse("{\n  \"layers\": 1e999\n}", source); }),
+            not_json + "number overflow parsing '1e999' at line 2, column 17");
+  const std::string empty = error_of([&] { TraceMeta::parse("", source); });
+  EXPECT_THAT(empty, ::testing::StartsWith(not_json));
+  EXPECT_THAT(empty, ::testing::EndsWith(" at line 1, column 1"));
+  EXPECT_THAT(empty, HasSubstr("unexpected end of input"));
+  for (const std::string& e : {empty, error_of([&] { TraceMeta::parse("[1] x", source); })}) {
+    EXPECT_THAT(e, Not(HasSubstr("json.exception")));
+    EXPECT_THAT(e, Not(HasSubstr("parse error at")));  // the place is said once, at the end
+  }
+}
+
+// parse_json_text's reason quotes what the parser last read: bytes that are not UTF-8 become '?',
+// control characters are escaped, and a long one is cut, so that the message stays short, valid
+// text, whatever the file holds.
+TEST(TraceBackendErrors, ParseErrorsStayShortValidText) {
+  const std::string bad_utf8 = error_of([] { parse_json_text("[\"a\xff\xfe\"]", "'x.json'"); });
+  EXPECT_THAT(bad_utf8, ::testing::StartsWith("'x.json' is not valid JSON: "));
+  EXPECT_THAT(bad_utf8, HasSubstr("ill-formed UTF-8 byte; last read: '\"a?'"));
+  EXPECT_THAT(bad_utf8, ::testing::EndsWith(" at line 1, column 4"));
+  const std::string long_string = "[\"" + std::string(5000, 'a') + "\x7f\x01";
+  const std::string cut = error_of([&] { parse_json_text(long_string, "'y.json'"); });
+  EXPECT_THAT(cut, HasSubstr("aaa... at line 1, column 5004"));
+  EXPECT_LT(cut.size(), 400u);
+  // DEL is no parse error in a string; the C0 control after it is, and both are shown escaped.
+  const std::string controls =
+      error_of([&] { parse_json_text("{\"k\": \"\x7f\x01\"}", "'z.json'"); });
+  EXPECT_THAT(controls, HasSubstr("control character U+0001 (SOH) must be escaped"));
+  EXPECT_THAT(controls, HasSubstr("\\u007f<U+0001>"));
+  EXPECT_EQ(controls.find('\x7f'), std::string::npos);
+  EXPECT_EQ(parse_json_text("{\"k\": [1, 2.5, null]}", "'ok.json'"),
+            nlohmann::json({{"k", {1, 2.5, nullptr}}}));
 }
 
 TEST(TraceBackendErrors, OptionsAreChecked) {
