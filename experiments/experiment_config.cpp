@@ -3,9 +3,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -16,6 +19,24 @@
 
 namespace gengraph {
 namespace {
+
+// Whether `n` is a decimal integer ([+-]digits) too large for 64 bits (int64_t, or uint64_t when
+// not `is_signed`): it is then "too large", not "not an integer".
+bool digits_past_64_bits(const YAML::Node& n, bool is_signed) {
+  if (!n.IsScalar()) return false;
+  const std::string& s = n.Scalar();
+  const size_t first = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  if (first == s.size() || s.find_first_not_of("0123456789", first) != std::string::npos)
+    return false;
+  if (s[0] == '-' && !is_signed) return false;  // negative: not a seed, said as before
+  errno = 0;
+  if (is_signed) {
+    (void)std::strtoll(s.c_str(), nullptr, 10);
+  } else {
+    (void)std::strtoull(s.c_str(), nullptr, 10);
+  }
+  return errno == ERANGE;
+}
 
 // Typed, position-aware access to one YAML mapping; unknown keys are errors with a suggestion.
 class MapReader {
@@ -55,14 +76,27 @@ class MapReader {
       fail(key, expected);
     }
   }
+  // "too large (the most is N)" for an integer above `max`, also one past 64 bits.
+  [[noreturn]] void too_large(const std::string& key, const std::string& most) {
+    const YAML::Node n = child(key);
+    throw Error(where(file_, n) + key_path(key) + ": too large (the most is " + most + "), found " +
+                describe(n));
+  }
   int64_t integer(const std::string& key, int64_t fallback, int64_t min, int64_t max) {
     const std::string expected =
         "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+    if (has(key) && digits_past_64_bits(child(key), /*is_signed=*/true)) {
+      if (child(key).Scalar()[0] == '-') fail(key, expected);
+      too_large(key, std::to_string(max));
+    }
     const int64_t v = scalar<int64_t>(key, fallback, expected);
-    if (v < min || v > max) fail(key, expected);
+    if (v > max) too_large(key, std::to_string(max));
+    if (v < min) fail(key, expected);
     return v;
   }
   uint64_t seed(const std::string& key, uint64_t fallback) {
+    if (has(key) && digits_past_64_bits(child(key), /*is_signed=*/false))
+      too_large(key, std::to_string(std::numeric_limits<uint64_t>::max()));
     return scalar<uint64_t>(key, fallback, "a non-negative integer seed");
   }
   std::string choice(const std::string& key, const std::string& fallback,
@@ -154,6 +188,7 @@ ModelSpec read_model(MapReader r, const std::string& file) {
   m.dtype = r.choice("dtype", "float32", {"float32", "bfloat16", "float16"});
   m.device = r.scalar<std::string>("device", "cpu", "cpu, cuda or cuda:N");
   m.fused = r.scalar<bool>("fused", true, "true or false");
+  m.check_weights = r.scalar<bool>("check_weights", true, "true or false");
   const bool ok = m.device == "cpu" || m.device == "cuda" ||
                   (m.device.rfind("cuda:", 0) == 0 && m.device.size() > 5 &&
                    m.device.find_first_not_of("0123456789", 5) == std::string::npos);

@@ -21,6 +21,7 @@ struct ModelSpec {
   std::string dtype = "float32";    // float32 | bfloat16 | float16
   std::string device = "cpu";       // cpu | cuda | cuda:N
   bool fused = true;                // fused projections (ModelConfig::fused); false: op by op
+  bool check_weights = true;        // refuse NaN/Inf in checkpoint tensors (LoadOptions)
 };
 
 struct BackendSpec {

@@ -93,7 +93,10 @@ class EventBudget : public YAML::EventHandler {
   void OnDocumentStart(const YAML::Mark&) override { spend(); }
   void OnDocumentEnd() override { spend(); }
   void OnNull(const YAML::Mark&, YAML::anchor_t) override { spend(); }
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { spend(); }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {
+    spend();
+    ++aliases_;
+  }
   void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
                 const std::string&) override {
     spend();
@@ -108,6 +111,7 @@ class EventBudget : public YAML::EventHandler {
     spend();
   }
   void OnMapEnd() override { spend(); }
+  size_t aliases() const { return aliases_; }
 
  private:
   void spend() {
@@ -119,14 +123,17 @@ class EventBudget : public YAML::EventHandler {
   }
   std::string source_;
   size_t left_;
+  size_t aliases_ = 0;
 };
 
-void dry_run_parser(const std::string& text, const std::string& source) {
+// Runs the parser over `text` within its event budget; returns how many aliases (*name) it holds.
+size_t dry_run_parser(const std::string& text, const std::string& source) {
   std::istringstream in(text);
   YAML::Parser parser(in);
   EventBudget budget(source, 4 * text.size() + 1000);
   while (parser.HandleNextDocument(budget)) {
   }
+  return budget.aliases();
 }
 
 // Limits on a document's structure as it expands: an alias makes a node appear again wherever it
@@ -140,12 +147,23 @@ constexpr int64_t kMaxYamlNodes = 200000;
 // tree stays within kMaxYamlDepth levels and kMaxYamlNodes nodes. Every later walk is then bounded.
 class StructureCheck {
  public:
-  explicit StructureCheck(std::string source) : source_(std::move(source)) {}
+  // `aliases`: how many aliases the text holds (a document without any cannot expand).
+  StructureCheck(std::string source, size_t aliases)
+      : source_(std::move(source)), aliases_(aliases) {}
   void run(const YAML::Node& n) {
     if (++nodes_ > kMaxYamlNodes) {
-      throw Error(where(source_, n) + "the document expands to more than " +
+      if (aliases_ > 0) {
+        throw Error(where(source_, n) + "the document expands to more than " +
+                    std::to_string(kMaxYamlNodes) + " nodes, the most accepted: its " +
+                    std::to_string(aliases_) +
+                    " alias(es) (*name) repeat anchored (&name) parts; write them out or use "
+                    "fewer");
+      }
+      throw Error(where(source_, n) + "the document has more than " +
                   std::to_string(kMaxYamlNodes) +
-                  " nodes (aliases (*name) repeating anchored (&name) parts?)");
+                  " nodes (values, lists and mappings), the most accepted in an experiment; "
+                  "for long prompts use inputs.synthetic or inputs.texts instead of token-id "
+                  "lists");
     }
     if (!n.IsSequence() && !n.IsMap()) return;
     for (const auto& ancestor : path_) {
@@ -180,11 +198,14 @@ class StructureCheck {
 
  private:
   std::string source_;
+  size_t aliases_;
   std::vector<YAML::Node> path_;
   int64_t nodes_ = 0;
 };
 
-void check_keys(const YAML::Node& n, const std::string& source) { StructureCheck(source).run(n); }
+void check_keys(const YAML::Node& n, const std::string& source, size_t aliases) {
+  StructureCheck(source, aliases).run(n);
+}
 
 }  // namespace
 
@@ -226,8 +247,9 @@ void apply_override(YAML::Node& root, const std::string& spec) {
                 "': expected a value after '=' (write KEY=null for an explicit null)");
   }
   YAML::Node value;
+  size_t aliases = 0;
   try {
-    dry_run_parser(spec.substr(eq + 1), "--set '" + spec + "'");
+    aliases = dry_run_parser(spec.substr(eq + 1), "--set '" + spec + "'");
     const auto docs = YAML::LoadAll(spec.substr(eq + 1));
     if (docs.size() > 1) {
       throw Error("--set '" + spec + "': expected one YAML value, found " +
@@ -237,7 +259,7 @@ void apply_override(YAML::Node& root, const std::string& spec) {
   } catch (const YAML::Exception& e) {
     throw Error("--set '" + spec + "': value is not valid YAML: " + e.msg);
   }
-  check_keys(value, "--set '" + spec + "'");
+  check_keys(value, "--set '" + spec + "'", aliases);
   std::vector<std::string> parts;
   std::stringstream ss(key);
   for (std::string p; std::getline(ss, p, '.');) {
@@ -271,8 +293,9 @@ YAML::Node load_yaml(const std::string& text, const std::string& source) {
                 byte_text(cc->byte) + " (YAML allows only tab, newline and carriage return)");
   }
   std::vector<YAML::Node> docs;
+  size_t aliases = 0;
   try {
-    dry_run_parser(text, source);
+    aliases = dry_run_parser(text, source);
     docs = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {
     throw Error(source + ":" + std::to_string(e.mark.line + 1) + ":" +
@@ -283,7 +306,7 @@ YAML::Node load_yaml(const std::string& text, const std::string& source) {
                 " (separated by '---')");
   }
   YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
-  check_keys(root, source);
+  check_keys(root, source, aliases);
   return root;
 }
 

@@ -167,17 +167,66 @@ ModelConfig preset_model_config(const ModelSource& src, const nlohmann::json& do
   return config;
 }
 
-// The folder's config.json, after checking that the folder and the file exist.
-std::filesystem::path folder_config_path(const std::filesystem::path& dir) {
-  if (!std::filesystem::is_directory(dir)) {
-    throw Error("model path '" + dir.string() + "' is not a folder (expected config.json and " +
-                "model.safetensors inside)");
+// What a path is, for errors: "a directory", "a FIFO", ... ("" for a regular file).
+std::string kind_of(const std::filesystem::file_status& st) {
+  switch (st.type()) {
+    case std::filesystem::file_type::regular:
+      return "";
+    case std::filesystem::file_type::directory:
+      return "a directory";
+    case std::filesystem::file_type::fifo:
+      return "a FIFO";
+    case std::filesystem::file_type::socket:
+      return "a socket";
+    case std::filesystem::file_type::block:
+      return "a block device";
+    case std::filesystem::file_type::character:
+      return "a character device";
+    default:
+      return "not a regular file";
+  }
+}
+
+// " ('gpt2-tiny' is also the name of a built-in preset; ...)" when a model path could have meant
+// a preset: a file or folder of that name in the working folder is not the preset.
+std::string preset_hint(const std::filesystem::path& dir) {
+  const std::string name = dir.string();
+  const auto names = preset_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) return "";
+  return " ('" + name + "' is also the name of a built-in preset; for the preset, write " +
+         "model.preset: " + name + " instead of model.path)";
+}
+
+}  // namespace
+
+std::filesystem::path check_model_folder(const std::filesystem::path& dir) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(dir, ec);
+  if (!std::filesystem::exists(st)) {
+    throw Error("model path '" + dir.string() + "' is not a folder: it does not exist (expected " +
+                "a folder with config.json and model.safetensors)" + preset_hint(dir));
+  }
+  if (!std::filesystem::is_directory(st)) {
+    throw Error("model path '" + dir.string() + "' is not a folder: it is " +
+                (std::filesystem::is_regular_file(st) ? "a file" : kind_of(st)) +
+                " (expected a folder with config.json and model.safetensors)" + preset_hint(dir));
   }
   const auto config_path = dir / "config.json";
-  if (!std::filesystem::exists(config_path))
-    throw Error("model folder '" + dir.string() + "' has no config.json");
+  const auto cst = std::filesystem::status(config_path, ec);
+  if (!std::filesystem::exists(cst)) {
+    const bool dangling =
+        std::filesystem::is_symlink(std::filesystem::symlink_status(config_path, ec));
+    throw Error("model folder '" + dir.string() + "' has no config.json" +
+                (dangling ? " (it is a symbolic link to a missing file)" : "") + preset_hint(dir));
+  }
+  if (!std::filesystem::is_regular_file(cst)) {
+    throw Error("'" + config_path.string() + "' is " + kind_of(cst) +
+                ", expected a regular file (the model's config.json)");
+  }
   return config_path;
 }
+
+namespace {
 
 // transformers 5.17: when config.json ties lm_head.weight to the input embedding but the checkpoint
 // stores an lm_head.weight with other values, the two are not tied; the stored head is used (and
@@ -206,7 +255,7 @@ void untie_when_the_checkpoint_differs(const Checkpoint& ckpt, const Architectur
 ModelConfig model_config_of(const ModelSource& src) {
   register_builtin_architectures();
   if (!src.preset.empty()) return preset_model_config(src, preset_document(src));
-  const auto config_path = folder_config_path(src.path);
+  const auto config_path = check_model_folder(src.path);
   return parse_model_config(read_json_file(config_path), config_path.string());
 }
 
@@ -219,17 +268,21 @@ LoadedModel load_model(const ModelSource& src) {
     out.config_json = preset_document(src);
     ModelConfig config = preset_model_config(src, out.config_json);
     const Architecture& arch = ModelRegistry::instance().get(config.model_type, out.source);
-    check_memory(
-        "the weights of " + out.source, weight_bytes(arch, config, src.load.dtype), src.load.device,
+    const double bytes = weight_bytes(arch, config, src.load.dtype);
+    const std::string what = "the weights of " + out.source;
+    const std::string advice =
         "make the preset smaller (model.config: n_layer, n_embd, vocab_size, ...) or use a "
-        "smaller dtype");
-    WeightMap w =
-        random_weights(arch.weight_specs(config), config.initializer_range, src.seed, src.load);
+        "smaller dtype (model.dtype)";
+    check_memory(what, bytes, src.load.device, advice);
     config.fused = src.load.fused;
-    out.model = arch.build(std::move(config), std::move(w));
+    out.model = with_allocation_errors(what, bytes, src.load.device, advice, [&] {
+      WeightMap w =
+          random_weights(arch.weight_specs(config), config.initializer_range, src.seed, src.load);
+      return arch.build(std::move(config), std::move(w));
+    });
   } else {
     const auto& dir = src.path;
-    const auto config_path = folder_config_path(dir);
+    const auto config_path = check_model_folder(dir);
     out.config_json = read_json_file(config_path);
     ModelConfig config = parse_model_config(out.config_json, config_path.string());
     if (std::filesystem::exists(dir / "generation_config.json")) {
@@ -241,14 +294,18 @@ LoadedModel load_model(const ModelSource& src) {
       }
     }
     const Architecture& arch = ModelRegistry::instance().get(config.model_type, config.source);
-    check_memory("the weights of '" + dir.string() + "' (as its config.json describes them)",
-                 weight_bytes(arch, config, src.load.dtype), src.load.device,
-                 "use a smaller dtype (model.dtype) or a device with more memory");
+    const double bytes = weight_bytes(arch, config, src.load.dtype);
+    const std::string what =
+        "the weights of '" + dir.string() + "' (as its config.json describes them)";
+    const std::string advice = "use a smaller dtype (model.dtype) or a device with more memory";
+    check_memory(what, bytes, src.load.device, advice);
     const Checkpoint ckpt = Checkpoint::open_folder(dir);
     untie_when_the_checkpoint_differs(ckpt, arch, config, out.warnings);
-    WeightMap w = load_weights(ckpt, arch.weight_specs(config), arch.names, src.load);
     config.fused = src.load.fused;
-    out.model = arch.build(std::move(config), std::move(w));
+    out.model = with_allocation_errors(what, bytes, src.load.device, advice, [&] {
+      WeightMap w = load_weights(ckpt, arch.weight_specs(config), arch.names, src.load);
+      return arch.build(std::move(config), std::move(w));
+    });
     out.source = dir.string();
   }
   out.load_seconds = seconds_since(t0);

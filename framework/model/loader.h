@@ -37,6 +37,11 @@ LoadedModel load_model(const ModelSource& source);
 // without any weights: what an experiment can be validated against before the load.
 ModelConfig model_config_of(const ModelSource& source);
 
+// Checks that `dir` is a model folder with a config.json that is a regular file, and returns that
+// file's path. Errors say what was found instead (nothing, a file, a directory, a FIFO, ...) and,
+// when the path is also the name of a built-in preset, how to ask for the preset.
+std::filesystem::path check_model_folder(const std::filesystem::path& dir);
+
 // Writes `model` as a Hugging Face folder (config.json + model.safetensors, tensors in the model's
 // dtype under transformers' names), so that another tool can load the very same weights.
 void save_model_folder(const LoadedModel& model, const std::filesystem::path& folder);

@@ -1,23 +1,22 @@
 #include "framework/model/model_config.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "framework/model/json_fields.h"
 #include "framework/model/model_registry.h"
 #include "framework/util/error.h"
+#include "framework/util/json_at.h"
 
 namespace gengraph {
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {
-  const std::string text =
-      read_regular_file(path, "'" + path.string() + "'", "a JSON file", kMaxDocumentBytes);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {  // parse errors and number overflows
-    throw Error("'" + path.string() + "' is not valid JSON: " + e.what());
-  }
+  const std::string source = "'" + path.string() + "'";
+  // Parse errors and number overflows name the file, the line and the column.
+  return parse_json_text(read_regular_file(path, source, "a JSON file", kMaxDocumentBytes), source);
 }
 
 ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source) {
@@ -109,6 +108,17 @@ int64_t JsonFields::positive_int(const std::string& key) const {
 int64_t JsonFields::positive_int(const std::string& key, int64_t fallback) const {
   if (!has(key)) return fallback;
   const auto& v = doc_[key];
+  // Past 64 bits: an unsigned number above int64's range, or a whole number JSON could only hold
+  // as a double (1e20). Too large, not "not an integer".
+  const bool past_int64 =
+      (v.is_number_unsigned() &&
+       v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) ||
+      (v.is_number_float() && v.get<double>() >= 9223372036854775808.0 &&
+       std::isfinite(v.get<double>()) && std::floor(v.get<double>()) == v.get<double>());
+  if (past_int64) {
+    throw Error(source_ + ": key '" + prefix_ + key + "': too large (the most is " +
+                std::to_string(std::numeric_limits<int64_t>::max()) + "), found " + v.dump());
+  }
   if (!v.is_number_integer() || v.get<int64_t>() <= 0) fail(key, "a positive integer");
   return v.get<int64_t>();
 }

@@ -4,9 +4,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/accumulate.h>
 
+#include <cstdio>
 #include <set>
 
 #include "framework/model/safetensors.h"
+#include "framework/util/device.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -41,6 +43,40 @@ at::Tensor draw_normal(const std::vector<int64_t>& shape, double std, at::Scalar
   const int64_t n = c10::multiply_integers(shape);
   if (!scratch.defined() || scratch.numel() < n) scratch = at::empty({n}, at::kFloat);
   return scratch.narrow(0, 0, n).view(shape).normal_(0.0, std, gen).to(dtype);
+}
+
+// Whether every value of a floating tensor is finite: one reduction to the minimum and maximum,
+// which NaN and infinities reach (ATen's min/max propagate NaN), without a boolean copy.
+bool all_finite(const at::Tensor& t) {
+  if (t.numel() == 0) return true;
+  const auto [lo, hi] = at::aminmax(t);
+  const at::Tensor both = at::stack({lo.to(at::kDouble), hi.to(at::kDouble)});
+  return at::isfinite(both).all().item<bool>();
+}
+
+// Refuses `loaded` (tensor `key` of `file`, converted from `stored`) when it holds a value that is
+// not finite: NaN or infinite in the file, or too large for the dtype it was converted to.
+void check_finite(const at::Tensor& loaded, const at::Tensor& stored, const std::string& key,
+                  const std::filesystem::path& file) {
+  if (all_finite(loaded)) return;
+  const std::string where = "'" + file.string() + "': tensor '" + key + "'";
+  const std::string skip = "; set model.check_weights: false to load it anyway";
+  if (!all_finite(stored)) {
+    const int64_t nan = at::isnan(stored).sum().item<int64_t>();
+    const int64_t inf = at::isinf(stored).sum().item<int64_t>();
+    throw Error(where + " holds " + std::to_string(nan) + " NaN and " + std::to_string(inf) +
+                " Inf values (of " + std::to_string(stored.numel()) +
+                "): the checkpoint is damaged or was saved from a diverged run, and would generate "
+                "garbage (NaN scores)" +
+                skip);
+  }
+  const int64_t inf = at::isinf(loaded).sum().item<int64_t>();
+  char largest[32];
+  std::snprintf(largest, sizeof largest, "%g", stored.abs().max().item<double>());
+  throw Error(where + " holds values up to " + largest + " that " +
+              dtype_name(loaded.scalar_type()) + " cannot hold: " + std::to_string(inf) +
+              " become infinite; load it in a wider dtype (model.dtype: bfloat16 or float32)" +
+              skip);
 }
 
 }  // namespace
@@ -91,7 +127,9 @@ WeightMap load_weights(const Checkpoint& ckpt, const std::vector<TensorSpec>& sp
     }
     at::Tensor view = ckpt.view(key);
     // Same dtype on CPU keeps the zero-copy view of the mapped file; otherwise one converted copy.
-    out[s.name] = view.to(options.device, options.dtype);
+    at::Tensor loaded = view.to(options.device, options.dtype);
+    if (options.check_weights) check_finite(loaded, view, key, ckpt.file_of(key));
+    out[s.name] = std::move(loaded);
   }
   return out;
 }
@@ -107,6 +145,13 @@ WeightMap random_weights(const std::vector<TensorSpec>& specs, double std, uint6
     switch (s.init) {
       case Init::kNormal:
         t = draw_normal(s.shape, std, options.dtype, gen, scratch);
+        if (options.check_weights && !all_finite(t)) {
+          char deviation[32];
+          std::snprintf(deviation, sizeof deviation, "%g", std);
+          throw Error("random weights: tensor '" + s.name + "' drawn from normal(0, " + deviation +
+                      ") holds values " + dtype_name(options.dtype) +
+                      " cannot hold (infinite); lower model.config.initializer_range");
+        }
         break;
       case Init::kZeros:
         t = at::zeros(s.shape, cpu);

@@ -42,15 +42,22 @@ struct LoadOptions {
   // How the decoder computes (ModelConfig::fused): fused projections and one-kernel forms (true),
   // or transformers' op-by-op formulation (false), kept for parity checks.
   bool fused = true;
+  // Refuse a checkpoint tensor holding NaN or infinite values (or values the target dtype cannot
+  // hold), naming the tensor and its file, and random weights drawn too wide for the dtype: one
+  // pass over each tensor as it is loaded. false loads such weights as they are (experiment key
+  // model.check_weights).
+  bool check_weights = true;
 };
 
 // Loads exactly `specs` from `ckpt`: a missing tensor, an unexpected one, or a shape that differs
-// is an error naming the tensor and the file. Converts to options.dtype/device one tensor at a
-// time, so peak host memory stays near one copy of the weights.
+// is an error naming the tensor and the file, and so is a non-finite value (options.check_weights).
+// Converts to options.dtype/device one tensor at a time, so peak host memory stays near one copy of
+// the weights.
 WeightMap load_weights(const Checkpoint& ckpt, const std::vector<TensorSpec>& specs,
                        const NameRules& rules, const LoadOptions& options);
 
-// Random weights: normal(0, std) for kNormal, zeros/ones otherwise, from a fixed seed.
+// Random weights: normal(0, std) for kNormal, zeros/ones otherwise, from a fixed seed. A draw that
+// overflows the dtype (an absurd std) is an error naming the tensor (options.check_weights).
 WeightMap random_weights(const std::vector<TensorSpec>& specs, double std, uint64_t seed,
                          const LoadOptions& options);
 

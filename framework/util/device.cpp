@@ -4,8 +4,12 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
+#include <utility>
 
 #include "framework/util/error.h"
 
@@ -52,30 +56,76 @@ int64_t number_in_file(const char* path, const std::string& key, int64_t scale) 
 
 }  // namespace
 
-int64_t available_memory_bytes(const c10::Device& device) {
+namespace {
+
+// The process's virtual size and data size (data + stack), in bytes, from /proc/self/statm; -1
+// when it cannot be read.
+std::pair<int64_t, int64_t> virtual_and_data_bytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t size = -1, resident = 0, shared = 0, text = 0, lib = 0, data = -1;
+  if (!(in >> size >> resident >> shared >> text >> lib >> data)) return {-1, -1};
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  return {size * page, data * page};
+}
+
+// What a soft resource limit leaves above `used` bytes: -1 when there is no limit (or `used` is
+// unknown).
+int64_t left_under(int resource, int64_t used) {
+  struct rlimit r {};
+  if (used < 0 || ::getrlimit(resource, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return -1;
+  const auto limit = static_cast<int64_t>(std::min<rlim_t>(r.rlim_cur, INT64_MAX));
+  return limit > used ? limit - used : 0;
+}
+
+std::string limit_kb(int resource) {
+  struct rlimit r {};
+  ::getrlimit(resource, &r);
+  return std::to_string(static_cast<uint64_t>(r.rlim_cur) / 1024);
+}
+
+}  // namespace
+
+AvailableMemory available_memory(const c10::Device& device) {
+  AvailableMemory out;
   if (device.is_cuda()) {
-    if (!cuda_available()) return 0;
+    if (!cuda_available()) return out;
     const int index = device.index() < 0 ? 0 : device.index();
     c10::cuda::CUDAGuard guard(device);
     size_t free = 0, total = 0;
     if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
       (void)cudaGetLastError();
-      return 0;
+      return out;
     }
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
     const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    return static_cast<int64_t>(free) + stats.reserved_bytes[agg].current -
-           stats.allocated_bytes[agg].current;
+    out.bytes = static_cast<int64_t>(free) + stats.reserved_bytes[agg].current -
+                stats.allocated_bytes[agg].current;
+    return out;
   }
   int64_t avail = number_in_file("/proc/meminfo", "MemAvailable:", 1024);
+  // The smallest bound wins; each names itself.
+  const auto bound_by = [&](int64_t left, std::string why) {
+    if (left >= 0 && (avail < 0 || left < avail)) {
+      avail = left;
+      out.bound = std::move(why);
+    }
+  };
   const int64_t limit = number_in_file("/sys/fs/cgroup/memory.max", "", 1);
   if (limit > 0) {
     const int64_t used = number_in_file("/sys/fs/cgroup/memory.current", "", 1);
-    const int64_t left = used >= 0 ? limit - used : limit;
-    if (avail < 0 || left < avail) avail = left;
+    bound_by(used >= 0 ? std::max<int64_t>(limit - used, 0) : limit,
+             "the cgroup memory limit (memory.max " + std::to_string(limit) + " bytes)");
   }
-  return avail < 0 ? 0 : avail;
+  const auto [virtual_size, data_size] = virtual_and_data_bytes();
+  bound_by(left_under(RLIMIT_AS, virtual_size),
+           "the process's address-space limit (ulimit -v " + limit_kb(RLIMIT_AS) + ")");
+  bound_by(left_under(RLIMIT_DATA, data_size),
+           "the process's data-size limit (ulimit -d " + limit_kb(RLIMIT_DATA) + ")");
+  out.bytes = avail < 0 ? 0 : avail;
+  return out;
 }
+
+int64_t available_memory_bytes(const c10::Device& device) { return available_memory(device).bytes; }
 
 int64_t peak_rss_bytes() {
   struct rusage u {};

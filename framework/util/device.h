@@ -17,8 +17,16 @@ void synchronize(const c10::Device& device);
 void reset_peak_memory(const c10::Device& device);
 int64_t peak_memory_bytes(const c10::Device& device);
 // Memory that could still be allocated on `device`, in bytes: on CPU the kernel's MemAvailable,
-// bounded by the cgroup memory limit when one is set; on CUDA the free device memory plus what
-// the caching allocator holds unused. 0 when it cannot be told (CUDA requested, none here).
+// bounded by the cgroup memory limit and by the process's own limits (what RLIMIT_AS, `ulimit -v`,
+// leaves above the current virtual size, and RLIMIT_DATA, `ulimit -d`, above the current data
+// size); on CUDA the free device memory plus what the caching allocator holds unused. `bound` says
+// which of these decided (empty for MemAvailable or the device's free memory). 0 bytes when it
+// cannot be told (CUDA requested, none here).
+struct AvailableMemory {
+  int64_t bytes = 0;
+  std::string bound;  // e.g. "the process's address-space limit (ulimit -v 4000000)"
+};
+AvailableMemory available_memory(const c10::Device& device);
 int64_t available_memory_bytes(const c10::Device& device);
 // The process's peak resident set size (bytes).
 int64_t peak_rss_bytes();
