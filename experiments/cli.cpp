@@ -1,8 +1,13 @@
 #include "experiments/cli.h"
 
 #include <c10/util/Exception.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -33,7 +38,8 @@ const char* kUsage = R"(usage:
   gengraph generate --model PRESET|FOLDER (--prompt IDS | --text TEXT)... [--backend NAME]
                     [--max-new-tokens N] [--device cpu|cuda] [--dtype float32|bfloat16|float16]
                     [--set KEY=VALUE]... [--output FILE] [--stream]
-      One-off generation; IDS are comma-separated token ids, e.g. --prompt 1,2,3. --text needs a
+      One-off generation; IDS are comma-separated token ids, e.g. --prompt 1,2,3. A FOLDER holds
+      config.json; preset:NAME always means the preset, even beside a file of that name. --text needs a
       model FOLDER with a Hugging Face tokenizer; the output is then decoded to text too.
       --stream prints each token as it is chosen, one line per step (greedy search and sampling).
   gengraph validate CONFIG.yaml [--set KEY=VALUE]...
@@ -65,6 +71,52 @@ runs (peers) failed: the results and the table say which and why.
 struct UsageError : Error {
   explicit UsageError(const std::string& what) : Error(what) {}
 };
+
+// The standard output after this command's writes: flushed, and a failed write (a full disk, a
+// closed stdout) is an error naming the system's reason (`write_errno` when the write that failed
+// set it), followed by `note`.
+void check_stdout(const std::string& note = "", int write_errno = 0) {
+  errno = 0;
+  std::cout.flush();
+  int err = errno ? errno : write_errno;
+  if (std::fflush(stdout) != 0) err = errno;
+  if (std::cout.fail() || std::ferror(stdout)) {
+    throw Error(
+        "writing to standard output failed: " + std::string(std::strerror(err ? err : EIO)) + note);
+  }
+}
+
+// Writes `text` (a table) to stdout and checks that it got there.
+void print(const std::string& text, const std::string& note = "") {
+  errno = 0;
+  std::cout << text;
+  check_stdout(note, errno);
+}
+
+// Whether `path` lies in (or is) the folder `folder`, both made absolute and normal.
+bool inside_folder(const std::filesystem::path& path, const std::filesystem::path& folder) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  std::filesystem::path f = std::filesystem::weakly_canonical(folder, ec);
+  if (f.filename().empty()) f = f.parent_path();
+  return std::mismatch(f.begin(), f.end(), p.begin(), p.end()).first == f.end();
+}
+
+// Outputs never replace inputs: the experiment file, or a file of the model folder (its
+// config.json, weights or tokenizer). `what` names the output ("results", "plot").
+void check_not_an_input(const std::string& what, const std::string& path,
+                        const ExperimentConfig& c) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(c.file, ec) && same_file(path, c.file)) {
+    throw UsageError("the " + what + " '" + path + "' is the experiment file '" + c.file +
+                     "'; outputs never replace inputs: choose another output");
+  }
+  if (!c.model.path.empty() && std::filesystem::exists(path, ec) &&
+      inside_folder(path, c.model.path)) {
+    throw UsageError("the " + what + " '" + path + "' is a file of the model folder '" +
+                     c.model.path + "'; outputs never replace inputs: choose another output");
+  }
+}
 
 struct Args {
   std::vector<std::string> positional;
@@ -210,9 +262,11 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
                                                    : "results/" + config.name + ".json";
   // Paths that can never be written fail before the run, not after it.
   check_output_path(out, "results");
+  check_not_an_input("results", out, config);
   if (!config.plot.empty()) {
     check_output_path(config.plot, "plot");
-    if (std::filesystem::weakly_canonical(config.plot) == std::filesystem::weakly_canonical(out)) {
+    check_not_an_input("plot", config.plot, config);
+    if (same_file(config.plot, out)) {
       throw UsageError("the plot '" + config.plot + "' and the results '" + out +
                        "' are the same file");
     }
@@ -224,8 +278,9 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
       run_experiment(config, quiet ? static_cast<std::ostream&>(sink) : std::cerr, on_token);
   printer.finish();
   write_outputs(doc, out, config.plot);
-  std::cout << format_table(doc) << "results: " << out << "\n";
-  if (!config.plot.empty()) std::cout << "plot: " << config.plot << "\n";
+  print(format_table(doc) + "results: " + out + "\n" +
+            (config.plot.empty() ? "" : "plot: " + config.plot + "\n"),
+        "; the results were written to '" + out + "'");
   const auto failed = failed_runs(doc);
   if (!failed.empty()) {
     std::cerr << "error: " << failed.size() << " run(s) failed and are recorded as such in " << out
@@ -244,10 +299,38 @@ std::string generate_yaml(const Args& a) {
     throw UsageError(
         "generate: give --prompt IDS or --text TEXT (one or more of either, not both)");
   }
-  const bool is_folder = std::filesystem::exists(a.model);
-  if (!is_folder && (a.model.find('/') != std::string::npos || a.model.rfind('.', 0) == 0)) {
+  // A model folder (config.json inside) or a preset. `preset:NAME` always means the preset; a
+  // file or folder in the working folder that is no model folder does not hide a preset of its
+  // name, and a model folder that shares a preset's name is used with a note saying so.
+  std::string model = a.model;
+  bool is_folder = false;
+  const auto presets = preset_names();
+  const bool preset_named = std::find(presets.begin(), presets.end(), model) != presets.end();
+  if (model.rfind("preset:", 0) == 0) {
+    model = model.substr(7);
+  } else if (std::filesystem::exists(model)) {
+    std::error_code ec;
+    const bool model_folder =
+        std::filesystem::is_regular_file(std::filesystem::path(model) / "config.json", ec);
+    is_folder = model_folder || !preset_named;
+    if (model_folder && preset_named) {
+      std::cerr << "note: --model " << model << " is the model folder './" << model
+                << "', not the built-in preset of that name (for the preset: --model preset:"
+                << model << ")\n";
+    } else if (!model_folder && preset_named) {
+      std::cerr << "note: --model " << model << ": '" << model
+                << "' in the working folder is not a model folder (no config.json); using the "
+                   "built-in preset\n";
+    }
+  }
+  if (!is_folder && (model.find('/') != std::string::npos || model.rfind('.', 0) == 0)) {
     throw Error("generate: --model '" + a.model +
                 "': no such model folder (and not a preset name; see gengraph presets)");
+  }
+  if (a.max_new && a.max_new->size() > 9 &&
+      a.max_new->find_first_not_of("0123456789") == std::string::npos) {
+    throw UsageError("--max-new-tokens: too large (the most is 999999999), found '" + *a.max_new +
+                     "'");
   }
   if (a.max_new && (a.max_new->empty() || a.max_new->size() > 9 ||
                     a.max_new->find_first_not_of("0123456789") != std::string::npos ||
@@ -263,7 +346,7 @@ std::string generate_yaml(const Args& a) {
   // JSON strings are YAML double-quoted scalars: any path or text survives the round trip.
   auto q = [](const std::string& v) { return nlohmann::json(v).dump(); };
   std::ostringstream y;
-  y << "name: generate\nmodel:\n  " << (is_folder ? "path" : "preset") << ": " << q(a.model)
+  y << "name: generate\nmodel:\n  " << (is_folder ? "path" : "preset") << ": " << q(model)
     << "\n  device: " << q(a.device) << "\n  dtype: " << q(a.dtype) << "\n";
   y << "backend: " << q(a.backend) << "\ninputs:\n  " << (a.texts.empty() ? "prompts" : "texts")
     << ":\n";
@@ -281,28 +364,32 @@ std::string generate_yaml(const Args& a) {
   return y.str();
 }
 
-// The table of a results file; errors name the file and what is missing.
+// The table of a results file; errors name the file, the key path, what was expected and what
+// was found (every field is read through JsonAt; the wrapper is a last resort).
 std::string show_results(const std::string& path) {
   const nlohmann::json doc = read_results(path);
-  return with_results_errors("'" + path + "' is not a gengraph results file",
-                             [&] { return format_table(doc); });
+  return with_results_errors(results_source(path), [&] { return format_table(doc, path); });
 }
 
 int list_backends() {
   register_builtin_backends();
+  std::string list;
   for (const auto& name : BackendRegistry::instance().names()) {
     const auto& info = BackendRegistry::instance().get(name);
     const std::string why =
         info.unavailable_reason ? info.unavailable_reason(BackendOptions(name, {})) : "";
-    std::cout << name << "\t" << (why.empty() ? "available" : "unavailable: " + why) << "\n    "
-              << info.description << "\n";
+    list += name + "\t" + (why.empty() ? "available" : "unavailable: " + why) + "\n    " +
+            info.description + "\n";
   }
+  print(list);
   return 0;
 }
 
-}  // namespace
+// Error messages may quote text from files and the command line: made safe for the terminal,
+// line breaks kept.
+std::string shown(const std::string& message) { return terminal_text(message, true); }
 
-int cli_main(int argc, char** argv) {
+int run_cli(int argc, char** argv) {
   try {
     if (argc < 2) {
       std::cerr << kUsage;
@@ -310,7 +397,7 @@ int cli_main(int argc, char** argv) {
     }
     const std::string cmd = argv[1];
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
-      std::cout << kUsage;
+      print(kUsage);
       return 0;
     }
     const std::vector<std::string> commands = {"run",     "generate", "validate", "show",
@@ -337,8 +424,9 @@ int cli_main(int argc, char** argv) {
       check_usage(cmd, a, {"--set"}, 1);
       const ExperimentConfig c = load_experiment(a.positional[0], a.sets);
       const auto points = check_experiment(c);
-      std::cout << a.positional[0] << ": valid, " << points.size() << " point(s), "
-                << c.backends.size() << " backend(s), " << c.peers.size() << " peer(s)\n";
+      print(a.positional[0] + ": valid, " + std::to_string(points.size()) + " point(s), " +
+            std::to_string(c.backends.size()) + " backend(s), " + std::to_string(c.peers.size()) +
+            " peer(s)\n");
       return 0;
     }
     if (cmd == "submit") {
@@ -368,7 +456,7 @@ int cli_main(int argc, char** argv) {
     }
     if (cmd == "show") {
       check_usage(cmd, a, {}, 1);
-      std::cout << show_results(a.positional[0]);
+      print(show_results(a.positional[0]));
       return 0;
     }
     if (cmd == "compare") {
@@ -378,7 +466,15 @@ int cli_main(int argc, char** argv) {
         throw UsageError("--metric: expected one of " + join(kCompareMetrics, ", ") + ", found '" +
                          a.metric + "'");
       }
-      if (!a.output.empty()) check_output_path(a.output, "comparison");
+      if (!a.output.empty()) {
+        check_output_path(a.output, "comparison");
+        for (const auto& input : a.positional) {
+          if (same_file(a.output, input)) {
+            throw UsageError("compare: the output '" + a.output + "' is the input '" + input +
+                             "'; outputs never replace inputs: choose another --output");
+          }
+        }
+      }
       const nlohmann::json before = read_results(a.positional[0]),
                            after = read_results(a.positional[1]);
       nlohmann::json comparison;
@@ -389,30 +485,60 @@ int cli_main(int argc, char** argv) {
             return format_comparison(comparison);
           });
       if (!a.output.empty()) write_outputs(comparison, a.output, "");
-      std::cout << table;
-      if (!a.output.empty()) std::cout << "comparison: " << a.output << "\n";
+      print(table + (a.output.empty() ? "" : "comparison: " + a.output + "\n"));
       return 0;
     }
     check_usage(cmd, a, {}, 0);
     if (cmd == "backends") return list_backends();
-    for (const auto& p : preset_names()) std::cout << p << "\t" << preset_config(p).dump() << "\n";
+    std::string presets;
+    for (const auto& p : preset_names()) presets += p + "\t" + preset_config(p).dump() + "\n";
+    print(presets);
     return 0;
   } catch (const UsageError& e) {
-    std::cerr << "error: " << e.what() << "\n" << kUsage;
+    std::cerr << "error: " << shown(e.what()) << "\n" << kUsage;
     return 2;
   } catch (const Interrupted& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << shown(e.what()) << "\n";
     return 128 + e.signal;
   } catch (const Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << shown(e.what()) << "\n";
     return 1;
   } catch (const c10::Error& e) {  // LibTorch's message, without its C++ stack
-    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    std::cerr << "error: " << shown(e.what_without_backtrace()) << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << shown(e.what()) << "\n";
     return 1;
   }
+}
+
+}  // namespace
+
+int cli_main(int argc, char** argv) {
+  // A closed stdout: a file opened later would take its descriptor and receive the output.
+  // /dev/null opened read-only holds it instead, so that writes fail (EBADF) and are reported.
+  if (::fcntl(STDOUT_FILENO, F_GETFD) == -1 && errno == EBADF) {
+    const int fd = ::open("/dev/null", O_RDONLY);
+    if (fd > STDOUT_FILENO) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::close(fd);
+    }
+  }
+  // This command's output is judged alone (an embedding program may call it more than once).
+  std::cout.clear();
+  std::clearerr(stdout);
+  const int rc = run_cli(argc, argv);
+  // Whatever is still buffered: a command whose output did not arrive has not done its work. A
+  // command that failed already said why.
+  if (rc == 0 || rc == 3) {
+    try {
+      check_stdout();
+    } catch (const Error& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  return rc;
 }
 
 }  // namespace gengraph

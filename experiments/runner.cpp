@@ -102,49 +102,80 @@ void check_runnable(const ExperimentConfig& c) {
                   c.model.device + "); set loop.capture: false to run the whole step uncaptured");
     }
   }
-  if (c.model.preset.empty() && !std::filesystem::is_directory(c.model.path)) {
-    throw Error(c.file + ": model.path: '" + c.model.path + "' is not a folder");
-  } else if (c.model.preset.empty() && !std::filesystem::is_regular_file(
-                                           std::filesystem::path(c.model.path) / "config.json")) {
-    throw Error(c.file + ": model.path: '" + c.model.path + "' has no config.json");
+  if (c.model.preset.empty()) {
+    try {
+      check_model_folder(c.model.path);
+    } catch (const Error& e) {
+      throw Error(c.file + ": model.path: " + e.what());
+    }
   }
   // The model's configuration (no weights): the preset and its overrides, and the prompts and
   // lengths against its vocabulary and context. Texts are checked once encoded, at run time.
-  const ModelConfig mc = model_config_of(model_source(c));
+  const ModelSource src = model_source(c);
+  const ModelConfig mc = model_config_of(src);
+  // The generation settings exactly as `run` resolves them (the folder's generation_config.json
+  // under the experiment's keys), and the pipeline they make: unknown processors, stopping
+  // criteria or strategies, wrong parameter types and values, and impossible combinations fail
+  // here, in `validate` and `submit`, not in every task of a submitted job.
+  // Errors name the experiment file (those of its own keys do already).
+  const auto in_file = [&](const Error& e) {
+    const std::string what = e.what();
+    return what.rfind(c.file, 0) == 0 ? Error(what) : Error(c.file + ": " + what);
+  };
+  GenerationConfig g;
+  try {
+    g = resolve_generation(
+        mc, src.preset.empty() ? read_generation_defaults(src.path) : nlohmann::json(),
+        src.preset.empty() ? src.path.string() : "preset:" + src.preset, c.generation,
+        c.file + ": generation");
+  } catch (const Error& e) {
+    throw in_file(e);
+  }
+  // The longest prompt decides the lengths: a synthetic batch is checked as one prompt of its
+  // length (its ids are drawn inside the vocabulary), so nothing batch-sized is built here. Texts
+  // are encoded at run time; one token stands for them here.
+  const auto prompts =
+      !c.inputs.texts.empty() ? std::vector<std::vector<int64_t>>{std::vector<int64_t>(1, 0)}
+      : c.inputs.synthetic
+          ? std::vector<std::vector<int64_t>>{std::vector<int64_t>(c.inputs.prompt_length, 0)}
+          : c.inputs.prompts;
+  int64_t max_length = 0;
+  int64_t prompt_length = 0;
+  try {
+    max_length = check_prompts(mc, g, prompts);
+    for (const auto& p : prompts)
+      prompt_length = std::max<int64_t>(prompt_length, static_cast<int64_t>(p.size()));
+    build_pipeline(g, PipelineShape{max_length, prompt_length, mc.vocab_size});
+  } catch (const Error& e) {
+    throw in_file(e);
+  }
   if (c.inputs.texts.empty()) {
-    GenerationConfig
-        g;  // the experiment's keys; a folder's generation_config.json joins at run time
-    for (auto it = c.generation.begin(); it != c.generation.end(); ++it) {
-      apply_generation_key(g, it.key(), it.value(), c.file + ": generation");
-    }
-    // The longest prompt decides the lengths: a synthetic batch is checked as one prompt of its
-    // length (its ids are drawn inside the vocabulary), so nothing batch-sized is built here.
-    const auto prompts =
-        c.inputs.synthetic
-            ? std::vector<std::vector<int64_t>>{std::vector<int64_t>(c.inputs.prompt_length, 0)}
-            : c.inputs.prompts;
     const double batch = c.inputs.synthetic ? static_cast<double>(c.inputs.batch_size)
                                             : static_cast<double>(prompts.size());
-    int64_t max_length = 0;
-    try {
-      max_length = check_prompts(mc, g, prompts);
-    } catch (const Error& e) {
-      throw Error(c.file + ": " + e.what());
+    // Before any load: the weights, the KV cache of every row (batch x beams or sequences), the
+    // prefill (quadratic in the prompt), a decode step and the search's state, against what the
+    // device (and this process's limits) have available. The largest need of any row counts.
+    GenerationShape shape;
+    shape.inputs = batch;
+    shape.rows_per_input = static_cast<double>(rows_per_input(g));
+    shape.prompt_length = static_cast<double>(prompt_length);
+    shape.max_length = static_cast<double>(max_length);
+    shape.beam_search = g.num_beams > 1;
+    ModelConfig sized = mc;
+    sized.fused = c.model.fused;
+    for (const auto& b : c.backends) {
+      const auto cache = b.options.find("cache"), share = b.options.find("share_prefill");
+      if (b.name != "eager" || (cache != b.options.end() && cache->second == "static"))
+        shape.static_cache = true;
+      if (share != b.options.end() && share->second == "false") shape.shared_prefill = false;
+      if (b.fused && !*b.fused) sized.fused = false;
     }
-    // Before any load: the weights, the KV cache of every row (batch x beams or sequences), a few
-    // [rows, vocab] score tensors and the prompts, against what the device has available.
-    const double rows = batch * static_cast<double>(rows_per_input(g));
     const c10::ScalarType dtype = parse_dtype(c.model.dtype);
     const Architecture& arch = ModelRegistry::instance().get(mc.model_type, mc.source);
-    const double bytes = weight_bytes(arch, mc, dtype) +
-                         kv_cache_bytes(mc, dtype, rows, static_cast<double>(max_length)) +
-                         16.0 * rows * static_cast<double>(mc.vocab_size) +
-                         24.0 * rows * static_cast<double>(max_length);
-    std::ostringstream what;
-    what << c.file << ": this experiment (weights, and a KV cache for " << rows << " rows x "
-         << max_length << " positions)";
-    check_memory(what.str(), bytes, c10::Device(c.model.device),
-                 "lower inputs (batch_size or prompts), generation.num_beams / "
+    const MemoryEstimate need = estimate_generation_memory(sized, dtype, shape, &arch);
+    check_memory(c.file + ": this experiment (" + need.breakdown() + ")", need.total(),
+                 c10::Device(c.model.device),
+                 "lower inputs (batch_size or prompts), the prompt length, generation.num_beams / "
                  "num_return_sequences, generation.max_new_tokens, or the model's size");
   }
 }
@@ -185,6 +216,7 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
 
   ModelSource src = model_source(c);
   src.load = LoadOptions{dtype, device, c.model.fused};
+  src.load.check_weights = c.model.check_weights;
   log << "loading model " << (src.preset.empty() ? src.path.string() : "preset " + src.preset)
       << " (" << c.model.dtype << ", " << c.model.device << ")\n";
   const LoadedModel loaded = [&] {

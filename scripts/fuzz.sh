@@ -10,7 +10,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="$ROOT/build-fuzz"
 SECONDS_EACH="${1:-120}"; shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(safetensors_file safetensors_index experiment_yaml results_json trace_metadata)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(safetensors_file safetensors_index experiment_yaml results_json trace_metadata
+                                 job_json aoti_package)
 command -v clang++ >/dev/null || { echo "fuzz.sh needs clang++ (Debian: clang)" >&2; exit 1; }
 export CCACHE_BASEDIR="$ROOT"
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"

@@ -141,16 +141,42 @@ GenerationResult Generator::generate(ForwardBackend& backend,
   const int64_t per_input = pipe.strategy->rows_per_input();
   const int64_t rows = batch * per_input;
   const int64_t pad = effective_pad_token(config_);
-  // The KV cache and a few [rows, vocab] float32 score tensors, before any of it is allocated.
-  check_memory("generating " + std::to_string(rows) + " rows (" + std::to_string(batch) +
-                   " prompts x " + std::to_string(per_input) + ") of " +
-                   std::to_string(max_length) + " positions",
-               kv_cache_bytes(mc, model.dtype(), static_cast<double>(rows),
-                              static_cast<double>(max_length)) +
-                   4.0 * 4.0 * static_cast<double>(rows) * static_cast<double>(mc.vocab_size),
-               model.device(),
-               "use fewer prompts, a smaller num_beams or num_return_sequences, or fewer new "
-               "tokens (max_new_tokens)");
+  // What this call will hold (KV cache, the prefill's masks and activations, a decode step, the
+  // search's state), before any of it is allocated; the weights are resident already.
+  GenerationShape shape;
+  shape.inputs = static_cast<double>(batch);
+  shape.rows_per_input = static_cast<double>(per_input);
+  shape.prompt_length = static_cast<double>(prompt_len);
+  shape.max_length = static_cast<double>(max_length);
+  shape.beam_search = config_.num_beams > 1;
+  shape.shared_prefill = backend.shares_prefill();
+  const BackendReport report = backend.report();
+  const auto static_cache = report.find("static_cache");
+  shape.static_cache =
+      backend.name() != "eager" || (static_cache != report.end() && static_cache->second != 0.0);
+  const MemoryEstimate need = estimate_generation_memory(mc, model.dtype(), shape);
+  const std::string what = "generating " + std::to_string(rows) + " rows (" +
+                           std::to_string(batch) + " prompts x " + std::to_string(per_input) +
+                           ") of " + std::to_string(max_length) + " positions";
+  const std::string advice =
+      "use fewer or shorter prompts, a smaller num_beams or num_return_sequences, or fewer new "
+      "tokens (max_new_tokens)";
+  check_memory(what + " (" + need.breakdown() + ")", need.total(), model.device(), advice);
+  // An allocation that fails all the same is reported with the estimate, not LibTorch's text.
+  return with_allocation_errors(what, need.total(), model.device(), advice, [&] {
+    return run_checked(backend, prompts, stream, std::move(pipe), prompt_len, max_length);
+  });
+}
+
+GenerationResult Generator::run_checked(ForwardBackend& backend,
+                                        const std::vector<std::vector<int64_t>>& prompts,
+                                        const TokenStream& stream, Pipeline pipe,
+                                        int64_t prompt_len, int64_t max_length) const {
+  const CausalLM& model = backend.model();
+  const int64_t batch = static_cast<int64_t>(prompts.size());
+  const int64_t per_input = pipe.strategy->rows_per_input();
+  const int64_t rows = batch * per_input;
+  const int64_t pad = effective_pad_token(config_);
   if (stream && !pipe.strategy->streams()) {
     throw Error("streaming: the '" + pipe.strategy->name() +
                 "' strategy chooses its sequences only when it finishes, so its tokens cannot be "

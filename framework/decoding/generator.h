@@ -59,6 +59,11 @@ class Generator {
 
  private:
   struct WholeStepState;
+  // generate() after its checks (prompts, settings, the memory estimate).
+  GenerationResult run_checked(ForwardBackend& backend,
+                               const std::vector<std::vector<int64_t>>& prompts,
+                               const TokenStream& stream, Pipeline pipe, int64_t prompt_len,
+                               int64_t max_length) const;
   // The whole-step state for this shape: the one kept from the last generation when it matches
   // (same backend, static step buffers, rows and lengths: its graph is reused), else a new one
   // made with `pipe`.

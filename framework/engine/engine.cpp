@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 #include <gengraph/gengraph.h>
 
+#include <atomic>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
 #include "backends/register_builtin.h"
 #include "framework/backend/backend_registry.h"
@@ -24,6 +27,32 @@ struct Engine::Impl {
   // it, and with it a whole-step graph of the same shape.
   std::unique_ptr<Generator> generator;
   nlohmann::json generator_settings;
+
+  // One call at a time: the backend's cache, the generator's reused state and its graph belong to
+  // the call that runs. A second thread's call waits for the first; a call from inside this
+  // Engine's own stream callback (same thread, lock held) would wait on itself and is refused.
+  std::mutex mutex;
+  std::atomic<std::thread::id> holder{};
+  class Call {
+   public:
+    Call(Impl& impl, const char* what) : impl_(impl) {
+      if (impl.holder.load() == std::this_thread::get_id()) {
+        throw Error(std::string("Engine::") + what +
+                    ": called from inside this Engine's own generate (its stream callback); an "
+                    "Engine runs one call at a time: call it after generate returns, or use a "
+                    "second Engine");
+      }
+      lock_ = std::unique_lock<std::mutex>(impl.mutex);
+      impl.holder = std::this_thread::get_id();
+    }
+    ~Call() { impl_.holder = std::thread::id(); }  // before lock_ is released
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    Impl& impl_;
+    std::unique_lock<std::mutex> lock_;
+  };
 };
 
 namespace {
@@ -48,6 +77,7 @@ ModelSource model_source_of(const std::string& model, const EngineOptions& o) {
     src.seed = o.weights_seed;
   }
   src.load = LoadOptions{parse_dtype(o.dtype), parse_device(o.device), o.fused};
+  src.load.check_weights = o.check_weights;
   return src;
 }
 
@@ -77,6 +107,7 @@ Engine& Engine::operator=(Engine&&) noexcept = default;
 
 Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts,
                             const nlohmann::json& settings, const TokenStream& stream) {
+  const Impl::Call call(*impl_, "generate");
   const GenerationConfig config = resolve_generation(impl_->loaded, settings, "settings");
   const c10::Device device = impl_->loaded.model->device();
   std::function<void()> sync;
@@ -109,7 +140,10 @@ nlohmann::json Engine::default_settings() const {
 const std::string& Engine::model_source() const { return impl_->loaded.source; }
 const std::string& Engine::backend() const { return impl_->backend_name; }
 int64_t Engine::vocab_size() const { return impl_->loaded.model->config().vocab_size; }
-nlohmann::json Engine::backend_report() const { return impl_->backend->report(); }
+nlohmann::json Engine::backend_report() const {
+  const Impl::Call call(*impl_, "backend_report");
+  return impl_->backend->report();
+}
 const std::vector<std::string>& Engine::warnings() const { return impl_->loaded.warnings; }
 
 }  // namespace gengraph

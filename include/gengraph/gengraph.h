@@ -30,6 +30,9 @@ struct EngineOptions {
   std::string dtype = "float32";                       // float32 | bfloat16 | float16
   // Fused projections and one-kernel forms (the default), or transformers' formulation op by op.
   bool fused = true;
+  // Refuse checkpoint tensors holding NaN or Inf (one pass at load, naming the tensor and file);
+  // false loads them as they are.
+  bool check_weights = true;
   // Presets only: config.json keys over the preset's (e.g. {"n_layer": 4}) and the seed of the
   // random weights.
   nlohmann::json model_config = nullptr;
@@ -57,6 +60,12 @@ struct Generation {
   std::string whole_step_fallback;             // why not, when EngineOptions::whole_step was auto
 };
 
+// Threads: one Engine runs one call at a time. Calls from several threads are serialised (a
+// second caller waits until the first call returns; results are as if called one after the
+// other); a call from inside a stream callback of the same Engine is refused with an Error, since
+// it would wait on itself. Separate Engines may generate at the same time on separate threads.
+// manual_seed seeds LibTorch's global generator, which every Engine shares. Moving or destroying
+// an Engine while another thread calls it is not allowed.
 class Engine {
  public:
   // `model`: an existing folder (config.json + safetensors) or a preset name (gengraph presets).

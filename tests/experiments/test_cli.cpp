@@ -88,7 +88,7 @@ TEST(Cli, ValidateChecksBackendOptionsAndEverySweepPointsModel) {
       {"model: {preset: gpt2-tiny}\nsweep: {model.preset: [gpt2-tiny, gpt2-nope]}\n",
        "sweep point [model.preset=gpt2-nope]: unknown model preset 'gpt2-nope'"},
       {"model: {path: " + dir.path().string() + "}\n",
-       "model.path: '" + dir.path().string() + "' has no config.json"},
+       "model.path: model folder '" + dir.path().string() + "' has no config.json"},
       // What the model's configuration alone settles, without loading weights.
       {"model: {preset: gpt2-tiny}\nsweep: {generation.max_new_tokens: [2, 300]}\n",
        "sweep point [generation.max_new_tokens=300]: " + (dir / "c7.yaml").string() +

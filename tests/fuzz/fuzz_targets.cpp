@@ -5,14 +5,18 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
+#include "backends/aoti/aoti_step.h"
 #include "backends/trace/traced_step.h"
 #include "experiments/compare.h"
 #include "experiments/experiment_config.h"
 #include "experiments/results.h"
+#include "experiments/slurm.h"
 #include "experiments/table.h"
 #include "framework/model/safetensors.h"
 #include "framework/util/error.h"
+#include "framework/util/json_at.h"
 
 namespace gengraph::fuzz {
 namespace {
@@ -27,6 +31,10 @@ const fs::path& scratch() {
     return d;
   }();
   return dir;
+}
+
+std::string_view text_of(const uint8_t* data, size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
 }
 
 void write_bytes(const fs::path& p, const uint8_t* data, size_t size) {
@@ -104,23 +112,27 @@ void results_json(const uint8_t* data, size_t size) {
 }
 
 void trace_metadata(const uint8_t* data, size_t size) {
-  expect_result_or_error([&] {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(data, data + size);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(e.what());  // as TracedStep::load reports it
-    }
-    (void)TraceMeta::from_json(j, "fuzz");
-  });
+  // As TracedStep::load reads a trace file's gengraph.json.
+  expect_result_or_error([&] { (void)TraceMeta::parse(text_of(data, size), "trace file 'f.pt'"); });
+}
+
+void job_json(const uint8_t* data, size_t size) {
+  expect_result_or_error(
+      [&] { check_job_manifest(parse_json_text(text_of(data, size), "'job.json'"), "job.json"); });
+}
+
+void aoti_package(const uint8_t* data, size_t size) {
+  const fs::path p = scratch() / "p.pt2";
+  write_bytes(p, data, size);
+  expect_result_or_error([&] { check_aoti_package(p); });
 }
 
 const std::vector<NamedTarget>& targets() {
-  static const std::vector<NamedTarget> all = {{"safetensors_file", safetensors_file},
-                                               {"safetensors_index", safetensors_index},
-                                               {"experiment_yaml", experiment_yaml},
-                                               {"results_json", results_json},
-                                               {"trace_metadata", trace_metadata}};
+  static const std::vector<NamedTarget> all = {
+      {"safetensors_file", safetensors_file}, {"safetensors_index", safetensors_index},
+      {"experiment_yaml", experiment_yaml},   {"results_json", results_json},
+      {"trace_metadata", trace_metadata},     {"job_json", job_json},
+      {"aoti_package", aoti_package}};
   return all;
 }
 

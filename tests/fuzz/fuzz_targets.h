@@ -22,6 +22,12 @@ void experiment_yaml(const uint8_t* data, size_t size);
 void results_json(const uint8_t* data, size_t size);
 // The metadata a trace file carries (gengraph.json).
 void trace_metadata(const uint8_t* data, size_t size);
+// A Slurm job folder's job.json, through the manifest check `submit --rerun`, `task` and
+// `collect` run before anything else.
+void job_json(const uint8_t* data, size_t size);
+// An AOTInductor package (.pt2), through the structure and checksum checks that run before
+// LibTorch's loader may see it (check_aoti_package); nothing is loaded.
+void aoti_package(const uint8_t* data, size_t size);
 
 using Target = void (*)(const uint8_t*, size_t);
 struct NamedTarget {

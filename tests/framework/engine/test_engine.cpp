@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <thread>
 
 #include "tests/support/test_util.h"
 
@@ -182,6 +183,61 @@ TEST(Engine, ReportsTheModelsDefaultsAndItsBackend) {
   const Json d = engine.default_settings();
   EXPECT_EQ(d["num_beams"], 1);
   EXPECT_EQ(d["top_k"], 50);
+}
+
+// Two threads on one Engine segfaulted inside the model's forward (issue 25): calls are now
+// serialised, so each thread gets what it gets alone, whatever the interleaving; and a call from
+// the Engine's own stream callback, which would wait on itself, is refused.
+TEST(Engine, CallsFromSeveralThreadsAreSerialised) {
+  for (const char* cache : {"growing", "static"}) {
+    SCOPED_TRACE(cache);
+    EngineOptions o;
+    o.backend_options = {{"cache", cache}};
+    Engine engine("gpt2-tiny", o);
+    // Settings that differ per thread, so the Engine also swaps its reused generator between
+    // calls.
+    const std::vector<Json> settings = {{{"max_new_tokens", 12}},
+                                        {{"max_new_tokens", 7}, {"num_beams", 3}},
+                                        {{"max_new_tokens", 9}, {"repetition_penalty", 1.3}}};
+    const std::vector<std::vector<std::vector<int64_t>>> prompts = {
+        {{1, 2, 3}, {9}}, {{4, 5}}, {{6, 7, 8, 9}, {10, 11}}};
+    std::vector<std::vector<std::vector<int64_t>>> alone;
+    for (size_t t = 0; t < settings.size(); ++t)
+      alone.push_back(first_sequences(engine.generate(prompts[t], settings[t])));
+    std::vector<std::vector<std::vector<std::vector<int64_t>>>> got(settings.size());
+    std::vector<std::string> errors(settings.size());
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < settings.size(); ++t) {
+      threads.emplace_back([&, t] {
+        try {
+          for (int i = 0; i < 4; ++i)
+            got[t].push_back(first_sequences(engine.generate(prompts[t], settings[t])));
+        } catch (const std::exception& e) {
+          errors[t] = e.what();
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (size_t t = 0; t < settings.size(); ++t) {
+      EXPECT_EQ(errors[t], "") << "thread " << t;
+      ASSERT_EQ(got[t].size(), 4u) << "thread " << t;
+      for (const auto& g : got[t]) EXPECT_EQ(g, alone[t]) << "thread " << t;
+    }
+  }
+}
+
+TEST(Engine, ACallFromItsOwnStreamCallbackIsRefused) {
+  Engine engine("gpt2-tiny");
+  std::string inner;
+  const Generation g =
+      engine.generate({{1, 2}}, {{"max_new_tokens", 3}}, [&](const StreamedToken&) {
+        if (!inner.empty()) return;
+        inner = error_of([&] { engine.generate({{3}}, {{"max_new_tokens", 2}}); });
+      });
+  EXPECT_THAT(inner, HasSubstr("Engine::generate: called from inside this Engine's own generate"));
+  EXPECT_EQ(g.outputs.at(0).at(0).tokens.size(), 3u);  // the outer call went on
+  // And the Engine serves the next call as usual.
+  EXPECT_EQ(engine.generate({{3}}, {{"max_new_tokens", 2}}).outputs.at(0).at(0).tokens.size(), 2u);
 }
 
 }  // namespace
