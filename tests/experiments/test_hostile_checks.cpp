@@ -30,8 +30,7 @@ TEST(HostileChecks, ValidateRefusesWhatRunRefuses) {
       {"generation: {do_sample: true, processors: [{name: top_p, top_p: [1]}]}", "top_p"},
       {"generation: {processors: [{name: temperature, temperature: hot}]}", "temperature"},
       {"generation: {num_beams: 2, num_return_sequences: 3}", "num_return_sequences"},
-      {"generation: {num_beams: 5, num_beam_groups: 2, diversity_penalty: 0.5}",
-       "num_beam_groups"},
+      {"generation: {num_beams: 5, num_beam_groups: 2, diversity_penalty: 0.5}", "num_beam_groups"},
   };
   for (const auto& [generation, needle] : cases) {
     SCOPED_TRACE(generation);
@@ -47,8 +46,9 @@ TEST(HostileChecks, ValidateRefusesWhatRunRefuses) {
     EXPECT_FALSE(std::filesystem::exists(out));
   }
   // What is valid stays valid.
-  write_file(dir / "ok.yaml", head + "generation: {num_beams: 4, num_beam_groups: 2, "
-                                     "diversity_penalty: 0.5, num_return_sequences: 2}\n");
+  write_file(dir / "ok.yaml", head +
+                                  "generation: {num_beams: 4, num_beam_groups: 2, "
+                                  "diversity_penalty: 0.5, num_return_sequences: 2}\n");
   EXPECT_EQ(cli({"validate", (dir / "ok.yaml").string()}), 0);
 }
 
@@ -57,7 +57,8 @@ TEST(HostileChecks, ValidateReadsTheFoldersGenerationConfig) {
   TempDir dir;
   std::filesystem::copy(testing::fixtures_dir() + "/models/gpt2-a", dir / "m",
                         std::filesystem::copy_options::recursive);
-  write_file(dir / "m" / "generation_config.json", R"({"num_beams": 2, "num_return_sequences": 4})");
+  write_file(dir / "m" / "generation_config.json",
+             R"({"num_beams": 2, "num_return_sequences": 4})");
   write_file(dir / "e.yaml", "model: {path: " + (dir / "m").string() +
                                  "}\nbackends: [eager]\ninputs: {prompts: [[1, 2]]}\n");
   auto [rc, err] = testing::cli_stderr({"validate", (dir / "e.yaml").string()});
@@ -95,9 +96,9 @@ TEST(HostileChecks, TheAotiPackageSeedIsAcceptedAndItsDamagedNeighboursAreRefuse
       std::filesystem::path(GENGRAPH_SOURCE_DIR) / "tests" / "fuzz" / "corpus" / "aoti_package";
   EXPECT_NO_THROW(check_aoti_package(dir / "valid"));
   EXPECT_NO_THROW(check_aoti_package(dir / "no_manifest"));
-  for (const char* name : {"truncated_half", "truncated_directory", "so_bytes_changed",
-                           "so_truncated_in_zip", "so_compressed", "entry_outside_package",
-                           "metadata_not_strings", "not_a_zip"}) {
+  for (const char* name :
+       {"truncated_half", "truncated_directory", "so_bytes_changed", "so_truncated_in_zip",
+        "so_compressed", "entry_outside_package", "metadata_not_strings", "not_a_zip"}) {
     SCOPED_TRACE(name);
     const std::string err = testing::error_of([&] { check_aoti_package(dir / name); });
     EXPECT_THAT(err, HasSubstr((dir / name).string()));
