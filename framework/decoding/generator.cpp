@@ -27,6 +27,19 @@ void emit(const TokenStream& stream, const StepDecision& d, int64_t per_input, i
   }
 }
 
+// NaN in the prompts' logits: weights that are finite (the load checks that) but whose forward
+// overflows, as a checkpoint from a diverged run or random weights drawn too wide do. Search over
+// NaN gives garbage without a word ([0] tokens, -nan scores); one read per generation says so.
+at::Tensor checked_prompt_logits(at::Tensor logits) {
+  if (at::isnan(logits).any().item<bool>()) {
+    throw Error(
+        "the model's logits for the prompts hold NaN values: its weights are finite but its "
+        "forward overflows (a checkpoint from a diverged run, or random weights drawn too wide: "
+        "a large initializer_range); the generated tokens would be garbage");
+  }
+  return logits;
+}
+
 }  // namespace
 
 // Everything a whole-step generation's graph reads and writes, kept for the next generation of
@@ -216,9 +229,9 @@ GenerationResult Generator::run_checked(ForwardBackend& backend,
       w.seqs.written.fill_(prompt_len);
       w.pipe.strategy->begin(w.seqs);
       const auto t0 = Clock::now();
-      const at::Tensor logits =
+      const at::Tensor logits = checked_prompt_logits(
           backend.prefill(StepInputs{input_ids, input_positions, input_valid, {}, per_input})
-              .to(at::kFloat);
+              .to(at::kFloat));
       run_whole_step(backend, w, logits, positions.select(1, prompt_len - 1).unsqueeze(1),
                      max_length - prompt_len, t0, result);
       fold_outputs(w.pipe.strategy->finalize(w.seqs), batch, result);
@@ -233,9 +246,9 @@ GenerationResult Generator::run_checked(ForwardBackend& backend,
   Sequences seqs{ids, valid, prompt_len, {}};
   pipe.strategy->begin(seqs);
   const auto t0 = Clock::now();
-  at::Tensor logits =
+  at::Tensor logits = checked_prompt_logits(
       backend.prefill(StepInputs{input_ids, input_positions, input_valid, {}, per_input})
-          .to(at::kFloat);
+          .to(at::kFloat));
   at::Tensor last_pos = positions.select(1, prompt_len - 1).unsqueeze(1);  // [rows, 1]
   const at::Tensor one_valid = at::ones({rows, 1}, valid.options());
   for (int64_t step = 0;; ++step) {

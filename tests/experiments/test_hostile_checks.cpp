@@ -105,5 +105,25 @@ TEST(HostileChecks, TheAotiPackageSeedIsAcceptedAndItsDamagedNeighboursAreRefuse
   }
 }
 
+// Finite weights whose forward overflows (a preset drawn with initializer_range 1e30) gave [0]
+// tokens and -nan scores with exit 0: the prompts' logits are checked for NaN, once per generation.
+TEST(HostileChecks, LogitsThatOverflowToNaNAreAnErrorNotGarbage) {
+  TempDir dir;
+  for (const char* generation : {"{max_new_tokens: 3}", "{max_new_tokens: 3, num_beams: 2}",
+                                 "{max_new_tokens: 3, do_sample: true}"}) {
+    SCOPED_TRACE(generation);
+    write_file(dir / "e.yaml",
+               std::string("model: {preset: gpt2-tiny, config: {initializer_range: 1.0e30}}\n"
+                           "backends: [eager]\ninputs: {prompts: [[1, 2, 3]]}\ngeneration: ") +
+                   generation + "\nrun: {warmup: 0, repeats: 1}\n");
+    const std::string out = (dir / "out.json").string();
+    auto [rc, err] =
+        testing::cli_stderr({"run", (dir / "e.yaml").string(), "--quiet", "--output", out});
+    EXPECT_EQ(rc, 1);
+    EXPECT_THAT(err, HasSubstr("the model's logits for the prompts hold NaN values"));
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
+}
+
 }  // namespace
 }  // namespace gengraph
