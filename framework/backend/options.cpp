@@ -31,6 +31,14 @@ int64_t BackendOptions::get_int(const std::string& key, int64_t fallback, int64_
   } catch (const std::exception&) {
     used = 0;
   }
+  // Digits alone that do not fit (in 64 bits, or under `max`) are a number too large, not a
+  // malformed one.
+  const std::string& text = it->second;
+  if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos &&
+      (used != text.size() || v > max)) {
+    throw Error("backend '" + backend_ + "' option '" + key + "': too large (the most is " +
+                std::to_string(max) + "), found '" + text + "'");
+  }
   if (used != it->second.size() || used == 0 || v < min || v > max) {
     throw Error("backend '" + backend_ + "' option '" + key + "': expected an integer in [" +
                 std::to_string(min) + ", " + std::to_string(max) + "], found '" + it->second + "'");

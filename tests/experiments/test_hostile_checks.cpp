@@ -125,5 +125,28 @@ TEST(HostileChecks, LogitsThatOverflowToNaNAreAnErrorNotGarbage) {
   }
 }
 
+// Backend options: a number too large is said to be too large, not malformed.
+TEST(HostileChecks, ABackendOptionTooLargeIsSaidToBe) {
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"99999999999999999999",
+       "option 'max_rows': too large (the most is 1048576), found "
+       "'99999999999999999999'"},
+      {"2000000", "option 'max_rows': too large (the most is 1048576), found '2000000'"},
+      {"1", "option 'max_rows': expected an integer in [2, 1048576], found '1'"},
+      {"12x", "option 'max_rows': expected an integer in [2, 1048576], found '12x'"},
+  };
+  for (const auto& [value, needle] : cases) {
+    SCOPED_TRACE(value);
+    write_file(dir / "e.yaml",
+               "model: {preset: gpt2-tiny}\nbackends: [{name: aoti, options: "
+               "{max_rows: '" +
+                   value + "'}}]\ninputs: {prompts: [[1, 2]]}\n");
+    auto [rc, err] = testing::cli_stderr({"validate", (dir / "e.yaml").string()});
+    EXPECT_EQ(rc, 1);
+    EXPECT_THAT(err, HasSubstr(needle));
+  }
+}
+
 }  // namespace
 }  // namespace gengraph
