@@ -501,16 +501,24 @@ TEST(HostileCaches, AHeldPackageLockTimesOutNamingItsHolder) {
       HasSubstr("GENGRAPH_LOCK_TIMEOUT_S: expected a number of seconds >= 0, found 'soon'"));
 }
 
+// Traces `m` into the cache `trace` names, then removes the cache file and returns its path, for
+// a test to put something else in its place ("" when no trace file was written).
+fs::path removed_trace_cache_file(const std::shared_ptr<const CausalLM>& m,
+                                  const std::map<std::string, std::string>& trace) {
+  first_tokens(*make("trace", m, trace));
+  const fs::path file = only_file_with_extension(trace.at("cache_dir"), ".pt");
+  if (!file.empty()) fs::remove(file);
+  return file;
+}
+
 // A FIFO in place of a cache file blocked the reader forever: every cache read checks first. If a
 // read blocks anyway, the test opens the FIFO's other end so that it ends, and fails.
 TEST(HostileCaches, AFifoInPlaceOfACacheFileIsRefusedNotOpened) {
   TempDir dir;
   const auto m = tiny();
   const std::map<std::string, std::string> trace = {{"cache_dir", dir.path().string()}};
-  first_tokens(*make("trace", m, trace));
-  const fs::path file = only_file_with_extension(dir.path(), ".pt");
+  const fs::path file = removed_trace_cache_file(m, trace);
   ASSERT_FALSE(file.empty());
-  fs::remove(file);
   ASSERT_EQ(::mkfifo(file.c_str(), 0644), 0);
   auto within_30s = [&](const fs::path& fifo, auto&& f) {
     auto result = std::async(std::launch::async, [&] { return error_of(f); });
@@ -563,10 +571,8 @@ TEST(HostileCaches, AKilledWritersTemporaryIsRemovedByTheNextWriter) {
   TempDir dir;
   const auto m = tiny();
   const std::map<std::string, std::string> trace = {{"cache_dir", dir.path().string()}};
-  first_tokens(*make("trace", m, trace));
-  const fs::path file = only_file_with_extension(dir.path(), ".pt");
+  const fs::path file = removed_trace_cache_file(m, trace);
   ASSERT_FALSE(file.empty());
-  fs::remove(file);
   // A writer killed mid-write.
   const pid_t child = ::fork();
   if (child == 0) {
