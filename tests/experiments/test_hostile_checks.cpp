@@ -148,5 +148,19 @@ TEST(HostileChecks, ABackendOptionTooLargeIsSaidToBe) {
   }
 }
 
+// `generate --model preset:NAME` always means the preset; an unknown one is named.
+TEST(HostileChecks, GenerateTakesPresetColonName) {
+  TempDir dir;
+  const std::string out = (dir / "g.json").string();
+  auto [rc, err] = testing::cli_stderr({"generate", "--model", "preset:gpt2-tiny", "--prompt",
+                                        "1,2", "--max-new-tokens", "2", "--output", out});
+  EXPECT_EQ(rc, 0) << err;
+  EXPECT_TRUE(std::filesystem::exists(out));
+  std::tie(rc, err) = testing::cli_stderr({"generate", "--model", "preset:gpt2-nope", "--prompt",
+                                           "1,2", "--output", (dir / "h.json").string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("gpt2-nope"));
+}
+
 }  // namespace
 }  // namespace gengraph
