@@ -165,6 +165,18 @@ class CaptureCerr {
   std::streambuf* old_;
 };
 
+// `text` without the lines that say a load waits for the per-user unpack lock: another test
+// process (CTest runs two at a time) may hold it, which is no part of what a test checks.
+std::string without_unpack_waits(const std::string& text) {
+  std::istringstream lines(text);
+  std::string out;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("gengraph: waiting for the lock on unpacking AOTInductor packages", 0) != 0)
+      out += line + "\n";
+  }
+  return out;
+}
+
 // The builder the tests install (a copy of the good package, counted), and the CLI's put back.
 class CopyingBuilder {
  public:
@@ -424,7 +436,7 @@ TEST(HostileCaches, ADamagedBuildRecordIsNamedAndTheManifestChecksInstead) {
     write_file(record, c.text);
     CaptureCerr cerr;
     auto b = make("aoti", m, opts);
-    EXPECT_EQ(cerr.text(), warning + c.says + instead);
+    EXPECT_EQ(without_unpack_waits(cerr.text()), warning + c.says + instead);
     EXPECT_EQ(b->report().at("aoti_compile_seconds"), 0.0);  // the figures are lost
   }
   // With the record damaged, the manifest still finds a damaged package.
