@@ -38,4 +38,8 @@ void register_loop_benchmarks();
 // vocab x rows (bench/bench_decoding.cpp).
 void register_decoding_benchmarks();
 
+// text/*: the native tokenizer against the Python tokenizer path, on the real model's tokenizer
+// (bench/bench_text.cpp); not registered when the real model is not set up.
+void register_text_benchmarks();
+
 }  // namespace gengraph::bench

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   gengraph::bench::register_backend_benchmarks();
   gengraph::bench::register_decoding_benchmarks();
   gengraph::bench::register_loop_benchmarks();
+  gengraph::bench::register_text_benchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

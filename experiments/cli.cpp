@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -24,9 +25,11 @@
 #include "experiments/slurm.h"
 #include "experiments/table.h"
 #include "framework/backend/backend_registry.h"
+#include "framework/model/known_models.h"
 #include "framework/model/loader.h"
 #include "framework/model/model_config.h"
 #include "framework/model/model_registry.h"
+#include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -35,13 +38,19 @@ namespace {
 const char* kUsage = R"(usage:
   gengraph run CONFIG.yaml [--set KEY=VALUE]... [--output FILE] [--quiet]
       Run an experiment; write results JSON (default results/<name>.json) and print a table.
-  gengraph generate --model PRESET|FOLDER (--prompt IDS | --text TEXT)... [--backend NAME]
+  gengraph generate --model PRESET|FOLDER|NAME (--prompt IDS | --text TEXT)... [--backend NAME]
                     [--max-new-tokens N] [--device cpu|cuda] [--dtype float32|bfloat16|float16]
                     [--set KEY=VALUE]... [--output FILE] [--stream]
+                    [--chat] [--tokenizer auto|native|python]
       One-off generation; IDS are comma-separated token ids, e.g. --prompt 1,2,3. A FOLDER holds
-      config.json; preset:NAME always means the preset, even beside a file of that name. --text needs a
-      model FOLDER with a Hugging Face tokenizer; the output is then decoded to text too.
-      --stream prints each token as it is chosen, one line per step (greedy search and sampling).
+      config.json; NAME is a known real model (gengraph models), e.g. smollm2-135m; preset:NAME
+      always means the preset, even beside a file of that name. --text needs a model FOLDER or NAME
+      with a Hugging Face tokenizer; the output is then decoded to text too. --chat sends each text
+      as a user message through the model's chat template. --tokenizer: the native C++ tokenizer
+      (auto, the default, falls back to the Python one for a tokenizer.json it does not read;
+      native refuses instead) or python (transformers, in a Python process).
+      --stream prints each token as it is chosen, one line per step (greedy search and sampling);
+      with --text, the text as it becomes final.
   gengraph validate CONFIG.yaml [--set KEY=VALUE]...
       Parse and check an experiment (every sweep point, backend names and options) without running it.
   gengraph show RESULTS.json
@@ -62,6 +71,8 @@ const char* kUsage = R"(usage:
   gengraph task DIR [INDEX]
       Run one point of a submitted job (what each array task runs; INDEX: $SLURM_ARRAY_TASK_ID).
   gengraph backends      List the registered backends and whether each is usable here.
+  gengraph models        List the models: presets (random weights) and known real models, with
+                         whether each real one is set up here and its folder.
   gengraph presets       List the built-in model presets.
 Exit status: 0 done; 1 an error (nothing written); 2 a usage error; 3 results written, but some
 runs (peers) failed: the results and the table say which and why.
@@ -125,8 +136,9 @@ struct Args {
   std::string job_dir, rerun;
   std::string output, model, backend = "eager", device = "cpu", dtype = "float32",
                              metric = "total_ms";
-  std::optional<std::string> max_new;  // --max-new-tokens as given
-  bool quiet = false, stream = false;
+  std::optional<std::string> max_new;    // --max-new-tokens as given
+  std::optional<std::string> tokenizer;  // --tokenizer as given
+  bool quiet = false, stream = false, chat = false;
   std::vector<std::string> flags;  // every option given, for the per-command check
 };
 
@@ -181,6 +193,10 @@ Args parse_args(int argc, char** argv, int first) {
       a.quiet = true;
     else if (s == "--stream")
       a.stream = true;
+    else if (s == "--chat")
+      a.chat = true;
+    else if (s == "--tokenizer")
+      a.tokenizer = value();
     else if (s == "--slurm-option")
       a.slurm_options.push_back(value());
     else if (s == "--job-dir")
@@ -254,6 +270,42 @@ class StreamPrinter {
   int64_t step_ = -1;
 };
 
+// Prints the text of streamed tokens as it becomes final (framework/text/tokenizer.h's TextStream):
+// one prompt as running text; several, one line per piece, "[input] " or "[input.sequence] " and
+// the piece as a JSON string. Control characters other than line breaks are shown escaped.
+class TextStreamPrinter {
+ public:
+  TextStreamPrinter(std::unique_ptr<Tokenizer> tokenizer, bool running)
+      : tokenizer_(std::move(tokenizer)), running_(running) {}
+  void operator()(const StreamedToken& t) {
+    auto it = streams_.find({t.input, t.sequence});
+    if (it == streams_.end()) {
+      it = streams_.emplace(std::make_pair(t.input, t.sequence), TextStream(*tokenizer_)).first;
+    }
+    show(t.input, t.sequence, it->second.push(t.token));
+  }
+  void finish() {
+    for (auto& [key, stream] : streams_) show(key.first, key.second, stream.finish());
+    if (running_ && !streams_.empty()) std::cout << "\n";
+    streams_.clear();
+  }
+
+ private:
+  void show(int64_t input, int64_t sequence, const std::string& piece) {
+    if (piece.empty()) return;
+    if (running_ && sequence == 0) {
+      std::cout << terminal_text(piece, /*keep_line_breaks=*/true) << std::flush;
+      return;
+    }
+    std::cout << "[" << input;
+    if (sequence > 0) std::cout << "." << sequence;
+    std::cout << "] " << terminal_text(nlohmann::json(piece).dump()) << "\n" << std::flush;
+  }
+  std::unique_ptr<Tokenizer> tokenizer_;
+  bool running_;
+  std::map<std::pair<int64_t, int64_t>, TextStream> streams_;
+};
+
 int run_and_report(const ExperimentConfig& config, const std::string& output_flag, bool quiet,
                    bool stream = false) {
   std::ostringstream sink;
@@ -272,11 +324,27 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
     }
   }
   StreamPrinter printer;
+  std::unique_ptr<TextStreamPrinter> text_printer;
   TokenStream on_token;
-  if (stream) on_token = [&printer](const StreamedToken& t) { printer(t); };
+  if (stream && !config.inputs.texts.empty() && config.inputs.tokenizer != "python") {
+    // Text as it comes, through the native tokenizer; a tokenizer it does not read streams ids
+    // (the runner says why it falls back).
+    try {
+      text_printer = std::make_unique<TextStreamPrinter>(load_tokenizer(config.model.path),
+                                                         config.inputs.texts.size() == 1);
+    } catch (const Error& e) {
+      if (std::string(e.what()).rfind(std::string(kUnsupportedTokenizer), 0) != 0) throw;
+    }
+  }
+  if (text_printer) {
+    on_token = [&](const StreamedToken& t) { (*text_printer)(t); };
+  } else if (stream) {
+    on_token = [&printer](const StreamedToken& t) { printer(t); };
+  }
   const nlohmann::json doc =
       run_experiment(config, quiet ? static_cast<std::ostream&>(sink) : std::cerr, on_token);
   printer.finish();
+  if (text_printer) text_printer->finish();
   write_outputs(doc, out, config.plot);
   print(format_table(doc) + "results: " + out + "\n" +
             (config.plot.empty() ? "" : "plot: " + config.plot + "\n"),
@@ -294,39 +362,44 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
 // values are checked here and written as quoted YAML scalars, so no value can change the YAML's
 // structure.
 std::string generate_yaml(const Args& a) {
-  if (a.model.empty()) throw UsageError("generate: --model PRESET|FOLDER is required");
+  if (a.model.empty()) throw UsageError("generate: --model PRESET|FOLDER|NAME is required");
   if (a.prompts.empty() == a.texts.empty()) {
     throw UsageError(
         "generate: give --prompt IDS or --text TEXT (one or more of either, not both)");
   }
-  // A model folder (config.json inside) or a preset. `preset:NAME` always means the preset; a
-  // file or folder in the working folder that is no model folder does not hide a preset of its
-  // name, and a model folder that shares a preset's name is used with a note saying so.
+  // A model folder (config.json inside), a preset or a known real model. `preset:NAME` always
+  // means the preset; a file or folder in the working folder that is no model folder does not
+  // hide a preset or known model of its name, and a model folder that shares such a name is used
+  // with a note saying so.
   std::string model = a.model;
   bool is_folder = false;
   const auto presets = preset_names();
   const bool preset_named = std::find(presets.begin(), presets.end(), model) != presets.end();
+  const bool known_named = find_known_model(model) != nullptr;
+  const char* builtin = preset_named ? "built-in preset" : "known real model";
   if (model.rfind("preset:", 0) == 0) {
     model = model.substr(7);
   } else if (std::filesystem::exists(model)) {
     std::error_code ec;
     const bool model_folder =
         std::filesystem::is_regular_file(std::filesystem::path(model) / "config.json", ec);
-    is_folder = model_folder || !preset_named;
-    if (model_folder && preset_named) {
-      std::cerr << "note: --model " << model << " is the model folder './" << model
-                << "', not the built-in preset of that name (for the preset: --model preset:"
-                << model << ")\n";
-    } else if (!model_folder && preset_named) {
+    is_folder = model_folder || !(preset_named || known_named);
+    if (model_folder && (preset_named || known_named)) {
+      std::cerr << "note: --model " << model << " is the model folder './" << model << "', not the "
+                << builtin << " of that name"
+                << (preset_named ? " (for the preset: --model preset:" + model + ")" : "") << "\n";
+    } else if (!model_folder && (preset_named || known_named)) {
       std::cerr << "note: --model " << model << ": '" << model
                 << "' in the working folder is not a model folder (no config.json); using the "
-                   "built-in preset\n";
+                << builtin << "\n";
     }
   }
   if (!is_folder && (model.find('/') != std::string::npos || model.rfind('.', 0) == 0)) {
     throw Error("generate: --model '" + a.model +
-                "': no such model folder (and not a preset name; see gengraph presets)");
+                "': no such model folder (and not a preset or known model name; see gengraph "
+                "models)");
   }
+  const bool is_known = !is_folder && known_named && a.model.rfind("preset:", 0) != 0;
   if (a.max_new && a.max_new->size() > 9 &&
       a.max_new->find_first_not_of("0123456789") == std::string::npos) {
     throw UsageError("--max-new-tokens: too large (the most is 999999999), found '" + *a.max_new +
@@ -346,8 +419,11 @@ std::string generate_yaml(const Args& a) {
   // JSON strings are YAML double-quoted scalars: any path or text survives the round trip.
   auto q = [](const std::string& v) { return nlohmann::json(v).dump(); };
   std::ostringstream y;
-  y << "name: generate\nmodel:\n  " << (is_folder ? "path" : "preset") << ": " << q(model)
-    << "\n  device: " << q(a.device) << "\n  dtype: " << q(a.dtype) << "\n";
+  y << "name: generate\nmodel:\n  "
+    << (is_folder  ? "path"
+        : is_known ? "name"
+                   : "preset")
+    << ": " << q(model) << "\n  device: " << q(a.device) << "\n  dtype: " << q(a.dtype) << "\n";
   y << "backend: " << q(a.backend) << "\ninputs:\n  " << (a.texts.empty() ? "prompts" : "texts")
     << ":\n";
   for (const auto& p : a.prompts) y << "    - " << nlohmann::json(parse_ids(p)).dump() << "\n";
@@ -359,6 +435,12 @@ std::string generate_yaml(const Args& a) {
       throw UsageError("--text: expected UTF-8 text, found bytes that are not valid UTF-8");
     }
   }
+  if ((a.chat || a.tokenizer) && a.texts.empty()) {
+    throw UsageError(std::string(a.chat ? "--chat" : "--tokenizer") +
+                     ": applies to --text (token ids need no tokenizer)");
+  }
+  if (a.tokenizer) y << "  tokenizer: " << q(*a.tokenizer) << "\n";
+  if (a.chat) y << "  chat: true\n";
   if (a.max_new) y << "generation:\n  max_new_tokens: " << *a.max_new << "\n";
   y << "run:\n  warmup: 0\n  repeats: 1\n";
   return y.str();
@@ -369,6 +451,46 @@ std::string generate_yaml(const Args& a) {
 std::string show_results(const std::string& path) {
   const nlohmann::json doc = read_results(path);
   return with_results_errors(results_source(path), [&] { return format_table(doc, path); });
+}
+
+// Presets (random weights of a published shape) and known real models (trained weights the set-up
+// fetches), with whether each real one is set up here and where.
+int list_models() {
+  std::string out =
+      "presets (random weights from a seed, no files; gengraph presets prints their "
+      "config.json):\n";
+  for (const auto& p : preset_names()) {
+    const nlohmann::json c = preset_config(p);
+    // The shape in the config's own words (GPT-2's n_layer/n_embd or the LLaMA family's).
+    const auto number = [&](const char* a, const char* b) {
+      const nlohmann::json& v = c.contains(a) ? c[a] : c.contains(b) ? c[b] : nlohmann::json();
+      return v.is_number_integer() ? std::to_string(v.get<int64_t>()) : std::string("?");
+    };
+    out += "  " + p + "\t" + c.value("model_type", std::string("?")) + ", " +
+           number("n_layer", "num_hidden_layers") + " layers, width " +
+           number("n_embd", "hidden_size") + ", vocabulary " + number("vocab_size", "vocab_size") +
+           "\n";
+  }
+  out += "known real models (trained weights; scripts/setup.sh fetches and converts them):\n";
+  for (const auto& m : known_models()) {
+    out += "  " + m.name + "\t" + m.description + "\n    license " + m.license + "; from " +
+           m.origin + "\n";
+    std::string where;
+    try {
+      const KnownModelStatus s = known_model_status(m.name);
+      where = s.ready ? "set up here: " + s.folder.string()
+                      : "not set up here (" + s.folder.string() + " is missing" +
+                            (s.unavailable_reason.empty()
+                                 ? ""
+                                 : "; the set-up said: " + s.unavailable_reason) +
+                            "); run scripts/setup.sh";
+    } catch (const Error& e) {
+      where = std::string("not set up here: ") + e.what();
+    }
+    out += "    " + terminal_text(where, false) + "\n";
+  }
+  print(out);
+  return 0;
 }
 
 int list_backends() {
@@ -401,8 +523,8 @@ int run_cli(int argc, char** argv) {
       return 0;
     }
     const std::vector<std::string> commands = {"run",     "generate", "validate", "show",
-                                               "compare", "backends", "presets",  "submit",
-                                               "collect", "task"};
+                                               "compare", "backends", "presets",  "models",
+                                               "submit",  "collect",  "task"};
     if (std::find(commands.begin(), commands.end(), cmd) == commands.end()) {
       throw UsageError("unknown command '" + cmd + "'");
     }
@@ -414,7 +536,7 @@ int run_cli(int argc, char** argv) {
     if (cmd == "generate") {
       check_usage(cmd, a,
                   {"--set", "--output", "--quiet", "--prompt", "--text", "--model", "--backend",
-                   "--device", "--dtype", "--max-new-tokens", "--stream"},
+                   "--device", "--dtype", "--max-new-tokens", "--stream", "--chat", "--tokenizer"},
                   0);
       return run_and_report(
           parse_experiment(generate_yaml(a), "gengraph generate (flags as YAML)", a.sets),
@@ -490,6 +612,7 @@ int run_cli(int argc, char** argv) {
     }
     check_usage(cmd, a, {}, 0);
     if (cmd == "backends") return list_backends();
+    if (cmd == "models") return list_models();
     std::string presets;
     for (const auto& p : preset_names()) presets += p + "\t" + preset_config(p).dump() + "\n";
     print(presets);

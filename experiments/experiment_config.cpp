@@ -15,6 +15,7 @@
 
 #include "experiments/yaml_input.h"
 #include "framework/decoding/generation_config.h"
+#include "framework/model/known_models.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -175,14 +176,31 @@ ModelSpec read_model(MapReader r, const std::string& file) {
   ModelSpec m;
   m.preset = r.scalar<std::string>("preset", "", "a preset name");
   m.path = r.scalar<std::string>("path", "", "a model folder path");
-  if (m.preset.empty() == m.path.empty()) {
-    r.fail(m.preset.empty() ? "preset" : "path", "exactly one of model.preset or model.path");
+  m.name = r.scalar<std::string>("name", "", "a known model name (see gengraph models)");
+  const int given = !m.preset.empty() + !m.path.empty() + !m.name.empty();
+  if (given != 1) {
+    const char* key = given == 0        ? "preset"
+                      : !m.name.empty() ? "name"
+                      : !m.path.empty() ? "path"
+                                        : "preset";
+    r.fail(key, "exactly one of model.preset, model.path or model.name");
   }
   if (r.has("config")) {
     const YAML::Node c = r.child("config");
     if (!c.IsMap()) r.fail("config", "a mapping of config.json keys");
     if (!m.path.empty()) r.fail("config", "no config overrides with model.path (edit config.json)");
+    if (!m.name.empty())
+      r.fail("config", "no config overrides with model.name (a real model's shape is its own)");
     m.config_overrides = to_json(c);
+  }
+  if (!m.name.empty()) {
+    // The folder the set-up made for it: what the run loads and records as the model's source.
+    const YAML::Node n = r.child("name");
+    try {
+      m.path = resolve_known_model(m.name).string();
+    } catch (const Error& e) {
+      throw Error(where(file, n) + "model.name: " + e.what());
+    }
   }
   m.seed = r.seed("seed", 0);
   m.dtype = r.choice("dtype", "float32", {"float32", "bfloat16", "float16"});
@@ -194,7 +212,6 @@ ModelSpec read_model(MapReader r, const std::string& file) {
                    m.device.find_first_not_of("0123456789", 5) == std::string::npos);
   if (!ok) r.fail("device", "cpu, cuda or cuda:N");
   r.finish();
-  (void)file;
   return m;
 }
 
@@ -255,6 +272,8 @@ InputsSpec read_inputs(MapReader r, const std::string& file) {
       }
       in.texts.push_back(t[i].Scalar());
     }
+    in.tokenizer = r.choice("tokenizer", "auto", {"auto", "native", "python"});
+    in.chat = r.scalar<bool>("chat", false, "true or false");
   } else if (r.has("prompts")) {
     const YAML::Node p = r.child("prompts");
     if (!p.IsSequence() || p.size() == 0) r.fail("prompts", "a non-empty list of token-id lists");
@@ -371,7 +390,7 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   ExperimentConfig c;
   c.file = file;
   c.name = r.scalar<std::string>("name", stem, "a name");
-  if (!r.has("model")) r.fail("model", "a model: mapping (preset or path)");
+  if (!r.has("model")) r.fail("model", "a model: mapping (preset, path or name)");
   c.model = read_model(MapReader(r.child("model"), "model", file), file);
   if (r.has("backend") && r.has("backends"))
     r.fail("backend", "either backend or backends, not both");
@@ -401,7 +420,9 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
       throw Error(file +
                   ": inputs.texts: needs model.path, a folder with a Hugging Face tokenizer; "
                   "model.preset '" +
-                  c.model.preset + "' has none (give inputs.prompts as token ids instead)");
+                  c.model.preset +
+                  "' has none (give inputs.prompts as token ids instead, or a real model as "
+                  "model.name: see gengraph models)");
     }
     const std::filesystem::path folder(c.model.path);
     if (std::filesystem::is_directory(folder) &&

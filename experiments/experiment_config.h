@@ -15,7 +15,9 @@ namespace gengraph {
 
 struct ModelSpec {
   std::string preset;               // built-in preset name, or
-  std::string path;                 // a Hugging Face model folder
+  std::string path;                 // a Hugging Face model folder, or
+  std::string name;                 // a known real model (known_models.h); `path` is then its
+                                    // folder, resolved when the experiment is read
   nlohmann::json config_overrides;  // config.json keys over the preset's (object or null)
   uint64_t seed = 0;                // random-weight seed (presets)
   std::string dtype = "float32";    // float32 | bfloat16 | float16
@@ -43,6 +45,10 @@ struct InputsSpec {
   int64_t batch_size = 1;
   int64_t prompt_length = 0;
   uint64_t seed = 0;
+  // Texts only: which tokenizer (auto: native, Python where the native one refuses the file's
+  // kind; native; python), and whether each text is a user message in the model's chat template.
+  std::string tokenizer = "auto";
+  bool chat = false;
 };
 
 struct RunSpec {

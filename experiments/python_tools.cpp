@@ -11,6 +11,7 @@
 
 #include "backends/aoti/aoti_step.h"
 #include "experiments/results.h"
+#include "experiments/text_io.h"
 #include "framework/model/loader.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
@@ -97,26 +98,27 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
   return *r.out;
 }
 
-nlohmann::json tokenizer_call(const std::string& folder, const char* op,
-                              const nlohmann::json& items, const char* field, std::ostream& log) {
-  ToolResult r = run_tool("hf_tokenizer.py", {{"model", folder}, {op, items}}, 0, log);
+nlohmann::json tokenizer_request(const std::string& folder, const nlohmann::json& request,
+                                 const char* field, size_t count, std::ostream& log) {
+  const std::string op = request.contains("encode")   ? "encode"
+                         : request.contains("decode") ? "decode"
+                                                      : "chat";
+  ToolResult r = run_tool("hf_tokenizer.py", request, 0, log);
   if (!r.out) {
-    throw Error(std::string("inputs.texts: tools/hf_tokenizer.py could not ") + op +
-                " with the tokenizer in '" + folder + "' (exit " + std::to_string(r.rc) +
-                "; any message it printed is above)");
+    throw Error("inputs.texts: tools/hf_tokenizer.py could not " + op + " with the tokenizer in '" +
+                folder + "' (exit " + std::to_string(r.rc) + "; any message it printed is above)");
   }
-  // One result per item: token ids (integers) for "encode", a string for "decode".
-  const JsonAt out(*r.out, std::string("inputs.texts: the output of tools/hf_tokenizer.py (") + op +
+  // One result per item: token ids (integers) for "encode", a string otherwise.
+  const JsonAt out(*r.out, "inputs.texts: the output of tools/hf_tokenizer.py (" + op +
                                " with the tokenizer in '" + folder + "')");
   out.object();
   const std::vector<JsonAt> results = out[field].items();
-  if (results.size() != items.size()) {
-    out[field].fail(std::string("one entry per ") +
-                    (std::string(op) == "encode" ? "text" : "sequence") + " (" +
-                    std::to_string(items.size()) + ")");
+  if (results.size() != count) {
+    out[field].fail(std::string("one entry per ") + (op == "decode" ? "sequence" : "text") + " (" +
+                    std::to_string(count) + ")");
   }
   for (const auto& x : results) {
-    if (std::string(op) == "encode") {
+    if (op == "encode") {
       for (const auto& id : x.items(std::numeric_limits<size_t>::max(), "an array of token ids"))
         id.integer();
     } else {
@@ -126,18 +128,22 @@ nlohmann::json tokenizer_call(const std::string& folder, const char* op,
   return (*r.out)[field];
 }
 
-void decode_outputs(nlohmann::json& runs, const std::string& folder, std::ostream& log) {
+void decode_outputs(nlohmann::json& runs, const TextCodec& codec) {
   // Read through JsonAt: a peer's row was checked when it came, gengraph's are its own.
   const JsonAt all(runs, "the results");
-  nlohmann::json seqs = nlohmann::json::array();
+  std::vector<std::vector<int64_t>> seqs;
   for (const auto& run : all.items()) {
     if (!run.has("outputs")) continue;
     for (const auto& in : run["outputs"].items()) {
-      for (const auto& s : in["sequences"].items()) seqs.push_back(s["tokens"].json());
+      for (const auto& s : in["sequences"].items()) {
+        std::vector<int64_t> ids;
+        for (const auto& id : s["tokens"].items()) ids.push_back(id.integer());
+        seqs.push_back(std::move(ids));
+      }
     }
   }
   if (seqs.empty()) return;
-  const nlohmann::json texts = tokenizer_call(folder, "decode", seqs, "texts", log);
+  const std::vector<std::string> texts = codec.decode(seqs);
   size_t k = 0;
   for (auto& run : runs) {
     if (!run.contains("outputs")) continue;

@@ -41,12 +41,13 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
                         const std::filesystem::path& folder, const nlohmann::json& generation,
                         const std::vector<std::vector<int64_t>>& prompts, std::ostream& log);
 
-// op "encode" (items: texts -> field "ids") or "decode" (items: token lists -> field "texts") with
-// the tokenizer in `folder`; one result per item or an Error.
-nlohmann::json tokenizer_call(const std::string& folder, const char* op,
-                              const nlohmann::json& items, const char* field, std::ostream& log);
+// One call of tools/hf_tokenizer.py with `request` (its "encode", "decode" or "chat" form, see the
+// tool): the output's `field`, checked to hold `count` entries of the right type, or an Error.
+nlohmann::json tokenizer_request(const std::string& folder, const nlohmann::json& request,
+                                 const char* field, size_t count, std::ostream& log);
 
-// Adds "text" to every generated sequence of every row, decoded in one call.
-void decode_outputs(nlohmann::json& runs, const std::string& folder, std::ostream& log);
+class TextCodec;
+// Adds "text" to every generated sequence of every row.
+void decode_outputs(nlohmann::json& runs, const TextCodec& codec);
 
 }  // namespace gengraph

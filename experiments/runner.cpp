@@ -13,6 +13,7 @@
 #include "experiments/python_tools.h"
 #include "experiments/results.h"
 #include "experiments/statistics.h"
+#include "experiments/text_io.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
@@ -207,11 +208,22 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
 
   // Texts are encoded before the (possibly slow) model load too, so a tokenizer problem fails fast.
   std::vector<std::vector<int64_t>> prompts;
+  std::unique_ptr<TextCodec> codec;
+  std::vector<std::string> chat_prompts;
   if (!c.inputs.texts.empty()) {
-    log << "encoding " << c.inputs.texts.size() << " text(s) with the tokenizer in " << c.model.path
-        << "\n";
-    prompts = tokenizer_call(c.model.path, "encode", c.inputs.texts, "ids", log)
-                  .get<std::vector<std::vector<int64_t>>>();
+    codec = std::make_unique<TextCodec>(
+        c.model.path, parse_tokenizer_choice(c.inputs.tokenizer, c.file + ": inputs.tokenizer"),
+        log);
+    log << "encoding " << c.inputs.texts.size() << " text(s)"
+        << (c.inputs.chat ? " as chat messages" : "") << " with the tokenizer ("
+        << codec->description() << ")\n";
+    if (c.inputs.chat) {
+      // The template's markers are in the prompt text already: nothing more is added.
+      chat_prompts = codec->chat_prompts(c.inputs.texts);
+      prompts = codec->encode(chat_prompts, false, c.file + ": inputs.texts (chat)");
+    } else {
+      prompts = codec->encode(c.inputs.texts, true, c.file + ": inputs.texts");
+    }
   }
 
   ModelSource src = model_source(c);
@@ -280,6 +292,8 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
                                                     }()}};
   if (!c.inputs.texts.empty()) {
     doc["inputs"]["texts"] = c.inputs.texts;
+    doc["inputs"]["tokenizer"] = codec->description();
+    if (c.inputs.chat) doc["inputs"]["chat_prompts"] = chat_prompts;  // the template's output
     doc["inputs"]["prompts"] = prompts;  // as the tokenizer encoded them
   }
   doc["run"] = {
@@ -410,7 +424,7 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
       doc["runs"].push_back(run);
     }
   }
-  if (!c.inputs.texts.empty()) decode_outputs(doc["runs"], c.model.path, log);
+  if (codec) decode_outputs(doc["runs"], *codec);
   // Ratios to the baseline row (the first when the baseline is not a measured row).
   if (!doc["runs"].empty()) {
     nlohmann::json base = doc["runs"][0];

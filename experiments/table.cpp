@@ -191,6 +191,31 @@ std::string format_table(const JsonAt& doc) {
   const std::vector<JsonAt> runs = doc["runs"].items();
   // The first row's tokens (a failed first row has none to show).
   const auto outputs = runs.empty() ? std::nullopt : runs.front().find("outputs");
+  // Texts in: each prompt's text and what was generated, as quoted JSON strings (control
+  // characters escaped), for every input; the ids stay in the results file.
+  const auto texts = doc.has("inputs") ? doc["inputs"].find("texts") : std::nullopt;
+  if (outputs && texts) {
+    const auto quoted = [](const JsonAt& v) {
+      return terminal_text(v.json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    };
+    const std::vector<JsonAt> prompts = texts->items();
+    o << "generated text (" << shown(runs.front()["label"]) << "; "
+      << (doc["inputs"].has("tokenizer") ? shown(doc["inputs"]["tokenizer"])
+                                         : std::string("tokenizer"))
+      << "):\n";
+    for (const auto& in : outputs->items()) {
+      const int64_t i = in["input"].integer();
+      for (const auto& s : in["sequences"].items()) {
+        o << "  [" << i << "] ";
+        if (i >= 0 && static_cast<size_t>(i) < prompts.size())
+          o << quoted(prompts[static_cast<size_t>(i)]) << " ->";
+        if (const auto text = s.find("text")) o << " " << quoted(*text);
+        if (const auto score = s.find("score")) o << "  score " << score->number();
+        o << "\n";
+      }
+    }
+    return o.str();
+  }
   if (outputs) {
     o << "generated tokens (" << shown(runs.front()["label"]) << "):\n";
     int shown_inputs = 0;

@@ -1,9 +1,25 @@
 #!/usr/bin/env bash
-# The main job on the built-in default: set-up (installs what is missing, builds), then
-# `gengraph run configs/quickstart.yaml`. Extra arguments go to `gengraph run`.
+# The main job: set-up (installs what is missing, fetches the real model, builds), then
+# `gengraph run configs/quickstart.yaml` on the real model smollm2-135m. When the set-up could not
+# make that model (no network, or GENGRAPH_NO_REAL_MODEL=1), it says why in one line and runs
+# configs/quickstart-random.yaml (random weights) instead. Extra arguments go to `gengraph run`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${GENGRAPH_BUILD_DIR:-$ROOT/build}"
+CACHE="${GENGRAPH_CACHE:-$HOME/.cache/gengraph}"
 "$ROOT/scripts/setup.sh" gengraph_cli
 cd "$ROOT"
-exec "$BUILD/gengraph" run configs/quickstart.yaml "$@"
+CONFIG=configs/quickstart.yaml
+MODEL="$CACHE/models/smollm2-135m"
+if [ ! -f "$MODEL/config.json" ]; then
+  if [ "${GENGRAPH_NO_REAL_MODEL:-0}" = 1 ]; then
+    reason="GENGRAPH_NO_REAL_MODEL=1 skipped it"
+  else
+    reason="$(head -n 1 "$MODEL.unavailable" 2>/dev/null || true)"
+    [ -n "$reason" ] || reason="the set-up has not made $MODEL"
+  fi
+  echo "[quickstart] the real model smollm2-135m is not set up here ($reason); running" \
+       "configs/quickstart-random.yaml (random weights) instead" >&2
+  CONFIG=configs/quickstart-random.yaml
+fi
+exec "$BUILD/gengraph" run "$CONFIG" "$@"

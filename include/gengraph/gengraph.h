@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -49,7 +50,13 @@ struct EngineOptions {
 struct Sequence {
   std::vector<int64_t> tokens;  // the generated tokens (no prompt, no padding)
   std::optional<double> score;  // beam strategies: the length-normalised score
+  std::string text;             // generate_text: the tokens decoded (special tokens kept)
 };
+
+// generate_text's stream: text of prompt `input`'s sequence `sequence` as it becomes final (never
+// ending inside a UTF-8 character). The pieces of a sequence add up to its Sequence::text.
+using TextStreamCallback =
+    std::function<void(int64_t input, int64_t sequence, const std::string& text)>;
 
 struct Generation {
   std::vector<std::vector<Sequence>> outputs;  // per prompt, best first
@@ -83,6 +90,17 @@ class Engine {
                       const nlohmann::json& settings = nlohmann::json::object(),
                       const TokenStream& stream = {});
 
+  // Text in and out, natively (framework/text/tokenizer.h): the model folder's tokenizer.json (or
+  // tokenizer.model), loaded on first use; a preset, or a folder without one, is refused naming
+  // it. encode adds what the tokenizer's post-processor adds (LLaMA's BOS, ...) unless told not
+  // to, as transformers' tokenizer(text) does; decode keeps special tokens unless told not to.
+  std::vector<int64_t> encode(const std::string& text, bool add_special_tokens = true) const;
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const;
+  // generate() from texts: each encoded, generated, and every Sequence's text decoded. `stream`,
+  // when given, receives the text of each sequence as it becomes final (greedy and sampling).
+  Generation generate_text(const std::vector<std::string>& texts,
+                           const nlohmann::json& settings = nlohmann::json::object(),
+                           const TextStreamCallback& stream = {});
   // Seeds the generator sampling draws from (the CLI seeds it with run.seed, default 0, before
   // every generation; do the same here to get its sampled tokens).
   void manual_seed(uint64_t seed);

@@ -31,7 +31,7 @@ TEST(Cli, UsageErrorsExitTwoAndNameTheFlag) {
       {{"validate", e, "--output", "x.json"}, "validate: option --output does not apply"},
       {{"show"}, "show: expected 1 argument(s), found 0"},
       {{"frobnicate"}, "unknown command 'frobnicate'"},
-      {{"generate", "--prompt", "1"}, "generate: --model PRESET|FOLDER is required"},
+      {{"generate", "--prompt", "1"}, "generate: --model PRESET|FOLDER|NAME is required"},
       {{"generate", "--model", "gpt2-tiny", "--prompt", "-1,2"},
        "--prompt '-1,2': item 0: expected a non-negative integer token id, found '-1'"},
       {{"generate", "--model", "gpt2-tiny", "--prompt", "1], [2"}, "--prompt '1], [2': item 0"},

@@ -119,7 +119,7 @@ INSTANTIATE_TEST_SUITE_P(
                     "backends: [{name: eager, loop: {graph: yes}}]\n",
                 "backends[0].loop.graph"},
         BadYaml{"preset_and_path", "model: {preset: gpt2-tiny, path: /x}\n" + kInputs,
-                "exactly one of model.preset or model.path"},
+                "exactly one of model.preset, model.path or model.name"},
         BadYaml{"no_model", kInputs, "model: expected a model: mapping"},
         BadYaml{"no_inputs", "model: {preset: gpt2-tiny}\n", "inputs: expected an inputs: mapping"},
         BadYaml{"negative_token", "model: {preset: gpt2-tiny}\ninputs: {prompts: [[1, -2]]}\n",

@@ -19,7 +19,8 @@ namespace {
 
 using namespace testing::cli_names;  // NOLINT(build/namespaces)
 
-const std::string kQuickstart = std::string(GENGRAPH_SOURCE_DIR) + "/configs/quickstart.yaml";
+const std::string kQuickstart =
+    std::string(GENGRAPH_SOURCE_DIR) + "/configs/quickstart-random.yaml";
 
 TEST(HostileInput, YamlAliasesThatReferToThemselvesOrExplodeAreRefused) {
   TempDir dir;

@@ -54,9 +54,25 @@ TEST(Cli, TextsAreEncodedAndOutputsDecodedWithTheFoldersTokenizer) {
                                                       : "w" + std::to_string(v));
     }
     EXPECT_EQ(seq["text"], words);
-    EXPECT_THAT(table, HasSubstr("text: \"" + words + "\""));
+    EXPECT_THAT(table, HasSubstr("[" + std::to_string(k) + "] " + t["inputs"]["texts"][k].dump() +
+                                 " -> \"" + words + "\""));
   }
   EXPECT_FALSE(i["runs"][0]["outputs"][0]["sequences"][0].contains("text"));
+  // A word-level tokenizer is not one the native reader handles: the Python tokenizer took over,
+  // and the results say so and why.
+  EXPECT_THAT(
+      t["inputs"]["tokenizer"].get<std::string>(),
+      HasSubstr("python: tools/hf_tokenizer.py (transformers) on '" + folder.string() +
+                "' (the native tokenizer refused it: '" + (folder / "tokenizer.json").string() +
+                "': model 'WordLevel' is not supported natively (supported: BPE))"));
+  // --tokenizer native refuses instead of falling back.
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"generate", "--model", folder.string(), "--text", "w5", "--tokenizer", "native",
+                 "--max-new-tokens", "1", "--output", text_out.string(), "--quiet"}),
+            1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("unsupported tokenizer: '" + (folder / "tokenizer.json").string() +
+                        "': model 'WordLevel' is not supported natively"));
 
   // tokenizer.json alone is read as itself (AutoTokenizer would guess GPT-2's BPE from
   // config.json).
@@ -126,14 +142,14 @@ TEST(Cli, TextInputsNeedAFolderWithATokenizer) {
       error_of_run({"validate", (dir / "f.yaml").string()}),
       HasSubstr(
           "exactly one of inputs.prompts (token-id lists), inputs.texts or inputs.synthetic"));
-  // A tokenizer file that transformers cannot read: the tool's failure names the folder.
+  // A tokenizer file that is not JSON: the native reader names it (no fallback for a damaged file).
   const auto broken = dir / "broken";
   std::filesystem::copy(folder, broken);
   write_file(broken / "tokenizer.json", "{not json");
   const auto out = dir / "b.json";
   EXPECT_THAT(error_of_run({"generate", "--model", broken.string(), "--text", "w1", "--output",
                             out.string(), "--quiet"}),
-              HasSubstr("could not encode with the tokenizer in '" + broken.string() + "'"));
+              HasSubstr("'" + (broken / "tokenizer.json").string() + "' is not valid JSON"));
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 

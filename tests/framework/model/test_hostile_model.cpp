@@ -31,7 +31,8 @@ namespace {
 using namespace testing::cli_names;  // NOLINT(build/namespaces)
 using testing::error_of;
 
-const std::string kQuickstart = std::string(GENGRAPH_SOURCE_DIR) + "/configs/quickstart.yaml";
+const std::string kQuickstart =
+    std::string(GENGRAPH_SOURCE_DIR) + "/configs/quickstart-random.yaml";
 
 // Under AddressSanitizer (scripts/sanitize.sh) memory is not what the estimate counts (shadow
 // memory, quarantine), the address space is reserved whole (ulimit -v does not apply), and an

@@ -1,0 +1,93 @@
+#include "experiments/text_io.h"
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "experiments/python_tools.h"
+#include "framework/text/tokenizer.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+
+TokenizerChoice parse_tokenizer_choice(const std::string& value, const std::string& where) {
+  if (value == "auto") return TokenizerChoice::Auto;
+  if (value == "native") return TokenizerChoice::Native;
+  if (value == "python") return TokenizerChoice::Python;
+  throw Error(where + ": expected auto, native or python, found '" + value + "'");
+}
+
+const char* tokenizer_choice_name(TokenizerChoice choice) {
+  switch (choice) {
+    case TokenizerChoice::Auto:
+      return "auto";
+    case TokenizerChoice::Native:
+      return "native";
+    case TokenizerChoice::Python:
+      return "python";
+  }
+  return "?";
+}
+
+TextCodec::TextCodec(const std::string& folder, TokenizerChoice choice, std::ostream& log)
+    : folder_(folder), log_(log) {
+  if (choice == TokenizerChoice::Python) {
+    description_ = "python: tools/hf_tokenizer.py (transformers) on '" + folder + "' (as asked)";
+    return;
+  }
+  try {
+    native_ = load_tokenizer(folder);
+    description_ = "native: " + native_->describe();
+  } catch (const Error& e) {
+    const std::string why = e.what();
+    const bool unsupported = why.rfind(std::string(kUnsupportedTokenizer), 0) == 0;
+    // Only a kind the native reader does not handle falls back; a damaged file is an error either
+    // way (the Python tokenizer would refuse it too, less clearly).
+    if (choice == TokenizerChoice::Native || !unsupported) throw;
+    description_ =
+        "python: tools/hf_tokenizer.py (transformers) on '" + folder +
+        "' (the native tokenizer refused it: " + why.substr(kUnsupportedTokenizer.size()) + ")";
+    log_ << "note: " << description_ << "\n";
+  }
+}
+
+TextCodec::~TextCodec() = default;
+
+std::vector<std::vector<int64_t>> TextCodec::encode(const std::vector<std::string>& texts,
+                                                    bool add_special_tokens,
+                                                    const std::string& what) const {
+  std::vector<std::vector<int64_t>> out;
+  if (native_) {
+    for (size_t i = 0; i < texts.size(); ++i) {
+      out.push_back(native_->encode(texts[i], add_special_tokens));
+      if (out.back().empty()) {
+        throw Error(what + "[" + std::to_string(i) + "] encodes to no tokens with " +
+                    native_->describe());
+      }
+    }
+    return out;
+  }
+  // tools/hf_tokenizer.py refuses an empty encoding itself.
+  nlohmann::json request = {
+      {"model", folder_}, {"encode", texts}, {"add_special_tokens", add_special_tokens}};
+  return tokenizer_request(folder_, request, "ids", texts.size(), log_)
+      .get<std::vector<std::vector<int64_t>>>();
+}
+
+std::vector<std::string> TextCodec::decode(const std::vector<std::vector<int64_t>>& ids) const {
+  if (native_) {
+    std::vector<std::string> out;
+    for (const auto& seq : ids) out.push_back(native_->decode(seq));
+    return out;
+  }
+  nlohmann::json request = {{"model", folder_}, {"decode", ids}};
+  return tokenizer_request(folder_, request, "texts", ids.size(), log_)
+      .get<std::vector<std::string>>();
+}
+
+std::vector<std::string> TextCodec::chat_prompts(const std::vector<std::string>& texts) const {
+  nlohmann::json request = {{"model", folder_}, {"chat", texts}};
+  return tokenizer_request(folder_, request, "texts", texts.size(), log_)
+      .get<std::vector<std::string>>();
+}
+
+}  // namespace gengraph

@@ -1,0 +1,50 @@
+// Text in and out for experiments and the CLI: the native tokenizer (framework/text/tokenizer.h) by
+// default, tools/hf_tokenizer.py (transformers' own tokenizer, in a Python process) as the
+// fallback, and the chat template through that tool.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gengraph {
+
+class Tokenizer;
+
+// inputs.tokenizer / --tokenizer: "auto" (native, else Python when the native reader refuses the
+// file's kind, saying why), "native" (an error instead of the fallback) or "python".
+enum class TokenizerChoice { Auto, Native, Python };
+TokenizerChoice parse_tokenizer_choice(const std::string& value, const std::string& where);
+const char* tokenizer_choice_name(TokenizerChoice choice);
+
+class TextCodec {
+ public:
+  // The tokenizer of model folder `folder`; notes (the fallback and its reason) go to `log`.
+  TextCodec(const std::string& folder, TokenizerChoice choice, std::ostream& log);
+  ~TextCodec();
+
+  // Token ids per text (what tokenizer(text) gives; with add_special_tokens false, nothing
+  // added). A text that encodes to no tokens is refused, naming `what` and its index.
+  std::vector<std::vector<int64_t>> encode(const std::vector<std::string>& texts,
+                                           bool add_special_tokens, const std::string& what) const;
+  // The text of each token list (special tokens kept).
+  std::vector<std::string> decode(const std::vector<std::vector<int64_t>>& ids) const;
+  // Each text as one user message in the model's chat template, ready to encode without special
+  // tokens (through tools/hf_tokenizer.py: the template is Jinja).
+  std::vector<std::string> chat_prompts(const std::vector<std::string>& texts) const;
+
+  // "native: byte-level BPE, 49152 tokens, '<folder>/tokenizer.json'" or "python: ... (why)".
+  const std::string& description() const { return description_; }
+  // The native tokenizer, or null on the Python path.
+  const Tokenizer* native() const { return native_.get(); }
+
+ private:
+  std::string folder_;
+  std::unique_ptr<Tokenizer> native_;
+  std::string description_;
+  std::ostream& log_;
+};
+
+}  // namespace gengraph

