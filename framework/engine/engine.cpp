@@ -13,6 +13,7 @@
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
+#include "framework/model/known_models.h"
 #include "framework/model/loader.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/device.h"
@@ -78,6 +79,11 @@ namespace {
 // is refused rather than looked up as a preset), as `gengraph generate --model` decides.
 ModelSource model_source_of(const std::string& model, const EngineOptions& o) {
   ModelSource src;
+  if (!std::filesystem::exists(model) && find_known_model(model) != nullptr) {
+    // A known real model (gengraph models): its folder where the set-up put it, or an Error
+    // saying it is not set up here and why.
+    return model_source_of(resolve_known_model(model).string(), o);
+  }
   if (std::filesystem::is_directory(model)) {
     src.path = model;
     if (!o.model_config.is_null()) {

@@ -75,7 +75,8 @@ struct Generation {
 // an Engine while another thread calls it is not allowed.
 class Engine {
  public:
-  // `model`: an existing folder (config.json + safetensors) or a preset name (gengraph presets).
+  // `model`: an existing folder (config.json + safetensors), a known real model set up here
+  // ("smollm2-135m", gengraph models) or a preset name (gengraph presets).
   // The backend and its options are checked before the weights are loaded.
   explicit Engine(const std::string& model, const EngineOptions& options = {});
   ~Engine();

@@ -15,6 +15,8 @@
 #include "experiments/slurm.h"
 #include "experiments/table.h"
 #include "framework/model/safetensors.h"
+#include "framework/text/tokenizer.h"
+#include "framework/text/utf8.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
 
@@ -35,6 +37,99 @@ const fs::path& scratch() {
 
 std::string_view text_of(const uint8_t* data, size_t size) {
   return {reinterpret_cast<const char*>(data), size};
+}
+
+// Two small tokenizer.json documents of the families the native tokenizer reads.
+std::vector<std::pair<std::string, std::string>> fuzz_tokenizers() {
+  // Byte-level: GPT-2's byte alphabet as single tokens ("Ġ" is the space), a few merges, an
+  // <|endoftext|> special token and an lstrip <mask>.
+  nlohmann::json vocab = nlohmann::json::object();
+  int next = 0;
+  for (int b = 0; b < 256; ++b) {
+    int cp = b;
+    if (!((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE))) cp = 256 + next++;
+    std::string s;
+    utf8::append(s, static_cast<char32_t>(cp));
+    vocab[s] = b;
+  }
+  vocab["\xC4\xA0t"] = 256;
+  vocab["he"] = 257;
+  vocab["\xC4\xA0the"] = 258;
+  nlohmann::json byte_level = {
+      {"version", "1.0"},
+      {"added_tokens",
+       {{{"id", 259},
+         {"content", "<|endoftext|>"},
+         {"special", true},
+         {"normalized", false},
+         {"lstrip", false},
+         {"rstrip", false},
+         {"single_word", false}},
+        {{"id", 260},
+         {"content", "<mask>"},
+         {"special", true},
+         {"normalized", false},
+         {"lstrip", true},
+         {"rstrip", false},
+         {"single_word", false}}}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Digits"}, {"individual_digits", true}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model",
+       {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"\xC4\xA0 t", "h e", "\xC4\xA0t he"}}}}};
+  // LLaMA-2 style: <unk> <s> </s>, the 256 byte tokens, a few pieces; byte fallback.
+  nlohmann::json v2 = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    v2[name] = 3 + b;
+  }
+  v2["\xE2\x96\x81"] = 259;
+  v2["a"] = 260;
+  v2["\xE2\x96\x81"
+     "a"] = 261;
+  nlohmann::json fallback = {
+      {"version", "1.0"},
+      {"added_tokens",
+       {{{"id", 1},
+         {"content", "<s>"},
+         {"special", true},
+         {"normalized", false},
+         {"lstrip", false},
+         {"rstrip", false},
+         {"single_word", false}}}},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single",
+         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders",
+         {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+          {{"type", "ByteFallback"}},
+          {{"type", "Fuse"}},
+          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", v2},
+        {"merges", {"\xE2\x96\x81 a"}},
+        {"unk_token", "<unk>"},
+        {"fuse_unk", true},
+        {"byte_fallback", true}}}};
+  return {{"byte_level", byte_level.dump()}, {"byte_fallback", fallback.dump()}};
 }
 
 void write_bytes(const fs::path& p, const uint8_t* data, size_t size) {
@@ -127,12 +222,55 @@ void aoti_package(const uint8_t* data, size_t size) {
   expect_result_or_error([&] { check_aoti_package(p); });
 }
 
+// tokenizer.json as the native tokenizer reads it; when it loads, a few texts through it and back.
+void tokenizer_json(const uint8_t* data, size_t size) {
+  const fs::path p = scratch() / "tokenizer.json";
+  write_bytes(p, data, size);
+  expect_result_or_error([&] {
+    const auto tok = load_tokenizer_json(p);
+    for (const char* text : {"Hello, world! 123", "  caf\xC3\xA9 \xF0\x9F\x98\x80\xFF", ""}) {
+      const auto ids = tok->encode(text);
+      const std::string back = tok->decode(ids);
+      if (!utf8::is_valid(back)) throw std::logic_error("decode gave invalid UTF-8");
+    }
+  });
+}
+
+// Any bytes as text through two small tokenizers (byte-level BPE with special tokens; LLaMA-2
+// style byte fallback), both ways and streamed: decoded text is valid UTF-8 and the stream adds up
+// to it.
+void tokenizer_text(const uint8_t* data, size_t size) {
+  static const auto tokenizers = [] {
+    std::vector<std::unique_ptr<Tokenizer>> t;
+    for (const auto& [name, doc] : fuzz_tokenizers()) {
+      const fs::path p = scratch() / (name + ".json");
+      write_file_or_throw(p, doc, "fuzz tokenizer");
+      t.push_back(load_tokenizer_json(p));
+    }
+    return t;
+  }();
+  const std::string_view text = text_of(data, size);
+  for (const auto& tok : tokenizers) {
+    for (const bool special : {true, false}) {
+      const auto ids = tok->encode(text, special);
+      const std::string back = tok->decode(ids);
+      if (!utf8::is_valid(back)) throw std::logic_error("decode gave invalid UTF-8");
+      TextStream stream(*tok);
+      std::string streamed;
+      for (const int64_t id : ids) streamed += stream.push(id);
+      streamed += stream.finish();
+      if (streamed != back) throw std::logic_error("the stream does not add up to decode()");
+    }
+  }
+}
+
 const std::vector<NamedTarget>& targets() {
   static const std::vector<NamedTarget> all = {
       {"safetensors_file", safetensors_file}, {"safetensors_index", safetensors_index},
       {"experiment_yaml", experiment_yaml},   {"results_json", results_json},
       {"trace_metadata", trace_metadata},     {"job_json", job_json},
-      {"aoti_package", aoti_package}};
+      {"aoti_package", aoti_package},         {"tokenizer_json", tokenizer_json},
+      {"tokenizer_text", tokenizer_text}};
   return all;
 }
 
