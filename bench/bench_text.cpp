@@ -139,14 +139,22 @@ void register_text_benchmarks() {
               << " (scripts/setup.sh)\n";
     return;
   }
-  benchmark::RegisterBenchmark("text/encode_native", encode_native)->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("text/encode_native", encode_native)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
   benchmark::RegisterBenchmark("text/load_and_encode_native", load_and_encode_native)
-      ->Unit(benchmark::kMillisecond);
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
   benchmark::RegisterBenchmark("text/encode_python_subprocess", encode_python)
       ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
       ->Iterations(bench_smoke() ? 1 : 3);
-  benchmark::RegisterBenchmark("text/decode_native", decode_native)->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("text/stream_native", stream_native)->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("text/decode_native", decode_native)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("text/stream_native", stream_native)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
 }
 
 }  // namespace gengraph::bench

@@ -17,6 +17,7 @@
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
+#include "tests/parity/expect_outputs.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -84,27 +85,7 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
   at::manual_seed(rec["seed"].get<uint64_t>());
   const GenerationResult r = Generator(gen, {}, loop).generate(*backend, prompts);
   if (variant == "whole_step") EXPECT_TRUE(r.loop.whole_step);
-  ASSERT_EQ(r.outputs.size(), expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    ASSERT_EQ(r.outputs[i].size(), expected[i].size()) << "input " << i;
-    for (size_t j = 0; j < expected[i].size(); ++j) {
-      const auto& want = expected[i][j];
-      const auto& got = r.outputs[i][j];
-      EXPECT_EQ(got.tokens, want["tokens"].get<std::vector<int64_t>>())
-          << "input " << i << " sequence " << j;
-      if (want["score"].is_null()) {
-        EXPECT_FALSE(got.score.has_value());
-      } else {
-        ASSERT_TRUE(got.score.has_value());
-        // Sums of float32 log-probabilities: 1e-5 relative (absolute below 1), as the fixture
-        // check compares them. An absolute 1e-5 is under one float32 step above |score| 128 (an
-        // aoti package rebuilt by another compile gave -143.867706 against -143.867691: 1 ulp).
-        const double w = want["score"].get<double>();
-        EXPECT_NEAR(*got.score, w, 1e-5 * std::max(1.0, std::abs(w)))
-            << "input " << i << " sequence " << j;
-      }
-    }
-  }
+  testing::expect_outputs(r, expected);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(all_cases()),

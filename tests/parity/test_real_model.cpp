@@ -21,6 +21,7 @@
 #include "framework/model/known_models.h"
 #include "framework/model/loader.h"
 #include "framework/text/tokenizer.h"
+#include "tests/parity/expect_outputs.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -182,25 +183,7 @@ TEST_P(RealModelParity, SameTokensAsTransformersGenerate) {
   // Same seed, same draws: the default generator is where transformers' sampling draws from.
   at::manual_seed(rec["seed"].get<uint64_t>());
   const GenerationResult r = Generator(gen).generate(*backend, prompt_ids());
-  ASSERT_EQ(r.outputs.size(), expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    ASSERT_EQ(r.outputs[i].size(), expected[i].size()) << "input " << i;
-    for (size_t j = 0; j < expected[i].size(); ++j) {
-      const auto& want = expected[i][j];
-      const auto& got = r.outputs[i][j];
-      EXPECT_EQ(got.tokens, want["tokens"].get<std::vector<int64_t>>())
-          << "input " << i << " sequence " << j << ": transformers gave " << want["text"].dump();
-      if (want["score"].is_null()) {
-        EXPECT_FALSE(got.score.has_value());
-      } else {
-        ASSERT_TRUE(got.score.has_value());
-        // As test_hf_parity.cpp: 1e-5 relative (absolute below 1), float32 sums.
-        const double w = want["score"].get<double>();
-        EXPECT_NEAR(*got.score, w, 1e-5 * std::max(1.0, std::abs(w)))
-            << "input " << i << " sequence " << j;
-      }
-    }
-  }
+  testing::expect_outputs(r, expected);
 }
 
 INSTANTIATE_TEST_SUITE_P(Smollm2, RealModelParity, ::testing::ValuesIn(all_cases()),
