@@ -20,6 +20,7 @@
 #include "experiments/compare.h"
 #include "experiments/experiment_config.h"
 #include "experiments/process.h"
+#include "experiments/quality.h"
 #include "experiments/results.h"
 #include "experiments/runner.h"
 #include "experiments/slurm.h"
@@ -51,6 +52,12 @@ const char* kUsage = R"(usage:
       native refuses instead) or python (transformers, in a Python process).
       --stream prints each token as it is chosen, one line per step (greedy search and sampling);
       with --text, the text as it becomes final.
+  gengraph quality --model FOLDER|NAME [--weights int8,int4,bfloat16] [--group-size N]
+                   [--text-file FILE] [--windows N] [--window TOKENS] [--text PROMPT]...
+                   [--new-tokens N] [--output FILE]
+      What weight-only quantization costs: per format against the float model, perplexity on
+      windows of a text (default the GPL-3 text Debian ships), KL divergence and top-1 agreement
+      of the next-token distributions, and greedy generations from the prompts compared.
   gengraph validate CONFIG.yaml [--set KEY=VALUE]...
       Parse and check an experiment (every sweep point, backend names and options) without running it.
   gengraph show RESULTS.json
@@ -136,8 +143,9 @@ struct Args {
   std::string job_dir, rerun;
   std::string output, model, backend = "eager", device = "cpu", dtype = "float32",
                              metric = "total_ms";
-  std::optional<std::string> max_new;    // --max-new-tokens as given
-  std::optional<std::string> tokenizer;  // --tokenizer as given
+  std::optional<std::string> max_new;          // --max-new-tokens as given
+  std::optional<std::string> tokenizer;        // --tokenizer as given
+  std::map<std::string, std::string> quality;  // gengraph quality's own flags, as given
   bool quiet = false, stream = false, chat = false;
   std::vector<std::string> flags;  // every option given, for the per-command check
 };
@@ -197,6 +205,9 @@ Args parse_args(int argc, char** argv, int first) {
       a.chat = true;
     else if (s == "--tokenizer")
       a.tokenizer = value();
+    else if (s == "--weights" || s == "--group-size" || s == "--text-file" || s == "--windows" ||
+             s == "--window" || s == "--new-tokens")
+      a.quality[s] = value();
     else if (s == "--slurm-option")
       a.slurm_options.push_back(value());
     else if (s == "--job-dir")
@@ -446,6 +457,54 @@ std::string generate_yaml(const Args& a) {
   return y.str();
 }
 
+// A positive integer flag of gengraph quality, or its default.
+int64_t count_flag(const Args& a, const std::string& flag, int64_t fallback, int64_t most) {
+  const auto it = a.quality.find(flag);
+  if (it == a.quality.end()) return fallback;
+  const std::string& v = it->second;
+  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoll(v) < 1 || std::stoll(v) > most) {
+    throw UsageError(flag + ": expected an integer from 1 to " + std::to_string(most) +
+                     ", found '" + v + "'");
+  }
+  return std::stoll(v);
+}
+
+int run_quality(const Args& a) {
+  if (a.model.empty()) throw UsageError("quality: --model FOLDER|NAME is required");
+  QualityOptions o;
+  o.model = a.model;
+  const auto w = a.quality.find("--weights");
+  std::stringstream formats(w == a.quality.end() ? "int8,int4,bfloat16" : w->second);
+  for (std::string f; std::getline(formats, f, ',');) {
+    parse_weight_kind(f, "--weights");
+    if (f == "float")
+      throw UsageError("--weights: float is the reference; list int8, int4 or bfloat16");
+    o.formats.push_back(f);
+  }
+  if (o.formats.empty()) throw UsageError("--weights: expected a list such as int8,int4");
+  o.group_size = count_flag(a, "--group-size", 32, 256);
+  if (a.quality.count("--text-file")) o.text_file = a.quality.at("--text-file");
+  o.windows = count_flag(a, "--windows", 8, 256);
+  o.window = count_flag(a, "--window", 256, 8192);
+  o.new_tokens = count_flag(a, "--new-tokens", 32, 4096);
+  o.prompts = a.texts.empty()
+                  ? std::vector<std::string>{"The capital of France is", "My favourite book is",
+                                             "To make a cup of tea, first",
+                                             "The theory of relativity says that",
+                                             "Once upon a time, in a small village,"}
+                  : a.texts;
+  const std::string out = a.output.empty() ? "results/quality.json" : a.output;
+  check_output_path(out, "results");
+  std::ostringstream sink;
+  const nlohmann::json doc =
+      measure_quality(o, a.quiet ? static_cast<std::ostream&>(sink) : std::cerr);
+  write_file_atomically(out, doc.dump(2) + "\n", "quality results");
+  print(format_quality(doc) + "results: " + out + "\n",
+        "; the results were written to '" + out + "'");
+  return 0;
+}
+
 // The table of a results file; errors name the file, the key path, what was expected and what
 // was found (every field is read through JsonAt; the wrapper is a last resort).
 std::string show_results(const std::string& path) {
@@ -524,7 +583,7 @@ int run_cli(int argc, char** argv) {
     }
     const std::vector<std::string> commands = {"run",     "generate", "validate", "show",
                                                "compare", "backends", "presets",  "models",
-                                               "submit",  "collect",  "task"};
+                                               "submit",  "collect",  "task",     "quality"};
     if (std::find(commands.begin(), commands.end(), cmd) == commands.end()) {
       throw UsageError("unknown command '" + cmd + "'");
     }
@@ -541,6 +600,13 @@ int run_cli(int argc, char** argv) {
       return run_and_report(
           parse_experiment(generate_yaml(a), "gengraph generate (flags as YAML)", a.sets),
           a.output.empty() ? "results/generate.json" : a.output, a.quiet, a.stream);
+    }
+    if (cmd == "quality") {
+      check_usage(cmd, a,
+                  {"--model", "--weights", "--group-size", "--text-file", "--windows", "--window",
+                   "--text", "--new-tokens", "--output", "--quiet"},
+                  0);
+      return run_quality(a);
     }
     if (cmd == "validate") {
       check_usage(cmd, a, {"--set"}, 1);

@@ -207,6 +207,17 @@ ModelSpec read_model(MapReader r, const std::string& file) {
   m.device = r.scalar<std::string>("device", "cpu", "cpu, cuda or cuda:N");
   m.fused = r.scalar<bool>("fused", true, "true or false");
   m.check_weights = r.scalar<bool>("check_weights", true, "true or false");
+  m.weights = r.choice("weights", "float", {"float", "int8", "int4", "bfloat16"});
+  m.group_size = r.integer("group_size", 32, 32, 256);
+  if (m.group_size != 32 && m.group_size != 64 && m.group_size != 128 && m.group_size != 256) {
+    r.fail("group_size", "32, 64, 128 or 256");
+  }
+  m.quantize_head = r.scalar<bool>("quantize_head", true, "true or false");
+  if (m.weights != "float" && !m.fused) {
+    r.fail("weights",
+           "float with model.fused: false (weights are quantized in the fused form's "
+           "projections; transformers' op-by-op form keeps them as loaded)");
+  }
   const bool ok = m.device == "cpu" || m.device == "cuda" ||
                   (m.device.rfind("cuda:", 0) == 0 && m.device.size() > 5 &&
                    m.device.find_first_not_of("0123456789", 5) == std::string::npos);

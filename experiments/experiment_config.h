@@ -24,6 +24,9 @@ struct ModelSpec {
   std::string device = "cpu";       // cpu | cuda | cuda:N
   bool fused = true;                // fused projections (ModelConfig::fused); false: op by op
   bool check_weights = true;        // refuse NaN/Inf in checkpoint tensors (LoadOptions)
+  std::string weights = "float";    // float | int8 | int4 | bfloat16 (LoadOptions::weights)
+  int64_t group_size = 32;          // int4: input channels per scale
+  bool quantize_head = true;        // the output head quantized too
 };
 
 struct BackendSpec {

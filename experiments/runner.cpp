@@ -73,6 +73,14 @@ struct Row {
 };
 
 // Where the experiment's model comes from (no dtype or device: callers that load add them).
+WeightFormat weight_format(const ModelSpec& m) {
+  WeightFormat f;
+  f.kind = parse_weight_kind(m.weights, "model.weights");
+  f.group_size = m.group_size;
+  f.lm_head = m.quantize_head;
+  return f;
+}
+
 ModelSource model_source(const ExperimentConfig& c) {
   ModelSource src;
   src.preset = c.model.preset;
@@ -227,10 +235,14 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
   }
 
   ModelSource src = model_source(c);
-  src.load = LoadOptions{dtype, device, c.model.fused};
+  src.load.dtype = dtype;
+  src.load.device = device;
+  src.load.fused = c.model.fused;
   src.load.check_weights = c.model.check_weights;
+  src.load.weights = weight_format(c.model);
   log << "loading model " << (src.preset.empty() ? src.path.string() : "preset " + src.preset)
-      << " (" << c.model.dtype << ", " << c.model.device << ")\n";
+      << " (" << c.model.dtype << ", " << c.model.device
+      << (src.load.weights.quantized() ? ", weights " + src.load.weights.describe() : "") << ")\n";
   const LoadedModel loaded = [&] {
     try {
       return load_model(src);
@@ -274,10 +286,15 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
                         {"device", device_description(device)},
                         {"dtype", c.model.dtype},
                         {"threads", at::get_num_threads()}};
-  doc["model"] = {{"source", loaded.source},     {"model_type", mc.model_type},
-                  {"fused", c.model.fused},      {"parameters", loaded.model->parameter_count()},
-                  {"layers", mc.num_layers},     {"hidden_size", mc.hidden_size},
-                  {"vocab_size", mc.vocab_size}, {"load_seconds", loaded.load_seconds}};
+  doc["model"] = {{"source", loaded.source},
+                  {"model_type", mc.model_type},
+                  {"fused", c.model.fused},
+                  {"weights", src.load.weights.describe()},
+                  {"parameters", loaded.model->parameter_count()},
+                  {"layers", mc.num_layers},
+                  {"hidden_size", mc.hidden_size},
+                  {"vocab_size", mc.vocab_size},
+                  {"load_seconds", loaded.load_seconds}};
   if (!loaded.warnings.empty()) {
     doc["model"]["warnings"] = loaded.warnings;
     for (const auto& w : loaded.warnings) log << "warning: " << w << "\n";
@@ -316,6 +333,8 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
             << spec.label << "\n";
         ModelSource again = src;
         again.load.fused = *spec.fused;
+        // The unfused form computes transformers' way, weights as loaded.
+        if (!again.load.fused) again.load.weights = WeightFormat{};
         other_form = load_model(again).model;
       }
       model = other_form;

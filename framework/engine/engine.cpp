@@ -99,8 +99,13 @@ ModelSource model_source_of(const std::string& model, const EngineOptions& o) {
     src.config_overrides = o.model_config;
     src.seed = o.weights_seed;
   }
-  src.load = LoadOptions{parse_dtype(o.dtype), parse_device(o.device), o.fused};
+  src.load.dtype = parse_dtype(o.dtype);
+  src.load.device = parse_device(o.device);
+  src.load.fused = o.fused;
   src.load.check_weights = o.check_weights;
+  src.load.weights.kind = parse_weight_kind(o.weights, "EngineOptions::weights");
+  src.load.weights.group_size = o.group_size;
+  src.load.weights.lm_head = o.quantize_head;
   return src;
 }
 
@@ -149,7 +154,7 @@ Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts,
   out.whole_step_fallback = r.loop.fallback;
   for (const auto& per_input : r.outputs) {
     out.outputs.emplace_back();
-    for (const auto& h : per_input) out.outputs.back().push_back(Sequence{h.tokens, h.score});
+    for (const auto& h : per_input) out.outputs.back().push_back(Sequence{h.tokens, h.score, {}});
   }
   return out;
 }

@@ -260,6 +260,11 @@ ModelConfig model_config_of(const ModelSource& src) {
 }
 
 LoadedModel load_model(const ModelSource& src) {
+  if (src.load.weights.quantized() && !src.load.fused) {
+    throw Error("model.weights " + src.load.weights.name() +
+                ": weights are quantized in the fused form's projections; the unfused form "
+                "(model.fused: false) computes transformers' way with the weights as loaded");
+  }
   register_builtin_architectures();
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel out;
@@ -275,6 +280,7 @@ LoadedModel load_model(const ModelSource& src) {
         "smaller dtype (model.dtype)";
     check_memory(what, bytes, src.load.device, advice);
     config.fused = src.load.fused;
+    config.weights = src.load.weights;
     out.model = with_allocation_errors(what, bytes, src.load.device, advice, [&] {
       WeightMap w =
           random_weights(arch.weight_specs(config), config.initializer_range, src.seed, src.load);
@@ -302,6 +308,7 @@ LoadedModel load_model(const ModelSource& src) {
     const Checkpoint ckpt = Checkpoint::open_folder(dir);
     untie_when_the_checkpoint_differs(ckpt, arch, config, out.warnings);
     config.fused = src.load.fused;
+    config.weights = src.load.weights;
     out.model = with_allocation_errors(what, bytes, src.load.device, advice, [&] {
       WeightMap w = load_weights(ckpt, arch.weight_specs(config), arch.names, src.load);
       return arch.build(std::move(config), std::move(w));

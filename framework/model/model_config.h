@@ -11,6 +11,32 @@
 
 namespace gengraph {
 
+// Weight-only quantization of the linear layers (model.weights): the fused form's projections
+// (q/k/v, output, MLP, and the output head unless lm_head is false) hold their weights as
+//   int8      one int8 per weight, one float scale per output channel (absmax / 127), computed by
+//             at::_weight_int8pack_mm;
+//   int4      4-bit values in groups of group_size input channels, a scale and an offset per group
+//             and output channel, packed for LibTorch's int4 kernels;
+//   bfloat16  bfloat16 weights with float32 activations (the product in bfloat16);
+// and kAsLoaded keeps the model's dtype. Activations, norms, attention and the cache stay in the
+// model's dtype.
+struct WeightFormat {
+  enum class Kind { kAsLoaded, kInt8, kInt4, kBFloat16 };
+  Kind kind = Kind::kAsLoaded;
+  int64_t group_size = 32;  // int4: input channels per scale (32, 64, 128 or 256)
+  bool lm_head = true;      // quantize the output head too
+  bool quantized() const { return kind != Kind::kAsLoaded; }
+  // "float" (as loaded), "int8", "int4" or "bfloat16"; describe() adds the group and the head.
+  std::string name() const;
+  std::string describe() const;
+  bool operator==(const WeightFormat& o) const {
+    return kind == o.kind && group_size == o.group_size && lm_head == o.lm_head;
+  }
+  bool operator!=(const WeightFormat& o) const { return !(*this == o); }
+};
+// "float" | "int8" | "int4" | "bfloat16"; anything else is refused naming `where`.
+WeightFormat::Kind parse_weight_kind(const std::string& name, const std::string& where);
+
 // Rotary position embedding parameters as transformers 5.17 standardizes them (config.json
 // "rope_parameters", or the older "rope_scaling" plus a top-level "rope_theta").
 struct RopeConfig {
@@ -75,6 +101,9 @@ struct ModelConfig {
   // for LibTorch's small-batch GEMMs. false: transformers' formulation, op by op, on the
   // checkpoint's tensors. Both are token-exact with transformers on the parity suite.
   bool fused = true;
+  // Not from config.json: the linear layers' weight format (LoadOptions::weights), applied by the
+  // fused form's projections at load.
+  WeightFormat weights;
 
   // Throws gengraph::Error naming `source` and the field when the numbers are inconsistent.
   void validate() const;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "framework/model/model_config.h"
+
 namespace gengraph {
 
 class Checkpoint;
@@ -47,6 +49,8 @@ struct LoadOptions {
   // pass over each tensor as it is loaded. false loads such weights as they are (experiment key
   // model.check_weights).
   bool check_weights = true;
+  // Weight-only quantization of the linear layers (ModelConfig::weights; the fused form only).
+  WeightFormat weights;
 };
 
 // Loads exactly `specs` from `ckpt`: a missing tensor, an unexpected one, or a shape that differs

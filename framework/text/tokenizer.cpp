@@ -12,6 +12,17 @@
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define GENGRAPH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GENGRAPH_ASAN 1
+#endif
+#endif
+#ifndef GENGRAPH_ASAN
+#define GENGRAPH_ASAN 0
+#endif
+
 namespace gengraph {
 namespace {
 
@@ -40,6 +51,14 @@ const SentencePieceApi& sentencepiece_api() {
       dir = std::filesystem::path(info.dli_fname).parent_path();
     }
     const std::filesystem::path module = dir / "libgengraph_sentencepiece.so";
+#if GENGRAPH_ASAN
+    // AddressSanitizer refuses RTLD_DEEPBIND, and without it libsentencepiece's references to its
+    // own flags would bind to LibTorch's (the corruption the module exists to avoid).
+    failure =
+        "SentencePiece models are not available in this AddressSanitizer build (the module '" +
+        module.string() + "' needs RTLD_DEEPBIND, which the sanitizer does not allow)";
+    return;
+#endif
     void* handle = dlopen(module.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (handle == nullptr) {
       const char* why = dlerror();

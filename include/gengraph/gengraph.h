@@ -34,6 +34,12 @@ struct EngineOptions {
   // Refuse checkpoint tensors holding NaN or Inf (one pass at load, naming the tensor and file);
   // false loads them as they are.
   bool check_weights = true;
+  // Weight-only quantization of the linear layers (fused form): "float" (as loaded), "int8",
+  // "int4" (groups of group_size input channels) or "bfloat16"; quantize_head covers the output
+  // head too. See docs/quantization.md.
+  std::string weights = "float";
+  int64_t group_size = 32;
+  bool quantize_head = true;
   // Presets only: config.json keys over the preset's (e.g. {"n_layer": 4}) and the seed of the
   // random weights.
   nlohmann::json model_config = nullptr;

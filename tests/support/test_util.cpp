@@ -73,6 +73,9 @@ std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t se
   if (which == "tiny") {
     s.preset = "gpt2-tiny";
     s.seed = seed;
+  } else if (which.rfind("preset:", 0) == 0) {
+    s.preset = which.substr(7);
+    s.seed = seed;
   } else {
     s.path = fixtures_dir() + "/models/" + which;
   }

@@ -73,7 +73,8 @@ std::pair<int, std::string> cli_stderr(const std::vector<std::string>& args);
 // exit status.
 int run_quietly(const std::filesystem::path& config, const std::filesystem::path& out);
 
-// "tiny" (the gpt2-tiny preset with `seed`) or a fixture model folder by name, e.g. "gpt2-a".
+// "tiny" (the gpt2-tiny preset with `seed`), "preset:NAME" (that preset with `seed`) or a fixture
+// model folder by name, e.g. "gpt2-a".
 std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t seed,
                                            const LoadOptions& load = {});
 

@@ -178,13 +178,13 @@ class GptJ final : public CausalLM {
       blk.in = Projection(fuse({layer(i, "attn.q_proj.weight"), layer(i, "attn.k_proj.weight"),
                                 layer(i, "attn.v_proj.weight"), layer(i, "mlp.fc_in.weight")},
                                0),
-                          in_b);
+                          in_b, c.weights);
       blk.out =
           Projection(fuse({layer(i, "attn.out_proj.weight"), layer(i, "mlp.fc_out.weight")}, 1),
-                     w(layer(i, "mlp.fc_out.bias")));
+                     w(layer(i, "mlp.fc_out.bias")), c.weights);
       fused_.push_back(std::move(blk));
     }
-    head_ = Projection(lm_head_w_, lm_head_b_);
+    head_ = Projection(lm_head_w_, lm_head_b_, head_format(c.weights));
     // The rotary frequencies over the whole head: the dims past rotary_dim get frequency 0, so
     // their angle is 0, cos 1 and sin 0 exactly, and they pass unchanged.
     head_inv_freq_ =

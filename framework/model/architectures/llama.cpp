@@ -303,7 +303,7 @@ class Llama final : public CausalLM {
                   ": the projections fused with it must all have a bias or none");
     }
     return Projection(fuse(weight_names, 0),
-                      bias_names.empty() ? at::Tensor() : fuse(bias_names, 0));
+                      bias_names.empty() ? at::Tensor() : fuse(bias_names, 0), config().weights);
   }
 
   void make_fused() {
@@ -320,7 +320,7 @@ class Llama final : public CausalLM {
       blk.sliding = !c.sliding_layers.empty() && c.sliding_layers[i];
       fused_.push_back(std::move(blk));
     }
-    head_ = Projection(lm_head_, at::Tensor());
+    head_ = Projection(lm_head_, at::Tensor(), head_format(c.weights));
     // rotate_half's signs: -sin on the first half, +sin on the second.
     rot_sign_ = at::ones({c.head_dim}, embed_.options());
     rot_sign_.slice(0, 0, c.head_dim / 2).fill_(-1.0);

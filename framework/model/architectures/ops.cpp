@@ -119,9 +119,87 @@ bool onednn_gemm(const at::Tensor& weight) {
          c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""}).has_value();
 }
 
-Projection::Projection(at::Tensor w, at::Tensor b)
-    : weight(std::move(w)), bias(std::move(b)), onednn(onednn_gemm(weight)) {
+Int8Weight quantize_int8(const at::Tensor& weight) {
+  const at::Tensor w = weight.to(at::kFloat);
+  // A row of zeros gets scale 1 (its values quantize to 0 whatever the scale).
+  const at::Tensor absmax = w.abs().amax(1);
+  const at::Tensor scales = at::where(absmax > 0, absmax / 127.0, at::ones_like(absmax));
+  Int8Weight out;
+  out.q = at::round(w / scales.unsqueeze(1)).clamp(-127, 127).to(at::kChar).contiguous();
+  out.scales = scales.to(weight.scalar_type()).contiguous();
+  return out;
+}
+
+at::Tensor dequantize_int8(const Int8Weight& w) {
+  return w.q.to(at::kFloat) * w.scales.to(at::kFloat).unsqueeze(1);
+}
+
+Int4Weight quantize_int4(const at::Tensor& weight, int64_t group) {
+  const int64_t n = weight.size(0), k = weight.size(1);
+  const at::Tensor w = weight.to(at::kFloat).reshape({n, k / group, group});
+  const at::Tensor lo = w.amin(-1), hi = w.amax(-1);
+  // 15 steps from the minimum to the maximum; a constant group gets step 1 (all its values are
+  // the minimum, exactly).
+  const at::Tensor range = hi - lo;
+  const at::Tensor scale = at::where(range > 0, range / 15.0, at::ones_like(range));
+  const at::Tensor offset = lo + scale * 8.0;
+  Int4Weight out;
+  out.group = group;
+  out.q = at::round((w - lo.unsqueeze(-1)) / scale.unsqueeze(-1))
+              .clamp(0, 15)
+              .to(at::kInt)
+              .reshape({n, k})
+              .contiguous();
+  out.scales_offsets = at::stack({scale, offset}, -1)  // [n, k / group, 2]
+                           .transpose(0, 1)            // [k / group, n, 2]
+                           .to(weight.scalar_type())
+                           .contiguous();
+  return out;
+}
+
+at::Tensor dequantize_int4(const Int4Weight& w) {
+  const int64_t n = w.q.size(0), k = w.q.size(1);
+  const at::Tensor so = w.scales_offsets.to(at::kFloat).transpose(0, 1);  // [n, k / group, 2]
+  const at::Tensor scale = so.select(-1, 0).unsqueeze(-1), offset = so.select(-1, 1).unsqueeze(-1);
+  return ((w.q.to(at::kFloat).reshape({n, k / w.group, w.group}) - 8.0) * scale + offset)
+      .reshape({n, k});
+}
+
+Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
+    : weight(std::move(w)), bias(std::move(b)), format(f) {
   TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), "Projection: a contiguous 2-D weight");
+  switch (format.kind) {
+    case WeightFormat::Kind::kAsLoaded:
+      onednn = onednn_gemm(weight);
+      return;
+    case WeightFormat::Kind::kInt8: {
+      Int8Weight q = quantize_int8(weight);
+      qweight = std::move(q.q);
+      scales = std::move(q.scales);
+      break;
+    }
+    case WeightFormat::Kind::kInt4: {
+      if (weight.size(1) % format.group_size != 0) {
+        throw Error("model.weights int4: a projection's " + std::to_string(weight.size(1)) +
+                    " input channels are not a multiple of group_size " +
+                    std::to_string(format.group_size) + " (choose one that divides them)");
+      }
+      if (!weight.device().is_cpu()) {
+        throw Error(
+            "model.weights int4: runs on CPU only so far (the CUDA int4 kernel packs "
+            "differently); use int8 or bfloat16 on " +
+            weight.device().str());
+      }
+      Int4Weight q = quantize_int4(weight, format.group_size);
+      qweight = at::_convert_weight_to_int4pack_for_cpu(q.q, /*innerKTiles=*/2);
+      scales = std::move(q.scales_offsets);
+      break;
+    }
+    case WeightFormat::Kind::kBFloat16:
+      qweight = weight.to(at::kBFloat16).contiguous();
+      break;
+  }
+  weight = at::Tensor();  // the float weight is not read again
 }
 
 // TorchScript's tracer cannot record the oneDNN operator's Scalar?[] argument: a model being
@@ -129,6 +207,23 @@ Projection::Projection(at::Tensor w, at::Tensor b)
 bool tracing() { return at::tracer::impl::is_dispatch_enabled(); }
 
 at::Tensor Projection::operator()(const at::Tensor& x) const {
+  if (format.quantized()) {
+    at::Tensor y;
+    const at::Tensor x2 = rows_of(x).contiguous();
+    switch (format.kind) {
+      case WeightFormat::Kind::kInt8:
+        y = at::_weight_int8pack_mm(x2, qweight, scales);
+        break;
+      case WeightFormat::Kind::kInt4:
+        y = at::_weight_int4pack_mm_for_cpu(x2, qweight, format.group_size, scales);
+        break;
+      default:
+        y = at::linear(x2.to(at::kBFloat16), qweight).to(x.scalar_type());
+        break;
+    }
+    if (bias.defined()) y = y + bias;
+    return shaped(y, x);
+  }
   if (onednn && !tracing()) {
     return shaped(onednn_linear().call(rows_of(x), weight, optional(bias), "none",
                                        c10::List<std::optional<c10::Scalar>>(), ""),
@@ -138,6 +233,7 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
 }
 
 at::Tensor Projection::add_to(const at::Tensor& residual, const at::Tensor& x) const {
+  if (format.quantized()) return residual + (*this)(x);
   if (onednn && !tracing()) {
     return shaped(
         onednn_linear_add().call(rows_of(x), rows_of(residual), weight, optional(bias), "add"),

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "framework/model/model_config.h"
+
 namespace gengraph {
 
 enum class Activation { kGeluNew, kGeluExact, kRelu, kSilu, kQuickGelu };
@@ -38,19 +40,49 @@ at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype);
 // 2 MB and more, it runs through oneDNN (LibTorch's mkldnn::_linear_pointwise), which LibTorch
 // ships beside MKL and which streams a decode step's weights about 1.6x as fast as at::linear's
 // MKL GEMM here (docs/benchmarks.md#cpu-gemms); elsewhere at::linear.
+//
+// With a quantized WeightFormat (ModelConfig::weights) the weight is held as the format says and
+// the product runs through LibTorch's weight-only kernels (docs/quantization.md): int8
+// (at::_weight_int8pack_mm, one scale per output channel), int4 (at::_weight_int4pack_mm_for_cpu
+// on CPU, groups along the input channels) or bfloat16 (activations cast to bfloat16 for the
+// product, the result cast back).
 struct Projection {
   Projection() = default;
-  Projection(at::Tensor weight, at::Tensor bias);
+  Projection(at::Tensor weight, at::Tensor bias, const WeightFormat& format = {});
 
-  at::Tensor weight;  // [out, in], contiguous
+  at::Tensor weight;  // [out, in], contiguous (undefined when quantized)
   at::Tensor bias;    // [out], or undefined
   bool onednn = false;
+  WeightFormat format;
+  at::Tensor qweight;  // int8 [out, in]; int4: the packed form; bfloat16 [out, in]
+  at::Tensor scales;   // int8: [out]; int4: [in / group, out, 2] (scale, offset)
 
   at::Tensor operator()(const at::Tensor& x) const;  // [..., in] -> [..., out]
   // residual + (x W^T + b) in one kernel: oneDNN's sum post-op, or, without a bias, the GEMM's
   // accumulator (addmm).
   at::Tensor add_to(const at::Tensor& residual, const at::Tensor& x) const;
 };
+
+// The weight-only formats' quantization, exposed for tests: int8 per output channel (symmetric,
+// absmax / 127, round half to even); int4 in groups of `group` input channels (asymmetric: 16
+// levels from the group's minimum to its maximum, stored as LibTorch's int4 kernels want them,
+// value = (q - 8) * scale + offset). dequantize_* give the float weight the kernels multiply by.
+struct Int8Weight {
+  at::Tensor q;       // int8 [out, in]
+  at::Tensor scales;  // [out], the weight's dtype
+};
+Int8Weight quantize_int8(const at::Tensor& weight);
+at::Tensor dequantize_int8(const Int8Weight& w);
+struct Int4Weight {
+  at::Tensor q;               // int32 [out, in], values 0..15 (before packing)
+  at::Tensor scales_offsets;  // [in / group, out, 2]
+  int64_t group = 32;
+};
+Int4Weight quantize_int4(const at::Tensor& weight, int64_t group);
+at::Tensor dequantize_int4(const Int4Weight& w);
+
+// The output head's format: the model's, or as loaded when lm_head is false.
+inline WeightFormat head_format(const WeightFormat& f) { return f.lm_head ? f : WeightFormat{}; }
 
 // Whether a weight's GEMMs go through oneDNN: CPU, float32, at least 2^19 elements, LibTorch
 // built with it.

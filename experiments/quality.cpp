@@ -1,0 +1,174 @@
+#include "experiments/quality.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "backends/register_builtin.h"
+#include "framework/backend/backend_registry.h"
+#include "framework/decoding/generator.h"
+#include "framework/model/known_models.h"
+#include "framework/model/loader.h"
+#include "framework/text/tokenizer.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+namespace {
+
+struct Loaded {
+  std::shared_ptr<const CausalLM> model;
+  std::unique_ptr<ForwardBackend> backend;
+};
+
+Loaded load(const std::string& folder, const WeightFormat& f) {
+  ModelSource src;
+  src.path = folder;
+  src.load.weights = f;
+  Loaded l;
+  l.model = load_model(src).model;
+  l.backend = BackendRegistry::instance().create("eager", l.model, BackendOptions("eager", {}));
+  return l;
+}
+
+// Teacher-forced next-token log-probabilities of every window position after the first:
+// [windows, window - 1, vocab] would not fit for large vocabularies, so the caller's `visit`
+// gets each step's [windows, vocab] log-probabilities and the true next tokens.
+template <typename Visit>
+void teacher_forced(ForwardBackend& be, const at::Tensor& ids, Visit&& visit) {
+  const int64_t rows = ids.size(0), len = ids.size(1);
+  be.prepare(BatchShape{rows, len});
+  const at::Tensor ones = at::ones({rows, 1}, at::kBool);
+  at::Tensor logits =
+      be.prefill(StepInputs{ids.slice(1, 0, 1), at::zeros({rows, 1}, at::kLong), ones, {}});
+  for (int64_t t = 1; t < len; ++t) {
+    visit(t, at::log_softmax(logits.to(at::kFloat), -1), ids.select(1, t));
+    if (t + 1 < len) {
+      logits = be.decode(
+          StepInputs{ids.slice(1, t, t + 1), at::full({rows, 1}, t, at::kLong), ones, {}});
+    }
+  }
+}
+
+}  // namespace
+
+nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log) {
+  register_builtin_backends();
+  const std::string folder =
+      std::filesystem::exists(o.model) || find_known_model(o.model) == nullptr
+          ? o.model
+          : resolve_known_model(o.model).string();
+  const auto tok = load_tokenizer(folder);
+  const std::string text =
+      read_regular_file(o.text_file, "text file '" + o.text_file + "'", "a text file", 64u << 20);
+  const std::vector<int64_t> all = tok->encode(text, false);
+  if (static_cast<int64_t>(all.size()) < o.windows * o.window) {
+    throw Error("text file '" + o.text_file + "': " + std::to_string(all.size()) +
+                " tokens, fewer than windows x window = " + std::to_string(o.windows * o.window));
+  }
+  // Windows spread evenly over the text.
+  const int64_t stride =
+      (static_cast<int64_t>(all.size()) - o.window) / std::max<int64_t>(1, o.windows - 1);
+  at::Tensor ids = at::empty({o.windows, o.window}, at::kLong);
+  for (int64_t r = 0; r < o.windows; ++r) {
+    for (int64_t t = 0; t < o.window; ++t) ids[r][t] = all[static_cast<size_t>(r * stride + t)];
+  }
+  std::vector<std::vector<int64_t>> prompts;
+  for (const auto& p : o.prompts) prompts.push_back(tok->encode(p));
+  GenerationConfig greedy;
+  greedy.max_new_tokens = o.new_tokens;
+  greedy.min_new_tokens = o.new_tokens;
+
+  log << "float reference: " << folder << "\n";
+  Loaded ref = load(folder, WeightFormat{});
+  // The reference's log-probabilities per step, kept for the KL divergence (windows x vocab each).
+  std::vector<at::Tensor> ref_logp;
+  double ref_nll = 0;
+  teacher_forced(*ref.backend, ids, [&](int64_t, const at::Tensor& lp, const at::Tensor& next) {
+    ref_nll -= lp.gather(1, next.unsqueeze(1)).sum().item<double>();
+    ref_logp.push_back(lp);
+  });
+  const double positions = static_cast<double>(o.windows * (o.window - 1));
+  const auto ref_out = Generator(greedy).generate(*ref.backend, prompts).outputs;
+
+  nlohmann::json doc = {{"model", folder},
+                        {"text_file", o.text_file},
+                        {"text_tokens", all.size()},
+                        {"windows", o.windows},
+                        {"window", o.window},
+                        {"prompts", o.prompts},
+                        {"new_tokens", o.new_tokens},
+                        {"float", {{"perplexity", std::exp(ref_nll / positions)}}},
+                        {"formats", nlohmann::json::array()}};
+  for (const auto& name : o.formats) {
+    WeightFormat f;
+    f.kind = parse_weight_kind(name, "--weights");
+    f.group_size = o.group_size;
+    f.lm_head = o.quantize_head;
+    log << "format " << f.describe() << "\n";
+    Loaded q = load(folder, f);
+    double nll = 0, kl = 0;
+    int64_t agree = 0;
+    teacher_forced(*q.backend, ids, [&](int64_t t, const at::Tensor& lp, const at::Tensor& next) {
+      nll -= lp.gather(1, next.unsqueeze(1)).sum().item<double>();
+      const at::Tensor& rp = ref_logp[static_cast<size_t>(t - 1)];
+      kl += (rp.exp() * (rp - lp)).sum().item<double>();
+      agree += rp.argmax(-1).eq(lp.argmax(-1)).sum().item<int64_t>();
+    });
+    const auto out = Generator(greedy).generate(*q.backend, prompts).outputs;
+    int64_t same = 0;
+    double prefix = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const auto& a = ref_out[i][0].tokens;
+      const auto& b = out[i][0].tokens;
+      same += a == b;
+      size_t k = 0;
+      while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+      prefix += static_cast<double>(k);
+    }
+    const double ppl = std::exp(nll / positions);
+    doc["formats"].push_back(
+        {{"weights", f.describe()},
+         {"perplexity", ppl},
+         {"perplexity_vs_float", ppl / doc["float"]["perplexity"].get<double>() - 1.0},
+         {"kl_divergence", kl / positions},
+         {"top1_agreement", static_cast<double>(agree) / positions},
+         {"greedy_identical",
+          prompts.empty() ? 0.0 : static_cast<double>(same) / static_cast<double>(prompts.size())},
+         {"greedy_common_prefix",
+          prompts.empty() ? 0.0 : prefix / static_cast<double>(prompts.size())}});
+  }
+  return doc;
+}
+
+std::string format_quality(const nlohmann::json& doc) {
+  std::ostringstream o;
+  o << std::fixed;
+  o << "quality of quantized weights on " << doc["model"].get<std::string>() << "\n"
+    << "text: " << doc["text_file"].get<std::string>() << " (" << doc["text_tokens"].get<int64_t>()
+    << " tokens), " << doc["windows"].get<int64_t>() << " windows of "
+    << doc["window"].get<int64_t>() << " tokens, teacher-forced; greedy: " << doc["prompts"].size()
+    << " prompts x " << doc["new_tokens"].get<int64_t>() << " tokens\n";
+  o << std::left << std::setw(30) << "weights" << std::setw(14) << "perplexity" << std::setw(12)
+    << "vs float" << std::setw(14) << "KL (nats)" << std::setw(14) << "top-1 agree" << std::setw(16)
+    << "greedy same"
+    << "common prefix\n";
+  o << std::setw(30) << "float" << std::setw(14) << std::setprecision(3)
+    << doc["float"]["perplexity"].get<double>() << "\n";
+  for (const auto& f : doc["formats"]) {
+    std::ostringstream vs;
+    vs << std::showpos << std::fixed << std::setprecision(2)
+       << 100.0 * f["perplexity_vs_float"].get<double>() << "%";
+    o << std::setw(30) << f["weights"].get<std::string>() << std::setw(14) << std::setprecision(3)
+      << f["perplexity"].get<double>() << std::setw(12) << vs.str() << std::setw(14)
+      << std::setprecision(5) << f["kl_divergence"].get<double>() << std::setw(14)
+      << std::setprecision(4) << f["top1_agreement"].get<double>() << std::setw(16)
+      << std::setprecision(3) << f["greedy_identical"].get<double>() << std::setprecision(1)
+      << f["greedy_common_prefix"].get<double>() << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace gengraph

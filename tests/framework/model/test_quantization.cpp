@@ -1,0 +1,190 @@
+// Weight-only quantization (model.weights): the formats' arithmetic, the kernels against the
+// dequantized weights, every backend giving eager's tokens on a quantized model, and refusals.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "backends/register_builtin.h"
+#include "framework/backend/backend_registry.h"
+#include "framework/decoding/generator.h"
+#include "framework/model/architectures/ops.h"
+#include "framework/model/loader.h"
+#include "framework/util/error.h"
+#include "tests/support/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using ::testing::HasSubstr;
+
+at::Tensor random_weight(int64_t out, int64_t in, uint64_t seed) {
+  at::manual_seed(seed);
+  return at::randn({out, in}) * 0.05;
+}
+
+TEST(Quantization, Int8IsSymmetricPerOutputChannelWithinHalfAStep) {
+  at::Tensor w = random_weight(96, 64, 1);
+  w[5].zero_();  // a zero row quantizes to zeros
+  const Int8Weight q = quantize_int8(w);
+  EXPECT_EQ(q.q.scalar_type(), at::kChar);
+  EXPECT_EQ(q.scales.sizes(), at::IntArrayRef({96}));
+  const at::Tensor err = (dequantize_int8(q) - w).abs();
+  const at::Tensor half_step = q.scales.unsqueeze(1) / 2 + 1e-7;
+  EXPECT_TRUE(err.le(half_step).all().item<bool>()) << err.max().item<float>();
+  EXPECT_TRUE(q.q[5].eq(0).all().item<bool>());
+  // The largest magnitude of each row is exactly +-127 steps.
+  EXPECT_TRUE(q.q.abs().amax(1).slice(0, 0, 5).eq(127).all().item<bool>());
+}
+
+TEST(Quantization, Int4GroupsSpanTheirRangeInSixteenLevels) {
+  const at::Tensor w = random_weight(48, 128, 2);
+  const Int4Weight q = quantize_int4(w, 32);
+  EXPECT_EQ(q.scales_offsets.sizes(), at::IntArrayRef({4, 48, 2}));
+  EXPECT_TRUE(q.q.ge(0).all().item<bool>() && q.q.le(15).all().item<bool>());
+  const at::Tensor deq = dequantize_int4(q);
+  const at::Tensor step = q.scales_offsets.select(-1, 0).transpose(0, 1);  // [48, 4]
+  const at::Tensor err = (deq - w).abs().reshape({48, 4, 32}).amax(-1);
+  EXPECT_TRUE(err.le(step / 2 + 1e-6).all().item<bool>()) << (err - step / 2).max().item<float>();
+}
+
+// The kernels compute with exactly the weights the quantizers describe.
+TEST(Quantization, ProjectionsMultiplyByTheDequantizedWeight) {
+  const at::Tensor w = random_weight(96, 128, 3), b = at::randn({96}) * 0.1;
+  for (const int64_t rows : {1, 5}) {
+    const at::Tensor x = at::randn({rows, 3, 128});
+    WeightFormat f;
+    f.kind = WeightFormat::Kind::kInt8;
+    const at::Tensor want8 = at::linear(x, dequantize_int8(quantize_int8(w)), b);
+    EXPECT_TRUE(at::allclose(Projection(w.clone(), b, f)(x), want8, 1e-4, 1e-4));
+    f.kind = WeightFormat::Kind::kInt4;
+    const at::Tensor want4 = at::linear(x, dequantize_int4(quantize_int4(w, 32)), b);
+    const at::Tensor got4 = Projection(w.clone(), b, f)(x);
+    EXPECT_TRUE(at::allclose(got4, want4, 1e-3, 1e-3)) << (got4 - want4).abs().max().item<float>();
+    f.kind = WeightFormat::Kind::kBFloat16;
+    const at::Tensor wantb =
+        at::linear(x.to(at::kBFloat16), w.to(at::kBFloat16)).to(at::kFloat) + b;
+    EXPECT_TRUE(at::allclose(Projection(w.clone(), b, f)(x), wantb, 1e-5, 1e-5));
+    // add_to is residual + the product.
+    f.kind = WeightFormat::Kind::kInt8;
+    const at::Tensor r = at::randn({rows, 3, 96});
+    EXPECT_TRUE(at::allclose(Projection(w.clone(), b, f).add_to(r, x), r + want8, 1e-4, 1e-4));
+  }
+}
+
+TEST(Quantization, Int4NamesAGroupThatDoesNotDivideTheInputs) {
+  WeightFormat f;
+  f.kind = WeightFormat::Kind::kInt4;
+  f.group_size = 64;
+  EXPECT_THAT(testing::error_of([&] { Projection(random_weight(8, 96, 4), at::Tensor(), f); }),
+              HasSubstr("96 input channels are not a multiple of group_size 64"));
+}
+
+TEST(Quantization, TheUnfusedFormKeepsItsWeightsAndSaysSo) {
+  LoadOptions o;
+  o.fused = false;
+  o.weights.kind = WeightFormat::Kind::kInt8;
+  EXPECT_THAT(
+      testing::error_of([&] { testing::test_model("tiny", 1, o); }),
+      HasSubstr("model.weights int8: weights are quantized in the fused form's projections"));
+}
+
+TEST(Quantization, AotiRefusesAQuantizedModel) {
+  register_builtin_backends();
+  LoadOptions o;
+  o.weights.kind = WeightFormat::Kind::kInt8;
+  const auto model = testing::test_model("tiny", 1, o);
+  EXPECT_THAT(testing::error_of([&] {
+                BackendRegistry::instance().create("aoti", model, BackendOptions("aoti", {}));
+              }),
+              HasSubstr("model.weights int8 is not exported yet"));
+}
+
+TEST(Quantization, QuantizedWeightsChangeTheLogitsButNotTheirShape) {
+  LoadOptions o;
+  const auto base = testing::test_model("llama-a", 3, o);
+  o.weights.kind = WeightFormat::Kind::kInt8;
+  const auto q8 = testing::test_model("llama-a", 3, o);
+  EXPECT_EQ(q8->config().weights.name(), "int8");
+  register_builtin_backends();
+  auto a = BackendRegistry::instance().create("eager", base, BackendOptions("eager", {}));
+  auto b = BackendRegistry::instance().create("eager", q8, BackendOptions("eager", {}));
+  const auto ids = at::tensor({3, 4, 5}, at::kLong).reshape({1, 3});
+  const auto valid = ids.ne(0);
+  const auto pos = at::arange(3, at::kLong).reshape({1, 3});
+  for (auto* be : {a.get(), b.get()}) be->prepare(BatchShape{1, 8});
+  const auto la = a->prefill(StepInputs{ids, pos, valid, {}});
+  const auto lb = b->prefill(StepInputs{ids, pos, valid, {}});
+  EXPECT_EQ(la.sizes(), lb.sizes());
+  EXPECT_FALSE(at::equal(la, lb));                       // quantized: not the same numbers
+  EXPECT_LT((la - lb).abs().max().item<float>(), 0.5f);  // but close (random weights, 0.05)
+}
+
+// Every backend that runs a quantized model gives the eager (growing cache) tokens of that same
+// quantized model, for every strategy.
+struct QuantCase {
+  std::string format;
+  std::string backend;
+  std::map<std::string, std::string> options;
+  std::string model;
+};
+
+class QuantizedBackends : public ::testing::TestWithParam<QuantCase> {};
+
+TEST_P(QuantizedBackends, GiveEagerTokensOnTheSameQuantizedModel) {
+  const QuantCase& c = GetParam();
+  register_builtin_backends();
+  LoadOptions o;
+  o.weights.kind = parse_weight_kind(c.format, "test");
+  const auto model = testing::test_model(c.model, 11, o);
+  auto reference = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
+  auto backend =
+      BackendRegistry::instance().create(c.backend, model, BackendOptions(c.backend, c.options));
+  const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
+  GenerationConfig g;
+  g.max_new_tokens = 10;
+  for (const auto& [what, config] : testing::every_strategy(g)) {
+    at::manual_seed(17);
+    const auto a = Generator(config).generate(*reference, prompts);
+    at::manual_seed(17);
+    const auto b = Generator(config).generate(*backend, prompts);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(a.outputs[i].size(), b.outputs[i].size());
+      for (size_t j = 0; j < a.outputs[i].size(); ++j) {
+        EXPECT_EQ(a.outputs[i][j].tokens, b.outputs[i][j].tokens)
+            << what << " input " << i << " sequence " << j;
+      }
+    }
+  }
+}
+
+std::vector<QuantCase> quant_cases() {
+  std::vector<QuantCase> out;
+  // int4 needs widths that its groups of 32 divide: the tiny presets (64 wide); the fixture
+  // models (48 wide) for the others.
+  for (const std::string format : {"int8", "int4", "bfloat16"}) {
+    const std::vector<std::string> models =
+        format == "int4" ? std::vector<std::string>{"tiny", "preset:gptj-tiny", "preset:llama-tiny"}
+                         : std::vector<std::string>{"tiny", "gptj-a", "llama-a"};
+    for (const std::string& model : models) {
+      out.push_back({format, "eager", {{"cache", "static"}}, model});
+      out.push_back({format, "trace", {}, model});
+      out.push_back({format, "cuda_graph", {{"capture", "false"}}, model});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantizedBackends, ::testing::ValuesIn(quant_cases()),
+                         [](const auto& info) {
+                           const QuantCase& c = info.param;
+                           std::string n = c.format + "_" + c.backend +
+                                           (c.options.count("cache") ? "_static" : "") + "_" +
+                                           c.model;
+                           for (char& ch : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace gengraph
