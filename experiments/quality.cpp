@@ -9,6 +9,7 @@
 
 #include "backends/register_builtin.h"
 #include "framework/backend/backend_registry.h"
+#include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/known_models.h"
 #include "framework/model/loader.h"
@@ -19,7 +20,7 @@ namespace gengraph {
 namespace {
 
 struct Loaded {
-  std::shared_ptr<const CausalLM> model;
+  LoadedModel loaded;
   std::unique_ptr<ForwardBackend> backend;
 };
 
@@ -28,8 +29,9 @@ Loaded load(const std::string& folder, const WeightFormat& f) {
   src.path = folder;
   src.load.weights = f;
   Loaded l;
-  l.model = load_model(src).model;
-  l.backend = BackendRegistry::instance().create("eager", l.model, BackendOptions("eager", {}));
+  l.loaded = load_model(src);
+  l.backend =
+      BackendRegistry::instance().create("eager", l.loaded.model, BackendOptions("eager", {}));
   return l;
 }
 
@@ -77,9 +79,9 @@ nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log) {
   }
   std::vector<std::vector<int64_t>> prompts;
   for (const auto& p : o.prompts) prompts.push_back(tok->encode(p));
-  GenerationConfig greedy;
-  greedy.max_new_tokens = o.new_tokens;
-  greedy.min_new_tokens = o.new_tokens;
+  // Greedy, exactly new_tokens each (no early end-of-sequence), over the model's own defaults.
+  const nlohmann::json greedy_settings = {
+      {"do_sample", false}, {"max_new_tokens", o.new_tokens}, {"min_new_tokens", o.new_tokens}};
 
   log << "float reference: " << folder << "\n";
   Loaded ref = load(folder, WeightFormat{});
@@ -91,6 +93,8 @@ nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log) {
     ref_logp.push_back(lp);
   });
   const double positions = static_cast<double>(o.windows * (o.window - 1));
+  const GenerationConfig greedy =
+      resolve_generation(ref.loaded, greedy_settings, "gengraph quality");
   const auto ref_out = Generator(greedy).generate(*ref.backend, prompts).outputs;
 
   nlohmann::json doc = {{"model", folder},
