@@ -519,7 +519,8 @@ TEST(HostileResults, DamagedToolOutputIsRefusedNamingTheKey) {
   std::filesystem::create_directories(model);
   for (const char* f : {"config.json", "model.safetensors"})
     std::filesystem::copy_file(testing::fixtures_dir() + "/models/gpt2-a/" + f, model / f);
-  write_file(model / "tokenizer.json", "{}");  // not read: the stand-in answers
+  write_file(model / "tokenizer.json",
+             "{}");  // not read: the stand-in answers (--tokenizer python)
   const std::string source =
       "inputs.texts: the output of tools/hf_tokenizer.py (encode with the "
       "tokenizer in '" +
@@ -536,8 +537,9 @@ TEST(HostileResults, DamagedToolOutputIsRefusedNamingTheKey) {
   };
   for (const auto& [answer, message] : answers) {
     const auto python = stand_in_tool(dir, answer);
-    auto [rc, table, err] = cli_out({"generate", "--model", model.string(), "--text", "w1",
-                                     "--output", (dir / "t.json").string(), "--quiet"});
+    auto [rc, table, err] =
+        cli_out({"generate", "--model", model.string(), "--text", "w1", "--tokenizer", "python",
+                 "--output", (dir / "t.json").string(), "--quiet"});
     EXPECT_EQ(rc, 1) << message;
     EXPECT_THAT(err, HasSubstr(source + message));
     EXPECT_THAT(err, ::testing::Not(HasSubstr("json.exception"))) << message;
