@@ -19,6 +19,7 @@
 
 #include "bench/bench_common.h"
 #include "experiments/text_io.h"
+#include "framework/model/known_models.h"
 #include "framework/text/tokenizer.h"
 #include "framework/text/utf8.h"
 
@@ -27,12 +28,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path real_model_folder() {
-  const char* cache = std::getenv("GENGRAPH_CACHE");
-  const char* home = std::getenv("HOME");
-  return (cache ? fs::path(cache) : fs::path(home ? home : "/") / ".cache/gengraph") / "models" /
-         "smollm2-135m";
-}
+// Where the set-up puts the real model (known_models.h), set up or not.
+fs::path real_model_folder() { return known_model_folder("smollm2-135m"); }
 
 struct TextInputs {
   fs::path folder;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "framework/model/known_models.h"
 #include "framework/text/tokenizer.h"
 #include "framework/text/utf8.h"
 #include "framework/util/error.h"
@@ -176,19 +177,15 @@ TEST_F(TokenizerParity, SentencePieceModel) {
 
 // The set-up's real model (scripts/setup.sh converts it; GENGRAPH_CACHE or ~/.cache/gengraph).
 TEST_F(TokenizerParity, RealSmolLM2Tokenizer) {
-  const char* cache = std::getenv("GENGRAPH_CACHE");
-  const char* home = std::getenv("HOME");
-  const fs::path models =
-      cache ? fs::path(cache) / "models" : fs::path(home ? home : "/") / ".cache/gengraph/models";
-  const fs::path file = models / "smollm2-135m" / "tokenizer.json";
-  if (!fs::exists(file)) {
-    std::string why;
-    std::ifstream reason(models / "smollm2-135m.unavailable");
-    std::getline(reason, why);
+  const KnownModelStatus status = known_model_status("smollm2-135m");
+  if (!status.ready) {
     GTEST_SKIP() << "the real model is not set up here ("
-                 << (why.empty() ? "run scripts/setup.sh" : why) << ")";
+                 << (status.unavailable_reason.empty() ? "run scripts/setup.sh"
+                                                       : status.unavailable_reason)
+                 << ")";
   }
-  const auto tok = load_tokenizer(file.parent_path());
+  const fs::path file = status.folder / "tokenizer.json";
+  const auto tok = load_tokenizer(status.folder);
   check(*tok, file);
   // The instruct model's chat markers are special tokens, and known by name.
   const int64_t im_start = tok->token_id("<|im_start|>");
