@@ -34,6 +34,10 @@ void register_backend_benchmarks();
 // (bench/bench_loop.cpp).
 void register_loop_benchmarks();
 
+// kernels/<format>/<shape>: one projection per weight format on decode shapes
+// (bench/bench_kernels.cpp).
+void register_kernel_benchmarks();
+
 // processor/<name>, processor/chain_sampling_default and strategy_step/<strategy> on CPU, over
 // vocab x rows (bench/bench_decoding.cpp).
 void register_decoding_benchmarks();

@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   gengraph::bench::register_decoding_benchmarks();
   gengraph::bench::register_loop_benchmarks();
   gengraph::bench::register_text_benchmarks();
+  gengraph::bench::register_kernel_benchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -45,8 +45,7 @@ Bandwidth measure_bandwidth(const c10::Device& device) {
 }
 
 double decode_bytes_per_step(const CausalLM& m, int64_t rows, double mean_cache_len) {
-  double bytes = 0;
-  for (const auto& [name, t] : m.weights()) bytes += static_cast<double>(t.nbytes());
+  double bytes = m.decode_weight_bytes();
   const auto& c = m.config();
   bytes += 2.0 * c.num_layers * rows * c.num_kv_heads * c.head_dim * mean_cache_len *
            static_cast<double>(c10::elementSize(m.dtype()));

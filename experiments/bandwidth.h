@@ -23,7 +23,9 @@ struct Bandwidth {
 
 Bandwidth measure_bandwidth(const c10::Device& device);
 
-// Bytes a decode step must read at least: every weight once, plus the keys/values written so far.
+// Bytes a decode step must read at least: every weight once as the model holds it (quantized
+// projections at their stored size, CausalLM::decode_weight_bytes), plus the keys/values written
+// so far.
 double decode_bytes_per_step(const CausalLM& m, int64_t rows, double mean_cache_len);
 
 }  // namespace gengraph

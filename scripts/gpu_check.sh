@@ -18,7 +18,12 @@
 #   aoti     not in the default: GPT-2-small shape, batch 1 and 8, on aoti and cuda_graph with
 #            step: aoti beside eager and cuda_graph; exporting and compiling the package (Triton)
 #            comes first, once (300 s)
-# A stage's limit can be changed for a rerun: T_TESTS, T_SEED, T_GPT2, T_BENCH, T_COMPILE, T_AOTI
+#   quant    not in the default: the seed's workload with weight-only int8 and bfloat16 weights
+#            (model.weights, docs/quantization.md) beside the float rows, on eager, eager-static
+#            and cuda_graph (captured), one sweep; the int8 product is LibTorch's
+#            _weight_int8pack_mm on CUDA (240 s)
+# A stage's limit can be changed for a rerun: T_TESTS, T_SEED, T_GPT2, T_BENCH, T_COMPILE, T_AOTI,
+# T_QUANT
 # (seconds).
 # With 15 device-minutes a session, the default pass leaves room for a rerun or for `compile`.
 # Everything lands in $OUT (at most 8 files come back): gpu_check.log and the results/PNGs.
@@ -101,7 +106,15 @@ for st in "${STAGES[@]}"; do
       --set 'backends=[eager, cuda_graph, aoti, {name: cuda_graph, label: cuda_graph-aoti, options: {step: aoti}}]' \
       --set 'peers=[]' --set run.repeats=5
     echo "aoti exit: $?" ;;
-  *) echo "unknown stage '$st' (tests, seed, gpt2, bench, compile, aoti)"; exit 2 ;;
+  quant)
+    stage "quant: the seed's workload with int8 and bfloat16 weights"
+    timeout "${T_QUANT:-240}" "$BIN/gengraph" run configs/seed_gptj6b_beam4.yaml --output "$OUT/seed_gptj6b_beam4_quant.json" \
+      --set plot="$OUT/seed_gptj6b_beam4_quant.png" \
+      --set 'backends=[eager, {name: eager, label: eager-static, options: {cache: static}}, cuda_graph]' \
+      --set 'peers=[]' --set baseline=eager --set 'sweep={model.weights: [float, int8, bfloat16]}' \
+      --set run.warmup=1 --set run.repeats=3
+    echo "quant exit: $?" ;;
+  *) echo "unknown stage '$st' (tests, seed, gpt2, bench, compile, aoti, quant)"; exit 2 ;;
   esac
 done
 stage "done"

@@ -15,6 +15,25 @@ int64_t CausalLM::parameter_count() const {
   return n;
 }
 
+double CausalLM::decode_weight_bytes() const {
+  double bytes = 0;
+  for (const auto& [name, t] : weights_) bytes += static_cast<double>(t.nbytes());
+  return bytes - quantized_bytes_saved_;
+}
+
+Projection CausalLM::project(const at::Tensor& weight, const at::Tensor& bias,
+                             const WeightFormat& format) {
+  const double checkpoint = static_cast<double>(weight.nbytes());
+  Projection p(weight, bias, format);
+  if (format.quantized()) {
+    double stored = 0;
+    for (const at::Tensor* t : {&p.qweight, &p.scales, &p.zeros})
+      if (t->defined()) stored += static_cast<double>(t->nbytes());
+    quantized_bytes_saved_ += checkpoint - stored;
+  }
+  return p;
+}
+
 CacheShape CausalLM::cache_shape(int64_t rows, int64_t max_len) const {
   return CacheShape{config_.num_layers, rows, config_.num_kv_heads, max_len, config_.head_dim};
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "framework/cache/kv_cache.h"
+#include "framework/model/architectures/ops.h"
 #include "framework/model/model_config.h"
 #include "framework/model/weights.h"
 
@@ -33,6 +34,10 @@ class CausalLM {
   at::ScalarType dtype() const;
   at::Device device() const;
   int64_t parameter_count() const;
+  // The weight bytes a decode step reads: every tensor of weights() as held, except that the
+  // projections a quantized WeightFormat stores count at their stored size (int8, int4 with
+  // scales and zeros, bfloat16) instead of the checkpoint's.
+  double decode_weight_bytes() const;
   CacheShape cache_shape(int64_t rows, int64_t max_len) const;
   // The scaled-dot-product-attention kernel LibTorch picks for this model's decode step (one query
   // per row over max_len cache slots, the mask this form passes) on its device and dtype, as
@@ -53,10 +58,14 @@ class CausalLM {
   at::Tensor fuse(const std::vector<std::string>& names, int64_t dim, bool transpose = false);
   // The named 2-D weight stored transposed and contiguous; weights() then holds a view of it.
   at::Tensor transposed(const std::string& name) { return fuse({name}, 0, true); }
+  // A Projection of `weight` (a tensor of weights(), or one fused from them) in `format`; a
+  // quantized one's stored size replaces the weight's in decode_weight_bytes().
+  Projection project(const at::Tensor& weight, const at::Tensor& bias, const WeightFormat& format);
 
  private:
   ModelConfig config_;
   WeightMap weights_;
+  double quantized_bytes_saved_ = 0;  // checkpoint bytes minus stored bytes, quantized projections
 };
 
 // One decoding step of any backend: record validity, build the mask, run the model.

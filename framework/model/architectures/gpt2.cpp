@@ -153,8 +153,8 @@ class Gpt2 final : public CausalLM {
   void make_fused() {
     const auto& c = config();
     auto conv = [&](int64_t i, const std::string& name) {
-      return Projection(transposed(layer(i, name + ".weight")), w(layer(i, name + ".bias")),
-                        c.weights);
+      return project(transposed(layer(i, name + ".weight")), w(layer(i, name + ".bias")),
+                     c.weights);
     };
     for (int64_t i = 0; i < c.num_layers; ++i) {
       fused_.push_back(FusedBlock{{w(layer(i, "ln_1.weight")), w(layer(i, "ln_1.bias"))},
@@ -164,7 +164,7 @@ class Gpt2 final : public CausalLM {
                                   conv(i, "mlp.c_fc"),
                                   conv(i, "mlp.c_proj")});
     }
-    head_ = Projection(lm_head_, at::Tensor(), head_format(c.weights));
+    head_ = project(lm_head_, at::Tensor(), head_format(c.weights));
   }
 
   at::Tensor forward_fused(const ForwardBatch& b, KVCache& cache) const {

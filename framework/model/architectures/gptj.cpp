@@ -175,16 +175,15 @@ class GptJ final : public CausalLM {
       blk.ln_1 = {w(layer(i, "ln_1.weight")), w(layer(i, "ln_1.bias"))};
       const at::Tensor in_b =
           at::cat({at::zeros({3 * d}, wte_.options()), w(layer(i, "mlp.fc_in.bias"))});
-      blk.in = Projection(fuse({layer(i, "attn.q_proj.weight"), layer(i, "attn.k_proj.weight"),
-                                layer(i, "attn.v_proj.weight"), layer(i, "mlp.fc_in.weight")},
-                               0),
-                          in_b, c.weights);
-      blk.out =
-          Projection(fuse({layer(i, "attn.out_proj.weight"), layer(i, "mlp.fc_out.weight")}, 1),
-                     w(layer(i, "mlp.fc_out.bias")), c.weights);
+      blk.in = project(fuse({layer(i, "attn.q_proj.weight"), layer(i, "attn.k_proj.weight"),
+                             layer(i, "attn.v_proj.weight"), layer(i, "mlp.fc_in.weight")},
+                            0),
+                       in_b, c.weights);
+      blk.out = project(fuse({layer(i, "attn.out_proj.weight"), layer(i, "mlp.fc_out.weight")}, 1),
+                        w(layer(i, "mlp.fc_out.bias")), c.weights);
       fused_.push_back(std::move(blk));
     }
-    head_ = Projection(lm_head_w_, lm_head_b_, head_format(c.weights));
+    head_ = project(lm_head_w_, lm_head_b_, head_format(c.weights));
     // The rotary frequencies over the whole head: the dims past rotary_dim get frequency 0, so
     // their angle is 0, cos 1 and sin 0 exactly, and they pass unchanged.
     head_inv_freq_ =

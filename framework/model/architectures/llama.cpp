@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "framework/kernels/rms_norm.h"
 #include "framework/model/architectures/ops.h"
 #include "framework/model/architectures/rope.h"
 #include "framework/model/causal_lm.h"
@@ -302,8 +303,8 @@ class Llama final : public CausalLM {
       throw Error(config().source + ": " + names[0] +
                   ": the projections fused with it must all have a bias or none");
     }
-    return Projection(fuse(weight_names, 0),
-                      bias_names.empty() ? at::Tensor() : fuse(bias_names, 0), config().weights);
+    return project(fuse(weight_names, 0), bias_names.empty() ? at::Tensor() : fuse(bias_names, 0),
+                   config().weights);
   }
 
   void make_fused() {
@@ -320,18 +321,21 @@ class Llama final : public CausalLM {
       blk.sliding = !c.sliding_layers.empty() && c.sliding_layers[i];
       fused_.push_back(std::move(blk));
     }
-    head_ = Projection(lm_head_, at::Tensor(), head_format(c.weights));
+    head_ = project(lm_head_, at::Tensor(), head_format(c.weights));
     // rotate_half's signs: -sin on the first half, +sin on the second.
     rot_sign_ = at::ones({c.head_dim}, embed_.options());
     rot_sign_.slice(0, 0, c.head_dim / 2).fill_(-1.0);
   }
 
-  // RMSNorm as one kernel where LibTorch has one (CUDA: at::rms_norm runs _fused_rms_norm); on
-  // other devices LibTorch's rms_norm is a composite of more operators than transformers' own
-  // formula, so that formula is kept there.
+  // RMSNorm as one kernel: on CUDA LibTorch's (at::rms_norm runs _fused_rms_norm), on CPU in
+  // float32 gengraph's (framework/kernels/rms_norm.h; LibTorch's CPU rms_norm is a composite of
+  // more operators than transformers' own formula); elsewhere that formula op by op.
   at::Tensor norm(const at::Tensor& x, const at::Tensor& weight) const {
-    if (!x.is_cuda()) return rms_norm(x, weight, config().norm_eps);
-    return at::rms_norm(x, {config().hidden_size}, weight, config().norm_eps);
+    if (x.is_cuda()) return at::rms_norm(x, {config().hidden_size}, weight, config().norm_eps);
+    if (kernels::rms_norm_applies(x, weight)) {
+      return kernels::rms_norm(x, weight, config().norm_eps);
+    }
+    return rms_norm(x, weight, config().norm_eps);
   }
 
   at::Tensor forward_fused(const ForwardBatch& b, KVCache& cache) const {

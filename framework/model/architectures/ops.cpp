@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 
+#include "framework/kernels/weight_only.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -175,7 +176,8 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
     case WeightFormat::Kind::kInt8: {
       Int8Weight q = quantize_int8(weight);
       qweight = std::move(q.q);
-      scales = std::move(q.scales);
+      // gengraph's CPU kernel takes float32 scales; LibTorch's CUDA kernel the activations' dtype.
+      scales = weight.is_cpu() ? q.scales.to(at::kFloat).contiguous() : std::move(q.scales);
       break;
     }
     case WeightFormat::Kind::kInt4: {
@@ -190,9 +192,12 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
             "differently); use int8 or bfloat16 on " +
             weight.device().str());
       }
-      Int4Weight q = quantize_int4(weight, format.group_size);
-      qweight = at::_convert_weight_to_int4pack_for_cpu(q.q, /*innerKTiles=*/2);
-      scales = std::move(q.scales_offsets);
+      const Int4Weight q = quantize_int4(weight, format.group_size);
+      qweight = kernels::pack_int4(q.q);
+      // value = (q - 8) * scale + offset = q * scale + zero, zero = offset - 8 * scale.
+      const at::Tensor so = q.scales_offsets.to(at::kFloat).transpose(0, 1);  // [out, groups, 2]
+      scales = so.select(-1, 0).contiguous();
+      zeros = (so.select(-1, 1) - so.select(-1, 0) * 8.0).contiguous();
       break;
     }
     case WeightFormat::Kind::kBFloat16:
@@ -208,18 +213,27 @@ bool tracing() { return at::tracer::impl::is_dispatch_enabled(); }
 
 at::Tensor Projection::operator()(const at::Tensor& x) const {
   if (format.quantized()) {
-    at::Tensor y;
     const at::Tensor x2 = rows_of(x).contiguous();
-    switch (format.kind) {
-      case WeightFormat::Kind::kInt8:
-        y = at::_weight_int8pack_mm(x2, qweight, scales);
-        break;
-      case WeightFormat::Kind::kInt4:
-        y = at::_weight_int4pack_mm_for_cpu(x2, qweight, format.group_size, scales);
-        break;
-      default:
-        y = at::linear(x2.to(at::kBFloat16), qweight).to(x.scalar_type());
-        break;
+    at::Tensor y;
+    if (qweight.is_cpu()) {
+      // gengraph's kernels (framework/kernels/weight_only.h): float32 activations.
+      const at::Tensor xf = x2.scalar_type() == at::kFloat ? x2 : x2.to(at::kFloat);
+      switch (format.kind) {
+        case WeightFormat::Kind::kInt8:
+          y = kernels::linear_int8(xf, qweight, scales);
+          break;
+        case WeightFormat::Kind::kInt4:
+          y = kernels::linear_int4(xf, qweight, scales, zeros, format.group_size);
+          break;
+        default:
+          y = kernels::linear_bf16(xf, qweight);
+          break;
+      }
+      if (y.scalar_type() != x.scalar_type()) y = y.to(x.scalar_type());
+    } else if (format.kind == WeightFormat::Kind::kInt8) {
+      y = at::_weight_int8pack_mm(x2, qweight, scales);
+    } else {
+      y = at::linear(x2.to(at::kBFloat16), qweight).to(x.scalar_type());
     }
     if (bias.defined()) y = y + bias;
     return shaped(y, x);

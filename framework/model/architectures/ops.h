@@ -42,10 +42,11 @@ at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype);
 // MKL GEMM here (docs/benchmarks.md#cpu-gemms); elsewhere at::linear.
 //
 // With a quantized WeightFormat (ModelConfig::weights) the weight is held as the format says and
-// the product runs through LibTorch's weight-only kernels (docs/quantization.md): int8
-// (at::_weight_int8pack_mm, one scale per output channel), int4 (at::_weight_int4pack_mm_for_cpu
-// on CPU, groups along the input channels) or bfloat16 (activations cast to bfloat16 for the
-// product, the result cast back).
+// the product runs through weight-only kernels (docs/quantization.md): on CPU gengraph's own
+// (framework/kernels/weight_only.h: float32 activations, the stored weight widened in registers)
+// for int8 (one scale per output channel), int4 (groups along the input channels) and bfloat16;
+// on CUDA LibTorch's at::_weight_int8pack_mm for int8, and for bfloat16 a bfloat16 GEMM with the
+// activations cast.
 struct Projection {
   Projection() = default;
   Projection(at::Tensor weight, at::Tensor bias, const WeightFormat& format = {});
@@ -54,8 +55,9 @@ struct Projection {
   at::Tensor bias;    // [out], or undefined
   bool onednn = false;
   WeightFormat format;
-  at::Tensor qweight;  // int8 [out, in]; int4: the packed form; bfloat16 [out, in]
-  at::Tensor scales;   // int8: [out]; int4: [in / group, out, 2] (scale, offset)
+  at::Tensor qweight;  // int8 [out, in]; int4: kernels::pack_int4's [out, in / 2]; bf16 [out, in]
+  at::Tensor scales;   // int8: [out] (float32 on CPU); int4: [out, in / group] float32
+  at::Tensor zeros;    // int4: [out, in / group] float32, the value of level 0
 
   at::Tensor operator()(const at::Tensor& x) const;  // [..., in] -> [..., out]
   // residual + (x W^T + b) in one kernel: oneDNN's sum post-op, or, without a bias, the GEMM's

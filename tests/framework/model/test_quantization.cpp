@@ -50,7 +50,8 @@ TEST(Quantization, Int4GroupsSpanTheirRangeInSixteenLevels) {
 // The kernels compute with exactly the weights the quantizers describe.
 TEST(Quantization, ProjectionsMultiplyByTheDequantizedWeight) {
   const at::Tensor w = random_weight(96, 128, 3), b = at::randn({96}) * 0.1;
-  for (const int64_t rows : {1, 5}) {
+  // 3 and 15 activation rows stream the stored weight; 36 widen it for LibTorch's GEMM.
+  for (const int64_t rows : {1, 5, 12}) {
     const at::Tensor x = at::randn({rows, 3, 128});
     WeightFormat f;
     f.kind = WeightFormat::Kind::kInt8;
@@ -61,8 +62,8 @@ TEST(Quantization, ProjectionsMultiplyByTheDequantizedWeight) {
     const at::Tensor got4 = Projection(w.clone(), b, f)(x);
     EXPECT_TRUE(at::allclose(got4, want4, 1e-3, 1e-3)) << (got4 - want4).abs().max().item<float>();
     f.kind = WeightFormat::Kind::kBFloat16;
-    const at::Tensor wantb =
-        at::linear(x.to(at::kBFloat16), w.to(at::kBFloat16)).to(at::kFloat) + b;
+    // bfloat16 weights, float32 activations and sums.
+    const at::Tensor wantb = at::linear(x, w.to(at::kBFloat16).to(at::kFloat), b);
     EXPECT_TRUE(at::allclose(Projection(w.clone(), b, f)(x), wantb, 1e-5, 1e-5));
     // add_to is residual + the product.
     f.kind = WeightFormat::Kind::kInt8;
@@ -117,6 +118,30 @@ TEST(Quantization, QuantizedWeightsChangeTheLogitsButNotTheirShape) {
   EXPECT_EQ(la.sizes(), lb.sizes());
   EXPECT_FALSE(at::equal(la, lb));                       // quantized: not the same numbers
   EXPECT_LT((la - lb).abs().max().item<float>(), 0.5f);  // but close (random weights, 0.05)
+}
+
+// The bandwidth report's bytes: quantized projections at their stored size. With bfloat16 every
+// projection weight is exactly half (llama-a: untied head, so the embedding stays float32); with
+// int8 a quarter plus a float32 scale per output channel.
+TEST(Quantization, DecodeWeightBytesCountTheStoredFormat) {
+  LoadOptions o;
+  const auto base = testing::test_model("llama-a", 3, o);
+  ASSERT_FALSE(base->config().tie_word_embeddings);
+  double total = 0, projections = 0, out_channels = 0;
+  for (const auto& [name, t] : base->weights()) {
+    total += static_cast<double>(t.nbytes());
+    if (t.dim() == 2 && name != "model.embed_tokens.weight") {
+      projections += static_cast<double>(t.nbytes());
+    }
+  }
+  EXPECT_DOUBLE_EQ(base->decode_weight_bytes(), total);
+  o.weights.kind = WeightFormat::Kind::kBFloat16;
+  EXPECT_DOUBLE_EQ(testing::test_model("llama-a", 3, o)->decode_weight_bytes(),
+                   total - projections / 2);
+  o.weights.kind = WeightFormat::Kind::kInt8;
+  const double int8 = testing::test_model("llama-a", 3, o)->decode_weight_bytes();
+  EXPECT_GT(int8, total - projections * 3 / 4);  // the scales add a little
+  EXPECT_LT(int8, total - projections * 3 / 4 + projections / 8);
 }
 
 // Every backend that runs a quantized model gives the eager (growing cache) tokens of that same

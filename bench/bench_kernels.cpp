@@ -1,0 +1,106 @@
+// kernels/<format>/<shape>/m<rows>: one projection of a decode step, x [rows, in] -> [rows, out],
+// through Projection as the models call it, for each weight format: float (oneDNN or MKL, as
+// gengraph runs float32), int8, int4 (groups of 32), bfloat16 (gengraph's weight-only kernels,
+// framework/kernels/weight_only.h), gengraph's streaming kernel on the float32 weight
+// (float_stream), and int8 on the plain loops (what a CPU without AVX2 runs).
+// The shapes are SmolLM2-135M's and GPT-2-small's projections (fused as gengraph fuses them) and
+// their output heads. Counters: bytes = the stored weight's bytes read per call, so
+// bytes_per_second is the weight stream rate, to set against the machine's read bandwidth.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+
+#include <string>
+#include <vector>
+
+#include "bench/bench_common.h"
+#include "framework/kernels/weight_only.h"
+#include "framework/model/architectures/ops.h"
+
+namespace gengraph::bench {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t out, in;
+};
+
+// SmolLM2-135M: q/k/v fused (576 + 2 x 192), o, gate/up fused (2 x 1536), down, head (49152).
+// GPT-2 small: c_attn (3 x 768), c_proj, c_fc (3072), mlp c_proj, head (50257).
+const std::vector<Shape>& shapes() {
+  static const std::vector<Shape> all = {
+      {"smollm2_qkv", 960, 576},   {"smollm2_o", 576, 576},      {"smollm2_gate_up", 3072, 576},
+      {"smollm2_down", 576, 1536}, {"smollm2_head", 49152, 576}, {"gpt2_attn", 2304, 768},
+      {"gpt2_proj", 768, 768},     {"gpt2_fc", 3072, 768},       {"gpt2_mlp_proj", 768, 3072},
+      {"gpt2_head", 50257, 768}};
+  return all;
+}
+
+int64_t stored_bytes(WeightFormat::Kind kind, const Shape& s) {
+  switch (kind) {
+    case WeightFormat::Kind::kInt8:
+      return s.out * s.in + s.out * 4;
+    case WeightFormat::Kind::kInt4:
+      return s.out * s.in / 2 + s.out * (s.in / 32) * 8;
+    case WeightFormat::Kind::kBFloat16:
+      return s.out * s.in * 2;
+    default:
+      return s.out * s.in * 4;
+  }
+}
+
+void run(benchmark::State& state, const Shape& s, WeightFormat::Kind kind, bool plain) {
+  at::manual_seed(0);
+  WeightFormat f;
+  f.kind = kind;
+  f.group_size = 32;
+  const Projection p(at::randn({s.out, s.in}) * 0.02, at::Tensor(), f);
+  const at::Tensor x = at::randn({state.range(0), s.in});
+  kernels::use_plain_loops(plain);
+  for (auto _ : state) benchmark::DoNotOptimize(p(x));
+  kernels::use_plain_loops(false);
+  state.SetBytesProcessed(state.iterations() * stored_bytes(kind, s));
+  state.counters["threads"] = at::get_num_threads();
+}
+
+// gengraph's streaming kernel on the float32 weight itself (kernels::linear_f32).
+void run_f32_stream(benchmark::State& state, const Shape& s) {
+  at::manual_seed(0);
+  const at::Tensor w = at::randn({s.out, s.in}) * 0.02;
+  const at::Tensor x = at::randn({state.range(0), s.in});
+  for (auto _ : state) benchmark::DoNotOptimize(kernels::linear_f32(x, w));
+  state.SetBytesProcessed(state.iterations() * s.out * s.in * 4);
+  state.counters["threads"] = at::get_num_threads();
+}
+
+}  // namespace
+
+void register_kernel_benchmarks() {
+  const std::vector<std::pair<const char*, WeightFormat::Kind>> formats = {
+      {"float", WeightFormat::Kind::kAsLoaded},
+      {"int8", WeightFormat::Kind::kInt8},
+      {"int4", WeightFormat::Kind::kInt4},
+      {"bfloat16", WeightFormat::Kind::kBFloat16}};
+  const std::vector<int64_t> rows =
+      bench_smoke() ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 4, 8};
+  for (const Shape& s : shapes()) {
+    if (bench_smoke() && std::string(s.name) != "smollm2_o") continue;
+    for (const auto& [fname, kind] : formats) {
+      auto* b = benchmark::RegisterBenchmark(
+          ("kernels/" + std::string(fname) + "/" + s.name).c_str(),
+          [s, kind = kind](benchmark::State& st) { run(st, s, kind, false); });
+      for (const int64_t m : rows) b->Arg(m);
+      b->ArgName("m")->Unit(benchmark::kMicrosecond)->UseRealTime();
+    }
+    auto* f = benchmark::RegisterBenchmark(("kernels/float_stream/" + std::string(s.name)).c_str(),
+                                           [s](benchmark::State& st) { run_f32_stream(st, s); });
+    for (const int64_t m : rows) f->Arg(m);
+    f->ArgName("m")->Unit(benchmark::kMicrosecond)->UseRealTime();
+    auto* b = benchmark::RegisterBenchmark(
+        ("kernels/int8_plain_loops/" + std::string(s.name)).c_str(),
+        [s](benchmark::State& st) { run(st, s, WeightFormat::Kind::kInt8, true); });
+    b->Arg(1)->ArgName("m")->Unit(benchmark::kMicrosecond)->UseRealTime();
+  }
+}
+
+}  // namespace gengraph::bench

@@ -1,0 +1,458 @@
+#include "framework/kernels/weight_only.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define GENGRAPH_X86_AVX2 1
+#define GENGRAPH_AVX2_FN __attribute__((target("avx2,fma")))
+#endif
+
+namespace gengraph::kernels {
+namespace {
+
+// ---- The plain loops: any CPU, and the reference the vectorized paths are tested against. ----
+
+inline float widen(float v) { return v; }
+inline float widen(int8_t v) { return static_cast<float>(v); }
+inline float widen(uint16_t bf16) {
+  const uint32_t bits = static_cast<uint32_t>(bf16) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// out[m, n] = sum_k x[m, k] * w[n, k] over rows [n0, n1).
+template <typename W>
+void dot_rows_plain(const float* x, int64_t M, int64_t K, const W* w, int64_t n0, int64_t n1,
+                    float* out, int64_t ldo) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const W* wr = w + n * K;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xr = x + m * K;
+      float s = 0.f;
+      for (int64_t k = 0; k < K; ++k) s += xr[k] * widen(wr[k]);
+      out[m * ldo + n] = s;
+    }
+  }
+}
+
+void int4_rows_plain(const float* x, int64_t M, int64_t K, const uint8_t* q, const float* scales,
+                     const float* zeros, const float* xsum, int64_t group, int64_t n0, int64_t n1,
+                     float* out, int64_t ldo) {
+  const int64_t groups = K / group;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* qr = q + n * (K / 2);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xr = x + m * K;
+      float y = 0.f;
+      for (int64_t g = 0; g < groups; ++g) {
+        float p = 0.f;
+        for (int64_t k = g * group; k < (g + 1) * group; ++k) {
+          const uint8_t byte = qr[(k / 32) * 16 + k % 16];
+          const int v = (k % 32) < 16 ? (byte & 0x0F) : (byte >> 4);
+          p += xr[k] * static_cast<float>(v);
+        }
+        y += p * scales[n * groups + g] + zeros[n * groups + g] * xsum[m * groups + g];
+      }
+      out[m * ldo + n] = y;
+    }
+  }
+}
+
+// ---- AVX2 + FMA: compiled for those instructions whatever the build's flags, run only where
+// the CPU reports them. ----
+#ifdef GENGRAPH_X86_AVX2
+
+GENGRAPH_AVX2_FN inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+GENGRAPH_AVX2_FN inline __m256 load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+GENGRAPH_AVX2_FN inline __m256 load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+GENGRAPH_AVX2_FN inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// MB activation rows by NB weight rows: each weight vector is widened once and used MB times.
+template <typename W, int MB, int NB>
+GENGRAPH_AVX2_FN void dot_block(const float* x, int64_t K, const W* w, float* out, int64_t ldo) {
+  __m256 acc[MB][NB];
+  for (int m = 0; m < MB; ++m)
+    for (int n = 0; n < NB; ++n) acc[m][n] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    __m256 wv[NB];
+    for (int n = 0; n < NB; ++n) wv[n] = load8(w + n * K + k);
+    for (int m = 0; m < MB; ++m) {
+      const __m256 xv = _mm256_loadu_ps(x + m * K + k);
+      for (int n = 0; n < NB; ++n) acc[m][n] = _mm256_fmadd_ps(xv, wv[n], acc[m][n]);
+    }
+  }
+  for (int m = 0; m < MB; ++m) {
+    for (int n = 0; n < NB; ++n) {
+      float s = hsum(acc[m][n]);
+      for (int64_t kk = k; kk < K; ++kk) s += x[m * K + kk] * widen(w[n * K + kk]);
+      out[m * ldo + n] = s;
+    }
+  }
+}
+
+template <typename W, int MB>
+GENGRAPH_AVX2_FN void dot_rows_mb(const float* x, int64_t K, const W* w, int64_t n0, int64_t n1,
+                                  float* out, int64_t ldo) {
+  constexpr int NB = MB <= 2 ? 4 : 2;
+  int64_t n = n0;
+  for (; n + NB <= n1; n += NB) dot_block<W, MB, NB>(x, K, w + n * K, out + n, ldo);
+  for (; n < n1; ++n) dot_block<W, MB, 1>(x, K, w + n * K, out + n, ldo);
+}
+
+// Rows [n0, n1) for every activation row, in blocks of at most 4 activation rows; the weight
+// rows of a block stay in L1 between them.
+template <typename W>
+GENGRAPH_AVX2_FN void dot_rows_avx2(const float* x, int64_t M, int64_t K, const W* w, int64_t n0,
+                                    int64_t n1, float* out, int64_t ldo) {
+  constexpr int64_t kRowsPerPass = 16;
+  for (int64_t nb = n0; nb < n1; nb += kRowsPerPass) {
+    const int64_t ne = std::min(n1, nb + kRowsPerPass);
+    for (int64_t m = 0; m < M; m += 4) {
+      const float* xm = x + m * K;
+      float* om = out + m * ldo;
+      switch (std::min<int64_t>(4, M - m)) {
+        case 1:
+          dot_rows_mb<W, 1>(xm, K, w, nb, ne, om, ldo);
+          break;
+        case 2:
+          dot_rows_mb<W, 2>(xm, K, w, nb, ne, om, ldo);
+          break;
+        case 3:
+          dot_rows_mb<W, 3>(xm, K, w, nb, ne, om, ldo);
+          break;
+        default:
+          dot_rows_mb<W, 4>(xm, K, w, nb, ne, om, ldo);
+          break;
+      }
+    }
+  }
+}
+
+// One int4 weight row against MB activation rows. Per block of 32: the 16 bytes become four
+// vectors of 8 levels (0..15) as floats; per group the partial dot is scaled once.
+template <int MB>
+GENGRAPH_AVX2_FN void int4_row(const float* x, int64_t K, const uint8_t* q, const float* scales,
+                               const float* zeros, const float* xsum, int64_t group, float* out,
+                               int64_t ldo) {
+  const int64_t groups = K / group, blocks_per_group = group / 32;
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  __m256 acc[MB];
+  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256 p[MB];
+    for (int m = 0; m < MB; ++m) p[m] = _mm256_setzero_ps();
+    for (int64_t b = g * blocks_per_group; b < (g + 1) * blocks_per_group; ++b) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * 16));
+      const __m128i lo = _mm_and_si128(bytes, low4);
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+      const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+      const __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+      const __m256 w2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+      const __m256 w3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+      for (int m = 0; m < MB; ++m) {
+        const float* xb = x + m * K + b * 32;
+        __m256 t = _mm256_mul_ps(w0, _mm256_loadu_ps(xb));
+        t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), t);
+        t = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), t);
+        t = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), t);
+        p[m] = _mm256_add_ps(p[m], t);
+      }
+    }
+    const __m256 s = _mm256_set1_ps(scales[g]);
+    for (int m = 0; m < MB; ++m) acc[m] = _mm256_fmadd_ps(p[m], s, acc[m]);
+  }
+  for (int m = 0; m < MB; ++m) {
+    float y = hsum(acc[m]);
+    for (int64_t g = 0; g < groups; ++g) y += zeros[g] * xsum[m * groups + g];
+    out[m * ldo] = y;
+  }
+}
+
+GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const uint8_t* q,
+                                     const float* scales, const float* zeros, const float* xsum,
+                                     int64_t group, int64_t n0, int64_t n1, float* out,
+                                     int64_t ldo) {
+  const int64_t groups = K / group;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* qr = q + n * (K / 2);
+    const float* sr = scales + n * groups;
+    const float* zr = zeros + n * groups;
+    for (int64_t m = 0; m < M; m += 4) {
+      const float* xm = x + m * K;
+      const float* xs = xsum + m * groups;
+      float* om = out + m * ldo + n;
+      switch (std::min<int64_t>(4, M - m)) {
+        case 1:
+          int4_row<1>(xm, K, qr, sr, zr, xs, group, om, ldo);
+          break;
+        case 2:
+          int4_row<2>(xm, K, qr, sr, zr, xs, group, om, ldo);
+          break;
+        case 3:
+          int4_row<3>(xm, K, qr, sr, zr, xs, group, om, ldo);
+          break;
+        default:
+          int4_row<4>(xm, K, qr, sr, zr, xs, group, om, ldo);
+          break;
+      }
+    }
+  }
+}
+#endif  // GENGRAPH_X86_AVX2
+
+std::atomic<bool> g_plain{false};
+
+bool cpu_has_avx2() {
+#ifdef GENGRAPH_X86_AVX2
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has && !g_plain.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+// Output rows per task: enough work to be worth a thread, and every thread busy.
+int64_t grain_rows(int64_t N, int64_t K) {
+  const int64_t rows_per_64k = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, K));
+  return std::max<int64_t>(4, std::min(rows_per_64k, N / std::max(1, at::get_num_threads())));
+}
+
+void check_x(const at::Tensor& x, int64_t K, const char* op) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.is_cpu(), op,
+              ": activations must be a contiguous 2-D float32 CPU tensor, got ", x.sizes(), " ",
+              x.scalar_type(), " on ", x.device());
+  TORCH_CHECK(x.size(1) == K, op, ": activations have ", x.size(1), " channels, the weight ", K);
+}
+
+template <typename W>
+at::Tensor stream_or_gemm(const at::Tensor& x, const at::Tensor& w, const W* wp,
+                          const at::Tensor& row_scales) {
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return y;
+  const float* xp = x.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const bool avx2 = cpu_has_avx2();
+  at::parallel_for(0, N, grain_rows(N, K), [&](int64_t n0, int64_t n1) {
+#ifdef GENGRAPH_X86_AVX2
+    if (avx2) return dot_rows_avx2<W>(xp, M, K, wp, n0, n1, yp, N);
+#endif
+    (void)avx2;
+    dot_rows_plain<W>(xp, M, K, wp, n0, n1, yp, N);
+  });
+  if (row_scales.defined()) y.mul_(row_scales);
+  return y;
+}
+
+at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
+  TORCH_CHECK(q.dim() == 2 && q.scalar_type() == at::kChar && q.is_contiguous(),
+              "gengraph::linear_int8: weight must be a contiguous 2-D int8 tensor");
+  TORCH_CHECK(scales.dim() == 1 && scales.size(0) == q.size(0) &&
+                  scales.scalar_type() == at::kFloat && scales.is_contiguous(),
+              "gengraph::linear_int8: one float32 scale per output channel");
+  check_x(x, q.size(1), "gengraph::linear_int8");
+  if (x.size(0) >= kStreamRows) return at::linear(x, q.to(at::kFloat) * scales.unsqueeze(1));
+  return stream_or_gemm<int8_t>(x, q, q.data_ptr<int8_t>(), scales);
+}
+
+at::Tensor linear_bf16_cpu(const at::Tensor& x, const at::Tensor& w) {
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kBFloat16 && w.is_contiguous(),
+              "gengraph::linear_bf16: weight must be a contiguous 2-D bfloat16 tensor");
+  check_x(x, w.size(1), "gengraph::linear_bf16");
+  if (x.size(0) >= kStreamRows) return at::linear(x, w.to(at::kFloat));
+  return stream_or_gemm<uint16_t>(x, w, reinterpret_cast<const uint16_t*>(w.data_ptr()),
+                                  at::Tensor());
+}
+
+at::Tensor linear_f32_cpu(const at::Tensor& x, const at::Tensor& w) {
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.is_contiguous(),
+              "gengraph::linear_f32: weight must be a contiguous 2-D float32 tensor");
+  check_x(x, w.size(1), "gengraph::linear_f32");
+  if (x.size(0) >= kStreamRows) return at::linear(x, w);
+  return stream_or_gemm<float>(x, w, w.data_ptr<float>(), at::Tensor());
+}
+
+at::Tensor dequantize_int4_packed(const at::Tensor& packed, const at::Tensor& scales,
+                                  const at::Tensor& zeros, int64_t group) {
+  const int64_t N = packed.size(0), K = packed.size(1) * 2, groups = K / group;
+  const at::Tensor q = unpack_int4(packed).to(at::kFloat).view({N, groups, group});
+  return (q * scales.unsqueeze(-1) + zeros.unsqueeze(-1)).view({N, K});
+}
+
+at::Tensor linear_int4_cpu(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                           const at::Tensor& zeros, int64_t group) {
+  TORCH_CHECK(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous(),
+              "gengraph::linear_int4: weight must be a contiguous 2-D uint8 tensor (pack_int4)");
+  const int64_t N = packed.size(0), K = packed.size(1) * 2;
+  TORCH_CHECK(group > 0 && group % 32 == 0 && K % group == 0, "gengraph::linear_int4: group ",
+              group, " must be a multiple of 32 dividing the ", K, " input channels");
+  const int64_t groups = K / group;
+  for (const at::Tensor* t : {&scales, &zeros}) {
+    TORCH_CHECK(t->dim() == 2 && t->size(0) == N && t->size(1) == groups &&
+                    t->scalar_type() == at::kFloat && t->is_contiguous(),
+                "gengraph::linear_int4: scales and zeros must be float32 [", N, ", ", groups,
+                "], got ", t->sizes(), " ", t->scalar_type());
+  }
+  check_x(x, K, "gengraph::linear_int4");
+  const int64_t M = x.size(0);
+  if (M >= kStreamRows) return at::linear(x, dequantize_int4_packed(packed, scales, zeros, group));
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return y;
+  // The sums of each group of activations: the zeros' share of every output is one product.
+  std::vector<float> xsum(static_cast<size_t>(M * groups));
+  const float* xp = x.data_ptr<float>();
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t g = 0; g < groups; ++g) {
+      float s = 0.f;
+      for (int64_t k = g * group; k < (g + 1) * group; ++k) s += xp[m * K + k];
+      xsum[m * groups + g] = s;
+    }
+  }
+  const uint8_t* qp = packed.data_ptr<uint8_t>();
+  const float* sp = scales.data_ptr<float>();
+  const float* zp = zeros.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const bool avx2 = cpu_has_avx2();
+  at::parallel_for(0, N, grain_rows(N, K / 4), [&](int64_t n0, int64_t n1) {
+#ifdef GENGRAPH_X86_AVX2
+    if (avx2) return int4_rows_avx2(xp, M, K, qp, sp, zp, xsum.data(), group, n0, n1, yp, N);
+#endif
+    (void)avx2;
+    int4_rows_plain(xp, M, K, qp, sp, zp, xsum.data(), group, n0, n1, yp, N);
+  });
+  return y;
+}
+
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>&
+int8_op() {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("gengraph::linear_int8", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  return op;
+}
+
+}  // namespace
+
+bool vectorized() { return cpu_has_avx2(); }
+
+void use_plain_loops(bool plain) { g_plain.store(plain); }
+
+at::Tensor pack_int4(const at::Tensor& q) {
+  TORCH_CHECK(q.dim() == 2 && q.size(1) % 32 == 0, "pack_int4: [N, K] levels with K % 32 == 0");
+  const int64_t N = q.size(0), K = q.size(1);
+  const at::Tensor v = q.to(at::kByte).view({N, K / 32, 2, 16});
+  return at::bitwise_or(v.select(2, 0), at::bitwise_left_shift(v.select(2, 1), 4))
+      .reshape({N, K / 2})
+      .contiguous();
+}
+
+at::Tensor unpack_int4(const at::Tensor& packed) {
+  const int64_t N = packed.size(0), K = packed.size(1) * 2;
+  const at::Tensor b = packed.view({N, K / 32, 1, 16});
+  return at::cat({at::bitwise_and(b, 0x0F), at::bitwise_right_shift(b, 4)}, 2)
+      .reshape({N, K})
+      .to(at::kInt);
+}
+
+at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
+  return int8_op().call(x, q, scales);
+}
+
+at::Tensor linear_int4(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                       const at::Tensor& zeros, int64_t group) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gengraph::linear_int4", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, const at::Tensor&, int64_t)>();
+  return op.call(x, packed, scales, zeros, group);
+}
+
+at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gengraph::linear_bf16", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  return op.call(x, w);
+}
+
+at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gengraph::linear_f32", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  return op.call(x, w);
+}
+
+}  // namespace gengraph::kernels
+
+// Operators of the dispatcher, so that TorchScript's tracer records them (its fallback records
+// any registered operator) and a trace replays them.
+TORCH_LIBRARY_FRAGMENT(gengraph, m) {
+  m.def("linear_int8(Tensor x, Tensor q, Tensor scales) -> Tensor");
+  m.def("linear_int4(Tensor x, Tensor packed, Tensor scales, Tensor zeros, int group) -> Tensor");
+  m.def("linear_bf16(Tensor x, Tensor w) -> Tensor");
+  m.def("linear_f32(Tensor x, Tensor w) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(gengraph, CPU, m) {
+  m.impl("linear_int8", &gengraph::kernels::linear_int8_cpu);
+  m.impl("linear_int4", &gengraph::kernels::linear_int4_cpu);
+  m.impl("linear_bf16", &gengraph::kernels::linear_bf16_cpu);
+  m.impl("linear_f32", &gengraph::kernels::linear_f32_cpu);
+}
+
+// Shape-only (Meta) kernels, so that torch.export and Inductor can trace the operators
+// (tools/export_aoti.py exports a quantized model with them): the output's size from the inputs',
+// symbolic sizes kept symbolic.
+namespace gengraph::kernels {
+namespace {
+
+at::Tensor rows_by(const at::Tensor& x, const c10::SymInt& n, const char* op) {
+  TORCH_CHECK(x.dim() == 2, op, ": activations must be 2-D, got ", x.dim(), " dimensions");
+  return at::empty_symint({x.sym_size(0), n}, x.options());
+}
+
+at::Tensor linear_int8_meta(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
+  TORCH_CHECK(q.dim() == 2, "gengraph::linear_int8: weight must be 2-D");
+  return rows_by(x, q.sym_size(0), "gengraph::linear_int8");
+}
+
+at::Tensor linear_int4_meta(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                            const at::Tensor& zeros, int64_t group) {
+  TORCH_CHECK(packed.dim() == 2, "gengraph::linear_int4: weight must be 2-D");
+  return rows_by(x, packed.sym_size(0), "gengraph::linear_int4");
+}
+
+at::Tensor linear_bf16_meta(const at::Tensor& x, const at::Tensor& w) {
+  TORCH_CHECK(w.dim() == 2, "gengraph::linear_bf16: weight must be 2-D");
+  return rows_by(x, w.sym_size(0), "gengraph::linear_bf16");
+}
+
+}  // namespace
+}  // namespace gengraph::kernels
+
+TORCH_LIBRARY_IMPL(gengraph, Meta, m) {
+  m.impl("linear_int8", &gengraph::kernels::linear_int8_meta);
+  m.impl("linear_int4", &gengraph::kernels::linear_int4_meta);
+  m.impl("linear_bf16", &gengraph::kernels::linear_bf16_meta);
+}

@@ -1,0 +1,58 @@
+// gengraph's own CPU kernels for weight-only quantized projections (docs/quantization.md).
+//
+// LibTorch 2.11's weight-only kernels (_weight_int8pack_mm, _weight_int4pack_mm_for_cpu) are
+// vectorized on x86 only for bfloat16 activations: with float32 activations they run a scalar
+// loop, 3-25x slower than the float32 GEMM they replace. These kernels take float32 activations,
+// widen the stored weights to float32 in registers (AVX2 + FMA where the CPU has them, a plain
+// loop elsewhere) and accumulate in float32, so a decode step reads a quarter (int8), an eighth
+// (int4) or half (bfloat16) of float32's bytes. For many activation rows (a prefill) they widen
+// the weight once and use LibTorch's float32 GEMM instead.
+//
+// Each is also an operator of the dispatcher (gengraph::linear_int8, gengraph::linear_int4,
+// gengraph::linear_bf16), so a TorchScript trace of a quantized model records and replays them.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+
+namespace gengraph::kernels {
+
+// y = x W^T with W[n, k] = q[n, k] * scales[n].
+//   x: [M, K] float32, contiguous; q: [N, K] int8; scales: [N] float32 -> [M, N] float32
+at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales);
+
+// The int4 layout these kernels read: per output row, K / 32 blocks of 16 bytes; byte i of block
+// b holds element 32 b + i in its low nibble and element 32 b + 16 + i in its high nibble.
+//   q: [N, K] integers 0..15 (K a multiple of 32) -> [N, K / 2] uint8
+at::Tensor pack_int4(const at::Tensor& q);
+// The inverse of pack_int4, for tests: [N, K / 2] uint8 -> [N, K] int32.
+at::Tensor unpack_int4(const at::Tensor& packed);
+
+// y = x W^T with W[n, k] = packed_q[n, k] * scales[n, g] + zeros[n, g], g = k / group.
+//   x: [M, K] float32; packed: [N, K / 2] uint8 (pack_int4); scales, zeros: [N, K / group]
+//   float32; group a multiple of 32 dividing K -> [M, N] float32
+at::Tensor linear_int4(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                       const at::Tensor& zeros, int64_t group);
+
+// y = x W^T with W bfloat16, products and sums in float32.
+//   x: [M, K] float32; w: [N, K] bfloat16 -> [M, N] float32
+at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w);
+
+// The same streaming kernel over a float32 weight, for comparison with the float32 GEMMs (and a
+// decode step's projections where it streams faster, docs/quantization.md#speed).
+//   x: [M, K] float32; w: [N, K] float32 -> [M, N] float32
+at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w);
+
+// Whether the vectorized (AVX2 + FMA) paths run on this CPU; the plain loops otherwise.
+bool vectorized();
+// Makes every call take the plain loops (true) or the CPU's best path again (false): for tests
+// and benchmarks that compare the two on one machine.
+void use_plain_loops(bool plain);
+
+// Up to this many activation rows the kernels above stream the stored weight; from it on they
+// widen it to float32 once and call LibTorch's GEMM (a prefill's many rows make the GEMM's
+// blocking worth the widening).
+constexpr int64_t kStreamRows = 32;
+
+}  // namespace gengraph::kernels

@@ -1,0 +1,190 @@
+// gengraph's weight-only CPU kernels against the product by the widened weight in float64, on
+// both paths (AVX2 + FMA where this CPU has them, and the plain loops), over the shapes that
+// exercise every block size, the K tails and the switch to LibTorch's GEMM.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "framework/kernels/rms_norm.h"
+#include "framework/kernels/weight_only.h"
+#include "tests/support/test_util.h"
+
+namespace gengraph::kernels {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Both paths in turn; the plain loops are restored whatever happens.
+struct Paths {
+  ~Paths() { use_plain_loops(false); }
+  template <typename F>
+  void each(F&& f) {
+    for (const bool plain : {false, true}) {
+      use_plain_loops(plain);
+      SCOPED_TRACE(plain ? "plain loops" : (vectorized() ? "AVX2" : "plain (no AVX2 here)"));
+      f();
+    }
+  }
+};
+
+// |got - want| within a few float32 roundings of the sum of |x_k w_k|.
+void expect_close(const at::Tensor& got, const at::Tensor& x, const at::Tensor& w) {
+  const at::Tensor want = at::linear(x.to(at::kDouble), w.to(at::kDouble));
+  const at::Tensor bound =
+      at::linear(x.abs().to(at::kDouble), w.abs().to(at::kDouble)) * 1e-5 + 1e-6;
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_EQ(got.scalar_type(), at::kFloat);
+  const at::Tensor err = (got.to(at::kDouble) - want).abs();
+  EXPECT_TRUE(err.le(bound).all().item<bool>()) << "worst error " << err.max().item<double>()
+                                                << " at shape " << x.sizes() << " x " << w.sizes();
+}
+
+TEST(WeightOnlyKernels, Int8MatchesTheWidenedWeight) {
+  Paths paths;
+  paths.each([] {
+    at::manual_seed(1);
+    for (const int64_t K : {8, 29, 64, 576}) {
+      for (const int64_t N : {1, 5, 17, 64}) {
+        const at::Tensor q = at::randint(-127, 128, {N, K}).to(at::kChar);
+        const at::Tensor scales = at::rand({N}) * 0.01 + 1e-3;
+        for (const int64_t M : {1, 2, 3, 4, 5, 9, 31, 32, 40}) {
+          const at::Tensor x = at::randn({M, K});
+          expect_close(linear_int8(x, q, scales), x, q.to(at::kFloat) * scales.unsqueeze(1));
+        }
+      }
+    }
+  });
+}
+
+TEST(WeightOnlyKernels, BFloat16MatchesTheWidenedWeight) {
+  Paths paths;
+  paths.each([] {
+    at::manual_seed(2);
+    for (const int64_t K : {8, 13, 576}) {
+      for (const int64_t N : {3, 64}) {
+        const at::Tensor w = (at::randn({N, K}) * 0.05).to(at::kBFloat16);
+        for (const int64_t M : {1, 4, 7, 33}) {
+          const at::Tensor x = at::randn({M, K});
+          expect_close(linear_bf16(x, w), x, w.to(at::kFloat));
+        }
+      }
+    }
+  });
+}
+
+TEST(WeightOnlyKernels, Float32StreamsTheWeightAsIs) {
+  Paths paths;
+  paths.each([] {
+    at::manual_seed(5);
+    for (const int64_t K : {8, 21, 576}) {
+      const at::Tensor w = at::randn({37, K});
+      for (const int64_t M : {1, 2, 4, 8, 32}) {
+        const at::Tensor x = at::randn({M, K});
+        expect_close(linear_f32(x, w), x, w);
+      }
+    }
+  });
+}
+
+TEST(WeightOnlyKernels, Int4PacksLosslesslyAndMatchesTheWidenedWeight) {
+  Paths paths;
+  paths.each([] {
+    at::manual_seed(3);
+    for (const int64_t group : {32, 64, 128}) {
+      for (const int64_t K : {128, 384}) {
+        if (K % group != 0) continue;
+        for (const int64_t N : {1, 7, 40}) {
+          const at::Tensor levels = at::randint(0, 16, {N, K}).to(at::kInt);
+          const at::Tensor packed = pack_int4(levels);
+          ASSERT_EQ(packed.sizes(), at::IntArrayRef({N, K / 2}));
+          ASSERT_TRUE(at::equal(unpack_int4(packed), levels));
+          const at::Tensor scales = at::rand({N, K / group}) * 0.01 + 1e-3;
+          const at::Tensor zeros = at::randn({N, K / group}) * 0.05;
+          const at::Tensor w =
+              (levels.to(at::kFloat).view({N, K / group, group}) * scales.unsqueeze(-1) +
+               zeros.unsqueeze(-1))
+                  .view({N, K});
+          for (const int64_t M : {1, 2, 3, 4, 6, 32}) {
+            const at::Tensor x = at::randn({M, K});
+            expect_close(linear_int4(x, packed, scales, zeros, group), x, w);
+          }
+        }
+      }
+    }
+  });
+}
+
+// Element k of a row sits where the layout says: a single level set at each position.
+TEST(WeightOnlyKernels, Int4LayoutPutsEachElementInItsNibble) {
+  const int64_t K = 64;
+  for (const int64_t k : {0, 1, 15, 16, 17, 31, 32, 47, 48, 63}) {
+    at::Tensor levels = at::zeros({1, K}, at::kInt);
+    levels[0][k] = 9;
+    const at::Tensor packed = pack_int4(levels);
+    const int64_t byte = (k / 32) * 16 + k % 16;
+    const int expect = (k % 32) < 16 ? 9 : 9 << 4;
+    EXPECT_EQ(packed[0][byte].item<int>(), expect) << "element " << k;
+  }
+}
+
+TEST(WeightOnlyKernels, RefuseWrongInputsByName) {
+  const at::Tensor q = at::zeros({4, 16}, at::kChar), s = at::ones({4});
+  EXPECT_THAT(testing::error_of([&] {
+                linear_int8(at::zeros({1, 8}), q, s);
+              }),
+              HasSubstr("activations have 8 channels, the weight 16"));
+  EXPECT_THAT(testing::error_of([&] {
+                linear_int8(at::zeros({1, 16}, at::kDouble), q, s);
+              }),
+              HasSubstr("contiguous 2-D float32"));
+  EXPECT_THAT(testing::error_of([&] {
+                linear_int8(at::zeros({1, 16}), q, at::ones({3}));
+              }),
+              HasSubstr("one float32 scale per output channel"));
+  const at::Tensor p = at::zeros({4, 32}, at::kByte);
+  EXPECT_THAT(testing::error_of([&] {
+                linear_int4(at::zeros({1, 64}), p, at::ones({4, 2}), at::ones({4, 2}), 48);
+              }),
+              HasSubstr("group 48 must be a multiple of 32"));
+  EXPECT_THAT(testing::error_of([&] {
+                linear_int4(at::zeros({1, 64}), p, at::ones({4, 3}), at::ones({4, 2}), 32);
+              }),
+              HasSubstr("scales and zeros must be float32 [4, 2]"));
+}
+
+// RMSNorm in one pass against transformers' formula op by op: equal but for the last bit of the
+// sum of squares' rounding, on row counts that take one thread and several.
+TEST(RmsNormKernel, MatchesTheOpByOpFormula) {
+  at::manual_seed(4);
+  for (const int64_t rows : {1, 3, 200}) {
+    for (const int64_t d : {1, 7, 64, 576}) {
+      const at::Tensor x = at::randn({rows, 2, d}) * 3.0;
+      const at::Tensor w = at::randn({d});
+      const at::Tensor want = w * (x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-5));
+      const at::Tensor got = rms_norm(x, w, 1e-5);
+      ASSERT_EQ(got.sizes(), x.sizes());
+      EXPECT_TRUE(at::allclose(got, want, 1e-6, 1e-6))
+          << rows << " x " << d << ": " << (got - want).abs().max().item<float>();
+    }
+  }
+  // A non-contiguous input is read as its values.
+  const at::Tensor x = at::randn({8, 16}).t();
+  const at::Tensor w = at::randn({8});
+  EXPECT_TRUE(at::allclose(rms_norm(x, w, 1e-6),
+                           w * (x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-6)), 1e-6, 1e-6));
+}
+
+TEST(RmsNormKernel, TakesFloat32CpuOnly) {
+  EXPECT_TRUE(rms_norm_applies(at::zeros({2, 4}), at::ones({4})));
+  EXPECT_FALSE(rms_norm_applies(at::zeros({2, 4}, at::kBFloat16), at::ones({4})));
+  EXPECT_FALSE(rms_norm_applies(at::zeros({2, 4}), at::ones({5})));
+  EXPECT_THAT(testing::error_of([] {
+                rms_norm(at::zeros({2, 4}), at::ones({5}), 1e-6);
+              }),
+              HasSubstr("gengraph::rms_norm: float32 CPU activations"));
+}
+
+}  // namespace
+}  // namespace gengraph::kernels
