@@ -211,6 +211,12 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
 // traced takes at::linear (a frozen CPU trace then gets oneDNN from optimize_for_inference).
 bool tracing() { return at::tracer::impl::is_dispatch_enabled(); }
 
+bool Projection::streams(const at::Tensor& x) const {
+  return weight.defined() && weight.is_cpu() && weight.scalar_type() == at::kFloat &&
+         x.scalar_type() == at::kFloat && x.dim() >= 1 && x.size(-1) > 0 &&
+         x.numel() / x.size(-1) < kernels::kStreamRows;
+}
+
 at::Tensor Projection::operator()(const at::Tensor& x) const {
   if (format.quantized()) {
     const at::Tensor x2 = rows_of(x).contiguous();
@@ -238,6 +244,11 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
     if (bias.defined()) y = y + bias;
     return shaped(y, x);
   }
+  if (streams(x)) {
+    at::Tensor y = kernels::linear_f32(rows_of(x).contiguous(), weight);
+    if (bias.defined()) y = y + bias;
+    return shaped(y, x);
+  }
   if (onednn && !tracing()) {
     return shaped(onednn_linear().call(rows_of(x), weight, optional(bias), "none",
                                        c10::List<std::optional<c10::Scalar>>(), ""),
@@ -247,7 +258,7 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
 }
 
 at::Tensor Projection::add_to(const at::Tensor& residual, const at::Tensor& x) const {
-  if (format.quantized()) return residual + (*this)(x);
+  if (format.quantized() || streams(x)) return residual + (*this)(x);
   if (onednn && !tracing()) {
     return shaped(
         onednn_linear_add().call(rows_of(x), rows_of(residual), weight, optional(bias), "add"),

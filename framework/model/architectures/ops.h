@@ -36,7 +36,8 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 //   mask: [rows, 1, T, L] bool -> [rows, 1, T, L] dtype
 at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype);
 
-// A projection x W^T + b over a contiguous [out, in] weight. On CPU in float32, for weights of
+// A projection x W^T + b over a contiguous [out, in] weight. On CPU in float32, a decode step's
+// few rows stream the weight through gengraph's kernel (streams()); otherwise, for weights of
 // 2 MB and more, it runs through oneDNN (LibTorch's mkldnn::_linear_pointwise), which LibTorch
 // ships beside MKL and which streams a decode step's weights about 1.6x as fast as at::linear's
 // MKL GEMM here (docs/benchmarks.md#cpu-gemms); elsewhere at::linear.
@@ -59,6 +60,10 @@ struct Projection {
   at::Tensor scales;   // int8: [out] (float32 on CPU); int4: [out, in / group] float32
   at::Tensor zeros;    // int4: [out, in / group] float32, the value of level 0
 
+  // Whether a float32 product on CPU streams the weight through gengraph's kernel
+  // (kernels::linear_f32: fewer than kernels::kStreamRows rows, as in a decode step), which reads
+  // a decode step's weights faster than either GEMM library here (docs/quantization.md#speed).
+  bool streams(const at::Tensor& x) const;
   at::Tensor operator()(const at::Tensor& x) const;  // [..., in] -> [..., out]
   // residual + (x W^T + b) in one kernel: oneDNN's sum post-op, or, without a bias, the GEMM's
   // accumulator (addmm).
