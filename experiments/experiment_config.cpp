@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "experiments/peers.h"
 #include "experiments/yaml_input.h"
 #include "framework/decoding/generation_config.h"
 #include "framework/model/known_models.h"
@@ -455,9 +456,8 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   run.finish();
   if (r.has("peers")) {
     const YAML::Node list = r.child("peers");
-    if (!list.IsSequence())
-      r.fail("peers", "a list of peers (hf_eager, hf_jit_trace, hf_static_compile)");
-    const std::vector<std::string> known = {"hf_eager", "hf_jit_trace", "hf_static_compile"};
+    const std::vector<std::string>& known = peer_names();
+    if (!list.IsSequence()) r.fail("peers", "a list of peers (" + join(known, ", ") + ")");
     for (size_t i = 0; i < list.size(); ++i) {
       PeerSpec p;
       const std::string path = "peers[" + std::to_string(i) + "]";

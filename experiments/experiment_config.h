@@ -64,9 +64,11 @@ struct RunSpec {
       0;  // a peer running longer is stopped and recorded as failed; 0 = no limit
 };
 
-// A peer: transformers' generate() run by tools/hf_peer.py on the same model, inputs and settings.
+// A peer on the same model, inputs and settings: transformers' generate() (tools/hf_peer.py) or
+// another engine (tools/engine_peer.py); experiments/peers.h lists them.
 struct PeerSpec {
-  std::string name;   // hf_eager | hf_jit_trace | hf_static_compile
+  std::string name;   // hf_eager | hf_jit_trace | hf_static_compile | ct2 | ct2_int8 | llama_cpp |
+                      // llama_cpp_q8_0 | llama_cpp_q4_0
   std::string label;  // row label (defaults to name)
 };
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "backends/aoti/aoti_step.h"
+#include "experiments/peers.h"
 #include "experiments/results.h"
 #include "experiments/text_io.h"
 #include "framework/model/loader.h"
@@ -46,10 +47,11 @@ namespace {
 const char* const kTimingMetrics[] = {"time_to_first_token_ms", "decode_ms_per_token", "total_ms",
                                       "tokens_per_second"};
 
-// The peer's row as tools/hf_peer.py wrote it, checked for what the runner, `show` and `compare`
-// read from it, so that a damaged row fails the peer (naming the key) instead of the results.
+// The peer's row as its tool (tools/hf_peer.py or tools/engine_peer.py) wrote it, checked for what
+// the runner, `show` and `compare` read from it, so that a damaged row fails the peer (naming the
+// key) instead of the results.
 void check_peer_row(const nlohmann::json& row, const PeerSpec& peer, size_t inputs) {
-  const JsonAt r(row, "peer '" + peer.label + "': the output of tools/hf_peer.py");
+  const JsonAt r(row, "peer '" + peer.label + "': the output of tools/" + peer_tool(peer.name));
   r.object("a results row (an object)");
   if (r["label"].string() != peer.label)
     r["label"].fail("the peer's label, " + JsonAt::quoted(peer.label));
@@ -85,14 +87,21 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
                                   {"seed", c.run.seed},
                                   {"threads", at::get_num_threads()}};
   log << "peer " << peer.label << "\n";
-  ToolResult r = run_tool("hf_peer.py", request, c.run.peer_timeout_s, log);
+  const std::string tool = peer_tool(peer.name);
+  ToolResult r = run_tool(tool, request, c.run.peer_timeout_s, log);
   if (!r.out) {
     if (c.run.peer_timeout_s > 0 && (r.rc == 124 || r.rc == 137)) {
       throw Error("peer '" + peer.label + "': stopped after run.peer_timeout_s = " +
                   std::to_string(c.run.peer_timeout_s) + " s");
     }
-    throw Error("peer '" + peer.label + "': tools/hf_peer.py failed (exit " + std::to_string(r.rc) +
-                "; any message it printed is above)");
+    throw Error("peer '" + peer.label + "': tools/" + tool + " failed (exit " +
+                std::to_string(r.rc) + "; any message it printed is above)");
+  }
+  // A reason the tool gave instead of a row (tools/engine_peer.py: an engine it could not install
+  // or convert the model for, a setting the engine cannot honour).
+  if (r.out->is_object() && r.out->contains("error") && !r.out->contains("outputs")) {
+    const JsonAt e(*r.out, "peer '" + peer.label + "': the output of tools/" + tool);
+    throw Error("peer '" + peer.label + "': " + e["error"].string());
   }
   check_peer_row(*r.out, peer, prompts.size());
   return *r.out;
@@ -246,6 +255,13 @@ AotiBuildReport export_with_tool(const CausalLM& model, const AotiExportRequest&
                                    "--report",
                                    (dir / "report.json").string()};
   if (request.freezing) argv.push_back("--freezing");
+  if (request.weights.quantized()) {
+    // Quantized as gengraph quantizes it, calling gengraph's operators from this very library.
+    argv.insert(argv.end(),
+                {"--weights", request.weights.name(), "--group-size",
+                 std::to_string(request.weights.group_size), "--ops-library", request.ops_library});
+    if (!request.weights.lm_head) argv.push_back("--float-head");
+  }
   const CapturedCommand r = run_captured(argv);
   throw_if_interrupted();
   const std::string what = "AOTInductor export of the model from " + model.config().source;

@@ -1,5 +1,5 @@
-// gengraph's own uses of the Python tools: transformers' generate() as a peer row
-// (tools/hf_peer.py) and texts in and out through a model folder's tokenizer
+// gengraph's own uses of the Python tools: peer rows (tools/hf_peer.py, tools/engine_peer.py)
+// and texts in and out through a model folder's tokenizer
 // (tools/hf_tokenizer.py).
 #pragma once
 
@@ -34,9 +34,10 @@ class PeerModelFolder {
   bool temporary_ = false;
 };
 
-// One peer row: transformers' generate() on `folder` with the resolved `generation` settings, the
-// same prompts, warm-up, repeats and seed. Throws Error naming the peer when the tool fails or
-// runs past run.peer_timeout_s.
+// One peer row: transformers' generate() (tools/hf_peer.py) or another engine
+// (tools/engine_peer.py) on `folder` with the resolved `generation` settings, the same prompts,
+// warm-up, repeats, seed and threads. Throws Error naming the peer when the tool fails, gives a
+// reason instead of a row, or runs past run.peer_timeout_s.
 nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
                         const std::filesystem::path& folder, const nlohmann::json& generation,
                         const std::vector<std::vector<int64_t>>& prompts, std::ostream& log);

@@ -9,6 +9,7 @@
 
 #include "backends/register_builtin.h"
 #include "experiments/bandwidth.h"
+#include "experiments/peers.h"
 #include "experiments/process.h"
 #include "experiments/python_tools.h"
 #include "experiments/results.h"
@@ -139,6 +140,11 @@ void check_runnable(const ExperimentConfig& c) {
         c.file + ": generation");
   } catch (const Error& e) {
     throw in_file(e);
+  }
+  // A peer that cannot honour a setting is refused here, not after gengraph's rows have run.
+  for (const auto& peer : c.peers) {
+    const std::string why = peer_refusal(peer.name, g, c.model.device, c.model.dtype);
+    if (!why.empty()) throw Error(c.file + ": peers: '" + peer.label + "' cannot run " + why);
   }
   // The longest prompt decides the lengths: a synthetic batch is checked as one prompt of its
   // length (its ids are drawn inside the vocabulary), so nothing batch-sized is built here. Texts

@@ -33,7 +33,8 @@ nlohmann::json run_experiment(const ExperimentConfig& config, std::ostream& log,
                               const TokenStream& stream = {});
 
 // One configuration: build every backend, warm each up, then time interleaved repeats; then the
-// peers (transformers' generate() through tools/hf_peer.py).
+// peers (transformers' generate() through tools/hf_peer.py, other engines through
+// tools/engine_peer.py).
 nlohmann::json run_point(const ExperimentConfig& config, std::ostream& log);
 
 // A readable table of a results document: experiments/table.h.

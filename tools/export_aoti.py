@@ -172,6 +172,185 @@ def load(folder, dtype):
     return model.eval()
 
 
+# ---- Weight-only formats (model.weights, docs/quantization.md), quantized as gengraph does ----
+# (framework/model/architectures/ops.cpp: quantize_int8, quantize_int4, Projection): the same
+# operations in the same order, so the package holds the very int8 / int4 values and scales of
+# gengraph's own model, and its projections call gengraph's operators
+# (framework/kernels/weight_only.h), which the loading process has registered.
+
+WEIGHT_KINDS = ("int8", "int4", "bfloat16")
+
+# The linear layers gengraph quantizes, per model type (the fused form's projections; lm_head
+# apart). GPT-J's out_proj and fc_out are one projection there, over their concatenated inputs.
+PROJECTIONS = {
+    "gpt2": ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"),
+    "gptj": ("attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.out_proj", "mlp.fc_in", "mlp.fc_out"),
+    "llama": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+              "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
+}
+PROJECTIONS["mistral"] = PROJECTIONS["qwen2"] = PROJECTIONS["llama"]
+JOINT_INPUTS = {"gptj": ("attn.out_proj", "mlp.fc_out")}
+
+
+def weights_tag(kind, group, head):
+    """What the package's metadata and gengraph's package cache call a format (aoti_weights_tag)."""
+    if kind == "float":
+        return "float"
+    return kind + (f"-g{group}" if kind == "int4" else "") + ("" if head else "-float-head")
+
+
+def load_operators(path):
+    """Registers gengraph's operators (gengraph::linear_int8, ...) in this process."""
+    if not path:
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build",
+                            "libgengraph_core.so")
+    if not os.path.isfile(path):
+        fail(2, f"--ops-library '{path}' does not exist (build gengraph first, or name the library "
+                "that holds gengraph's operators)")
+    try:
+        torch.ops.load_library(path)
+    except Exception as e:  # noqa: BLE001
+        fail(2, f"cannot load gengraph's operators from '{path}'", e)
+    for op in ("linear_int8", "linear_int4", "linear_bf16"):
+        if not hasattr(torch.ops.gengraph, op):
+            fail(2, f"'{path}' does not register gengraph::{op}")
+
+
+def quantize_int8(w):
+    """ops.cpp quantize_int8, then Projection's CPU scales: (int8 [out, in], float32 [out])."""
+    wf = w.to(torch.float32)
+    absmax = wf.abs().amax(1)
+    scales = torch.where(absmax > 0, absmax / 127.0, torch.ones_like(absmax))
+    q = torch.round(wf / scales.unsqueeze(1)).clamp(-127, 127).to(torch.int8).contiguous()
+    return q, scales.to(w.dtype).to(torch.float32).contiguous()
+
+
+def quantize_int4(w, group):
+    """ops.cpp quantize_int4, then Projection's packing: (uint8 [out, in / 2] in
+    kernels::pack_int4's layout, scales and zeros float32 [out, in / group])."""
+    n, k = w.shape
+    wf = w.to(torch.float32).reshape(n, k // group, group)
+    lo, hi = wf.amin(-1), wf.amax(-1)
+    span = hi - lo
+    scale = torch.where(span > 0, span / 15.0, torch.ones_like(span))
+    offset = lo + scale * 8.0
+    q = torch.round((wf - lo.unsqueeze(-1)) / scale.unsqueeze(-1)).clamp(0, 15).to(torch.int32).reshape(n, k)
+    so = torch.stack([scale, offset], -1).transpose(0, 1).to(w.dtype).contiguous()  # [k / group, n, 2]
+    so = so.to(torch.float32).transpose(0, 1)  # [n, k / group, 2]
+    scales = so.select(-1, 0).contiguous()
+    zeros = (so.select(-1, 1) - so.select(-1, 0) * 8.0).contiguous()
+    v = q.to(torch.uint8).view(n, k // 32, 2, 16)
+    packed = torch.bitwise_or(v.select(2, 0), torch.bitwise_left_shift(v.select(2, 1), 4))
+    return packed.reshape(n, k // 2).contiguous(), scales, zeros
+
+
+class WeightOnlyLinear(torch.nn.Module):
+    """x W^T + b through gengraph's operator for the format, as Projection computes it on CPU:
+    float32 activations in, the result in the activations' dtype, then the bias."""
+
+    def __init__(self, kind, group, tensors, bias):
+        super().__init__()
+        self.kind, self.group = kind, group
+        for name, t in tensors.items():
+            self.register_buffer(name, t)
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
+
+    def forward(self, x):
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        xf = rows if rows.dtype == torch.float32 else rows.to(torch.float32)
+        if self.kind == "int8":
+            y = torch.ops.gengraph.linear_int8(xf, self.q, self.scales)
+        elif self.kind == "int4":
+            y = torch.ops.gengraph.linear_int4(xf, self.q, self.scales, self.zeros, self.group)
+        else:
+            y = torch.ops.gengraph.linear_bf16(xf, self.q)
+        if y.dtype != x.dtype:
+            y = y.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def weight_of(module):
+    """The [out, in] weight of an nn.Linear or a transformers Conv1D ([in, out])."""
+    from transformers.pytorch_utils import Conv1D
+
+    w = module.weight.detach()
+    return (w.t() if isinstance(module, Conv1D) else w).contiguous()
+
+
+def quantized(kind, group, w, bias, scales_from=None):
+    """The WeightOnlyLinear for weight `w` ([out, in]); int8 takes (q, scales) from `scales_from`
+    when given."""
+    if kind == "int8":
+        # scales_from: a part of a projection quantized over joined inputs (its values, its scales)
+        q, scales = quantize_int8(w) if scales_from is None else scales_from
+        return WeightOnlyLinear(kind, group, {"q": q, "scales": scales}, bias)
+    if kind == "int4":
+        packed, scales, zeros = quantize_int4(w, group)
+        return WeightOnlyLinear(kind, group, {"q": packed, "scales": scales, "zeros": zeros}, bias)
+    return WeightOnlyLinear(kind, group, {"q": w.to(torch.bfloat16).contiguous()}, bias)
+
+
+def quantize_model(model, kind, group, head):
+    """Replaces the projections gengraph quantizes (and the output head when `head`) by
+    WeightOnlyLinear modules holding the same quantized weights as gengraph's model."""
+    from transformers.pytorch_utils import Conv1D
+
+    mtype = model.config.model_type
+    if mtype not in PROJECTIONS:
+        fail(2, f"--weights {kind}: model type '{mtype}' has no known projection layout "
+                f"(known: {', '.join(sorted(PROJECTIONS))})")
+    names = PROJECTIONS[mtype]
+    joint = JOINT_INPUTS.get(mtype, ())
+    lm = model.get_output_embeddings()
+    lm_name = next(n for n, m in model.named_modules() if m is lm)
+    linears = {n: m for n, m in model.named_modules()
+               if isinstance(m, (torch.nn.Linear, Conv1D)) and m is not lm}
+    blocks = {}
+    for name, module in linears.items():
+        suffix = next((p for p in names if name.endswith("." + p)), None)
+        if suffix is None:
+            fail(2, f"--weights {kind}: '{name}' is a linear layer gengraph does not quantize in "
+                    f"a {mtype} model (its projections: {', '.join(names)})")
+        blocks.setdefault(name[:-len(suffix)], {})[suffix] = module
+    count = 0
+    for prefix, parts in blocks.items():
+        if sorted(parts) != sorted(names):
+            fail(2, f"--weights {kind}: block '{prefix}' has {sorted(parts)}, expected {sorted(names)}")
+        joined = {}
+        if joint:
+            ws = [weight_of(parts[p]) for p in joint]
+            if kind == "int8":  # one scale per output channel over the joined inputs
+                q, scales = quantize_int8(torch.cat(ws, 1))
+                edges = [0]
+                for w in ws:
+                    edges.append(edges[-1] + w.shape[1])
+                joined = {p: (q[:, edges[i]:edges[i + 1]].contiguous(), scales) for i, p in enumerate(joint)}
+            elif kind == "int4" and any(w.shape[1] % group for w in ws):
+                fail(2, f"--weights int4: the parts of {prefix}{'+'.join(joint)} are not multiples of "
+                        f"group_size {group}: gengraph's groups would straddle them")
+        for suffix, module in parts.items():
+            w = weight_of(module)
+            if kind == "int4" and w.shape[1] % group:
+                fail(2, f"--weights int4: {prefix}{suffix}'s {w.shape[1]} input channels are not a "
+                        f"multiple of group_size {group}")
+            bias = module.bias.detach() if module.bias is not None else None
+            parent = model.get_submodule((prefix + suffix).rsplit(".", 1)[0])
+            setattr(parent, suffix.split(".")[-1], quantized(kind, group, w, bias, joined.get(suffix)))
+            count += 1
+    if head:
+        w = lm.weight.detach().contiguous()
+        if kind == "int4" and w.shape[1] % group:
+            fail(2, f"--weights int4: the output head's {w.shape[1]} input channels are not a multiple "
+                    f"of group_size {group}")
+        bias = lm.bias.detach() if getattr(lm, "bias", None) is not None else None
+        parent, _, attr = lm_name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, attr, quantized(kind, group, w, bias))
+        count += 1
+    return count
+
+
 def compiler_problem(device):
     """What makes AOTInductor's compile impossible here, or None."""
     cxx = os.environ.get("CXX") or "g++"
@@ -193,9 +372,20 @@ def main():
     ap.add_argument("--max-rows", type=int, default=1024, help="largest batch x beams the package accepts")
     ap.add_argument("--fingerprint", default="", help="gengraph's fingerprint of these weights, recorded")
     ap.add_argument("--report", default="", help="also write what was done as JSON here")
+    ap.add_argument("--weights", default="float", choices=["float"] + sorted(WEIGHT_KINDS),
+                    help="store the linear layers' weights as gengraph's model.weights does (docs/quantization.md)")
+    ap.add_argument("--group-size", type=int, default=32, help="int4: input channels per scale (32, 64, 128, 256)")
+    ap.add_argument("--float-head", action="store_true", help="keep the output head as loaded (quantize_head: false)")
+    ap.add_argument("--ops-library", default="",
+                    help="the shared library with gengraph's operators (default: build/libgengraph_core.so)")
     a = ap.parse_args()
     if a.max_rows < 2:
         fail(2, "--max-rows must be at least 2 (export specialises a dimension of size 1)")
+    if a.weights != "float" and a.device != "cpu":
+        fail(2, f"--weights {a.weights} on {a.device}: not exported yet (the package would call gengraph's "
+                "weight-only operators, which have CPU kernels only)")
+    if a.weights == "int4" and a.group_size not in (32, 64, 128, 256):
+        fail(2, f"--group-size must be 32, 64, 128 or 256, got {a.group_size}")
     problem = compiler_problem(a.device)
     if problem:
         fail(5, problem)
@@ -208,6 +398,9 @@ def main():
     kv = getattr(cfg, "num_key_value_heads", None) or heads
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 4096
+    if a.weights != "float":
+        load_operators(a.ops_library)
+        quantize_model(model, a.weights, a.group_size, not a.float_head)
     step = LayerStep(model).eval()
 
     # Example shapes away from 0/1 (export specialises on those), ranges from 1 upwards.
@@ -235,6 +428,7 @@ def main():
     meta = {"format": EXPORT_FORMAT, "model_type": model.config.model_type, "model_fingerprint": a.fingerprint,
             "layers": layers, "kv_heads": kv, "head_dim": hd, "vocab_size": cfg.vocab_size, "dtype": a.dtype,
             "device": a.device, "max_rows": a.max_rows, "context": context, "freezing": a.freezing,
+            "weights": weights_tag(a.weights, a.group_size, not a.float_head),
             "torch_version": torch.__version__.split("+")[0],
             "made_by": "tools/export_aoti.py (transformers %s)" % __import__("transformers").__version__}
     configs = {"aot_inductor.metadata": {"gengraph." + k: str(v) for k, v in meta.items()}}
@@ -260,7 +454,7 @@ def main():
         with open(a.report + ".tmp", "w") as f:
             json.dump(report, f, indent=1)
         os.replace(a.report + ".tmp", a.report)
-    print(f"wrote {a.out}: {meta['model_type']}, {a.dtype}, {a.device}, export {export_s:.1f} s, "
+    print(f"wrote {a.out}: {meta['model_type']}, {a.dtype}, weights {meta['weights']}, {a.device}, export {export_s:.1f} s, "
           f"compile {compile_s:.1f} s, {report['package_bytes']} bytes")
 
 

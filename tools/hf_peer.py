@@ -16,8 +16,6 @@ Called by the gengraph runner: hf_peer.py --request REQ.json --out RUN.json
 import argparse
 import json
 import os
-import resource
-import statistics
 import sys
 import time
 import warnings
@@ -33,6 +31,7 @@ from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from padding import left_pad  # noqa: E402
+from peer_stats import peak_rss_bytes, summary  # noqa: E402
 from trace_hf import SlotCache, Step  # noqa: E402
 from transformers.cache_utils import Cache  # noqa: E402
 from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
@@ -62,14 +61,6 @@ class Clock(BaseStreamer):
 
     def end(self):
         pass
-
-
-def summary(values):
-    if not values:
-        return {}
-    s = sorted(values)
-    return {"median": statistics.median(s), "min": s[0], "max": s[-1], "mean": statistics.fmean(s),
-            "stdev": statistics.stdev(s) if len(s) > 1 else 0.0, "values": values}
 
 
 class PeerCache(Cache):
@@ -161,20 +152,6 @@ def kwargs_from(gen):
         if gen.get(k):
             raise SystemExit(f"hf_peer: '{k}' is a gengraph extension that transformers does not have")
     return out
-
-
-def peak_rss_bytes():
-    """This process's peak resident memory. Not getrusage's ru_maxrss: Linux carries the spawning
-    process's high-water mark across exec (the peer is spawned from gengraph, which holds a model),
-    so ru_maxrss would report gengraph's peak wherever it is the larger. VmHWM is this image's own."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def main():

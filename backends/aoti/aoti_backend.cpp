@@ -82,13 +82,8 @@ BackendInfo aoti_backend_info() {
     }
   };
   info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
-    if (model->config().weights.quantized()) {
-      // The package is exported from the transformers model by tools/export_aoti.py, whose
-      // linear layers do not hold gengraph's quantized weights.
-      throw Error("backend 'aoti': model.weights " + model->config().weights.name() +
-                  " is not exported yet (packages are made from the float model); use eager or "
-                  "trace, or model.weights: float");
-    }
+    // A quantized model (model.weights) is exported with its projections quantized as gengraph
+    // quantizes them, calling gengraph's operators (CPU only: AotiStep refuses it elsewhere).
     AotiStepOptions s;
     read_aoti_options(o, s);
     return std::make_unique<AotiBackend>(std::move(model), s, read_share_prefill(o));

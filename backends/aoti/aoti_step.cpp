@@ -1,6 +1,7 @@
 #include "backends/aoti/aoti_step.h"
 
 #include <ATen/ATen.h>
+#include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -25,6 +26,7 @@
 
 #include "backends/trace/traced_step.h"
 #include "framework/backend/options.h"
+#include "framework/kernels/weight_only.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/clock.h"
 #include "framework/util/device.h"
@@ -48,6 +50,15 @@ BuilderSlot& builder_slot() {
 std::string first_line(const std::string& what) { return what.substr(0, what.find('\n')); }
 
 std::string device_kind(const c10::Device& d) { return d.is_cuda() ? "cuda" : d.str(); }
+
+// The file of the shared library this code is in (libgengraph_core.so), which registers gengraph's
+// operators: the exporter of a quantized model loads it into its Python.
+std::string core_library_path() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&kernels::vectorized), &info) == 0 || !info.dli_fname)
+    return "";
+  return std::filesystem::absolute(info.dli_fname).string();
+}
 
 std::filesystem::path sidecar(const std::filesystem::path& package) {
   return package.string() + ".build.json";
@@ -707,6 +718,9 @@ AotiMeta meta_from(const std::unordered_map<std::string, std::string>& raw,
   m.max_rows = number("max_rows");
   m.context = number("context");
   m.freezing = text("freezing") == "True";
+  // Packages made before quantized exports have no "weights": they hold the float model.
+  const auto weights = raw.find("gengraph.weights");
+  m.weights = weights == raw.end() ? "float" : weights->second;
   m.torch_version = text("torch_version");
   m.made_by = text("made_by");
   return m;
@@ -752,8 +766,17 @@ AotiMeta expected_aoti_meta(const CausalLM& model, bool freezing) {
   m.dtype = dtype_name(model.dtype());
   m.device = device_kind(model.device());
   m.freezing = freezing;
+  m.weights = aoti_weights_tag(c.weights);
   m.torch_version = torch_version();
   return m;
+}
+
+std::string aoti_weights_tag(const WeightFormat& f) {
+  if (!f.quantized()) return "float";
+  std::string tag = f.name();
+  if (f.kind == WeightFormat::Kind::kInt4) tag += "-g" + std::to_string(f.group_size);
+  if (!f.lm_head) tag += "-float-head";
+  return tag;
 }
 
 std::filesystem::path default_aoti_cache_dir() {
@@ -787,6 +810,16 @@ void read_aoti_options(const BackendOptions& o, AotiStepOptions& out) {
 
 AotiStep::AotiStep(const CausalLM& model, const AotiStepOptions& o, const std::string& backend)
     : backend_(backend) {
+  const WeightFormat& weights = model.config().weights;
+  if (weights.quantized() && !model.device().is_cpu()) {
+    // The exported projections call gengraph's weight-only operators (gengraph::linear_int8,
+    // ...), which have CPU kernels only.
+    throw Error("backend '" + backend + "': model.weights " + weights.name() + " on " +
+                model.device().str() +
+                " is not exported yet (a package calls gengraph's weight-only operators, which "
+                "run on CPU only); use eager, trace or cuda_graph (step: eager), or "
+                "model.weights: float");
+  }
   const AotiMeta want = expected_aoti_meta(model, o.freezing);
   PackageLayout layout;  // what the checks found in the package, before it is loaded
   if (!o.package.empty()) {
@@ -808,6 +841,9 @@ AotiStep::AotiStep(const CausalLM& model, const AotiStepOptions& o, const std::s
             (want.model_type + "-" + want.model_fingerprint + "-" + want.dtype + "-" + want.device +
              "-f" + std::to_string(kAotiExportFormat) + "-torch" + want.torch_version + "-r" +
              std::to_string(o.max_rows) + (o.freezing ? "-frozen" : "") +
+             // The fingerprint is the loaded (float) weights': the format keeps a quantized
+             // model's package apart from the float one's.
+             (want.weights == "float" ? "" : "-w" + want.weights) +
              (builder.identity.empty() ? "" : "-b" + builder.identity) + ".pt2");
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -888,6 +924,8 @@ AotiStep::AotiStep(const CausalLM& model, const AotiStepOptions& o, const std::s
       request.fingerprint = want.model_fingerprint;
       request.freezing = o.freezing;
       request.max_rows = o.max_rows;
+      request.weights = weights;
+      if (weights.quantized()) request.ops_library = core_library_path();
       build_ = builder.build(model, request, path_);
       built_ = true;
       if (!std::filesystem::is_regular_file(path_)) {
@@ -932,6 +970,7 @@ AotiStep::AotiStep(const CausalLM& model, const AotiStepOptions& o, const std::s
     refuse("model weights (fingerprint)", meta_.model_fingerprint, want.model_fingerprint);
   refuse("dtype", meta_.dtype, want.dtype);
   refuse("device", meta_.device, want.device);
+  refuse("model.weights", meta_.weights, want.weights);
 
   const auto t0 = Clock::now();
   const c10::Device d = model.device();

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "framework/model/model_config.h"
+
 namespace torch::inductor {
 class AOTIModelPackageLoader;
 }  // namespace torch::inductor
@@ -46,6 +48,9 @@ struct AotiMeta {
   std::string dtype, device;          // float32|bfloat16|float16, cpu|cuda
   int64_t max_rows = 0, context = 0;  // the dynamic dimensions' upper bounds
   bool freezing = false;
+  // The weights' format (aoti_weights_tag): "float", or the quantized form the package's
+  // projections hold and compute with (packages that predate the key are "float").
+  std::string weights = "float";
   std::string torch_version, made_by;
 
   // Reads the package's metadata (from its zip directory, checked as check_aoti_package does but
@@ -65,8 +70,14 @@ struct AotiMeta {
 // any bytes give a result or an Error.
 void check_aoti_package(const std::filesystem::path& path);
 
-// What a package for `model` must say (fingerprint, structure, dtype, device, format, torch).
+// What a package for `model` must say (fingerprint, structure, dtype, device, weights, format,
+// torch).
 AotiMeta expected_aoti_meta(const CausalLM& model, bool freezing);
+
+// A weight format as the package metadata and the package cache name it: "float", "int8",
+// "int4-g32", "bfloat16", with "-float-head" when the output head is kept as loaded
+// (tools/export_aoti.py's weights_tag).
+std::string aoti_weights_tag(const WeightFormat& format);
 
 // The torch version this build runs, "MAJOR.MINOR.PATCH".
 std::string torch_version();
@@ -76,6 +87,11 @@ struct AotiExportRequest {
   std::string dtype, device, fingerprint;
   bool freezing = false;
   int64_t max_rows = 1024;
+  // model.weights: the exporter quantizes the model's projections as gengraph does, and the
+  // package calls gengraph's weight-only operators, which `ops_library` (this process's
+  // libgengraph_core) registers in the exporter's Python.
+  WeightFormat weights;
+  std::string ops_library;
 };
 
 // What building took, as the exporter reported it.

@@ -4,7 +4,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <set>
+
+#include "backends/aoti/aoti_step.h"
 #include "backends/register_builtin.h"
+#include "backends/trace/traced_step.h"
+#include "experiments/cli.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/architectures/ops.h"
@@ -89,15 +95,84 @@ TEST(Quantization, TheUnfusedFormKeepsItsWeightsAndSaysSo) {
       HasSubstr("model.weights int8: weights are quantized in the fused form's projections"));
 }
 
-TEST(Quantization, AotiRefusesAQuantizedModel) {
+// aoti asks its package builder for a package of the model's weight format, under a cache name
+// of its own: the fingerprint is the loaded (float) weights', the same for every format.
+TEST(Quantization, AotiBuildsAPackagePerWeightFormat) {
   register_builtin_backends();
+  testing::TempDir dir;
+  std::vector<std::pair<std::filesystem::path, AotiExportRequest>> asked;
+  set_aoti_package_builder(
+      [&](const CausalLM&, const AotiExportRequest& r,
+          const std::filesystem::path& out) -> AotiBuildReport {
+        asked.emplace_back(out, r);
+        throw Error("recorded, not built");
+      },
+      "recording");
+  std::vector<WeightFormat> formats(5);
+  formats[1].kind = WeightFormat::Kind::kInt8;
+  formats[2].kind = WeightFormat::Kind::kInt4;
+  formats[3].kind = WeightFormat::Kind::kBFloat16;
+  formats[4].kind = WeightFormat::Kind::kInt8;
+  formats[4].lm_head = false;
+  for (const WeightFormat& f : formats) {
+    LoadOptions o;
+    o.weights = f;
+    const auto model = testing::test_model("tiny", 1, o);
+    EXPECT_THAT(testing::error_of([&] {
+                  BackendRegistry::instance().create(
+                      "aoti", model, BackendOptions("aoti", {{"cache_dir", dir.path().string()}}));
+                }),
+                HasSubstr("recorded, not built"));
+  }
+  install_aoti_export_tool();
+  ASSERT_EQ(asked.size(), formats.size());
+  std::set<std::string> names;
+  for (size_t i = 0; i < formats.size(); ++i) {
+    const auto& [out, request] = asked[i];
+    names.insert(out.filename().string());
+    EXPECT_EQ(request.weights, formats[i]);
+    const std::string tag = aoti_weights_tag(formats[i]);
+    if (formats[i].quantized()) {
+      EXPECT_THAT(out.filename().string(), HasSubstr("-w" + tag + "-"));
+      // The exporter loads this process's operators.
+      EXPECT_EQ(std::filesystem::path(request.ops_library).filename(), "libgengraph_core.so");
+      EXPECT_TRUE(std::filesystem::is_regular_file(request.ops_library)) << request.ops_library;
+    } else {
+      EXPECT_THAT(out.filename().string(), ::testing::Not(HasSubstr("-w")));
+      EXPECT_EQ(request.ops_library, "");
+    }
+  }
+  EXPECT_EQ(names.size(), formats.size());
+  EXPECT_EQ(aoti_weights_tag(formats[2]), "int4-g32");
+  EXPECT_EQ(aoti_weights_tag(formats[4]), "int8-float-head");
+}
+
+// A package holds one weight format: given to a model of another, it is refused by name.
+TEST(Quantization, AotiRefusesAPackageOfAnotherWeightFormat) {
+  register_builtin_backends();
+  install_aoti_export_tool();
   LoadOptions o;
   o.weights.kind = WeightFormat::Kind::kInt8;
-  const auto model = testing::test_model("tiny", 1, o);
+  const auto q8 = testing::test_model("tiny", 11, o);
+  // The package the int8 cases below use (built here when missing), found in the cache by name.
+  BackendRegistry::instance().create("aoti", q8, BackendOptions("aoti", {}));
+  const std::string start = q8->config().model_type + "-" + model_fingerprint(*q8) + "-";
+  std::filesystem::path package;
+  for (const auto& e : std::filesystem::directory_iterator(default_aoti_cache_dir())) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(start, 0) == 0 && name.find("-wint8-") != std::string::npos &&
+        e.path().extension() == ".pt2") {
+      package = e.path();
+    }
+  }
+  ASSERT_FALSE(package.empty()) << "no int8 package starting " << start;
+  EXPECT_EQ(AotiMeta::read(package).weights, "int8");
+  const auto f32 = testing::test_model("tiny", 11, LoadOptions());
   EXPECT_THAT(testing::error_of([&] {
-                BackendRegistry::instance().create("aoti", model, BackendOptions("aoti", {}));
+                BackendRegistry::instance().create(
+                    "aoti", f32, BackendOptions("aoti", {{"package", package.string()}}));
               }),
-              HasSubstr("model.weights int8 is not exported yet"));
+              HasSubstr("was made for model.weights 'int8', but this run needs 'float'"));
 }
 
 TEST(Quantization, QuantizedWeightsChangeTheLogitsButNotTheirShape) {
@@ -158,6 +233,7 @@ class QuantizedBackends : public ::testing::TestWithParam<QuantCase> {};
 TEST_P(QuantizedBackends, GiveEagerTokensOnTheSameQuantizedModel) {
   const QuantCase& c = GetParam();
   register_builtin_backends();
+  install_aoti_export_tool();  // aoti builds (or reuses from its cache) a package per case
   LoadOptions o;
   o.weights.kind = parse_weight_kind(c.format, "test");
   const auto model = testing::test_model(c.model, 11, o);
@@ -167,9 +243,24 @@ TEST_P(QuantizedBackends, GiveEagerTokensOnTheSameQuantizedModel) {
   const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
   GenerationConfig g;
   g.max_new_tokens = 10;
+  // aoti runs a model exported apart (tools/export_aoti.py): the float model's tokens must differ
+  // from the quantized model's somewhere, or the comparison could not tell a float package.
+  std::unique_ptr<ForwardBackend> float_reference;
+  if (c.backend == "aoti" || (c.options.count("step") && c.options.at("step") == "aoti")) {
+    float_reference = BackendRegistry::instance().create(
+        "eager", testing::test_model(c.model, 11, LoadOptions()), BackendOptions("eager", {}));
+  }
+  int differ_from_float = 0;
   for (const auto& [what, config] : testing::every_strategy(g)) {
     at::manual_seed(17);
     const auto a = Generator(config).generate(*reference, prompts);
+    if (float_reference) {
+      at::manual_seed(17);
+      const auto f = Generator(config).generate(*float_reference, prompts);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        differ_from_float += f.outputs[i].at(0).tokens != a.outputs[i].at(0).tokens;
+      }
+    }
     at::manual_seed(17);
     const auto b = Generator(config).generate(*backend, prompts);
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -180,6 +271,7 @@ TEST_P(QuantizedBackends, GiveEagerTokensOnTheSameQuantizedModel) {
       }
     }
   }
+  if (float_reference) EXPECT_GT(differ_from_float, 0);
 }
 
 std::vector<QuantCase> quant_cases() {
@@ -196,20 +288,28 @@ std::vector<QuantCase> quant_cases() {
       out.push_back({format, "cuda_graph", {{"capture", "false"}}, model});
     }
   }
+  // aoti: a package per model and format (built once, then taken from the package cache); GPT-J
+  // quantizes out_proj and fc_out as one projection (one scale per output channel over both).
+  out.push_back({"int8", "aoti", {}, "tiny"});
+  out.push_back({"int8", "aoti", {}, "preset:llama-tiny"});
+  out.push_back({"int8", "aoti", {}, "gptj-a"});
+  out.push_back({"int4", "aoti", {}, "preset:llama-tiny"});
+  out.push_back({"bfloat16", "aoti", {}, "tiny"});
+  // cuda_graph's aoti step (uncaptured on CPU) takes the same package as aoti.
+  out.push_back({"int8", "cuda_graph", {{"capture", "false"}, {"step", "aoti"}}, "tiny"});
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, QuantizedBackends, ::testing::ValuesIn(quant_cases()),
-                         [](const auto& info) {
-                           const QuantCase& c = info.param;
-                           std::string n = c.format + "_" + c.backend +
-                                           (c.options.count("cache") ? "_static" : "") + "_" +
-                                           c.model;
-                           for (char& ch : n) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Formats, QuantizedBackends, ::testing::ValuesIn(quant_cases()), [](const auto& info) {
+      const QuantCase& c = info.param;
+      std::string n = c.format + "_" + c.backend + (c.options.count("cache") ? "_static" : "") +
+                      (c.options.count("step") ? "_" + c.options.at("step") : "") + "_" + c.model;
+      for (char& ch : n) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return n;
+    });
 
 }  // namespace
 }  // namespace gengraph
