@@ -32,6 +32,9 @@ import platform
 import shutil
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fetch_real_model import sha256  # noqa: E402  (standard library only)
 import time
 import traceback
 
@@ -139,14 +142,6 @@ def locked(path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def folder_fingerprint(folder):
     """A hash of every file in the model folder (names and contents). Contents, not times: a
     preset's weights are written to a new temporary folder for every run, and must hit the same
@@ -165,7 +160,7 @@ def folder_fingerprint(folder):
         st = os.stat(path)
         key = f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
         if key not in memo:
-            memo[key], changed = _sha256(path), True
+            memo[key], changed = sha256(path), True
         h.update(f"{name}\0{memo[key]}\0".encode())
     if changed and not folder.startswith(tempfile.gettempdir()):
         with locked(memo_path + ".lock"):

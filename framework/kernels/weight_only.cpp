@@ -214,8 +214,7 @@ GENGRAPH_AVX2_FN void int4_widen_row(const uint8_t* q, const float* scales, cons
     _mm256_storeu_ps(
         d + 8,
         _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), s, z));
-    _mm256_storeu_ps(d + 16,
-                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), s, z));
+    _mm256_storeu_ps(d + 16, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), s, z));
     _mm256_storeu_ps(
         d + 24,
         _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), s, z));
