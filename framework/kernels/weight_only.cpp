@@ -156,19 +156,16 @@ GENGRAPH_AVX2_FN void dot_rows_avx2(const float* x, int64_t M, int64_t K, const 
   }
 }
 
-// One int4 weight row against MB activation rows. Per block of 32: the 16 bytes become four
-// vectors of 8 levels (0..15) as floats; per group the partial dot is scaled once.
-template <int MB>
-GENGRAPH_AVX2_FN void int4_row(const float* x, int64_t K, const uint8_t* q, const float* scales,
-                               const float* zeros, const float* xsum, int64_t group, float* out,
-                               int64_t ldo) {
+// One int4 weight row against one activation row. Per block of 32: the 16 bytes become four
+// vectors of 8 levels (0..15) as floats; per group the partial dot is scaled once, and the zeros
+// add one product with the group's activation sum (xsum).
+GENGRAPH_AVX2_FN float int4_row(const float* x, int64_t K, const uint8_t* q, const float* scales,
+                                const float* zeros, const float* xsum, int64_t group) {
   const int64_t groups = K / group, blocks_per_group = group / 32;
   const __m128i low4 = _mm_set1_epi8(0x0F);
-  __m256 acc[MB];
-  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
-    __m256 p[MB];
-    for (int m = 0; m < MB; ++m) p[m] = _mm256_setzero_ps();
+    __m256 p = _mm256_setzero_ps();
     for (int64_t b = g * blocks_per_group; b < (g + 1) * blocks_per_group; ++b) {
       _mm_prefetch(reinterpret_cast<const char*>(q + b * 16) + kPrefetchBytes, _MM_HINT_T0);
       const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * 16));
@@ -178,23 +175,18 @@ GENGRAPH_AVX2_FN void int4_row(const float* x, int64_t K, const uint8_t* q, cons
       const __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
       const __m256 w2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
       const __m256 w3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
-      for (int m = 0; m < MB; ++m) {
-        const float* xb = x + m * K + b * 32;
-        __m256 t = _mm256_mul_ps(w0, _mm256_loadu_ps(xb));
-        t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), t);
-        t = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), t);
-        t = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), t);
-        p[m] = _mm256_add_ps(p[m], t);
-      }
+      const float* xb = x + b * 32;
+      __m256 t = _mm256_mul_ps(w0, _mm256_loadu_ps(xb));
+      t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), t);
+      t = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), t);
+      t = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), t);
+      p = _mm256_add_ps(p, t);
     }
-    const __m256 s = _mm256_set1_ps(scales[g]);
-    for (int m = 0; m < MB; ++m) acc[m] = _mm256_fmadd_ps(p[m], s, acc[m]);
+    acc = _mm256_fmadd_ps(p, _mm256_set1_ps(scales[g]), acc);
   }
-  for (int m = 0; m < MB; ++m) {
-    float y = hsum(acc[m]);
-    for (int64_t g = 0; g < groups; ++g) y += zeros[g] * xsum[m * groups + g];
-    out[m * ldo] = y;
-  }
+  float y = hsum(acc);
+  for (int64_t g = 0; g < groups; ++g) y += zeros[g] * xsum[g];
+  return y;
 }
 
 // One int4 row widened to float32 weights (level * scale + zero), into dst[K].
@@ -242,29 +234,9 @@ GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const
     }
     return;
   }
+  // One activation row (a decode step at batch 1): the levels are multiplied as they are.
   for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* qr = q + n * (K / 2);
-    const float* sr = scales + n * groups;
-    const float* zr = zeros + n * groups;
-    for (int64_t m = 0; m < M; m += 4) {
-      const float* xm = x + m * K;
-      const float* xs = xsum + m * groups;
-      float* om = out + m * ldo + n;
-      switch (std::min<int64_t>(4, M - m)) {
-        case 1:
-          int4_row<1>(xm, K, qr, sr, zr, xs, group, om, ldo);
-          break;
-        case 2:
-          int4_row<2>(xm, K, qr, sr, zr, xs, group, om, ldo);
-          break;
-        case 3:
-          int4_row<3>(xm, K, qr, sr, zr, xs, group, om, ldo);
-          break;
-        default:
-          int4_row<4>(xm, K, qr, sr, zr, xs, group, om, ldo);
-          break;
-      }
-    }
+    out[n] = int4_row(x, K, q + n * (K / 2), scales + n * groups, zeros + n * groups, xsum, group);
   }
 }
 #endif  // GENGRAPH_X86_AVX2
@@ -367,10 +339,12 @@ at::Tensor linear_int4_cpu(const at::Tensor& x, const at::Tensor& packed, const 
   if (M >= kStreamRows) return at::linear(x, dequantize_int4_packed(packed, scales, zeros, group));
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
+  const bool avx2 = cpu_has_avx2();
   // The sums of each group of activations: the zeros' share of every output is one product.
-  std::vector<float> xsum(static_cast<size_t>(M * groups));
+  // The AVX2 path reads them for one activation row only (several rows widen the weights).
   const float* xp = x.data_ptr<float>();
-  for (int64_t m = 0; m < M; ++m) {
+  std::vector<float> xsum(avx2 && M >= 2 ? 0 : static_cast<size_t>(M * groups));
+  for (int64_t m = 0; m < M && !xsum.empty(); ++m) {
     for (int64_t g = 0; g < groups; ++g) {
       float s = 0.f;
       for (int64_t k = g * group; k < (g + 1) * group; ++k) s += xp[m * K + k];
@@ -381,7 +355,6 @@ at::Tensor linear_int4_cpu(const at::Tensor& x, const at::Tensor& packed, const 
   const float* sp = scales.data_ptr<float>();
   const float* zp = zeros.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  const bool avx2 = cpu_has_avx2();
   at::parallel_for(0, N, grain_rows(N, K / 4), [&](int64_t n0, int64_t n1) {
 #ifdef GENGRAPH_X86_AVX2
     if (avx2) return int4_rows_avx2(xp, M, K, qp, sp, zp, xsum.data(), group, n0, n1, yp, N);
