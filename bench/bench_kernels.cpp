@@ -6,6 +6,8 @@
 // The shapes are SmolLM2-135M's and GPT-2-small's projections (fused as gengraph fuses them) and
 // their output heads. Counters: bytes = the stored weight's bytes read per call, so
 // bytes_per_second is the weight stream rate, to set against the machine's read bandwidth.
+// layer_ops/...: the rotary and SwiGLU kernels (framework/kernels/layer_ops.h) beside the operators
+// they replace, on SmolLM2's shapes.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "framework/kernels/layer_ops.h"
 #include "framework/kernels/weight_only.h"
 #include "framework/model/architectures/ops.h"
 
@@ -73,9 +76,73 @@ void run_f32_stream(benchmark::State& state, const Shape& s) {
   state.counters["threads"] = at::get_num_threads();
 }
 
+// layer_ops/rotary/<form>/rows:N: one SmolLM2 layer's q/k/v after the projection (9 heads, 3
+// key/value heads of 64) rotated, split into heads and k, v stored in a static cache at one slot
+// per row (a decode step): gengraph's kernel (kernels::rotary_qkv_into) against the operators it
+// replaces (rotate_fused, the splits and two index_copy_).
+using kernels::rotary_qkv_into;
+
+void run_rotary(benchmark::State& state, bool kernel) {
+  constexpr int64_t heads = 9, kv = 3, hd = 64, length = 128;
+  const int64_t rows = state.range(0);
+  at::manual_seed(0);
+  const at::Tensor y = at::randn({rows, 1, (heads + 2 * kv) * hd});
+  const at::Tensor angles = at::rand({rows, 1, 1, hd}) * 50;
+  const at::Tensor cos = angles.cos(), sin = angles.sin();
+  const at::Tensor keys = at::zeros({rows, kv, length, hd}), values = at::zeros_like(keys);
+  const at::Tensor slots = at::tensor({40}, at::kLong);
+  for (auto _ : state) {
+    if (kernel) {
+      benchmark::DoNotOptimize(rotary_qkv_into(y, cos.select(2, 0), sin.select(2, 0), heads, kv,
+                                               kernels::RotaryLayout::kHalves, keys, values,
+                                               slots));
+    } else {
+      const at::Tensor qk =
+          rotate_fused(y.narrow(-1, 0, (heads + kv) * hd).view({rows, 1, heads + kv, hd}), cos, sin,
+                       RotaryPairs::kHalves);
+      const at::Tensor q = qk.narrow(2, 0, heads).transpose(1, 2);
+      keys.index_copy_(2, slots, qk.narrow(2, heads, kv).transpose(1, 2));
+      values.index_copy_(
+          2, slots,
+          y.narrow(-1, (heads + kv) * hd, kv * hd).view({rows, 1, kv, hd}).transpose(1, 2));
+      benchmark::DoNotOptimize(q);
+    }
+  }
+}
+
+// layer_ops/silu_mul/<form>/rows:N: SmolLM2's SwiGLU gate (inner 1536) on the fused gate/up
+// output of a decode step: kernels::silu_mul against at::silu(g) * u.
+void run_silu_mul(benchmark::State& state, bool kernel) {
+  constexpr int64_t inner = 1536;
+  at::manual_seed(0);
+  const at::Tensor gu = at::randn({state.range(0), 1, 2 * inner});
+  for (auto _ : state) {
+    if (kernel) {
+      benchmark::DoNotOptimize(kernels::silu_mul(gu));
+    } else {
+      benchmark::DoNotOptimize(at::silu(gu.narrow(-1, 0, inner)) * gu.narrow(-1, inner, inner));
+    }
+  }
+}
+
 }  // namespace
 
 void register_kernel_benchmarks() {
+  for (const bool kernel : {true, false}) {
+    const std::string form = kernel ? "kernel" : "ops";
+    benchmark::RegisterBenchmark(("layer_ops/rotary/" + form).c_str(),
+                                 [kernel](benchmark::State& st) { run_rotary(st, kernel); })
+        ->Arg(1)
+        ->Arg(8)
+        ->ArgName("rows")
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("layer_ops/silu_mul/" + form).c_str(),
+                                 [kernel](benchmark::State& st) { run_silu_mul(st, kernel); })
+        ->Arg(1)
+        ->Arg(8)
+        ->ArgName("rows")
+        ->Unit(benchmark::kMicrosecond);
+  }
   const std::vector<std::pair<const char*, WeightFormat::Kind>> formats = {
       {"float", WeightFormat::Kind::kAsLoaded},
       {"int8", WeightFormat::Kind::kInt8},

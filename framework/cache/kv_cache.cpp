@@ -70,6 +70,10 @@ std::pair<at::Tensor, at::Tensor> StaticCache::update(int64_t layer, const at::T
   return {k, v};
 }
 
+std::optional<std::pair<at::Tensor, at::Tensor>> StaticCache::layer_buffers(int64_t layer) {
+  return std::make_pair(keys_.select(0, layer), values_.select(0, layer));
+}
+
 void StaticCache::reorder(const at::Tensor& parent_rows, int64_t written) {
   // A step that ran with autograd on may have left the buffers requiring grad (a Python trace
   // writes its parameters' products into them in place); the reorder is no part of any graph, and

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,14 @@ class KVCache {
 
   // [rows, L] bool: which cache slots attention may read (before the causal constraint).
   virtual at::Tensor validity() const = 0;
+
+  // One layer's key and value buffers, [rows, kv_heads, L, head_dim] views that a kernel may write
+  // at the step's slots in place of update() (kernels::rotary_qkv_into), and that attention then
+  // reads as update() would return them; nullopt when update() must be called (a growing cache
+  // concatenates).
+  virtual std::optional<std::pair<at::Tensor, at::Tensor>> layer_buffers(int64_t layer) {
+    return std::nullopt;
+  }
 
   // Beam search: row r continues the history of row parent_rows[r]. parent_rows: [rows] int64.
   // `written`: how many leading cache slots hold tokens (the backend's length()); only those are
@@ -112,6 +121,7 @@ class StaticCache final : public KVCache {
                                            const at::Tensor& v_new,
                                            const at::Tensor& slots) override;
   at::Tensor validity() const override { return valid_; }
+  std::optional<std::pair<at::Tensor, at::Tensor>> layer_buffers(int64_t layer) override;
   void reorder(const at::Tensor& parent_rows, int64_t written = -1) override;
   // Marks every slot invalid so the buffers can serve a new batch without reallocation.
   void reset();

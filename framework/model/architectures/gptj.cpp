@@ -202,7 +202,7 @@ class GptJ final : public CausalLM {
 
   at::Tensor forward_fused(const ForwardBatch& b, KVCache& cache) const {
     const auto& c = config();
-    const int64_t rows = b.input_ids.size(0), t = b.input_ids.size(1);
+    const int64_t t = b.input_ids.size(1);
     const int64_t d = c.hidden_size, heads = c.num_heads, hd = c.head_dim;
     at::Tensor h = at::embedding(wte_, b.input_ids);  // [rows, T, d]
     const auto [cos, sin] = rotary_tables(b.positions, h.scalar_type());
@@ -212,12 +212,9 @@ class GptJ final : public CausalLM {
       const FusedBlock& blk = fused_[i];
       const at::Tensor x = at::layer_norm(h, {d}, blk.ln_1.w, blk.ln_1.b, c.norm_eps);
       const at::Tensor y = blk.in(x);  // [rows, T, 3d + inner]: q, k, v, fc_in
-      const at::Tensor qk = rotate_fused(y.narrow(-1, 0, 2 * d).view({rows, t, 2 * heads, hd}), cos,
-                                         sin, RotaryPairs::kNeighbours);
-      const at::Tensor q = qk.narrow(2, 0, heads).transpose(1, 2);  // [rows, heads, T, hd]
-      const at::Tensor k = qk.narrow(2, heads, heads).transpose(1, 2);
-      const at::Tensor v = y.narrow(-1, 2 * d, d).view({rows, t, heads, hd}).transpose(1, 2);
-      auto [keys, values] = cache.update(i, k, v, b.slots);
+      const auto [q, keys, values] =
+          rotate_and_store(y.narrow(-1, 0, 3 * d), cos, sin, heads, heads, RotaryPairs::kNeighbours,
+                           cache, i, b.slots);
       const at::Tensor o = attend(q, keys, values, mask, scale);  // [rows, T, d]
       const at::Tensor m = activate_fused(y.narrow(-1, 3 * d, c.intermediate_size), act_);
       h = blk.out.add_to(h, at::cat({o, m}, -1));

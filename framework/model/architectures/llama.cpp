@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "framework/kernels/layer_ops.h"
 #include "framework/kernels/rms_norm.h"
 #include "framework/model/architectures/ops.h"
 #include "framework/model/architectures/rope.h"
@@ -338,10 +339,17 @@ class Llama final : public CausalLM {
     return rms_norm(x, weight, config().norm_eps);
   }
 
+  // SwiGLU's gate on the fused gate/up output: act(gate) * up, as one kernel for SiLU on CPU in
+  // float32 (kernels::silu_mul), op by op otherwise.  gu: [rows, T, 2 inner] -> [rows, T, inner]
+  at::Tensor gate(const at::Tensor& gu) const {
+    if (act_ == Activation::kSilu && kernels::silu_mul_applies(gu)) return kernels::silu_mul(gu);
+    const int64_t inner = config().intermediate_size;
+    return activate(gu.narrow(-1, 0, inner), act_) * gu.narrow(-1, inner, inner);
+  }
+
   at::Tensor forward_fused(const ForwardBatch& b, KVCache& cache) const {
     const auto& c = config();
-    const int64_t rows = b.input_ids.size(0), t = b.input_ids.size(1), hd = c.head_dim;
-    const int64_t heads = c.num_heads, kv = c.num_kv_heads;
+    const int64_t t = b.input_ids.size(1), heads = c.num_heads, kv = c.num_kv_heads;
     at::Tensor h = at::embedding(embed_, b.input_ids);  // [rows, T, d]
     const auto dtype = h.scalar_type();
     auto [cos, sin] = rope_cos_sin_halves(b.positions, inv_freq_, dtype);  // [rows, 1, T, hd]
@@ -355,19 +363,12 @@ class Llama final : public CausalLM {
     for (int64_t i = 0; i < static_cast<int64_t>(fused_.size()); ++i) {
       const FusedBlock& blk = fused_[i];
       const at::Tensor y = blk.qkv(norm(h, blk.input_norm));  // q, k, v
-      const at::Tensor qk =
-          rotate_fused(y.narrow(-1, 0, (heads + kv) * hd).view({rows, t, heads + kv, hd}), cos, sin,
-                       RotaryPairs::kHalves);
-      const at::Tensor q = qk.narrow(2, 0, heads).transpose(1, 2);  // [rows, heads, T, hd]
-      const at::Tensor k = qk.narrow(2, heads, kv).transpose(1, 2);
-      const at::Tensor v =
-          y.narrow(-1, (heads + kv) * hd, kv * hd).view({rows, t, kv, hd}).transpose(1, 2);
-      auto [keys, values] = cache.update(i, k, v, b.slots);
+      const auto [q, keys, values] =
+          rotate_and_store(y, cos, sin, heads, kv, RotaryPairs::kHalves, cache, i, b.slots);
       const at::Tensor o = attend(q, keys, values, blk.sliding ? window_mask : mask, scale_);
       h = blk.o.add_to(h, o);
       const at::Tensor gu = blk.gate_up(norm(h, blk.post_norm));
-      const int64_t inner = c.intermediate_size;
-      h = blk.down.add_to(h, activate(gu.narrow(-1, 0, inner), act_) * gu.narrow(-1, inner, inner));
+      h = blk.down.add_to(h, gate(gu));
     }
     const at::Tensor last = norm(h.select(1, t - 1), norm_);
     return head_(last);  // [rows, vocab]

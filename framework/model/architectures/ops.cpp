@@ -7,7 +7,10 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 
+#include "framework/cache/kv_cache.h"
+#include "framework/kernels/layer_ops.h"
 #include "framework/kernels/weight_only.h"
 #include "framework/util/error.h"
 
@@ -281,6 +284,39 @@ at::Tensor rotate_fused(const at::Tensor& x, const at::Tensor& cos, const at::Te
           ? x.reshape({rows, t, heads, hd / 2, 2}).flip(-1).view({rows, t, heads, hd})
           : x.reshape({rows, t, heads, 2, hd / 2}).flip(-2).view({rows, t, heads, hd});
   return x * cos + swapped * sin_signed;
+}
+
+AttentionInputs rotate_and_store(const at::Tensor& y, const at::Tensor& cos,
+                                 const at::Tensor& sin_signed, int64_t heads, int64_t kv_heads,
+                                 RotaryPairs pairs, KVCache& cache, int64_t layer,
+                                 const at::Tensor& slots) {
+  const int64_t rows = y.size(0), t = y.size(1), hd = cos.size(-1);
+  AttentionInputs a;
+  const at::Tensor kcos = cos.select(2, 0), ksin = sin_signed.select(2, 0);  // [rows, T, hd]
+  if (kernels::rotary_qkv_applies(y, kcos, heads, kv_heads)) {
+    const auto layout = pairs == RotaryPairs::kNeighbours ? kernels::RotaryLayout::kNeighbours
+                                                          : kernels::RotaryLayout::kHalves;
+    if (auto buffers = cache.layer_buffers(layer)) {
+      std::tie(a.keys, a.values) = *buffers;
+      a.q =
+          kernels::rotary_qkv_into(y, kcos, ksin, heads, kv_heads, layout, a.keys, a.values, slots);
+    } else {
+      auto [q, k, v] = kernels::rotary_qkv(y, kcos, ksin, heads, kv_heads, layout);
+      a.q = q;
+      std::tie(a.keys, a.values) = cache.update(layer, k, v, slots);
+    }
+    return a;
+  }
+  const at::Tensor qk =
+      rotate_fused(y.narrow(-1, 0, (heads + kv_heads) * hd).view({rows, t, heads + kv_heads, hd}),
+                   cos, sin_signed, pairs);
+  a.q = qk.narrow(2, 0, heads).transpose(1, 2);
+  const at::Tensor k = qk.narrow(2, heads, kv_heads).transpose(1, 2);
+  const at::Tensor v = y.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd)
+                           .view({rows, t, kv_heads, hd})
+                           .transpose(1, 2);
+  std::tie(a.keys, a.values) = cache.update(layer, k, v, slots);
+  return a;
 }
 
 }  // namespace gengraph

@@ -10,6 +10,8 @@
 
 namespace gengraph {
 
+class KVCache;
+
 enum class Activation { kGeluNew, kGeluExact, kRelu, kSilu, kQuickGelu };
 
 // Maps transformers' activation names (ACT2FN keys); throws naming `source` for unknown ones.
@@ -107,5 +109,20 @@ at::Tensor activate_fused(const at::Tensor& x, Activation a);
 enum class RotaryPairs { kNeighbours, kHalves };
 at::Tensor rotate_fused(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin_signed,
                         RotaryPairs pairs);
+
+// A fused layer's attention inputs from its q/k/v projection: q and k rotated (rotate_fused), the
+// heads split, k and v stored in the cache. On CPU in float32 one kernel does it
+// (kernels::rotary_qkv; with a static cache it also writes k and v in place, rotary_qkv_into), with
+// rotate_fused's values; elsewhere op by op.
+//   y: [rows, T, (heads + 2 kv_heads) * hd] (a view with a contiguous last dimension is fine);
+//   cos, sin_signed: [rows, T, 1, hd]
+struct AttentionInputs {
+  at::Tensor q;             // [rows, heads, T, hd]
+  at::Tensor keys, values;  // what attention reads: [rows, kv_heads, L, hd]
+};
+AttentionInputs rotate_and_store(const at::Tensor& y, const at::Tensor& cos,
+                                 const at::Tensor& sin_signed, int64_t heads, int64_t kv_heads,
+                                 RotaryPairs pairs, KVCache& cache, int64_t layer,
+                                 const at::Tensor& slots);
 
 }  // namespace gengraph

@@ -1,0 +1,162 @@
+// gengraph's rotary and SwiGLU kernels against the op-by-op forms they replace: the rotary kernel's
+// values equal rotate_fused's bit for bit (same products, same sums), with the heads split and,
+// in the cache form, k and v written at the slots; silu_mul equals at::silu(g) * u bit for bit
+// over whole vectors where LibTorch runs its AVX2 kernels and this CPU runs gengraph's AVX2 form,
+// and within a float32 rounding elsewhere.
+#include <ATen/ATen.h>
+#include <ATen/Version.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "framework/kernels/layer_ops.h"
+#include "framework/kernels/weight_only.h"
+#include "framework/model/architectures/ops.h"
+#include "tests/support/test_util.h"
+
+namespace gengraph::kernels {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Case {
+  int64_t rows, t, heads, kv, hd;
+  RotaryLayout layout;
+};
+
+// Tables as the models make them: cos and signed sin [rows, T, hd] of real angles.
+std::pair<at::Tensor, at::Tensor> tables(const Case& c) {
+  const at::Tensor angles = at::rand({c.rows, c.t, c.hd}) * 50;
+  at::Tensor sign = at::ones({c.hd});
+  if (c.layout == RotaryLayout::kHalves) {
+    sign.slice(0, 0, c.hd / 2).fill_(-1.0);
+  } else {
+    sign.slice(0, 0, c.hd, 2).fill_(-1.0);
+  }
+  return {angles.cos(), angles.sin() * sign};
+}
+
+// rotate_fused and the splits, op by op, as the fused models computed them before these kernels.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> reference(const at::Tensor& y, const at::Tensor& cos,
+                                                         const at::Tensor& sin, const Case& c) {
+  const at::Tensor qk = rotate_fused(
+      y.narrow(-1, 0, (c.heads + c.kv) * c.hd).view({c.rows, c.t, c.heads + c.kv, c.hd}),
+      cos.unsqueeze(2), sin.unsqueeze(2),
+      c.layout == RotaryLayout::kHalves ? RotaryPairs::kHalves : RotaryPairs::kNeighbours);
+  return {qk.narrow(2, 0, c.heads).transpose(1, 2), qk.narrow(2, c.heads, c.kv).transpose(1, 2),
+          y.narrow(-1, (c.heads + c.kv) * c.hd, c.kv * c.hd)
+              .view({c.rows, c.t, c.kv, c.hd})
+              .transpose(1, 2)};
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = {
+      {1, 1, 9, 3, 64, RotaryLayout::kHalves},      // SmolLM2's decode step
+      {2, 5, 4, 2, 8, RotaryLayout::kHalves},       // a prefill with grouped-query heads
+      {3, 2, 4, 4, 16, RotaryLayout::kNeighbours},  // GPT-J's pairs
+      {2, 40, 6, 1, 2, RotaryLayout::kNeighbours},  // many positions, the smallest head
+  };
+  return all;
+}
+
+TEST(LayerOpsKernels, RotaryEqualsTheOpByOpFormBitForBit) {
+  at::manual_seed(3);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE("rows " + std::to_string(c.rows) + " T " + std::to_string(c.t) + " hd " +
+                 std::to_string(c.hd));
+    const auto [cos, sin] = tables(c);
+    // y as a view with extra columns after v (GPT-J's fc_in shares the projection)
+    const at::Tensor wide = at::randn({c.rows, c.t, (c.heads + 2 * c.kv) * c.hd + 7});
+    const at::Tensor y = wide.narrow(-1, 0, (c.heads + 2 * c.kv) * c.hd);
+    ASSERT_TRUE(rotary_qkv_applies(y, cos, c.heads, c.kv));
+    const auto [q, k, v] = rotary_qkv(y, cos, sin, c.heads, c.kv, c.layout);
+    const auto [rq, rk, rv] = reference(y, cos, sin, c);
+    EXPECT_TRUE(q.is_contiguous() && k.is_contiguous() && v.is_contiguous());
+    EXPECT_TRUE(at::equal(q, rq));
+    EXPECT_TRUE(at::equal(k, rk));
+    EXPECT_TRUE(at::equal(v, rv));
+  }
+}
+
+TEST(LayerOpsKernels, RotaryIntoWritesKeysAndValuesAtTheSlotsOnly) {
+  at::manual_seed(4);
+  const Case c{2, 3, 4, 2, 8, RotaryLayout::kHalves};
+  const auto [cos, sin] = tables(c);
+  const at::Tensor y = at::randn({c.rows, c.t, (c.heads + 2 * c.kv) * c.hd});
+  // A static cache's stacked buffers [layers, rows, kv, L, hd]; layer 1 written through a view.
+  const at::Tensor keys = at::full({2, c.rows, c.kv, 10, c.hd}, 7.0);
+  const at::Tensor values = at::full({2, c.rows, c.kv, 10, c.hd}, 7.0);
+  const at::Tensor slots = at::tensor({5, 2, 9}, at::kLong);
+  const at::Tensor q = rotary_qkv_into(y, cos, sin, c.heads, c.kv, c.layout, keys.select(0, 1),
+                                       values.select(0, 1), slots);
+  const auto [rq, rk, rv] = reference(y, cos, sin, c);
+  EXPECT_TRUE(at::equal(q, rq));
+  EXPECT_TRUE(at::equal(keys.select(0, 1).index_select(2, slots), rk));
+  EXPECT_TRUE(at::equal(values.select(0, 1).index_select(2, slots), rv));
+  // Everything else untouched: the other layer, and the slots not written.
+  EXPECT_TRUE(keys.select(0, 0).eq(7.0).all().item<bool>());
+  EXPECT_TRUE(values.select(0, 0).eq(7.0).all().item<bool>());
+  const at::Tensor others = at::tensor({0, 1, 3, 4, 6, 7, 8}, at::kLong);
+  EXPECT_TRUE(keys.select(0, 1).index_select(2, others).eq(7.0).all().item<bool>());
+  EXPECT_TRUE(values.select(0, 1).index_select(2, others).eq(7.0).all().item<bool>());
+}
+
+TEST(LayerOpsKernels, RotaryRefusesBadInputsNamingTheOperator) {
+  const Case c{1, 2, 2, 1, 4, RotaryLayout::kHalves};
+  const auto [cos, sin] = tables(c);
+  const at::Tensor y = at::randn({1, 2, 16});
+  const at::Tensor keys = at::zeros({1, 1, 4, 4}), values = at::zeros({1, 1, 4, 4});
+  EXPECT_THAT(
+      testing::error_of([&] {
+        rotary_qkv_into(y, cos, sin, 2, 1, c.layout, keys, values, at::tensor({1, 4}, at::kLong));
+      }),
+      HasSubstr("gengraph::rotary_qkv_into: slot 4 outside the cache's 4 positions"));
+  EXPECT_THAT(testing::error_of([&] {
+                rotary_qkv_into(y, cos, sin, 2, 1, c.layout, keys, values,
+                                at::tensor({1}, at::kLong));
+              }),
+              HasSubstr("slots [2] int64"));
+  EXPECT_THAT(
+      testing::error_of([&] { rotary_qkv(y, cos, sin, 3, 1, c.layout); }),
+      HasSubstr("gengraph::rotary_qkv: float32 CPU y [rows, T, (heads + 2 kv_heads) * hd]"));
+  EXPECT_FALSE(rotary_qkv_applies(y.to(at::kDouble), cos, 2, 1));
+  EXPECT_FALSE(rotary_qkv_applies(y, cos, 3, 1));
+}
+
+// LibTorch's own CPU kernels run at this capability (DEFAULT, AVX2 or AVX512).
+bool torch_runs_avx2() { return at::get_cpu_capability() == "AVX2"; }
+
+TEST(LayerOpsKernels, SiluMulMatchesSiluTimesUp) {
+  at::manual_seed(5);
+  for (const bool plain : {false, true}) {
+    use_plain_loops(plain);
+    SCOPED_TRACE(silu_mul_vectorized() ? "AVX2" : "plain loop");
+    // 1536: SmolLM2's width (whole vectors); 13: a tail only; 37: vectors and a tail. A view with
+    // padding between rows, as a wider projection's output would be.
+    for (const int64_t inner : {1536, 13, 37}) {
+      const at::Tensor wide = at::randn({3, 2, 2 * inner + 5}) * 4;
+      const at::Tensor gu = wide.narrow(-1, 0, 2 * inner);
+      ASSERT_TRUE(silu_mul_applies(gu));
+      const at::Tensor got = silu_mul(gu);
+      const at::Tensor want = at::silu(gu.narrow(-1, 0, inner)) * gu.narrow(-1, inner, inner);
+      ASSERT_EQ(got.sizes(), want.sizes());
+      EXPECT_TRUE(at::allclose(got, want, 1e-6, 1e-7)) << "inner " << inner;
+      // Bit for bit over whole vectors (a width of a multiple of 8, as every real model's); a
+      // row's tail may round differently from LibTorch's (measured: width 13 differs).
+      if (silu_mul_vectorized() && torch_runs_avx2() && inner % 8 == 0) {
+        EXPECT_TRUE(at::equal(got, want)) << "inner " << inner << ": not bit for bit";
+      }
+    }
+  }
+  use_plain_loops(false);
+  EXPECT_FALSE(silu_mul_applies(at::zeros({2, 3})));  // odd width: no gate/up halves
+  EXPECT_FALSE(silu_mul_applies(at::zeros({2, 4}, at::kDouble)));
+  EXPECT_THAT(testing::error_of([] {
+                silu_mul(at::zeros({2, 3}));
+              }),
+              HasSubstr("gengraph::silu_mul: float32 CPU [..., 2 * inner]"));
+}
+
+}  // namespace
+}  // namespace gengraph::kernels
