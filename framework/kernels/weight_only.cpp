@@ -285,6 +285,26 @@ at::Tensor stream_or_gemm(const at::Tensor& x, const at::Tensor& w, const W* wp,
   return y;
 }
 
+// q[n, k] * scales[n] as float32 in one pass (the values of q.to(kFloat) * scales.unsqueeze(1),
+// which writes and reads a float32 copy of the weight twice more): the weight a prefill's GEMM
+// multiplies by.
+at::Tensor widen_int8(const at::Tensor& q, const at::Tensor& scales) {
+  const int64_t N = q.size(0), K = q.size(1);
+  at::Tensor w = at::empty({N, K}, scales.options());
+  const int8_t* qp = q.data_ptr<int8_t>();
+  const float* sp = scales.data_ptr<float>();
+  float* wp = w.data_ptr<float>();
+  at::parallel_for(0, N, grain_rows(N, K), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const float s = sp[n];
+      const int8_t* qr = qp + n * K;
+      float* wr = wp + n * K;
+      for (int64_t k = 0; k < K; ++k) wr[k] = static_cast<float>(qr[k]) * s;
+    }
+  });
+  return w;
+}
+
 at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
   TORCH_CHECK(q.dim() == 2 && q.scalar_type() == at::kChar && q.is_contiguous(),
               "gengraph::linear_int8: weight must be a contiguous 2-D int8 tensor");
@@ -292,7 +312,7 @@ at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
                   scales.scalar_type() == at::kFloat && scales.is_contiguous(),
               "gengraph::linear_int8: one float32 scale per output channel");
   check_x(x, q.size(1), "gengraph::linear_int8");
-  if (x.size(0) >= kStreamRows) return at::linear(x, q.to(at::kFloat) * scales.unsqueeze(1));
+  if (x.size(0) >= kStreamRows) return at::linear(x, widen_int8(q, scales));
   return stream_or_gemm<int8_t>(x, q, q.data_ptr<int8_t>(), scales);
 }
 
