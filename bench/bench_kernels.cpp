@@ -93,9 +93,8 @@ void run_rotary(benchmark::State& state, bool kernel) {
   const at::Tensor slots = at::tensor({40}, at::kLong);
   for (auto _ : state) {
     if (kernel) {
-      benchmark::DoNotOptimize(rotary_qkv_into(y, cos.select(2, 0), sin.select(2, 0), heads, kv,
-                                               kernels::RotaryLayout::kHalves, keys, values,
-                                               slots));
+      benchmark::DoNotOptimize(rotary_qkv_into(
+          y, cos, sin, heads, kv, kernels::RotaryLayout::kHalves, keys, values, slots));
     } else {
       const at::Tensor qk =
           rotate_fused(y.narrow(-1, 0, (heads + kv) * hd).view({rows, 1, heads + kv, hd}), cos, sin,
@@ -128,20 +127,18 @@ void run_silu_mul(benchmark::State& state, bool kernel) {
 }  // namespace
 
 void register_kernel_benchmarks() {
-  for (const bool kernel : {true, false}) {
-    const std::string form = kernel ? "kernel" : "ops";
-    benchmark::RegisterBenchmark(("layer_ops/rotary/" + form).c_str(),
-                                 [kernel](benchmark::State& st) { run_rotary(st, kernel); })
-        ->Arg(1)
-        ->Arg(8)
-        ->ArgName("rows")
-        ->Unit(benchmark::kMicrosecond);
-    benchmark::RegisterBenchmark(("layer_ops/silu_mul/" + form).c_str(),
-                                 [kernel](benchmark::State& st) { run_silu_mul(st, kernel); })
-        ->Arg(1)
-        ->Arg(8)
-        ->ArgName("rows")
-        ->Unit(benchmark::kMicrosecond);
+  const std::vector<std::pair<const char*, void (*)(benchmark::State&, bool)>> layer_ops = {
+      {"rotary", run_rotary}, {"silu_mul", run_silu_mul}};
+  for (const auto& [name, fn] : layer_ops) {
+    for (const bool kernel : {true, false}) {
+      benchmark::RegisterBenchmark(
+          ("layer_ops/" + std::string(name) + "/" + (kernel ? "kernel" : "ops")).c_str(),
+          [fn = fn, kernel](benchmark::State& st) { fn(st, kernel); })
+          ->Arg(1)
+          ->Arg(8)
+          ->ArgName("rows")
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
   const std::vector<std::pair<const char*, WeightFormat::Kind>> formats = {
       {"float", WeightFormat::Kind::kAsLoaded},

@@ -31,7 +31,7 @@ void check_rotary(const at::Tensor& y, const at::Tensor& cos, const at::Tensor& 
   TORCH_CHECK(rotary_qkv_applies(y, cos, heads, kv_heads) && sin.sizes() == cos.sizes() &&
                   sin.scalar_type() == at::kFloat && sin.is_cpu(),
               "gengraph::rotary_qkv: float32 CPU y [rows, T, (heads + 2 kv_heads) * hd] with a "
-              "contiguous last dimension and cos, sin [rows, T, hd] (heads ",
+              "contiguous last dimension and cos, sin [rows, T, hd] or [rows, T, 1, hd] (heads ",
               heads, ", kv_heads ", kv_heads, "), got y ", y.sizes(), " ", y.scalar_type(),
               ", cos ", cos.sizes(), " ", cos.scalar_type(), ", sin ", sin.sizes(), " ",
               sin.scalar_type());
@@ -56,7 +56,7 @@ template <typename Sink>
 void for_each_head(const at::Tensor& y, const at::Tensor& cos_in, const at::Tensor& sin_in,
                    int64_t heads, int64_t kv_heads, RotaryLayout layout, Sink sink) {
   const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
-  const int64_t rows = y.size(0), t = y.size(1), hd = cos.size(2);
+  const int64_t rows = y.size(0), t = y.size(1), hd = cos.size(-1);
   const int64_t all = heads + 2 * kv_heads;
   const int64_t srow = y.stride(0), st = y.stride(1);
   const float* yp = y.data_ptr<float>();
@@ -87,7 +87,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_qkv_cpu(const at::Tensor& 
                                                               const at::Tensor& sin, int64_t heads,
                                                               int64_t kv_heads, bool neighbours) {
   check_rotary(y, cos, sin, heads, kv_heads);
-  const int64_t rows = y.size(0), t = y.size(1), hd = cos.size(2);
+  const int64_t rows = y.size(0), t = y.size(1), hd = cos.size(-1);
   at::Tensor q = at::empty({rows, heads, t, hd}, y.options());
   at::Tensor k = at::empty({rows, kv_heads, t, hd}, y.options());
   at::Tensor v = at::empty({rows, kv_heads, t, hd}, y.options());
@@ -107,7 +107,7 @@ at::Tensor rotary_qkv_into_cpu(const at::Tensor& y, const at::Tensor& cos, const
                                const at::Tensor& keys, const at::Tensor& values,
                                const at::Tensor& slots_in) {
   check_rotary(y, cos, sin, heads, kv_heads);
-  const int64_t rows = y.size(0), t = y.size(1), hd = cos.size(2);
+  const int64_t rows = y.size(0), t = y.size(1), hd = cos.size(-1);
   const auto cache_ok = [&](const at::Tensor& c) {
     return c.is_cpu() && c.scalar_type() == at::kFloat && c.dim() == 4 && c.size(0) == rows &&
            c.size(1) == kv_heads && c.size(3) == hd && c.stride(3) == 1;
@@ -190,10 +190,10 @@ bool rotary_qkv_applies(const at::Tensor& y, const at::Tensor& cos, int64_t head
                         int64_t kv_heads) {
   if (!y.defined() || !cos.defined() || !y.is_cpu() || !cos.is_cpu() ||
       y.scalar_type() != at::kFloat || cos.scalar_type() != at::kFloat || y.dim() != 3 ||
-      cos.dim() != 3 || heads <= 0 || kv_heads <= 0) {
+      !(cos.dim() == 3 || (cos.dim() == 4 && cos.size(2) == 1)) || heads <= 0 || kv_heads <= 0) {
     return false;
   }
-  const int64_t hd = cos.size(2);
+  const int64_t hd = cos.size(-1);
   return hd > 0 && hd % 2 == 0 && y.stride(2) == 1 && cos.size(0) == y.size(0) &&
          cos.size(1) == y.size(1) && y.size(2) == (heads + 2 * kv_heads) * hd;
 }

@@ -22,6 +22,7 @@ enum class RotaryLayout { kNeighbours, kHalves };
 // op by op, so the values are equal bit for bit; sin_signed carries rotate_half's /
 // rotate_every_two's minus signs.
 //   y: [rows, T, (heads + 2 kv_heads) * hd] (q, then k, then v); cos, sin_signed: [rows, T, hd]
+//   or the models' [rows, T, 1, hd]
 //   -> q [rows, heads, T, hd], k [rows, kv_heads, T, hd], v [rows, kv_heads, T, hd], contiguous
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_qkv(const at::Tensor& y,
                                                           const at::Tensor& cos,
@@ -39,7 +40,7 @@ at::Tensor rotary_qkv_into(const at::Tensor& y, const at::Tensor& cos, const at:
                            const at::Tensor& slots);
 
 // Whether rotary_qkv takes these tensors: float32 CPU y [rows, T, (heads + 2 kv) * hd] with a
-// contiguous last dimension, cos and sin [rows, T, hd] float32 CPU, hd even.
+// contiguous last dimension, cos and sin [rows, T, hd] or [rows, T, 1, hd] float32 CPU, hd even.
 bool rotary_qkv_applies(const at::Tensor& y, const at::Tensor& cos, int64_t heads,
                         int64_t kv_heads);
 

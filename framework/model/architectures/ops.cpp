@@ -292,16 +292,15 @@ AttentionInputs rotate_and_store(const at::Tensor& y, const at::Tensor& cos,
                                  const at::Tensor& slots) {
   const int64_t rows = y.size(0), t = y.size(1), hd = cos.size(-1);
   AttentionInputs a;
-  const at::Tensor kcos = cos.select(2, 0), ksin = sin_signed.select(2, 0);  // [rows, T, hd]
-  if (kernels::rotary_qkv_applies(y, kcos, heads, kv_heads)) {
+  if (kernels::rotary_qkv_applies(y, cos, heads, kv_heads)) {
     const auto layout = pairs == RotaryPairs::kNeighbours ? kernels::RotaryLayout::kNeighbours
                                                           : kernels::RotaryLayout::kHalves;
     if (auto buffers = cache.layer_buffers(layer)) {
       std::tie(a.keys, a.values) = *buffers;
-      a.q =
-          kernels::rotary_qkv_into(y, kcos, ksin, heads, kv_heads, layout, a.keys, a.values, slots);
+      a.q = kernels::rotary_qkv_into(y, cos, sin_signed, heads, kv_heads, layout, a.keys, a.values,
+                                     slots);
     } else {
-      auto [q, k, v] = kernels::rotary_qkv(y, kcos, ksin, heads, kv_heads, layout);
+      auto [q, k, v] = kernels::rotary_qkv(y, cos, sin_signed, heads, kv_heads, layout);
       a.q = q;
       std::tie(a.keys, a.values) = cache.update(layer, k, v, slots);
     }
