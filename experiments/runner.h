@@ -2,6 +2,8 @@
 // collect the generated tokens. Produces the results document (docs/results-schema.md).
 #pragma once
 
+#include <gengraph/stream.h>
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -11,7 +13,6 @@
 
 #include "experiments/experiment_config.h"
 #include "framework/decoding/generation_config.h"
-#include "framework/decoding/token_stream.h"
 #include "framework/util/error.h"
 
 namespace gengraph {

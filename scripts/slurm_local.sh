@@ -67,6 +67,20 @@ ensure_packages() {
   apt-get update -qq >&2 && apt-get install -y -qq slurm-wlm munge >&2
 }
 
+# Runs a daemon without the caller's open files beyond stdin/out/err: a daemon that inherits them
+# holds them for its life (a build lock taken with flock around the tests, a pipe a CI log waits
+# on), and whoever waits on them waits forever.
+without_inherited_fds() {
+  (
+    local fd
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2 && fd != 255)); then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec "$@"
+  )
+}
+
 ensure_munge() {
   local i
   if [[ ! -s /etc/munge/munge.key ]]; then
@@ -79,7 +93,7 @@ ensure_munge() {
   install -d -o munge -g munge -m 0755 /run/munge
   if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
     log "starting munged"
-    runuser -u munge -- /usr/sbin/munged || fail "munged failed to start"
+    without_inherited_fds runuser -u munge -- /usr/sbin/munged || fail "munged failed to start"
     for ((i = 0; i < 50; i++)); do
       munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && return 0
       sleep 0.2
@@ -171,8 +185,8 @@ do_start() {
     : >"$STATE_DIR/jobcomp.log"; : >"$STATE_DIR/slurmctld.log"; : >"$STATE_DIR/slurmd.log"
     write_conf
     # -c: start with a clean job table (no jobs left from a previous run).
-    slurmctld -c -f "$CONF" || fail "slurmctld failed to start"
-    slurmd -f "$CONF" || fail "slurmd failed to start"
+    without_inherited_fds slurmctld -c -f "$CONF" || fail "slurmctld failed to start"
+    without_inherited_fds slurmd -f "$CONF" || fail "slurmd failed to start"
     # Both fork into the background; their pid files appear shortly after.
     for ((i = 0; i < 50; i++)); do
       [[ -s $STATE_DIR/slurmctld.pid && -s $STATE_DIR/slurmd.pid ]] && break

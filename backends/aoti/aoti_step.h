@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/backend/model_step.h"
 #include "framework/model/model_config.h"
 
 namespace torch::inductor {
@@ -36,6 +37,10 @@ namespace gengraph {
 
 class BackendOptions;
 class CausalLM;
+
+// The `aoti` model step (framework/backend/model_step.h): one package for every row count, options
+// package, cache_dir, freezing and max_rows (read_aoti_options).
+ModelStepInfo aoti_step_info();
 
 // The exported contract's version: tools/export_aoti.py's EXPORT_FORMAT. Cached packages of
 // another format are rebuilt; given ones are refused.

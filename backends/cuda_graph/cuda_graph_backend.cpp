@@ -10,8 +10,7 @@
 #include <map>
 #include <sstream>
 
-#include "backends/aoti/aoti_step.h"
-#include "backends/trace/traced_step.h"
+#include "framework/backend/model_step.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/clock.h"
@@ -24,10 +23,7 @@ namespace {
 struct Settings {
   std::vector<int64_t> buckets;
   int64_t max_length = 0;
-  std::string step = "eager";  // eager | trace | aoti
-  bool use_trace = false;
-  TraceOptions trace;    // step: trace (freeze, fuser)
-  AotiStepOptions aoti;  // step: aoti (package, cache_dir, freezing, max_rows)
+  std::string step = "eager";  // a model step kind (framework/backend/model_step.h)
   int64_t warmup = 3;
   bool capture = true;  // false: the same static-buffer step, run eagerly (debugging; any device)
   bool share_prefill = true;  // the eager and compiled steps run a shared prompt once per input
@@ -83,30 +79,31 @@ struct Bucket {
   // The step without a reorder (greedy, sampling) and with one (beams): a step without beams
   // moves no cache bytes besides its own slot.
   std::unique_ptr<at::cuda::CUDAGraph> graph, graph_reorder;
-  std::unique_ptr<TracedStep> trace;  // when the step runs the trace
 };
 
 class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
  public:
-  CudaGraphBackend(std::shared_ptr<const CausalLM> model, Settings s)
+  CudaGraphBackend(std::shared_ptr<const CausalLM> model, Settings s, const BackendOptions& o)
       : ForwardBackend(std::move(model)), s_(std::move(s)), pool_(at::cuda::graph_pool_handle()) {
-    // One package serves every bucket and prompt length (its rows and lengths are dynamic).
-    if (s_.step == "aoti") aoti_ = std::make_unique<AotiStep>(this->model(), s_.aoti, "cuda_graph");
+    step_ = ModelStepRegistry::instance()
+                .get(s_.step, "backend 'cuda_graph' option 'step'")
+                .create(this->model(), o, s_.warmup);
   }
 
   std::string name() const override { return "cuda_graph"; }
 
   BackendReport report() const override {
-    BackendReport r = aoti_ ? aoti_->report() : BackendReport{};
+    BackendReport r = step_->report();
     r.merge(BackendReport{{"capture_seconds", capture_s_},
                           {"buckets", double(buckets_.size())},
                           {"graphs", double(graphs_)},
                           {"graph_pool_bytes", double(pool_bytes_)},
                           {"capture_reserved_bytes", double(reserved_growth_)},
                           {"max_length", double(max_length_)},
-                          {"step_is_trace", s_.use_trace ? 1.0 : 0.0},
-                          {"step_is_aoti", aoti_ ? 1.0 : 0.0},
                           {"captured", s_.capture ? 1.0 : 0.0}});
+    for (const std::string& kind : ModelStepRegistry::instance().names()) {  // step_is_trace, ...
+      if (kind != "eager") r["step_is_" + kind] = kind == s_.step ? 1.0 : 0.0;
+    }
     // A beam step reorders its bucket's whole cache in place; a replay moves what the captured
     // call did. 0 when no step reordered.
     double reorder_bytes = 0;
@@ -114,7 +111,7 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
       reorder_bytes = std::max(reorder_bytes, b.cache->reorder_bytes_per_step());
     }
     r["reorder_bytes_per_step"] = reorder_bytes;
-    if (!buckets_.empty() && !aoti_) {  // the kernel gengraph's own attention gets
+    if (!buckets_.empty() && step_->runs_own_attention()) {  // the kernel gengraph's attention gets
       r["sdpa_kernel"] =
           double(model().decode_attention_kernel(buckets_.rbegin()->first, max_length_));
     }
@@ -158,9 +155,7 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
 
   // The eager and the compiled step run a shared prompt once per input (as the eager and aoti
   // backends do); a traced prefill is traced per row count, so it gets every row.
-  bool shares_prefill() const override {
-    return s_.share_prefill && (s_.step == "eager" || s_.step == "aoti");
-  }
+  bool shares_prefill() const override { return s_.share_prefill && step_->shares_prefill(); }
 
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
     Bucket& b = *bucket_;
@@ -169,40 +164,16 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
       // stands for; padding rows keep themselves (reset: no valid slot, as a padded prefill
       // leaves them).
       StaticCache first = b.cache->first_rows(in.input_ids.size(0));
-      const at::Tensor logits =
-          aoti_
-              ? aoti_->run(in.input_ids, in.positions, slots, in.token_valid, first.validity(),
-                           first.keys(), first.values(), current_stream())
-              : run_forward_step(model(), first, in.input_ids, in.positions, slots, in.token_valid);
+      const at::Tensor logits = step_->prefill(
+          StepArgs{in.input_ids, in.positions, slots, in.token_valid, &first, current_stream()});
       return b.cache->expand_prefill(logits, in.copies, in.input_ids.size(1), b.rows);
     }
-    const int64_t rows = in.input_ids.size(0), t = in.input_ids.size(1), extra = b.rows - rows;
+    const int64_t rows = in.input_ids.size(0), extra = b.rows - rows;
     // Padding rows are pure padding: they attend only to themselves and are never read.
     at::Tensor ids = pad_rows(in.input_ids, extra, 0), pos = pad_rows(in.positions, extra, 0);
     at::Tensor tv = pad_rows(in.token_valid, extra, false);
-    at::Tensor logits;
-    if (b.trace) {
-      const auto key = std::make_pair(b.rows, t);
-      auto found = prefill_traces_.find(key);
-      const bool fresh = found == prefill_traces_.end();
-      if (fresh) {
-        TraceMeta meta = expected_meta(model(), b.rows, t, max_length_);
-        found = prefill_traces_.emplace(key, TracedStep::trace(model(), meta, s_.trace)).first;
-      }
-      auto run = [&] {
-        return found->second.prefill(ids, pos, slots, tv, b.cache->validity(), b.cache->keys(),
-                                     b.cache->values());
-      };
-      // As the trace backend does: the profiling runs first (they rewrite the same slots with the
-      // same values), so every prefill runs the optimized plan.
-      for (int64_t i = 0; fresh && i < s_.warmup; ++i) run();
-      logits = run();
-    } else if (aoti_) {
-      logits = aoti_->run(ids, pos, slots, tv, b.cache->validity(), b.cache->keys(),
-                          b.cache->values(), current_stream());
-    } else {
-      logits = run_forward_step(model(), *b.cache, ids, pos, slots, tv);
-    }
+    const at::Tensor logits =
+        step_->prefill(StepArgs{ids, pos, slots, tv, b.cache.get(), current_stream()});
     return logits.narrow(0, 0, rows);
   }
 
@@ -235,16 +206,8 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
   // reorder moves the whole cache: a graph cannot know how much of it is written.
   void step(Bucket& b, bool reorder) {
     if (reorder) b.cache->reorder(b.parents);
-    if (b.trace) {
-      b.logits.copy_(b.trace->decode(b.ids, b.positions, b.slot, b.token_valid, b.cache->validity(),
-                                     b.cache->keys(), b.cache->values()));
-    } else if (aoti_) {
-      b.logits.copy_(aoti_->run(b.ids, b.positions, b.slot, b.token_valid, b.cache->validity(),
-                                b.cache->keys(), b.cache->values(), current_stream()));
-    } else {
-      b.logits.copy_(
-          run_forward_step(model(), *b.cache, b.ids, b.positions, b.slot, b.token_valid));
-    }
+    b.logits.copy_(step_->decode(
+        StepArgs{b.ids, b.positions, b.slot, b.token_valid, b.cache.get(), current_stream()}));
   }
 
   // The stream a CUDA step runs on (the capture's side stream while capturing); none on CPU.
@@ -269,10 +232,7 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
     b.slot = at::zeros({1}, l);
     b.parents = at::arange(rows, l);  // padding rows continue themselves
     b.logits = at::zeros({rows, c.vocab_size}, f);
-    if (s_.use_trace) {
-      b.trace = std::make_unique<TracedStep>(
-          TracedStep::trace(model(), expected_meta(model(), rows, 1, max_length_), s_.trace));
-    }
+    step_->prepare_rows(rows, max_length_);
     if (s_.capture) capture(b);
     return buckets_.emplace(rows, std::move(b)).first->second;
   }
@@ -305,10 +265,9 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
   }
 
   Settings s_;
-  std::unique_ptr<AotiStep> aoti_;
+  std::unique_ptr<ModelStep> step_;  // one for every bucket and prompt length
   at::cuda::MempoolId_t pool_;
   std::map<int64_t, Bucket> buckets_;
-  std::map<std::pair<int64_t, int64_t>, TracedStep> prefill_traces_;  // by (rows, prompt length)
   Bucket* bucket_ = nullptr;
   int64_t max_length_ = 0;
   double capture_s_ = 0;
@@ -321,19 +280,15 @@ Settings read_settings(const BackendOptions& o) {
   Settings s;
   s.buckets = parse_buckets(o.get_string("buckets", "1,2,4,8,16,32,64"));
   s.max_length = o.get_int("max_length", 0, 0, 1 << 20);
-  s.step = o.get_string("step", "eager", {"eager", "trace", "aoti"});
-  s.use_trace = s.step == "trace";
-  read_step_options(o, s.trace);
-  read_aoti_options(o, s.aoti);
-  if (!s.use_trace && (o.values().count("freeze") || o.values().count("fuser"))) {
-    throw Error(
-        "backend 'cuda_graph': options 'freeze' and 'fuser' apply to the traced step; set step: "
-        "trace");
-  }
-  for (const char* key : {"package", "cache_dir", "freezing", "max_rows"}) {
-    if (s.step != "aoti" && o.values().count(key)) {
-      throw Error(std::string("backend 'cuda_graph': option '") + key +
-                  "' applies to the AOTInductor step; set step: aoti");
+  const ModelStepRegistry& steps = ModelStepRegistry::instance();
+  s.step = o.get_string("step", "eager", steps.names());
+  steps.get(s.step, "backend 'cuda_graph' option 'step'").check_options(o);
+  // Options another step kind reads: say which, rather than "unknown option".
+  for (const auto& [key, value] : o.values()) {
+    const std::string owner = steps.owner_of(key);
+    if (!owner.empty() && owner != s.step) {
+      throw Error("backend 'cuda_graph': option '" + key + "' applies to the " + owner +
+                  " step; set step: " + owner);
     }
   }
   s.warmup = o.get_int("warmup", 3, 1, 100);
@@ -350,8 +305,9 @@ BackendInfo cuda_graph_backend_info() {
   info.description =
       "decode step (beam reorder included) captured as CUDA graphs per batch bucket over a static "
       "cache; "
-      "options buckets, max_length, step (eager|trace|aoti), freeze and fuser (as trace's, for "
-      "step: trace), package, cache_dir, freezing and max_rows (as aoti's, for step: aoti), "
+      "options buckets, max_length, step (a model step: eager|trace|aoti or a registered one, "
+      "with its own options: freeze and fuser for trace, package, cache_dir, freezing and "
+      "max_rows for aoti), "
       "warmup, capture (true|false: false runs the same "
       "static-buffer step uncaptured, on any device), share_prefill (true: the eager and aoti "
       "steps run the prompt of an input's beams once)";
@@ -375,7 +331,7 @@ BackendInfo cuda_graph_backend_info() {
   };
   info.create = [settings_for](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
     Settings s = settings_for(o, model->device());
-    return std::make_unique<CudaGraphBackend>(std::move(model), std::move(s));
+    return std::make_unique<CudaGraphBackend>(std::move(model), std::move(s), o);
   };
   return info;
 }

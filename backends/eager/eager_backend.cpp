@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "framework/backend/model_step.h"
 #include "framework/backend/options.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/causal_lm.h"
@@ -70,7 +71,32 @@ class EagerBackend final : public ForwardBackend {
   KVCache* cache_ = nullptr;  // the one of the two in use
 };
 
+// The model's own forward as a model step.
+class EagerStep final : public ModelStep {
+ public:
+  explicit EagerStep(const CausalLM& model) : model_(model) {}
+  std::string kind() const override { return "eager"; }
+  at::Tensor prefill(const StepArgs& a) override { return decode(a); }
+  at::Tensor decode(const StepArgs& a) override {
+    return run_forward_step(model_, *a.cache, a.input_ids, a.positions, a.slots, a.token_valid);
+  }
+
+ private:
+  const CausalLM& model_;
+};
+
 }  // namespace
+
+ModelStepInfo eager_step_info() {
+  ModelStepInfo info;
+  info.name = "eager";
+  info.description = "the model's ATen ops, run directly";
+  info.check_options = [](const BackendOptions&) {};
+  info.create = [](const CausalLM& model, const BackendOptions&, int64_t) {
+    return std::make_unique<EagerStep>(model);
+  };
+  return info;
+}
 
 BackendInfo eager_backend_info() {
   BackendInfo info;

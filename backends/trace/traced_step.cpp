@@ -8,11 +8,15 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/serialization/import.h>
 
+#include <map>
 #include <sstream>
+#include <tuple>
 
+#include "framework/backend/model_step.h"
 #include "framework/backend/options.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/causal_lm.h"
+#include "framework/util/clock.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
@@ -170,23 +174,6 @@ TraceMeta expected_meta(const CausalLM& model, int64_t rows, int64_t prompt_leng
   return m;
 }
 
-std::string model_fingerprint(const CausalLM& model) {
-  std::ostringstream o;
-  const auto& c = model.config();
-  o << c.model_type << c.vocab_size << c.hidden_size << c.num_layers << c.num_heads
-    << c.num_kv_heads << c.head_dim << c.intermediate_size << c.max_positions << c.norm_eps
-    << c.activation;
-  for (const auto& [name, t] : model.weights()) {
-    o << name << shape_str(t.sizes());
-    const at::Tensor flat = t.reshape({-1});
-    o << flat.narrow(0, 0, std::min<int64_t>(flat.numel(), 64))
-             .to(at::kDouble)
-             .sum()
-             .item<double>();
-  }
-  return std::to_string(std::hash<std::string>{}(o.str()));
-}
-
 TracedStep TracedStep::trace(const CausalLM& model, const TraceMeta& meta,
                              const TraceOptions& options) {
   at::AutoGradMode no_grad(false);
@@ -322,6 +309,85 @@ at::Tensor TracedStep::decode(const at::Tensor& ids, const at::Tensor& pos, cons
                               const at::Tensor& tv, const at::Tensor& valid, const at::Tensor& keys,
                               const at::Tensor& values) {
   return call("decode", {ids, pos, slots, tv, valid, keys, values}, checked_decode_);
+}
+
+namespace {
+
+// Traces as a model step: a trace is made per row count (and prompt length), on first use or in
+// prepare_rows(), and run `warmup` times before its first result counts (LibTorch's profiling
+// runs rewrite the same slots with the same values).
+class TraceModelStep final : public ModelStep {
+ public:
+  TraceModelStep(const CausalLM& model, TraceOptions options, int64_t warmup)
+      : model_(model), options_(options), warmup_(warmup) {}
+  std::string kind() const override { return "trace"; }
+  bool shares_prefill() const override { return false; }
+  void prepare_rows(int64_t rows, int64_t max_length) override { get(rows, 1, max_length); }
+  at::Tensor prefill(const StepArgs& a) override { return run(a, false); }
+  at::Tensor decode(const StepArgs& a) override { return run(a, true); }
+  BackendReport report() const override {
+    return {{"traces", double(traces_.size())}, {"trace_seconds", trace_s_}};
+  }
+
+ private:
+  struct Entry {
+    TracedStep step;
+    bool warm_prefill = false, warm_decode = false;
+  };
+  Entry& get(int64_t rows, int64_t t, int64_t max_length) {
+    const auto key = std::make_tuple(rows, t, max_length);
+    auto found = traces_.find(key);
+    if (found == traces_.end()) {
+      const auto t0 = Clock::now();
+      found = traces_
+                  .emplace(key, Entry{TracedStep::trace(
+                                    model_, expected_meta(model_, rows, t, max_length), options_)})
+                  .first;
+      trace_s_ += since(t0);
+    }
+    return found->second;
+  }
+  at::Tensor run(const StepArgs& a, bool decode) {
+    const StaticCache& c = *a.cache;
+    Entry& e = get(a.input_ids.size(0), a.input_ids.size(1), c.keys().size(3));
+    const auto call = [&] {
+      return decode ? e.step.decode(a.input_ids, a.positions, a.slots, a.token_valid, c.validity(),
+                                    c.keys(), c.values())
+                    : e.step.prefill(a.input_ids, a.positions, a.slots, a.token_valid, c.validity(),
+                                     c.keys(), c.values());
+    };
+    bool& warm = decode ? e.warm_decode : e.warm_prefill;
+    for (int64_t i = 0; !warm && i < warmup_; ++i) call();
+    warm = true;
+    return call();
+  }
+
+  const CausalLM& model_;
+  TraceOptions options_;
+  int64_t warmup_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Entry> traces_;  // (rows, T, max_length)
+  double trace_s_ = 0;
+};
+
+}  // namespace
+
+ModelStepInfo trace_step_info() {
+  ModelStepInfo info;
+  info.name = "trace";
+  info.description =
+      "a TorchScript trace of the model's step, made per row count; options "
+      "freeze (true), fuser (default|none|te)";
+  info.option_keys = {"freeze", "fuser"};
+  info.check_options = [](const BackendOptions& o) {
+    TraceOptions t;
+    read_step_options(o, t);
+  };
+  info.create = [](const CausalLM& model, const BackendOptions& o, int64_t warmup) {
+    TraceOptions t;
+    read_step_options(o, t);
+    return std::make_unique<TraceModelStep>(model, t, warmup);
+  };
+  return info;
 }
 
 }  // namespace gengraph

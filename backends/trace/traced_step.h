@@ -27,10 +27,16 @@ namespace torch::jit {
 struct Module;
 }  // namespace torch::jit
 
+#include "framework/backend/model_step.h"
+
 namespace gengraph {
 
 class BackendOptions;
 class CausalLM;
+
+// The `trace` model step (framework/backend/model_step.h): traces per row count and prompt length,
+// options freeze and fuser (read_step_options).
+ModelStepInfo trace_step_info();
 
 struct TraceMeta {
   int format = 1;
@@ -53,9 +59,6 @@ struct TraceMeta {
 // What the running model and batch need; compared field by field with a file's TraceMeta.
 TraceMeta expected_meta(const CausalLM& model, int64_t rows, int64_t prompt_length,
                         int64_t max_length);
-
-// A stable identifier of a model's weights and shape (config, tensor names/shapes, value samples).
-std::string model_fingerprint(const CausalLM& model);
 
 struct TraceOptions {
   bool freeze = true;

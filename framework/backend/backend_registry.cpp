@@ -1,5 +1,8 @@
 #include "framework/backend/backend_registry.h"
 
+#include <algorithm>
+
+#include "framework/backend/model_step.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/error.h"
 
@@ -53,6 +56,43 @@ std::unique_ptr<ForwardBackend> BackendRegistry::create(const std::string& name,
   auto backend = info.create(std::move(model), options);
   options.check_all_used();
   return backend;
+}
+
+ModelStepRegistry& ModelStepRegistry::instance() {
+  static ModelStepRegistry registry;
+  return registry;
+}
+
+void ModelStepRegistry::add(ModelStepInfo info) {
+  if (info.name.empty() || !info.create)
+    throw Error("a model step kind needs a name and a create function");
+  if (kinds_.count(info.name))
+    throw Error("model step kind '" + info.name + "' is already registered");
+  kinds_.emplace(info.name, std::move(info));
+}
+
+const ModelStepInfo& ModelStepRegistry::get(const std::string& name,
+                                            const std::string& where) const {
+  auto it = kinds_.find(name);
+  if (it == kinds_.end()) {
+    throw Error(where + ": unknown model step '" + name + "'" + did_you_mean(name, names()) +
+                "; known steps: " + join(names(), ", "));
+  }
+  return it->second;
+}
+
+std::vector<std::string> ModelStepRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : kinds_) out.push_back(k);
+  return out;
+}
+
+std::string ModelStepRegistry::owner_of(const std::string& key) const {
+  for (const auto& [name, info] : kinds_) {
+    if (std::find(info.option_keys.begin(), info.option_keys.end(), key) != info.option_keys.end())
+      return name;
+  }
+  return "";
 }
 
 }  // namespace gengraph

@@ -153,7 +153,6 @@ GenerationResult Generator::generate(ForwardBackend& backend,
   const int64_t batch = static_cast<int64_t>(prompts.size());
   const int64_t per_input = pipe.strategy->rows_per_input();
   const int64_t rows = batch * per_input;
-  const int64_t pad = effective_pad_token(config_);
   // What this call will hold (KV cache, the prefill's masks and activations, a decode step, the
   // search's state), before any of it is allocated; the weights are resident already.
   GenerationShape shape;

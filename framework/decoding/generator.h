@@ -4,6 +4,8 @@
 //         until done: logits = backend.decode(next tokens, positions + 1, parent rows)
 #pragma once
 
+#include <gengraph/stream.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,7 +15,6 @@
 #include "framework/decoding/generation_config.h"
 #include "framework/decoding/pipeline.h"
 #include "framework/decoding/search/search_strategy.h"
-#include "framework/decoding/token_stream.h"
 #include "framework/decoding/whole_step.h"
 #include "framework/model/model_config.h"
 
@@ -49,8 +50,8 @@ class Generator {
   ~Generator();
 
   // prompts: token ids per input, ragged allowed (left-padded here as transformers does).
-  // `stream`, when given, receives each token as it is chosen (token_stream.h); on CUDA that adds
-  // one device-to-host copy per step.
+  // `stream`, when given, receives each token as it is chosen (gengraph/stream.h); on CUDA that
+  // adds one device-to-host copy per step.
   GenerationResult generate(ForwardBackend& backend,
                             const std::vector<std::vector<int64_t>>& prompts,
                             const TokenStream& stream = {}) const;

@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <sstream>
+
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -77,6 +80,23 @@ at::Tensor run_forward_step(const CausalLM& model, KVCache& cache, const at::Ten
   cache.write_validity(slots, token_valid);
   const at::Tensor mask = attention_mask(cache.validity(), slots);
   return model.forward(ForwardBatch{input_ids, positions, slots, mask}, cache);
+}
+
+std::string model_fingerprint(const CausalLM& model) {
+  std::ostringstream o;
+  const auto& c = model.config();
+  o << c.model_type << c.vocab_size << c.hidden_size << c.num_layers << c.num_heads
+    << c.num_kv_heads << c.head_dim << c.intermediate_size << c.max_positions << c.norm_eps
+    << c.activation;
+  for (const auto& [name, t] : model.weights()) {
+    o << name << t.sizes();
+    const at::Tensor flat = t.reshape({-1});
+    o << flat.narrow(0, 0, std::min<int64_t>(flat.numel(), 64))
+             .to(at::kDouble)
+             .sum()
+             .item<double>();
+  }
+  return std::to_string(std::hash<std::string>{}(o.str()));
 }
 
 }  // namespace gengraph

@@ -74,4 +74,8 @@ at::Tensor run_forward_step(const CausalLM& model, KVCache& cache, const at::Ten
                             const at::Tensor& positions, const at::Tensor& slots,
                             const at::Tensor& token_valid);
 
+// A stable identifier of a model's weights and shape (config, tensor names/shapes, value samples):
+// what traces and compiled packages record so that one made for other weights is refused.
+std::string model_fingerprint(const CausalLM& model);
+
 }  // namespace gengraph

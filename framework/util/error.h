@@ -1,6 +1,8 @@
 // Errors and small string helpers shared by the whole framework.
 #pragma once
 
+#include <gengraph/error.h>  // Error, the one exception type (public)
+
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
@@ -9,13 +11,6 @@
 #include <vector>
 
 namespace gengraph {
-
-// Every user-facing failure (bad config, bad file, bad tensor) is a gengraph::Error whose message
-// names the file/key/tensor, what was expected and what was found. Library code never exits.
-class Error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 // The candidate closest to `word` by edit distance, or "" when none is reasonably close.
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);

@@ -11,6 +11,9 @@
 // in LibTorch's; errors are thrown as gengraph::Error (a std::runtime_error) naming the input.
 #pragma once
 
+#include <gengraph/error.h>
+#include <gengraph/stream.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,8 +22,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "framework/decoding/token_stream.h"
 
 namespace gengraph {
 

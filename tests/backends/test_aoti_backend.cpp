@@ -142,7 +142,7 @@ TEST(AotiBackend, OptionsAreCheckedBeforeAnyBuild) {
   EXPECT_THAT(error_of([&] {
                 make("cuda_graph", m, {{"capture", "false"}, {"package", file.string()}});
               }),
-              HasSubstr("option 'package' applies to the AOTInductor step; set step: aoti"));
+              HasSubstr("option 'package' applies to the aoti step; set step: aoti"));
 }
 
 TEST(AotiBackend, WithoutABuilderTheErrorSaysHowToGetAPackage) {

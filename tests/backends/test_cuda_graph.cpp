@@ -9,7 +9,9 @@
 #include "backends/cuda_graph/cuda_graph_backend.h"
 #include "backends/register_builtin.h"
 #include "framework/backend/backend_registry.h"
+#include "framework/backend/model_step.h"
 #include "framework/decoding/generator.h"
+#include "framework/model/causal_lm.h"
 #include "framework/model/loader.h"
 #include "framework/util/device.h"
 #include "tests/support/test_util.h"
@@ -58,12 +60,12 @@ TEST(CudaGraphBackend, OptionsAndDeviceErrorsNameTheOption) {
               HasSubstr("option 'buckets': expected comma-separated positive"));
   EXPECT_THAT(create({{"buckets", "0"}}), HasSubstr("option 'buckets'"));
   EXPECT_THAT(create({{"step", "script"}}),
-              HasSubstr("option 'step': expected one of eager, trace"));
+              HasSubstr("option 'step': expected one of aoti, eager, trace"));
   EXPECT_THAT(create({}),
               HasSubstr("needs the model on a CUDA device; set model.device: cuda (found cpu)"));
   EXPECT_THAT(create({{"capture", "maybe"}}), HasSubstr("option 'capture'"));
   EXPECT_THAT(create({{"fuser", "none"}, {"capture", "false"}}),
-              HasSubstr("options 'freeze' and 'fuser' apply to the traced step; set step: trace"));
+              HasSubstr("option 'fuser' applies to the trace step; set step: trace"));
   EXPECT_THAT(create({{"step", "trace"}, {"fuser", "nnc"}}),
               HasSubstr("option 'fuser': expected one of default, none, te"));
   EXPECT_EQ(
@@ -95,6 +97,67 @@ TEST(CudaGraphBackend, UncapturedPicksTheSmallestBucketThatFits) {
                 Generator(g).generate(*b, {{1, 2}, {3}});
               }),
               HasSubstr("18 rows (batch x beams) exceed the largest bucket 16"));
+}
+
+// A model step kind registered from outside (framework/backend/model_step.h) runs inside
+// cuda_graph as the built-in ones do: the model's forward, counted, with an option of its own.
+class CountingStep final : public ModelStep {
+ public:
+  CountingStep(const CausalLM& m, int64_t* decodes) : model_(m), decodes_(decodes) {}
+  std::string kind() const override { return "test_counting"; }
+  at::Tensor prefill(const StepArgs& a) override { return forward(a); }
+  at::Tensor decode(const StepArgs& a) override {
+    ++*decodes_;
+    return forward(a);
+  }
+
+ private:
+  at::Tensor forward(const StepArgs& a) {
+    return run_forward_step(model_, *a.cache, a.input_ids, a.positions, a.slots, a.token_valid);
+  }
+  const CausalLM& model_;
+  int64_t* decodes_;
+};
+
+TEST(CudaGraphBackend, ARegisteredModelStepRunsLikeTheBuiltinOnes) {
+  register_builtin_backends();
+  static int64_t decodes = 0;
+  if (ModelStepRegistry::instance().owner_of("test_every").empty()) {
+    ModelStepInfo info;
+    info.name = "test_counting";
+    info.option_keys = {"test_every"};
+    info.check_options = [](const BackendOptions& o) { o.get_int("test_every", 1, 1, 8); };
+    info.create = [](const CausalLM& m, const BackendOptions& o, int64_t) {
+      o.get_int("test_every", 1, 1, 8);
+      return std::make_unique<CountingStep>(m, &decodes);
+    };
+    ModelStepRegistry::instance().add(info);
+  }
+  const auto cpu = model("tiny", at::kFloat, "cpu");
+  GenerationConfig g;
+  g.max_new_tokens = 5;
+  g.num_beams = 2;
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4, 5}};
+  auto eager = BackendRegistry::instance().create("eager", cpu, BackendOptions("eager", {}));
+  auto mine = BackendRegistry::instance().create(
+      "cuda_graph", cpu,
+      BackendOptions("cuda_graph",
+                     {{"capture", "false"}, {"step", "test_counting"}, {"test_every", "2"}}));
+  const auto want = Generator(g).generate(*eager, prompts).outputs;
+  const auto got = Generator(g).generate(*mine, prompts).outputs;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i][0].tokens, want[i][0].tokens);
+  EXPECT_GE(decodes, 4);  // the decode steps ran through the registered step
+  EXPECT_EQ(mine->report().at("step_is_test_counting"), 1.0);
+  EXPECT_EQ(mine->report().at("step_is_trace"), 0.0);
+  // Its option belongs to it: with another step it is refused naming the kind that reads it.
+  EXPECT_THAT(error_of([&] {
+                BackendRegistry::instance().create(
+                    "cuda_graph", cpu,
+                    BackendOptions("cuda_graph", {{"capture", "false"}, {"test_every", "2"}}));
+              }),
+              HasSubstr("option 'test_every' applies to the test_counting step; set step: "
+                        "test_counting"));
 }
 
 // On the GPU, three claims, each as strong as the numerics allow:

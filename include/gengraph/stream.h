@@ -1,5 +1,5 @@
-// Streaming: each generated token handed to the caller as it is chosen. Light on purpose: the
-// public header (include/gengraph/gengraph.h) includes it.
+// Streaming: each generated token handed to the caller as it is chosen. A public header: the
+// Engine's (gengraph.h) and the decoding loop's (framework/decoding/generator.h) one stream type.
 #pragma once
 
 #include <cstdint>

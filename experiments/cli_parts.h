@@ -1,0 +1,130 @@
+// The `gengraph` command line's parts shared by its commands (experiments/cli.cpp): the argument
+// parser, usage checks, standard output written and checked, and the streamed-token printers.
+#pragma once
+
+#include <gengraph/stream.h>
+
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "experiments/table.h"
+#include "framework/text/tokenizer.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+struct ExperimentConfig;
+}  // namespace gengraph
+
+namespace gengraph::cli {
+
+// A command line that does not fit the usage: exit status 2.
+struct UsageError : Error {
+  explicit UsageError(const std::string& what) : Error(what) {}
+};
+
+struct Args {
+  std::vector<std::string> positional;
+  std::vector<std::string> sets;
+  std::vector<std::string> prompts, texts, slurm_options;
+  std::string job_dir, rerun;
+  std::string output, model, backend = "eager", device = "cpu", dtype = "float32",
+                             metric = "total_ms";
+  std::optional<std::string> max_new;          // --max-new-tokens as given
+  std::optional<std::string> tokenizer;        // --tokenizer as given
+  std::map<std::string, std::string> quality;  // gengraph quality's own flags, as given
+  bool quiet = false, stream = false, chat = false;
+  std::vector<std::string> flags;  // every option given, for the per-command check
+};
+
+// The standard output after this command's writes: flushed, and a failed write (a full disk, a
+// closed stdout) is an error naming the system's reason (`write_errno` when the write that failed
+// set it), followed by `note`.
+void check_stdout(const std::string& note = "", int write_errno = 0);
+
+// Writes `text` (a table) to stdout and checks that it got there.
+void print(const std::string& text, const std::string& note = "");
+
+// Whether `path` lies in (or is) the folder `folder`, both made absolute and normal.
+bool inside_folder(const std::filesystem::path& path, const std::filesystem::path& folder);
+
+// Outputs never replace inputs: the experiment file, or a file of the model folder (its
+// config.json, weights or tokenizer). `what` names the output ("results", "plot").
+void check_not_an_input(const std::string& what, const std::string& path,
+                        const ExperimentConfig& c);
+
+Args parse_args(int argc, char** argv, int first);
+
+// Refuses options the command does not take, and a wrong number of positional arguments.
+void check_usage(const std::string& cmd, const Args& a, const std::vector<std::string>& allowed,
+                 size_t positional);
+
+// "1,2,3" -> the ids, or an error naming the flag, the item and what it found.
+std::vector<int64_t> parse_ids(const std::string& flag_value);
+
+// Prints streamed tokens to stdout as they arrive: one line per step, each token as
+// [input] or [input.sequence] followed by the id.
+class StreamPrinter {
+ public:
+  void operator()(const StreamedToken& t) {
+    if (t.step != step_) {
+      if (step_ >= 0) std::cout << "\n";
+      std::cout << "step " << t.step << ":";
+      step_ = t.step;
+    }
+    std::cout << " [" << t.input;
+    if (t.sequence > 0) std::cout << "." << t.sequence;
+    std::cout << "] " << t.token << std::flush;
+  }
+  void finish() {
+    if (step_ >= 0) std::cout << "\n";
+    step_ = -1;
+  }
+
+ private:
+  int64_t step_ = -1;
+};
+
+// Prints the text of streamed tokens as it becomes final (framework/text/tokenizer.h's TextStream):
+// one prompt as running text; several, one line per piece, "[input] " or "[input.sequence] " and
+// the piece as a JSON string. Control characters other than line breaks are shown escaped.
+class TextStreamPrinter {
+ public:
+  TextStreamPrinter(std::unique_ptr<Tokenizer> tokenizer, bool running)
+      : tokenizer_(std::move(tokenizer)), running_(running) {}
+  void operator()(const StreamedToken& t) {
+    auto it = streams_.find({t.input, t.sequence});
+    if (it == streams_.end()) {
+      it = streams_.emplace(std::make_pair(t.input, t.sequence), TextStream(*tokenizer_)).first;
+    }
+    show(t.input, t.sequence, it->second.push(t.token));
+  }
+  void finish() {
+    for (auto& [key, stream] : streams_) show(key.first, key.second, stream.finish());
+    if (running_ && !streams_.empty()) std::cout << "\n";
+    streams_.clear();
+  }
+
+ private:
+  void show(int64_t input, int64_t sequence, const std::string& piece) {
+    if (piece.empty()) return;
+    if (running_ && sequence == 0) {
+      std::cout << terminal_text(piece, /*keep_line_breaks=*/true) << std::flush;
+      return;
+    }
+    std::cout << "[" << input;
+    if (sequence > 0) std::cout << "." << sequence;
+    std::cout << "] " << terminal_text(nlohmann::json(piece).dump()) << "\n" << std::flush;
+  }
+  std::unique_ptr<Tokenizer> tokenizer_;
+  bool running_;
+  std::map<std::pair<int64_t, int64_t>, TextStream> streams_;
+};
+
+}  // namespace gengraph::cli

@@ -1,0 +1,452 @@
+// The steps of the native tokenizer.json reader before the model: characters, pieces, normalizers
+// and pre-tokenizers (tokenizer_parts.h).
+#include <unicode/locid.h>
+#include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
+#include <unicode/unistr.h>
+
+#include <algorithm>
+#include <map>
+
+#include "framework/text/tokenizer_parts.h"
+
+namespace gengraph::tokenizer_detail {
+
+[[noreturn]] void unsupported(const std::string& source, const std::string& what,
+                              const std::string& type, const std::string& supported) {
+  throw Error(std::string(kUnsupportedTokenizer) + source + ": " + what + " '" + type +
+              "' is not supported natively (supported: " + supported + ")");
+}
+
+// --- characters -----------------------------------------------------------------------------
+
+// Unicode White_Space (Rust's char::is_whitespace, the regex crate's \s): what lstrip/rstrip of
+// added tokens and the Strip normalizer remove.
+bool is_white_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+// The regex crate's \w: Alphabetic, marks, decimal digits, connector punctuation, Join_Control.
+bool is_word_char(char32_t c) {
+  const auto cp = static_cast<UChar32>(c);
+  if (u_hasBinaryProperty(cp, UCHAR_ALPHABETIC) || u_hasBinaryProperty(cp, UCHAR_JOIN_CONTROL)) {
+    return true;
+  }
+  const int32_t mask = U_GET_GC_MASK(cp);
+  return (mask & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) != 0;
+}
+
+// Rust's char::is_numeric: general categories Nd, Nl, No.
+bool is_numeric(char32_t c) { return (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_N_MASK) != 0; }
+
+char32_t first_char(std::string_view s) {
+  size_t i = 0;
+  return utf8::next(s, i);
+}
+char32_t last_char(std::string_view s) {
+  size_t i = s.size();
+  while (i > 0 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) --i;
+  if (i > 0) --i;
+  size_t j = i;
+  return utf8::next(s, j);
+}
+
+// --- the string being tokenized ------------------------------------------------------------
+
+// The pieces of `s` that NormalizedString::split keeps for `matches` and `behavior`.
+std::vector<Offsets> split_offsets(Matches matches, Behavior behavior) {
+  std::vector<std::pair<Offsets, bool>> splits;  // (offsets, remove)
+  switch (behavior) {
+    case Behavior::Isolated:
+      for (auto& m : matches) splits.push_back({m.first, false});
+      break;
+    case Behavior::Removed:
+      splits = matches;
+      break;
+    case Behavior::Contiguous: {
+      bool previous = false;
+      for (auto& [off, is_match] : matches) {
+        if (is_match == previous && !splits.empty()) {
+          splits.back().first.second = off.second;
+        } else {
+          splits.push_back({off, false});
+        }
+        previous = is_match;
+      }
+      break;
+    }
+    case Behavior::MergedWithPrevious: {
+      bool previous = false;
+      for (auto& [off, is_match] : matches) {
+        if (is_match && !previous && !splits.empty()) {
+          splits.back().first.second = off.second;
+        } else {
+          splits.push_back({off, false});
+        }
+        previous = is_match;
+      }
+      break;
+    }
+    case Behavior::MergedWithNext: {
+      bool previous = false;
+      for (auto it = matches.rbegin(); it != matches.rend(); ++it) {
+        if (it->second && !previous && !splits.empty()) {
+          splits.back().first.first = it->first.first;
+        } else {
+          splits.push_back({it->first, false});
+        }
+        previous = it->second;
+      }
+      std::reverse(splits.begin(), splits.end());
+      break;
+    }
+  }
+  std::vector<Offsets> out;
+  for (auto& [off, remove] : splits) {
+    if (!remove) out.push_back(off);
+  }
+  return out;
+}
+
+// Replaces `piece` by its parts at `offsets` (empty parts dropped, as PreTokenizedString does).
+void emit_parts(const Piece& piece, const std::vector<Offsets>& offsets, std::vector<Piece>& out) {
+  for (const auto& [start, end] : offsets) {
+    if (end <= start) continue;
+    out.push_back({piece.text.substr(start, end - start), -1, piece.at_origin && start == 0});
+  }
+}
+
+Matches invert(Matches m) {
+  for (auto& x : m) x.second = !x.second;
+  return m;
+}
+
+// --- normalizers ----------------------------------------------------------------------------
+
+class SequenceNormalizer : public Normalizer {
+ public:
+  std::vector<std::unique_ptr<Normalizer>> parts;
+  void normalize(std::string& s) const override {
+    for (const auto& p : parts) p->normalize(s);
+  }
+};
+
+class UnicodeNormalizer : public Normalizer {
+ public:
+  explicit UnicodeNormalizer(const std::string& form) {
+    UErrorCode status = U_ZERO_ERROR;
+    if (form == "NFC")
+      n_ = icu::Normalizer2::getNFCInstance(status);
+    else if (form == "NFD")
+      n_ = icu::Normalizer2::getNFDInstance(status);
+    else if (form == "NFKC")
+      n_ = icu::Normalizer2::getNFKCInstance(status);
+    else
+      n_ = icu::Normalizer2::getNFKDInstance(status);
+    if (U_FAILURE(status))
+      throw Error("ICU: no " + form + " normaliser (" + u_errorName(status) + ")");
+  }
+  void normalize(std::string& s) const override {
+    UErrorCode status = U_ZERO_ERROR;
+    if (n_->isNormalized(icu::UnicodeString::fromUTF8(s), status) && U_SUCCESS(status)) return;
+    status = U_ZERO_ERROR;
+    const icu::UnicodeString out = n_->normalize(icu::UnicodeString::fromUTF8(s), status);
+    if (U_FAILURE(status))
+      throw Error(std::string("ICU normalisation failed: ") + u_errorName(status));
+    s.clear();
+    out.toUTF8String(s);
+  }
+
+ private:
+  const icu::Normalizer2* n_ = nullptr;
+};
+
+class LowercaseNormalizer : public Normalizer {
+ public:
+  void normalize(std::string& s) const override {
+    icu::UnicodeString u = icu::UnicodeString::fromUTF8(s);
+    u.toLower(icu::Locale::getRoot());
+    s.clear();
+    u.toUTF8String(s);
+  }
+};
+
+class PrependNormalizer : public Normalizer {
+ public:
+  std::string prepend;
+  void normalize(std::string& s) const override {
+    if (!s.empty()) s.insert(0, prepend);
+  }
+};
+
+class StripNormalizer : public Normalizer {
+ public:
+  bool left = false, right = false;
+  void normalize(std::string& s) const override {
+    if (right) {
+      while (!s.empty() && is_white_space(last_char(s))) {
+        size_t i = s.size();
+        while (i > 0 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) --i;
+        s.resize(i - 1);
+      }
+    }
+    if (left) {
+      size_t i = 0;
+      while (i < s.size()) {
+        size_t j = i;
+        if (!is_white_space(utf8::next(s, j))) break;
+        i = j;
+      }
+      s.erase(0, i);
+    }
+  }
+};
+
+std::unique_ptr<Normalizer> make_normalizer(const JsonAt& j, const std::string& source) {
+  const std::string type = j["type"].string();
+  const std::string supported =
+      "Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip";
+  if (type == "Sequence") {
+    auto seq = std::make_unique<SequenceNormalizer>();
+    for (const auto& item : j["normalizers"].items(1000))
+      seq->parts.push_back(make_normalizer(item, source));
+    return seq;
+  }
+  if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+    return std::make_unique<UnicodeNormalizer>(type);
+  }
+  if (type == "Lowercase") return std::make_unique<LowercaseNormalizer>();
+  if (type == "Prepend") {
+    auto p = std::make_unique<PrependNormalizer>();
+    p->prepend = j["prepend"].string();
+    return p;
+  }
+  if (type == "Replace") {
+    return std::make_unique<ReplaceNormalizer>(Pattern(j["pattern"], source),
+                                               j["content"].string());
+  }
+  if (type == "Strip") {
+    auto p = std::make_unique<StripNormalizer>();
+    p->left = j["strip_left"].boolean();
+    p->right = j["strip_right"].boolean();
+    return p;
+  }
+  unsupported(source, "normalizer", type, supported);
+}
+
+// --- pre-tokenizers -------------------------------------------------------------------------
+
+const ByteLevelTables& byte_level() {
+  static const ByteLevelTables tables;
+  return tables;
+}
+
+class SequencePreTokenizer : public PreTokenizer {
+ public:
+  std::vector<std::unique_ptr<PreTokenizer>> parts;
+  void apply(std::vector<Piece>& pieces) const override {
+    for (const auto& p : parts) p->apply(pieces);
+  }
+};
+
+const char* const kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+class ByteLevelPreTokenizer : public PreTokenizer {
+ public:
+  ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex, const std::string& source)
+      : add_prefix_space_(add_prefix_space) {
+    if (use_regex) regex_ = std::make_unique<Regex>(kGpt2Pattern, source);
+  }
+  void apply(std::vector<Piece>& pieces) const override {
+    std::vector<Piece> out;
+    out.reserve(pieces.size() * 4);
+    const auto& table = byte_level().byte_to_text;
+    // Isolated: every match and every gap between matches is a piece, mapped byte by byte.
+    auto emit = [&](const Piece& piece, size_t start, size_t end) {
+      if (end <= start) return;
+      Piece p{std::string(), -1, piece.at_origin && start == 0};
+      p.text.reserve((end - start) * 2);
+      for (size_t k = start; k < end; ++k)
+        p.text += table[static_cast<unsigned char>(piece.text[k])];
+      out.push_back(std::move(p));
+    };
+    for (auto& piece : pieces) {
+      if (add_prefix_space_ && !piece.text.empty() && piece.text[0] != ' ')
+        piece.text.insert(0, " ");
+      if (regex_) {
+        size_t prev = 0;
+        regex_->for_each(piece.text, [&](size_t s, size_t e) {
+          emit(piece, prev, s);
+          emit(piece, s, e);
+          prev = e;
+        });
+        emit(piece, prev, piece.text.size());
+      } else {
+        emit(piece, 0, piece.text.size());
+      }
+    }
+    pieces = std::move(out);
+  }
+
+ private:
+  bool add_prefix_space_;
+  std::unique_ptr<Regex> regex_;
+};
+
+class SplitPreTokenizer : public PreTokenizer {
+ public:
+  SplitPreTokenizer(Pattern p, Behavior b, bool inv)
+      : pattern_(std::move(p)), behavior_(b), invert_(inv) {}
+  void apply(std::vector<Piece>& pieces) const override {
+    std::vector<Piece> out;
+    for (const auto& piece : pieces) {
+      Matches m = pattern_.find(piece.text);
+      if (invert_) m = invert(std::move(m));
+      emit_parts(piece, split_offsets(std::move(m), behavior_), out);
+    }
+    pieces = std::move(out);
+  }
+
+ private:
+  Pattern pattern_;
+  Behavior behavior_;
+  bool invert_;
+};
+
+class DigitsPreTokenizer : public PreTokenizer {
+ public:
+  explicit DigitsPreTokenizer(bool individual) : individual_(individual) {}
+  void apply(std::vector<Piece>& pieces) const override {
+    std::vector<Piece> out;
+    out.reserve(pieces.size());
+    for (auto& piece : pieces) {
+      // Most pieces have no digit: an ASCII-only piece without 0-9 passes unchanged.
+      bool plain = true;
+      for (const char c : piece.text) {
+        if ((c >= '0' && c <= '9') || static_cast<unsigned char>(c) >= 0x80) {
+          plain = false;
+          break;
+        }
+      }
+      if (plain) {
+        if (!piece.text.empty()) out.push_back(std::move(piece));
+        continue;
+      }
+      emit_parts(piece,
+                 split_offsets(char_matches(piece.text, is_numeric),
+                               individual_ ? Behavior::Isolated : Behavior::Contiguous),
+                 out);
+    }
+    pieces = std::move(out);
+  }
+
+ private:
+  bool individual_;
+};
+
+class MetaspacePreTokenizer : public PreTokenizer {
+ public:
+  MetaspacePreTokenizer(char32_t replacement, PrependScheme scheme, bool split)
+      : replacement_(replacement), scheme_(scheme), split_(split) {
+    utf8::append(rep_, replacement);
+  }
+  void apply(std::vector<Piece>& pieces) const override {
+    std::vector<Piece> out;
+    for (auto& piece : pieces) {
+      std::string s;
+      for (const char c : piece.text) {
+        if (c == ' ')
+          s += rep_;
+        else
+          s += c;
+      }
+      const bool starts = !s.empty() && first_char(s) == replacement_;
+      const bool prepend = !s.empty() && !starts &&
+                           (scheme_ == PrependScheme::Always ||
+                            (scheme_ == PrependScheme::First && piece.at_origin));
+      if (prepend) s.insert(0, rep_);
+      piece.text = std::move(s);
+      if (split_) {
+        const char32_t r = replacement_;
+        emit_parts(piece,
+                   split_offsets(char_matches(piece.text, [r](char32_t c) { return c == r; }),
+                                 Behavior::MergedWithNext),
+                   out);
+      } else if (!piece.text.empty()) {
+        out.push_back(std::move(piece));
+      }
+    }
+    pieces = std::move(out);
+  }
+
+ private:
+  char32_t replacement_;
+  std::string rep_;
+  PrependScheme scheme_;
+  bool split_;
+};
+
+char32_t single_char(const JsonAt& j) {
+  const std::string s = j.string("one character");
+  size_t i = 0;
+  if (s.empty() || !utf8::is_valid(s)) j.fail("one character");
+  const char32_t c = utf8::next(s, i);
+  if (i != s.size()) j.fail("one character");
+  return c;
+}
+
+PrependScheme prepend_scheme(const JsonAt& j) {
+  if (j.has("prepend_scheme")) {
+    const std::string s = j["prepend_scheme"].string();
+    if (s == "always") return PrependScheme::Always;
+    if (s == "first") return PrependScheme::First;
+    if (s == "never") return PrependScheme::Never;
+    j["prepend_scheme"].fail("\"always\", \"first\" or \"never\"");
+  }
+  // Files from before prepend_scheme: add_prefix_space true means always.
+  return j.boolean_or("add_prefix_space", true) ? PrependScheme::Always : PrependScheme::Never;
+}
+
+Behavior behavior_of(const JsonAt& j) {
+  static const std::map<std::string, Behavior> names = {
+      {"Removed", Behavior::Removed},
+      {"Isolated", Behavior::Isolated},
+      {"MergedWithPrevious", Behavior::MergedWithPrevious},
+      {"MergedWithNext", Behavior::MergedWithNext},
+      {"Contiguous", Behavior::Contiguous}};
+  const auto it = names.find(j.string());
+  if (it == names.end())
+    j.fail("Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous");
+  return it->second;
+}
+
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const JsonAt& j, const std::string& source) {
+  const std::string type = j["type"].string();
+  if (type == "Sequence") {
+    auto seq = std::make_unique<SequencePreTokenizer>();
+    for (const auto& item : j["pretokenizers"].items(1000)) {
+      seq->parts.push_back(make_pre_tokenizer(item, source));
+    }
+    return seq;
+  }
+  if (type == "ByteLevel") {
+    return std::make_unique<ByteLevelPreTokenizer>(j.boolean_or("add_prefix_space", true),
+                                                   j.boolean_or("use_regex", true), source);
+  }
+  if (type == "Split") {
+    return std::make_unique<SplitPreTokenizer>(Pattern(j["pattern"], source),
+                                               behavior_of(j["behavior"]), j["invert"].boolean());
+  }
+  if (type == "Digits")
+    return std::make_unique<DigitsPreTokenizer>(j["individual_digits"].boolean());
+  if (type == "Metaspace") {
+    return std::make_unique<MetaspacePreTokenizer>(single_char(j["replacement"]), prepend_scheme(j),
+                                                   j.boolean_or("split", true));
+  }
+  unsupported(source, "pre-tokenizer", type, "Sequence, ByteLevel, Split, Digits, Metaspace");
+}
+
+}  // namespace gengraph::tokenizer_detail
