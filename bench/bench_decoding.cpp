@@ -19,7 +19,7 @@
 
 #include "bench/bench_common.h"
 #include "framework/decoding/pipeline.h"
-#include "framework/decoding/processors/processor_factory.h"
+#include "framework/decoding/registry.h"
 
 namespace gengraph::bench {
 namespace {
@@ -124,7 +124,7 @@ BuildChain single_processor(const std::string& name) {
   const auto it = processor_params().find(name);
   const Json params = it == processor_params().end() ? Json::object() : it->second;
   return [name, params](ProcessorChain& chain, const ProcessorContext& ctx) {
-    add_processors_from_list(chain, {ProcessorSpec{name, params}}, ctx);
+    add_processors_from_list(chain, {PartSpec{name, params}}, ctx);
   };
 }
 
@@ -236,7 +236,7 @@ void register_grid(benchmark::internal::Benchmark* b, const std::vector<int64_t>
 void register_decoding_benchmarks() {
   benchmark::AddCustomContext("torch_num_threads", std::to_string(at::get_num_threads()));
   benchmark::AddCustomContext("decoding_clock", thread_cpu_clock() ? "thread_cpu" : "wall");
-  for (const auto& name : processor_names()) {
+  for (const auto& name : processor_registry().names()) {
     register_grid(benchmark::RegisterBenchmark(("processor/" + name).c_str(), BM_Processor,
                                                single_processor(name)),
                   row_counts());

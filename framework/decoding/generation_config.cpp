@@ -64,7 +64,7 @@ struct Reader {
     return token_of(v, source, key);
   }
   // A part by name: "name" or {name: ..., <parameters>}.
-  ProcessorSpec component(const Json& item) const {
+  PartSpec component(const Json& item) const {
     if (item.is_string()) return {item.get<std::string>(), Json::object()};
     if (!item.is_object() || !item.contains("name") || !item["name"].is_string()) {
       bad(source, key, "a name or {name: ..., <parameters>}", item);
@@ -73,10 +73,10 @@ struct Reader {
     params.erase("name");
     return {item["name"].get<std::string>(), params};
   }
-  std::vector<ProcessorSpec> components() const {
+  std::vector<PartSpec> components() const {
     if (v.is_null()) return {};
     if (!v.is_array()) bad(source, key, "a list of {name: ..., <parameters>}", v);
-    std::vector<ProcessorSpec> out;
+    std::vector<PartSpec> out;
     for (const auto& item : v) out.push_back(component(item));
     return out;
   }
@@ -435,7 +435,7 @@ Json GenerationConfig::to_json() const {
   }
   j["stop_sequences"] = stop_sequences;
   // Written only when set, so results of runs without them keep their exact form.
-  auto component = [](const ProcessorSpec& p) {
+  auto component = [](const PartSpec& p) {
     Json e = p.params;
     e["name"] = p.name;
     return e;

@@ -15,9 +15,11 @@ namespace gengraph {
 
 enum class EarlyStopping { kFalse, kTrue, kNever };
 
-// One entry of an explicit processor list, a stopping criterion or a strategy: a built-in or
-// registered name (framework/decoding/registry.h) and its parameters.
-struct ProcessorSpec {
+// A decoding part named in the settings: an entry of an explicit processor list, a stopping
+// criterion or the strategy, by its registered name (framework/decoding/registry.h: gengraph's
+// own parts and those registered from elsewhere alike) and its parameters. (Formerly
+// ProcessorSpec.)
+struct PartSpec {
   std::string name;
   nlohmann::json params = nlohmann::json::object();
 };
@@ -65,15 +67,15 @@ struct GenerationConfig {
 
   // gengraph extension: an explicit processor chain in any order, replacing the one transformers
   // would build from the parameters above (which must then stay at their defaults).
-  std::vector<ProcessorSpec> processors;
+  std::vector<PartSpec> processors;
 
   // Stopping (gengraph extension: token-id sequences; transformers' stop_strings need text).
   std::vector<std::vector<int64_t>> stop_sequences;
 
   // gengraph extensions: registered stopping criteria, added to the built-in ones, and a
   // registered search strategy, replacing the one the settings above would select.
-  std::vector<ProcessorSpec> stopping_criteria;
-  std::optional<ProcessorSpec> strategy;
+  std::vector<PartSpec> stopping_criteria;
+  std::optional<PartSpec> strategy;
 
   // Special tokens.
   std::vector<int64_t> eos_token_id;

@@ -1,11 +1,14 @@
-// The one place where a GenerationConfig becomes objects: processors (in transformers' order, or
-// an explicit list), stopping criteria and the search strategy.
+// The one place where a GenerationConfig becomes objects: one ordered walk over the registries
+// (framework/decoding/registry.h), where gengraph's own parts come first: the processors the
+// settings enable (in transformers' order) or an explicit list, the stopping criteria the settings
+// enable and those listed, and the strategy named or the first the settings enable.
 #pragma once
 
 #include <memory>
 
 #include "framework/decoding/generation_config.h"
 #include "framework/decoding/processors/logits_processor.h"
+#include "framework/decoding/registry.h"
 #include "framework/decoding/search/search_strategy.h"
 #include "framework/decoding/stopping/stopping_criteria.h"
 
@@ -24,6 +27,14 @@ struct PipelineShape {
 };
 
 Pipeline build_pipeline(const GenerationConfig& config, const PipelineShape& shape);
+
+// The processors the settings enable, in registration order (transformers' for the built-ins;
+// warpers only when sampling).
+void add_processors_from_config(ProcessorChain& chain, const GenerationConfig& config,
+                                const ProcessorContext& ctx);
+// An explicit list, in the given order; errors name the entry ("generation.processors[i] 'x'").
+void add_processors_from_list(ProcessorChain& chain, const std::vector<PartSpec>& specs,
+                              const ProcessorContext& ctx);
 
 // Rows per input prompt the configured strategy uses (num_beams, or num_return_sequences when
 // sampling), known before the pipeline is built.

@@ -4,26 +4,39 @@
 
 namespace gengraph {
 
+// Each registry holds gengraph's own parts from its first use on (builtin_parts.cpp): one path for
+// built-in and registered parts alike.
 Registry<ProcessorInfo>& processor_registry() {
-  static Registry<ProcessorInfo> registry("logits processor", builtin_processor_names());
+  static Registry<ProcessorInfo>& registry = *[] {
+    auto* r = new Registry<ProcessorInfo>("logits processor");
+    register_builtin_processors(*r);
+    return r;
+  }();
   return registry;
 }
 
 Registry<StoppingCriterionInfo>& stopping_registry() {
-  static Registry<StoppingCriterionInfo> registry("stopping criterion", {});
+  static Registry<StoppingCriterionInfo>& registry = *[] {
+    auto* r = new Registry<StoppingCriterionInfo>("stopping criterion");
+    register_builtin_stopping(*r);
+    return r;
+  }();
   return registry;
 }
 
 Registry<SearchStrategyInfo>& strategy_registry() {
-  static Registry<SearchStrategyInfo> registry("search strategy", {});
+  static Registry<SearchStrategyInfo>& registry = *[] {
+    auto* r = new Registry<SearchStrategyInfo>("search strategy");
+    register_builtin_strategies(*r);
+    return r;
+  }();
   return registry;
 }
 
 namespace {
 
 template <typename Info>
-void check_entry(const Registry<Info>& registry, const ProcessorSpec& spec,
-                 const std::string& where) {
+void check_entry(const Registry<Info>& registry, const PartSpec& spec, const std::string& where) {
   try {
     const Info& info = registry.get(spec.name);
     if (info.check_params) info.check_params(spec.params);
@@ -35,17 +48,9 @@ void check_entry(const Registry<Info>& registry, const ProcessorSpec& spec,
 }  // namespace
 
 void check_registered_parts(const GenerationConfig& c) {
-  const auto builtin = builtin_processor_names();
   for (size_t i = 0; i < c.processors.size(); ++i) {
     const auto& p = c.processors[i];
-    if (std::find(builtin.begin(), builtin.end(), p.name) != builtin.end()) continue;
-    const std::string where = "processors[" + std::to_string(i) + "] '" + p.name + "'";
-    if (!processor_registry().contains(p.name)) {
-      throw Error("generation: " + where + ": unknown processor" +
-                  did_you_mean(p.name, processor_names()) +
-                  "; known: " + join(processor_names(), ", "));
-    }
-    check_entry(processor_registry(), p, where);
+    check_entry(processor_registry(), p, "processors[" + std::to_string(i) + "] '" + p.name + "'");
   }
   for (size_t i = 0; i < c.stopping_criteria.size(); ++i) {
     const auto& s = c.stopping_criteria[i];

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,12 +22,20 @@
 
 #include "framework/decoding/generation_config.h"
 #include "framework/decoding/processors/logits_processor.h"
-#include "framework/decoding/processors/processor_factory.h"
 #include "framework/decoding/search/search_strategy.h"
 #include "framework/decoding/stopping/stopping_criteria.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
+
+// What processors may depend on beyond their own parameters; known once the prompt is laid out.
+struct ProcessorContext {
+  int64_t vocab_size = 0;
+  std::vector<int64_t> eos;        // the generation's EOS ids
+  int64_t max_length = 0;          // resolved total length (forced_eos fires at max_length - 1)
+  int64_t prompt_length = 0;       // padded prompt length
+  int64_t min_tokens_to_keep = 1;  // 1; for beam sampling n_eos + 1 (at least 2), as transformers
+};
 
 // What a stopping criterion or a strategy may depend on beyond its parameters; known once the
 // prompt is laid out.
@@ -39,26 +48,44 @@ struct DecodingContext {
   // The token a finished row receives (rowwise strategies), when something can finish a row early
   // (EOS or stop sequences); unset when rows only stop at max_length.
   std::optional<int64_t> finished_pad;
+  // The pipeline's processor chain, for a strategy that works with a processor of its own (diverse
+  // beam search inserts its Hamming-diversity processor); null when checking parameters only.
+  ProcessorChain* processors = nullptr;
 };
 
-// What every registered part has: a name, a description, and an optional check of its
-// parameters (throws Error when they are wrong, so a config is refused before any model load).
+// What every part has: a name, a description, and an optional check of its parameters (throws
+// Error when they are wrong, so a config is refused before any model load). Built-in and
+// registered parts are the same kind of entry: a part may also say which GenerationConfig keys it
+// reads (`keys`: then a list entry's parameters are those keys) and when the settings alone
+// enable it (`enabled`: the built-ins, which the pipeline walks in registration order).
 struct PartInfo {
   std::string name;
   std::string description;
   std::function<void(const nlohmann::json& params)> check_params;
+  std::vector<std::string> keys;
+  std::function<bool(const GenerationConfig& config)> enabled;
 };
 
 struct ProcessorInfo : PartInfo {
+  // From a list entry's parameters.
   std::function<std::unique_ptr<LogitsProcessor>(const nlohmann::json& params,
                                                  const ProcessorContext& context)>
       create;
+  // From the settings, for the chain built when no list is given (with `enabled`).
+  std::function<std::unique_ptr<LogitsProcessor>(const GenerationConfig& config,
+                                                 const ProcessorContext& context)>
+      from_settings;
+  bool warper = false;  // in that chain only when sampling (do_sample)
 };
 
 struct StoppingCriterionInfo : PartInfo {
   std::function<std::unique_ptr<StoppingCriterion>(const nlohmann::json& params,
                                                    const DecodingContext& context)>
       create;
+  // From the settings (with `enabled`): max_length, max_time, stop_sequences, eos.
+  std::function<std::unique_ptr<StoppingCriterion>(const GenerationConfig& config,
+                                                   const DecodingContext& context)>
+      from_settings;
 };
 
 struct SearchStrategyInfo : PartInfo {
@@ -66,59 +93,67 @@ struct SearchStrategyInfo : PartInfo {
   std::function<int64_t(const GenerationConfig& config, const nlohmann::json& params)>
       rows_per_input;
   // The strategy reads whatever settings it honours from `config` (temperature, num_beams, ...).
+  // Without `generation.strategy`, the first registered strategy whose `enabled` says yes is built
+  // with empty parameters (group beam search, beam search, sampling, greedy).
   std::function<std::unique_ptr<SearchStrategy>(
       const GenerationConfig& config, const nlohmann::json& params, const DecodingContext& context)>
       create;
 };
 
-// Parts by name. `kind` names them in errors ("logits processor", ...); `reserved` are built-in
-// names, which add() refuses like a duplicate.
+// Parts by name, in registration order. `kind` names them in errors ("logits processor", ...).
+// Each registry registers gengraph's built-in parts when it is first used; parts from elsewhere
+// are added after them.
 template <typename Info>
 class Registry {
  public:
-  Registry(std::string kind, std::vector<std::string> reserved)
-      : kind_(std::move(kind)), reserved_(std::move(reserved)) {}
+  explicit Registry(std::string kind) : kind_(std::move(kind)) {}
   void add(Info info) {
     if (info.name.empty() || !info.create)
       throw Error("a registered " + kind_ + " needs a name and a create function");
-    if (items_.count(info.name) ||
-        std::find(reserved_.begin(), reserved_.end(), info.name) != reserved_.end()) {
-      throw Error(kind_ + " '" + info.name + "' is already registered");
-    }
-    items_.emplace(info.name, std::move(info));
+    if (index_.count(info.name)) throw Error(kind_ + " '" + info.name + "' is already registered");
+    index_.emplace(info.name, items_.size());
+    items_.push_back(std::move(info));
   }
   const Info* find(const std::string& name) const {
-    auto it = items_.find(name);
-    return it == items_.end() ? nullptr : &it->second;
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &items_[it->second];
   }
   // Throws naming the closest registered name and listing all of them.
   const Info& get(const std::string& name) const {
     if (const Info* info = find(name)) return *info;
-    std::vector<std::string> known = reserved_;
-    for (const auto& n : names()) known.push_back(n);
+    const std::vector<std::string> known = names();
     throw Error("unknown " + kind_ + " '" + name + "'" + did_you_mean(name, known) +
                 "; known: " + (known.empty() ? std::string("none") : join(known, ", ")));
   }
-  bool contains(const std::string& name) const { return items_.count(name) != 0; }
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  // Registration order: the built-ins first.
+  const std::deque<Info>& all() const { return items_; }
   std::vector<std::string> names() const {
     std::vector<std::string> out;
-    for (const auto& [name, info] : items_) out.push_back(name);
+    for (const auto& info : items_) out.push_back(info.name);
     return out;
   }
 
  private:
   std::string kind_;
-  std::vector<std::string> reserved_;
-  std::map<std::string, Info> items_;
+  std::deque<Info> items_;  // references stay valid as parts are added
+  std::map<std::string, size_t> index_;
 };
 
 // The process-wide registries (one each, in libgengraph_core).
-Registry<ProcessorInfo>& processor_registry();  // reserved: the built-in processors
+Registry<ProcessorInfo>& processor_registry();
 Registry<StoppingCriterionInfo>& stopping_registry();
 Registry<SearchStrategyInfo>& strategy_registry();
 
-// Checks every registered part a configuration names (processors, stopping_criteria, strategy):
-// that it is known (built-in or registered) and, where the part can, its parameters. Errors name
+// gengraph's own parts (builtin_parts.cpp), registered by the accessors above on first use:
+// processors in transformers' order, the criteria max_length, max_time, stop_sequences and eos,
+// the strategies group_beam_search, beam_search, sample and greedy.
+void register_builtin_processors(Registry<ProcessorInfo>& registry);
+void register_builtin_stopping(Registry<StoppingCriterionInfo>& registry);
+void register_builtin_strategies(Registry<SearchStrategyInfo>& registry);
+
+// Checks every part a configuration names (processors, stopping_criteria, strategy): that it is
+// registered and, where the part can, its parameters. Errors name
 // the key and the entry. GenerationConfig::validate calls it.
 void check_registered_parts(const GenerationConfig& config);
 

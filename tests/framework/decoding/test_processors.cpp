@@ -9,8 +9,8 @@
 #include "framework/decoding/pipeline.h"
 #include "framework/decoding/processors/constraints.h"
 #include "framework/decoding/processors/penalties.h"
-#include "framework/decoding/processors/processor_factory.h"
 #include "framework/decoding/processors/warpers.h"
+#include "framework/decoding/registry.h"
 #include "framework/decoding/stopping/stopping_criteria.h"
 #include "framework/util/error.h"
 #include "framework/util/op_counter.h"
@@ -243,7 +243,8 @@ TEST(ProcessorFactory, ExplicitListKeepsItsOrderAndValidatesParameters) {
   EXPECT_EQ(chain_names(c), (std::vector<std::string>{"top_p", "temperature", "top_k"}));
   c.processors = {{"top_pp", {}}};
   EXPECT_THAT(error_of([&] { chain_names(c); }),
-              HasSubstr("unknown processor (did you mean 'top_p'?)"));
+              HasSubstr("generation.processors[0] 'top_pp': unknown logits processor 'top_pp' "
+                        "(did you mean 'top_p'?)"));
   c.processors = {{"top_p", {{"top_k", 3}}}};
   EXPECT_THAT(error_of([&] { chain_names(c); }), HasSubstr("unknown parameter 'top_k'"));
   c.processors = {{"top_p", {{"top_p", 1.5}}}};

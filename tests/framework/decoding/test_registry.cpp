@@ -161,5 +161,67 @@ TEST(Registry, SettingsRecordRegisteredPartsOnlyWhenSet) {
   EXPECT_EQ(c.to_json()["strategy"], (Json{{"name", "test_argmin"}, {"k", 1}}));
 }
 
+// One registration path: gengraph's own parts are entries of the same registries, first and in
+// the order the pipeline walks them.
+TEST(Registry, BuiltinsAreRegisteredFirstInTheOrderThePipelineWalks) {
+  register_test_parts();
+  const auto processors = processor_registry().names();
+  ASSERT_GE(processors.size(), 22u);
+  EXPECT_EQ(std::vector<std::string>(processors.begin(), processors.begin() + 3),
+            (std::vector<std::string>{"sequence_bias", "logit_bias", "repetition_penalty"}));
+  EXPECT_EQ(processors.back(), "test_add_to_token");  // added after the built-ins
+  const auto stopping = stopping_registry().names();
+  EXPECT_EQ(std::vector<std::string>(stopping.begin(), stopping.begin() + 4),
+            (std::vector<std::string>{"max_length", "max_time", "stop_sequences", "eos"}));
+  const auto strategies = strategy_registry().names();
+  EXPECT_EQ(std::vector<std::string>(strategies.begin(), strategies.begin() + 4),
+            (std::vector<std::string>{"group_beam_search", "beam_search", "sample", "greedy"}));
+  for (const auto& info : processor_registry().all()) {
+    if (info.name.rfind("test_", 0) == 0) continue;
+    EXPECT_TRUE(info.enabled && info.from_settings && info.create) << info.name;
+  }
+}
+
+// A built-in named in a list is checked like a registered part, before anything runs: its
+// parameters are its GenerationConfig keys.
+TEST(Registry, ABuiltinInAListIsCheckedAtValidation) {
+  GenerationConfig c;
+  apply_generation_key(c, "processors",
+                       Json::array({{{"name", "top_k"}, {"top_k", 3}, {"top_p", 0.5}}}), "x");
+  EXPECT_THAT(error_of([&] { c.validate(); }),
+              HasSubstr("generation: processors[0] 'top_k': unknown parameter 'top_p'"));
+  GenerationConfig s;
+  apply_generation_key(s, "strategy", Json{{"name", "greedy"}, {"k", 1}}, "x");
+  EXPECT_THAT(error_of([&] { s.validate(); }), HasSubstr("strategy 'greedy': takes no parameters"));
+}
+
+// Naming a built-in strategy gives what the settings would select; a part registered with
+// `enabled` joins the chain the settings build, after the built-ins.
+TEST(Registry, NamedBuiltinStrategyAndEnabledExtensionFollowTheSamePath) {
+  register_test_parts();
+  Fixture f;
+  EXPECT_EQ(f.run({{"max_new_tokens", 4}, {"num_beams", 2}}),
+            f.run({{"max_new_tokens", 4}, {"num_beams", 2}, {"strategy", "beam_search"}}));
+  EXPECT_EQ(f.run({{"max_new_tokens", 3}, {"strategy", "greedy"}}), f.run({{"max_new_tokens", 3}}));
+  static bool added = false;
+  if (!added) {
+    added = true;
+    ProcessorInfo p;
+    p.name = "test_lift_at_repetition_penalty_1_234";
+    p.enabled = [](const GenerationConfig& c) { return c.repetition_penalty == 1.234; };
+    p.from_settings = [](const GenerationConfig&, const ProcessorContext&) {
+      return std::make_unique<AddToToken>(5, 1e4);
+    };
+    p.create = [](const Json&, const ProcessorContext&) {
+      return std::make_unique<AddToToken>(5, 1e4);
+    };
+    processor_registry().add(p);
+  }
+  EXPECT_EQ(f.run({{"max_new_tokens", 3}, {"repetition_penalty", 1.234}}),
+            std::vector<int64_t>(3, 5));
+  EXPECT_NE(f.run({{"max_new_tokens", 3}, {"repetition_penalty", 1.5}}),
+            std::vector<int64_t>(3, 5));
+}
+
 }  // namespace
 }  // namespace gengraph
