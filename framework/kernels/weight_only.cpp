@@ -333,11 +333,35 @@ at::Tensor linear_f32_cpu(const at::Tensor& x, const at::Tensor& w) {
   return stream_or_gemm<float>(x, w, w.data_ptr<float>(), at::Tensor());
 }
 
+// level * scale + zero as float32 in one pass over the packed weight, each product rounded before
+// the sum (the values of unpack_int4(packed).to(kFloat) * scales + zeros per group, which makes
+// four full-size temporaries): the weight a prefill's GEMM multiplies by.
 at::Tensor dequantize_int4_packed(const at::Tensor& packed, const at::Tensor& scales,
                                   const at::Tensor& zeros, int64_t group) {
   const int64_t N = packed.size(0), K = packed.size(1) * 2, groups = K / group;
-  const at::Tensor q = unpack_int4(packed).to(at::kFloat).view({N, groups, group});
-  return (q * scales.unsqueeze(-1) + zeros.unsqueeze(-1)).view({N, K});
+  at::Tensor w = at::empty({N, K}, scales.options());
+  const uint8_t* qp = packed.data_ptr<uint8_t>();
+  const float* sp = scales.data_ptr<float>();
+  const float* zp = zeros.data_ptr<float>();
+  float* wp = w.data_ptr<float>();
+  at::parallel_for(0, N, grain_rows(N, K / 4), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const uint8_t* qr = qp + n * (K / 2);
+      float* wr = wp + n * K;
+      for (int64_t b = 0; b < K / 32; ++b) {
+        const int64_t g = (b * 32) / group;
+        const float s = sp[n * groups + g], z = zp[n * groups + g];
+        for (int64_t i = 0; i < 16; ++i) {
+          const uint8_t byte = qr[b * 16 + i];
+          const float lo = static_cast<float>(byte & 0x0F) * s;
+          const float hi = static_cast<float>(byte >> 4) * s;
+          wr[b * 32 + i] = lo + z;
+          wr[b * 32 + 16 + i] = hi + z;
+        }
+      }
+    }
+  });
+  return w;
 }
 
 at::Tensor linear_int4_cpu(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,

@@ -108,7 +108,11 @@ TEST(WeightOnlyKernels, Int4PacksLosslesslyAndMatchesTheWidenedWeight) {
                   .view({N, K});
           for (const int64_t M : {1, 2, 3, 4, 6, 32}) {
             const at::Tensor x = at::randn({M, K});
-            expect_close(linear_int4(x, packed, scales, zeros, group), x, w);
+            const at::Tensor y = linear_int4(x, packed, scales, zeros, group);
+            expect_close(y, x, w);
+            // From kStreamRows rows on, the weight is widened in one pass to exactly the values
+            // of level * scale + zero (each product rounded before the sum), then multiplied.
+            if (M >= kStreamRows) EXPECT_TRUE(at::equal(y, at::linear(x, w))) << "M " << M;
           }
         }
       }
