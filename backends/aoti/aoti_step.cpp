@@ -545,8 +545,8 @@ ModelStepInfo aoti_step_info() {
   ModelStepInfo info;
   info.name = "aoti";
   info.description =
-      "an AOTInductor package of the model's step (an AOTInductor step); options "
-      "package, cache_dir, freezing, max_rows (as the aoti backend's)";
+      "the model's step compiled ahead of time by AOTInductor, one package for every shape; "
+      "options package, cache_dir, freezing, max_rows (as the aoti backend's)";
   info.option_keys = {"package", "cache_dir", "freezing", "max_rows"};
   info.check_options = [](const BackendOptions& o) {
     AotiStepOptions a;
