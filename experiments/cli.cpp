@@ -27,6 +27,7 @@
 #include "experiments/slurm.h"
 #include "experiments/table.h"
 #include "framework/backend/backend_registry.h"
+#include "framework/backend/model_step.h"
 #include "framework/model/known_models.h"
 #include "framework/model/loader.h"
 #include "framework/model/model_config.h"
@@ -80,7 +81,8 @@ const char* kUsage = R"(usage:
       naming the points that failed or have no result yet.
   gengraph task DIR [INDEX]
       Run one point of a submitted job (what each array task runs; INDEX: $SLURM_ARRAY_TASK_ID).
-  gengraph backends      List the registered backends and whether each is usable here.
+  gengraph backends      List the registered backends and whether each is usable here, and the
+                         model steps cuda_graph can wrap.
   gengraph models        List the models: presets (random weights) and known real models, with
                          whether each real one is set up here and its folder.
   gengraph presets       List the built-in model presets.
@@ -332,6 +334,12 @@ int list_backends() {
         info.unavailable_reason ? info.unavailable_reason(BackendOptions(name, {})) : "";
     list += name + "\t" + (why.empty() ? "available" : "unavailable: " + why) + "\n    " +
             info.description + "\n";
+  }
+  // The model steps a backend that wraps one (cuda_graph's option `step`) can run.
+  list += "model steps (cuda_graph's option step):\n";
+  for (const auto& name : ModelStepRegistry::instance().names()) {
+    list += "  " + name + "\t" +
+            ModelStepRegistry::instance().get(name, "model steps").description + "\n";
   }
   print(list);
   return 0;

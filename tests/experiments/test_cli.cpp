@@ -203,7 +203,10 @@ TEST(Cli, GenerateAndListings) {
   EXPECT_EQ(doc["runs"][0]["outputs"][0]["sequences"][0]["tokens"].size(), 3u);
   ::testing::internal::CaptureStdout();
   EXPECT_EQ(cli({"backends"}), 0);
-  EXPECT_THAT(::testing::internal::GetCapturedStdout(), HasSubstr("eager\tavailable"));
+  const std::string listing = ::testing::internal::GetCapturedStdout();
+  EXPECT_THAT(listing, HasSubstr("eager\tavailable"));
+  EXPECT_THAT(listing, HasSubstr("model steps (cuda_graph's option step):\n  aoti\t"));
+  EXPECT_THAT(listing, HasSubstr("\n  trace\ta TorchScript trace"));
 }
 
 TEST(Cli, ShippedConfigsAreValid) {
