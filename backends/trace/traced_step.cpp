@@ -314,8 +314,9 @@ at::Tensor TracedStep::decode(const at::Tensor& ids, const at::Tensor& pos, cons
 namespace {
 
 // Traces as a model step: a trace is made per row count (and prompt length), on first use or in
-// prepare_rows(), and run `warmup` times before its first result counts (LibTorch's profiling
-// runs rewrite the same slots with the same values).
+// prepare_rows(). A fresh prefill trace runs `warmup` times before its result counts (LibTorch's
+// profiling runs rewrite the same slots with the same values); decode is warmed by the wrapping
+// backend (cuda_graph's warm-up before each capture).
 class TraceModelStep final : public ModelStep {
  public:
   TraceModelStep(const CausalLM& model, TraceOptions options, int64_t warmup)
@@ -332,7 +333,7 @@ class TraceModelStep final : public ModelStep {
  private:
   struct Entry {
     TracedStep step;
-    bool warm_prefill = false, warm_decode = false;
+    bool warm = false;  // its prefill has run its warm-up calls
   };
   Entry& get(int64_t rows, int64_t t, int64_t max_length) {
     const auto key = std::make_tuple(rows, t, max_length);
@@ -350,15 +351,16 @@ class TraceModelStep final : public ModelStep {
   at::Tensor run(const StepArgs& a, bool decode) {
     const StaticCache& c = *a.cache;
     Entry& e = get(a.input_ids.size(0), a.input_ids.size(1), c.keys().size(3));
+    if (decode) {
+      return e.step.decode(a.input_ids, a.positions, a.slots, a.token_valid, c.validity(), c.keys(),
+                           c.values());
+    }
     const auto call = [&] {
-      return decode ? e.step.decode(a.input_ids, a.positions, a.slots, a.token_valid, c.validity(),
-                                    c.keys(), c.values())
-                    : e.step.prefill(a.input_ids, a.positions, a.slots, a.token_valid, c.validity(),
-                                     c.keys(), c.values());
+      return e.step.prefill(a.input_ids, a.positions, a.slots, a.token_valid, c.validity(),
+                            c.keys(), c.values());
     };
-    bool& warm = decode ? e.warm_decode : e.warm_prefill;
-    for (int64_t i = 0; !warm && i < warmup_; ++i) call();
-    warm = true;
+    for (int64_t i = 0; !e.warm && i < warmup_; ++i) call();
+    e.warm = true;
     return call();
   }
 

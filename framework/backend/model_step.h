@@ -68,10 +68,10 @@ struct ModelStepInfo {
   // The option keys this kind reads (a backend that wraps steps refuses them for another kind,
   // naming the kind they belong to).
   std::vector<std::string> option_keys;
-  // Reads this kind's options, throwing on bad values, without a model. `backend` names the
-  // wrapping backend in errors.
+  // Reads this kind's options, throwing on bad values, without a model (the options name the
+  // wrapping backend in their errors).
   std::function<void(const BackendOptions& options)> check_options;
-  // `warmup`: calls a fresh specialisation (a new trace) runs before its result counts.
+  // `warmup`: calls a fresh prefill specialisation (a new trace) runs before its result counts.
   std::function<std::unique_ptr<ModelStep>(const CausalLM& model, const BackendOptions& options,
                                            int64_t warmup)>
       create;

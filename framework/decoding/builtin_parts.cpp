@@ -289,73 +289,71 @@ void no_params(const Json& params) {
 }  // namespace
 
 void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
-  SearchStrategyInfo group;
-  group.name = "group_beam_search";
-  group.description = "diverse beam search (num_beam_groups > 1, transformers 4.55)";
-  group.keys = {"num_beams",      "num_beam_groups", "diversity_penalty",
-                "length_penalty", "early_stopping",  "num_return_sequences"};
-  group.enabled = [](const GenerationConfig& c) { return c.num_beam_groups > 1; };
-  group.rows_per_input = [](const GenerationConfig& c, const Json&) { return c.num_beams; };
-  group.check_params = no_params;
-  group.create = [](const GenerationConfig& c, const Json&, const DecodingContext& x) {
-    GroupBeamSearchOptions o;
-    static_cast<BeamSearchOptions&>(o) = beam_options(c, x);
-    o.num_beam_groups = c.num_beam_groups;
-    o.eos = c.eos_token_id;
-    o.pad_token = x.pad_token;
-    auto state = std::make_shared<DiverseBeamState>();
-    if (c.diversity_penalty > 0) {
-      if (!x.processors) throw Error("group_beam_search: needs the pipeline's processor chain");
-      // transformers 4.55 placed the Hamming-diversity processor right after sequence_bias.
-      ProcessorChain& chain = *x.processors;
-      size_t at = 0;
-      while (at < chain.size() &&
-             (chain.at(at).name() == "sequence_bias" || chain.at(at).name() == "logit_bias")) {
-        ++at;
-      }
-      chain.insert(at, std::make_unique<HammingDiversity>(state, c.diversity_penalty));
-    }
-    return std::make_unique<GroupBeamSearch>(o, state);
+  // Each reads the settings it honours (`keys`) and takes no parameters of its own.
+  const auto add = [&](std::string name, std::string description, std::vector<std::string> keys,
+                       std::function<bool(const GenerationConfig&)> enabled,
+                       std::function<int64_t(const GenerationConfig&)> rows,
+                       std::function<std::unique_ptr<SearchStrategy>(const GenerationConfig&,
+                                                                     const DecodingContext&)>
+                           build) {
+    SearchStrategyInfo info;
+    info.name = std::move(name);
+    info.description = std::move(description);
+    info.keys = std::move(keys);
+    info.enabled = std::move(enabled);
+    info.rows_per_input = [rows](const GenerationConfig& c, const Json&) { return rows(c); };
+    info.check_params = no_params;
+    info.create = [build](const GenerationConfig& c, const Json&, const DecodingContext& x) {
+      return build(c, x);
+    };
+    registry.add(std::move(info));
   };
-  registry.add(std::move(group));
-
-  SearchStrategyInfo beam;
-  beam.name = "beam_search";
-  beam.description = "beam search, or beam sampling with do_sample (num_beams > 1)";
-  beam.keys = {"num_beams", "length_penalty", "early_stopping", "num_return_sequences",
-               "do_sample"};
-  beam.enabled = [](const GenerationConfig& c) { return c.num_beams > 1; };
-  beam.rows_per_input = [](const GenerationConfig& c, const Json&) { return c.num_beams; };
-  beam.check_params = no_params;
-  beam.create = [](const GenerationConfig& c, const Json&, const DecodingContext& x) {
-    return std::make_unique<BeamSearch>(beam_options(c, x));
-  };
-  registry.add(std::move(beam));
-
-  SearchStrategyInfo sample;
-  sample.name = "sample";
-  sample.description = "multinomial sampling (do_sample), num_return_sequences per input";
-  sample.keys = {"do_sample", "num_return_sequences"};
-  sample.enabled = [](const GenerationConfig& c) { return c.do_sample; };
-  sample.rows_per_input = [](const GenerationConfig& c, const Json&) {
-    return c.num_return_sequences;
-  };
-  sample.check_params = no_params;
-  sample.create = [](const GenerationConfig& c, const Json&, const DecodingContext& x) {
-    return std::make_unique<SampleSearch>(x.finished_pad, c.num_return_sequences);
-  };
-  registry.add(std::move(sample));
-
-  SearchStrategyInfo greedy;
-  greedy.name = "greedy";
-  greedy.description = "greedy search (the default)";
-  greedy.enabled = [](const GenerationConfig&) { return true; };
-  greedy.rows_per_input = [](const GenerationConfig&, const Json&) { return int64_t{1}; };
-  greedy.check_params = no_params;
-  greedy.create = [](const GenerationConfig&, const Json&, const DecodingContext& x) {
-    return std::make_unique<GreedySearch>(x.finished_pad);
-  };
-  registry.add(std::move(greedy));
+  const auto beams = [](const GenerationConfig& c) { return c.num_beams; };
+  add(
+      "group_beam_search", "diverse beam search (num_beam_groups > 1, transformers 4.55)",
+      {"num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "early_stopping",
+       "num_return_sequences"},
+      [](const GenerationConfig& c) { return c.num_beam_groups > 1; }, beams,
+      [](const GenerationConfig& c, const DecodingContext& x) -> std::unique_ptr<SearchStrategy> {
+        GroupBeamSearchOptions o;
+        static_cast<BeamSearchOptions&>(o) = beam_options(c, x);
+        o.num_beam_groups = c.num_beam_groups;
+        o.eos = c.eos_token_id;
+        o.pad_token = x.pad_token;
+        auto state = std::make_shared<DiverseBeamState>();
+        if (c.diversity_penalty > 0) {
+          if (!x.processors) throw Error("group_beam_search: needs the pipeline's processor chain");
+          // transformers 4.55 placed the Hamming-diversity processor right after sequence_bias.
+          ProcessorChain& chain = *x.processors;
+          size_t at = 0;
+          while (at < chain.size() &&
+                 (chain.at(at).name() == "sequence_bias" || chain.at(at).name() == "logit_bias")) {
+            ++at;
+          }
+          chain.insert(at, std::make_unique<HammingDiversity>(state, c.diversity_penalty));
+        }
+        return std::make_unique<GroupBeamSearch>(o, state);
+      });
+  add(
+      "beam_search", "beam search, or beam sampling with do_sample (num_beams > 1)",
+      {"num_beams", "length_penalty", "early_stopping", "num_return_sequences", "do_sample"},
+      [](const GenerationConfig& c) { return c.num_beams > 1; }, beams,
+      [](const GenerationConfig& c, const DecodingContext& x) -> std::unique_ptr<SearchStrategy> {
+        return std::make_unique<BeamSearch>(beam_options(c, x));
+      });
+  add(
+      "sample", "multinomial sampling (do_sample), num_return_sequences per input",
+      {"do_sample", "num_return_sequences"}, [](const GenerationConfig& c) { return c.do_sample; },
+      [](const GenerationConfig& c) { return c.num_return_sequences; },
+      [](const GenerationConfig& c, const DecodingContext& x) -> std::unique_ptr<SearchStrategy> {
+        return std::make_unique<SampleSearch>(x.finished_pad, c.num_return_sequences);
+      });
+  add(
+      "greedy", "greedy search (the default)", {}, [](const GenerationConfig&) { return true; },
+      [](const GenerationConfig&) { return int64_t{1}; },
+      [](const GenerationConfig&, const DecodingContext& x) -> std::unique_ptr<SearchStrategy> {
+        return std::make_unique<GreedySearch>(x.finished_pad);
+      });
 }
 
 }  // namespace gengraph

@@ -20,6 +20,15 @@ constexpr bool kHaveAvx2Unit = true;
 constexpr bool kHaveAvx2Unit = false;
 #endif
 
+// silu(g) * u one row at a time in at::silu's scalar form, as LibTorch's kernel computes the
+// values past its last full vector: the plain path, and the AVX2 path's tail.
+void silu_mul_row_plain(const float* g, const float* u, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = g[i] / (1.0f + std::exp(-g[i]));
+    out[i] = s * u[i];
+  }
+}
+
 namespace {
 
 // Every (row, position, head) of q, k and v is one task of hd values; tasks are split so that a
@@ -143,15 +152,6 @@ at::Tensor rotary_qkv_into_cpu(const at::Tensor& y, const at::Tensor& cos, const
         std::copy(v, v + hd, dst);
       });
   return q;
-}
-
-// silu(g) * u one row at a time: the row's values are at::silu's scalar form, as LibTorch's
-// kernel computes the values past its last full vector.
-void silu_mul_row_plain(const float* g, const float* u, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float s = g[i] / (1.0f + std::exp(-g[i]));
-    out[i] = s * u[i];
-  }
 }
 
 at::Tensor silu_mul_cpu(const at::Tensor& gate_up) {

@@ -4,10 +4,11 @@
 // the expression is that kernel's, so the values over whole vectors are the same.
 #include <ATen/cpu/vec/vec.h>
 
-#include <cmath>
 #include <cstdint>
 
 namespace gengraph::kernels {
+
+void silu_mul_row_plain(const float* g, const float* u, float* out, int64_t n);  // layer_ops.cpp
 
 void silu_mul_row_avx2(const float* g, const float* u, float* out, int64_t n) {
   using Vec = at::vec::Vectorized<float>;
@@ -18,10 +19,8 @@ void silu_mul_row_avx2(const float* g, const float* u, float* out, int64_t n) {
     const Vec s = x / (one + x.neg().exp());
     (s * Vec::loadu(u + i)).store(out + i);
   }
-  for (; i < n; ++i) {  // the tail in the scalar form (LibTorch's tails may round differently)
-    const float s = g[i] / (1.0f + std::exp(-g[i]));
-    out[i] = s * u[i];
-  }
+  // The tail in the scalar form (LibTorch's tails may round differently).
+  silu_mul_row_plain(g + i, u + i, out + i, n - i);
 }
 
 }  // namespace gengraph::kernels
