@@ -64,12 +64,16 @@ std::vector<int64_t> row_counts_with_8() {
   return {1, 4, 8, 16, 64};
 }
 
-// Random history of `rows` rows: kPrompt prompt tokens (all valid) then kGenerated generated ones.
-Sequences history(int64_t rows, int64_t vocab, int64_t generated) {
+// Random history of `rows` rows: kPrompt prompt tokens (all valid) then `generated` generated
+// ones, in a buffer of `capacity` columns (at least that many), the length on the host as the
+// host loop has it.
+Sequences history(int64_t rows, int64_t vocab, int64_t generated, int64_t capacity = 0) {
+  const int64_t len = kPrompt + generated;
   Sequences s;
-  s.tokens = at::randint(vocab, {rows, kPrompt + generated}, at::kLong);  // [rows, len]
-  s.prompt_valid = at::ones({rows, kPrompt}, at::kBool);                  // [rows, kPrompt]
+  s.buffer = at::randint(vocab, {rows, std::max(len, capacity)}, at::kLong);
+  s.prompt_valid = at::ones({rows, kPrompt}, at::kBool);  // [rows, kPrompt]
   s.prompt_length = kPrompt;
+  s.length = Length(len);
   return s;
 }
 
@@ -195,7 +199,7 @@ StrategyRun begin_strategy(const StrategyCase& c, int64_t rows, int64_t vocab) {
   StrategyRun run;
   run.max_length = kPrompt + kMaxNew;
   run.pipeline = build_pipeline(g, PipelineShape{run.max_length, kPrompt, vocab});
-  run.seqs = history(rows, vocab, 0);
+  run.seqs = history(rows, vocab, 0, run.max_length);
   run.pipeline.strategy->begin(run.seqs);
   return run;
 }
@@ -214,7 +218,9 @@ void BM_StrategyStep(benchmark::State& state, StrategyCase c) {
     const StepDecision d =
         run.pipeline.strategy->step(logits, no_processors, run.seqs, run.pipeline.stopping);
     state.SetIterationTime(clock_now() - t0);
-    if (d.done || run.seqs.length() >= run.max_length) run = begin_strategy(c, rows, vocab);
+    if (!d.running.item<bool>() || run.seqs.length.known() >= run.max_length) {
+      run = begin_strategy(c, rows, vocab);
+    }
   }
 }
 

@@ -44,7 +44,7 @@ struct LoopCase {
   std::string label;
   int64_t beams = 1;
   bool sample = false;
-  // The whole step on the device (framework/decoding/whole_step.h): one CUDA graph per generation
+  // The whole step on the device (framework/decoding/decode_loop.h): one CUDA graph per generation
   // on CUDA, uncaptured elsewhere (its ops/step is then what the graph holds, not what the host
   // issues per step), the done flag read every 4 steps.
   bool whole = false;

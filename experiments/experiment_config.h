@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/decoding/whole_step.h"
+#include "framework/decoding/loop_options.h"
 
 namespace gengraph {
 

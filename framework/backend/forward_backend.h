@@ -48,7 +48,7 @@ struct StaticDecodeBuffers {
 };
 
 // A decode step over buffers that stay where they are: what a loop needs to run the whole
-// decoding step on the device (framework/decoding/whole_step.h), captured in a CUDA graph or not.
+// decoding step on the device (framework/decoding/decode_loop.h), captured in a CUDA graph or not.
 // run() reads only the buffers, never the host, allocates nothing its next call depends on, and
 // does the same work whether a graph is being captured or not. A backend that offers one returns
 // it from ForwardBackend::static_decode(); the loop composes it with the decoding parts, so an

@@ -1,7 +1,5 @@
-// The decoding loop: one loop for every backend and every strategy.
-//   logits = backend.prefill(prompt)
-//   loop: strategy.step(logits, processors, sequences, stopping) -> next tokens, parent rows
-//         until done: logits = backend.decode(next tokens, positions + 1, parent rows)
+// Generation: the checks before any work (prompts, settings, memory), the pipeline built from the
+// settings, then the decoding loop (decode_loop.h) in the host loop or the whole step.
 #pragma once
 
 #include <gengraph/stream.h>
@@ -12,26 +10,18 @@
 #include <vector>
 
 #include "framework/backend/forward_backend.h"
+#include "framework/decoding/decode_loop.h"
 #include "framework/decoding/generation_config.h"
-#include "framework/decoding/pipeline.h"
-#include "framework/decoding/search/search_strategy.h"
-#include "framework/decoding/whole_step.h"
 #include "framework/model/model_config.h"
 
 namespace gengraph {
-
-struct GenerationTiming {
-  double time_to_first_token_s = 0;  // prefill + choosing the first token
-  double total_s = 0;
-  int64_t steps = 0;  // tokens generated per row (forward calls, prefill included)
-};
 
 struct GenerationResult {
   std::vector<std::vector<Hypothesis>> outputs;  // per input prompt, best first
   int64_t prompt_length = 0;                     // padded
   int64_t rows = 0;                              // batch x rows_per_input
   GenerationTiming timing;
-  LoopReport loop;  // whole step or host loop (whole_step.h)
+  LoopReport loop;  // whole step or host loop (decode_loop.h)
 };
 
 // Checks prompts against the model before any work: ids inside the vocabulary (and the generation
@@ -44,7 +34,7 @@ class Generator {
  public:
   // `sync` waits for the device (CUDA) so that timings are true; empty on CPU.
   Generator(GenerationConfig config, std::function<void()> sync = {}, LoopOptions loop = {});
-  // A copy has the same settings and none of the whole-step state (below).
+  // A copy has the same settings and none of the whole-step loop (below).
   Generator(const Generator& other);
   Generator(Generator&&) noexcept;
   ~Generator();
@@ -59,31 +49,18 @@ class Generator {
   const LoopOptions& loop() const { return loop_; }
 
  private:
-  struct WholeStepState;
   // generate() after its checks (prompts, settings, the memory estimate).
   GenerationResult run_checked(ForwardBackend& backend,
                                const std::vector<std::vector<int64_t>>& prompts,
                                const TokenStream& stream, Pipeline pipe, int64_t prompt_len,
                                int64_t max_length) const;
-  // The whole-step state for this shape: the one kept from the last generation when it matches
-  // (same backend, static step buffers, rows and lengths: its graph is reused), else a new one
-  // made with `pipe`.
-  WholeStepState& whole_step_state(ForwardBackend& backend, Pipeline pipe, int64_t rows,
-                                   int64_t max_length, int64_t prompt_length) const;
-  static void fold_outputs(std::vector<std::vector<Hypothesis>> per_row, int64_t batch,
-                           GenerationResult& result);
-  // The whole-step loop (whole_step.h) after the prefill: `first_logits` [rows, vocab] float32,
-  // `last_positions` [rows, 1] the prompt's last position ids, at most `max_steps` decisions.
-  void run_whole_step(ForwardBackend& backend, WholeStepState& w, const at::Tensor& first_logits,
-                      const at::Tensor& last_positions, int64_t max_steps,
-                      std::chrono::steady_clock::time_point t0, GenerationResult& result) const;
 
   GenerationConfig config_;
   std::function<void()> sync_;
   LoopOptions loop_;
-  // The last whole-step generation's buffers, pipeline and graph (generate() is const, and not
-  // thread-safe with the whole step: one Generator per thread).
-  mutable std::unique_ptr<WholeStepState> whole_;
+  // The last whole-step generation's loop: its buffers, pipeline and graph (generate() is const,
+  // and not thread-safe with the whole step: one Generator per thread).
+  mutable std::unique_ptr<DecodeLoop> whole_;
 };
 
 }  // namespace gengraph

@@ -53,10 +53,12 @@ class StopOnRepeat final : public gengraph::StoppingCriterion {
   explicit StopOnRepeat(int64_t n) : n_(n) {}
   std::string name() const override { return "stop_on_repeat"; }
   at::Tensor should_stop(const gengraph::Sequences& seqs) const override {
-    const int64_t len = seqs.tokens.size(1);
-    if (len < n_) return at::zeros({seqs.rows()}, seqs.tokens.options().dtype(at::kBool));
-    const at::Tensor tail = seqs.tokens.narrow(1, len - n_, n_);
-    return tail.eq(tail.select(1, n_ - 1).unsqueeze(1)).all(1);
+    // The last n tokens (sequences.h's helpers read the history in either loop).
+    const gengraph::Flag long_enough = seqs.length.ge(n_);
+    if (long_enough.never())
+      return at::zeros({seqs.rows()}, seqs.buffer.options().dtype(at::kBool));
+    const at::Tensor tail = gengraph::last_tokens(seqs, n_);
+    return gengraph::and_flag(tail.eq(tail.select(1, n_ - 1).unsqueeze(1)).all(1), long_enough);
   }
 
  private:

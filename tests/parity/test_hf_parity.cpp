@@ -3,7 +3,7 @@
 // backend on the fused model (the default form), for the unfused form (transformers' formulation
 // op by op), for the aoti backend (the model exported by torch.export, compiled by
 // AOTInductor), and for the whole-step loop run uncaptured over cuda_graph's static step
-// (framework/decoding/whole_step.h).
+// (framework/decoding/decode_loop.h).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 

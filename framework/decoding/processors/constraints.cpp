@@ -70,23 +70,17 @@ at::Tensor SequenceBias::process(const Sequences& seqs, at::Tensor scores) const
     single_bias_ = at::tensor(dense, at::kFloat).to(scores.device());
   }
   at::Tensor bias = at::zeros_like(scores) + single_bias_;
-  const at::Tensor& ids = seqs.tokens;
   for (size_t i = 0; i < multi_.size(); ++i) {
     const auto& [seq, b] = multi_[i];
-    const int64_t prefix = static_cast<int64_t>(seq.size()) - 1;
-    if (static_cast<int64_t>(seq.size()) > ids.size(1)) continue;
+    const auto n = static_cast<int64_t>(seq.size());
+    const int64_t prefix = n - 1;
+    // The prefix must lie in the history: a sequence longer than it has no match yet.
+    const Flag long_enough = seqs.length.ge(n);
+    if (n > seqs.capacity() || long_enough.never()) continue;
     const at::Tensor want =
-        ids_on_device(multi_on_device_[i], seq, ids.device()).narrow(0, 0, prefix);
-    at::Tensor match;  // [rows]
-    if (seqs.is_static()) {
-      match = last_tokens(seqs, prefix)
-                  .eq(want)
-                  .prod(1)
-                  .to(at::kBool)
-                  .logical_and(seqs.written.ge(static_cast<int64_t>(seq.size())));
-    } else {
-      match = ids.narrow(1, ids.size(1) - prefix, prefix).eq(want).prod(1).to(at::kBool);
-    }
+        ids_on_device(multi_on_device_[i], seq, scores.device()).narrow(0, 0, prefix);
+    const at::Tensor match =
+        and_flag(last_tokens(seqs, prefix).eq(want).prod(1).to(at::kBool), long_enough);  // [rows]
     // b where the prefix matches, 0 elsewhere (not add_(match, b): b may be -inf, 0 * inf is NaN).
     bias.select(1, seq.back()).add_(at::where(match, b, 0.0));
   }
@@ -131,10 +125,9 @@ at::Tensor SuppressTokens::process(const Sequences& seqs, at::Tensor scores) con
   const at::Tensor& mask = cached_vocab_mask(mask_, tokens_, scores);
   if (at_length_) {
     const int64_t trigger = *at_length_ + (relative_ ? seqs.prompt_length : 0);
-    if (seqs.is_static()) {
-      return at::where(mask.logical_and(seqs.written.eq(trigger)), -kInf, scores);
-    }
-    if (seqs.length() != trigger) return scores;
+    const Flag now = seqs.length.eq(trigger);
+    if (now.never()) return scores;
+    return at::where(and_flag(mask, now), -kInf, scores);
   }
   return at::where(mask, -kInf, scores);
 }
@@ -143,10 +136,14 @@ ForceTokens::ForceTokens(std::string name, std::vector<int64_t> tokens, int64_t 
     : name_(std::move(name)), tokens_(std::move(tokens)), at_length_(at_length) {}
 
 at::Tensor ForceTokens::process(const Sequences& seqs, at::Tensor scores) const {
-  if (!seqs.is_static() && seqs.length() != at_length_) return scores;
-  at::Tensor out = at::full_like(scores, -kInf);
-  out.index_fill_(1, ids_on_device(ids_, tokens_, scores.device()), 0.0);
-  return seqs.is_static() ? at::where(seqs.written.eq(at_length_), out, scores) : out;
+  return pick(
+      seqs.length.eq(at_length_),
+      [&] {
+        at::Tensor out = at::full_like(scores, -kInf);
+        out.index_fill_(1, ids_on_device(ids_, tokens_, scores.device()), 0.0);
+        return out;
+      },
+      scores);
 }
 
 MinLength::MinLength(int64_t min, std::vector<int64_t> eos, bool new_only)
@@ -156,13 +153,9 @@ MinLength::MinLength(int64_t min, std::vector<int64_t> eos, bool new_only)
 
 at::Tensor MinLength::process(const Sequences& seqs, at::Tensor scores) const {
   const at::Tensor& mask = cached_vocab_mask(mask_, eos_, scores);
-  if (seqs.is_static()) {
-    const at::Tensor too_short = seqs.written.lt(new_only_ ? min_ + seqs.prompt_length : min_);
-    return at::where(mask.logical_and(too_short), -kInf, scores);
-  }
-  const int64_t len = new_only_ ? seqs.generated() : seqs.length();
-  if (len >= min_) return scores;
-  return at::where(mask, -kInf, scores);
+  const Flag too_short = seqs.length.lt(new_only_ ? min_ + seqs.prompt_length : min_);
+  if (too_short.never()) return scores;
+  return at::where(and_flag(mask, too_short), -kInf, scores);
 }
 
 }  // namespace gengraph

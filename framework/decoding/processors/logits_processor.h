@@ -19,10 +19,10 @@ class LogitsProcessor {
   virtual std::string name() const = 0;
   // scores: [rows, vocab] float32 -> [rows, vocab] float32 (may be modified in place)
   virtual at::Tensor process(const Sequences& seqs, at::Tensor scores) const = 0;
-  // "" when process() also accepts the static form of Sequences (sequences.h) and then neither
-  // reads a value back to the host nor changes its shapes from step to step, so that the whole
-  // decoding step may run inside a CUDA graph (framework/decoding/whole_step.h); otherwise why
-  // not. A processor that does not say is taken to be unable.
+  // "" when process() neither reads a value back to the host nor changes its shapes from step to
+  // step with the length on the device (sequences.h), so that the whole decoding step may run
+  // inside a CUDA graph (framework/decoding/decode_loop.h); otherwise why not. A processor that
+  // does not say is taken to be unable.
   virtual std::string whole_step_blocker() const;
 };
 

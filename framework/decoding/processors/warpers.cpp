@@ -18,7 +18,7 @@ void require(bool ok, const std::string& what) {
 
 // scores < the k-th largest score, per row.   scores: [rows, vocab] -> [rows, vocab] bool
 at::Tensor below_kth(const at::Tensor& scores, int64_t k) {
-  return scores.lt(std::get<0>(at::topk(scores, k)).select(-1, k - 1).unsqueeze(-1));
+  return scores.lt(std::get<0>(at::topk(scores, k)).narrow(-1, k - 1, 1));  // [rows, 1]
 }
 
 }  // namespace

@@ -31,9 +31,6 @@ class BeamSearch final : public SearchStrategy {
                     const StoppingCriteria& stop) override;
   std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
   std::string whole_step_blocker() const override { return ""; }
-  DeviceDecision device_step(const at::Tensor& logits, const LogitsProcessor& processors,
-                             Sequences& seqs, const StoppingCriteria& stop) override;
-  bool reorders_rows() const override { return true; }
 
  private:
   BeamSearchOptions options_;
@@ -46,7 +43,7 @@ class BeamSearch final : public SearchStrategy {
   at::Tensor improvable_;      // [B, 1] bool (transformers' is_early_stop_heuristic_unsatisfied)
   at::Tensor top_mask_;        // [K] bool, the first num_beams candidates
   at::Tensor row_base_;        // [B, 1] int64: b * num_beams, the first row of each input
-  at::Tensor done_;            // [] bool (whole-step form): the search has ended
+  at::Tensor running_;         // [] bool: the search goes on
 };
 
 }  // namespace gengraph

@@ -33,28 +33,25 @@ GroupBeamSearch::GroupBeamSearch(GroupBeamSearchOptions options,
 void GroupBeamSearch::begin(const Sequences& seqs) {
   batch_ = seqs.rows() / options_.num_beams;
   prompt_len_ = seqs.prompt_length;
-  on_device_ = seqs.is_static();
-  if (on_device_) {  // in place where the shapes repeat (refill), as BeamSearch::begin
-    const int64_t g = options_.num_beam_groups, gs = group_size_, cap = seqs.tokens.size(1);
-    const auto l = seqs.tokens.options();
-    refill(pool_scores_, {batch_, g, gs}, l.dtype(at::kDouble), 0.0);
-    refill(pool_keys_, {batch_, g, gs}, l, 0);
-    refill(pool_tokens_, {batch_, g, gs, cap}, l, 0);
-    refill(pool_lengths_, {batch_, g, gs}, l, 0);
-    refill(pool_sizes_, {batch_, g}, l, 0);
-    refill(pool_done_, {batch_, g}, l.dtype(at::kBool), false);
-    refill(current_, {batch_ * options_.num_beams}, l, 0);
-    refill(done_, {}, l.dtype(at::kBool), false);
-    if (!eos_.defined() || eos_.device() != l.device())
-      eos_ = at::tensor(options_.eos, at::kLong).to(l.device());
-  }
+  // In place where the shapes repeat (refill), as BeamSearch::begin.
+  const int64_t g = options_.num_beam_groups, gs = group_size_, cap = seqs.capacity();
+  const auto l = seqs.buffer.options();
+  refill(pool_scores_, {batch_, g, gs}, l.dtype(at::kDouble), 0.0);
+  refill(pool_keys_, {batch_, g, gs}, l, 0);
+  refill(pool_tokens_, {batch_, g, gs, cap}, l, 0);
+  refill(pool_lengths_, {batch_, g, gs}, l, 0);
+  refill(pool_sizes_, {batch_, g}, l, 0);
+  refill(pool_done_, {batch_, g}, l.dtype(at::kBool), false);
+  refill(current_, {batch_ * options_.num_beams}, l, 0);
+  refill(done_, {}, l.dtype(at::kBool), false);
+  refill(end_length_, {}, l, seqs.prompt_length);
+  if (!eos_.defined() || eos_.device() != l.device())
+    eos_ = at::tensor(options_.eos, at::kLong).to(l.device());
   // The first beam of every group starts at 0, the others at -1e9.
-  refill(beam_scores_, {batch_ * options_.num_beams}, seqs.tokens.options().dtype(at::kFloat),
-         -1e9);
+  refill(beam_scores_, {batch_ * options_.num_beams}, l.dtype(at::kFloat), -1e9);
   beam_scores_.view({batch_, options_.num_beams})
       .slice(1, 0, options_.num_beams, group_size_)
       .fill_(0.0);
-  pools_.assign(batch_ * options_.num_beam_groups, Pool{});
 }
 
 void GroupBeamSearch::add(Pool& pool, double sum_logprobs, std::vector<int64_t> tokens,
@@ -77,113 +74,9 @@ void GroupBeamSearch::add(Pool& pool, double sum_logprobs, std::vector<int64_t> 
   }
 }
 
-bool GroupBeamSearch::is_done(const Pool& pool, double best, int64_t cur_len) const {
-  if (static_cast<int64_t>(pool.beams.size()) < group_size_) return false;
-  if (options_.early_stopping == EarlyStopping::kTrue) return true;
-  int64_t len = cur_len - prompt_len_;
-  if (options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0) {
-    len = options_.max_length - prompt_len_;
-  }
-  return pool.worst >= best / std::pow(static_cast<double>(len), options_.length_penalty);
-}
-
-void GroupBeamSearch::select_group(int64_t g, const at::Tensor& top_scores,
-                                   const at::Tensor& top_tokens, const at::Tensor& top_beams,
-                                   const at::Tensor& group_tokens, int64_t cur_len,
-                                   at::Tensor& next_scores, at::Tensor& next_tokens,
-                                   at::Tensor& next_rows) {
-  const auto s = top_scores.accessor<float, 2>();
-  const auto t = top_tokens.accessor<int64_t, 2>();
-  const auto src = top_beams.accessor<int64_t, 2>();
-  auto ns = next_scores.accessor<float, 2>();
-  auto nt = next_tokens.accessor<int64_t, 2>();
-  auto nr = next_rows.accessor<int64_t, 2>();
-  const auto& eos = options_.eos;
-  for (int64_t b = 0; b < batch_; ++b) {
-    Pool& pool = pools_[b * options_.num_beam_groups + g];
-    if (pool.done) {  // finished groups keep running on padding, ignored from now on
-      for (int64_t j = 0; j < group_size_; ++j) {
-        ns[b][j] = 0;
-        nt[b][j] = options_.pad_token;
-        nr[b][j] = 0;
-      }
-      continue;
-    }
-    int64_t filled = 0;
-    float best = -std::numeric_limits<float>::infinity();
-    for (int64_t rank = 0; rank < top_scores.size(1); ++rank) best = std::max(best, s[b][rank]);
-    for (int64_t rank = 0; rank < top_scores.size(1) && filled < group_size_; ++rank) {
-      const int64_t row = b * group_size_ + src[b][rank];
-      if (std::find(eos.begin(), eos.end(), t[b][rank]) != eos.end()) {
-        if (rank >= group_size_) continue;
-        const at::Tensor hyp = group_tokens[row].narrow(0, prompt_len_, cur_len - prompt_len_);
-        std::vector<int64_t> tokens(hyp.data_ptr<int64_t>(), hyp.data_ptr<int64_t>() + hyp.numel());
-        tokens.push_back(t[b][rank]);
-        add(pool, s[b][rank], std::move(tokens), cur_len + 1 - prompt_len_);
-      } else {
-        ns[b][filled] = s[b][rank];
-        nt[b][filled] = t[b][rank];
-        nr[b][filled] = row;
-        ++filled;
-      }
-    }
-    pool.done = pool.done || is_done(pool, best, cur_len + 1);
-  }
-}
-
-StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcessor& processors,
-                                   Sequences& seqs, const StoppingCriteria& stop) {
-  const int64_t nb = options_.num_beams, gs = group_size_, vocab = logits.size(-1);
-  const int64_t cur_len = seqs.length();
-  const int64_t k = std::max<int64_t>(2, 1 + static_cast<int64_t>(options_.eos.size())) * gs;
-  const auto dev = logits.device();
-  const auto long_opts = seqs.tokens.options();
-  at::Tensor tokens = seqs.tokens.clone();  // [B*nb, L], reordered group by group
-  at::Tensor current = at::zeros({batch_ * nb}, long_opts);
-  at::Tensor reorder = at::zeros({batch_ * nb}, long_opts);
-  state_->current_tokens = current;
-  const at::Tensor cpu_tokens = seqs.tokens.to(at::kCPU);
-  for (int64_t g = 0; g < options_.num_beam_groups; ++g) {
-    std::vector<int64_t> idx;
-    for (int64_t b = 0; b < batch_; ++b) {
-      for (int64_t j = 0; j < gs; ++j) idx.push_back(b * nb + g * gs + j);
-    }
-    const at::Tensor rows = at::tensor(idx, at::kLong).to(dev);  // [B*gs]
-    const at::Tensor group_tokens = seqs.tokens.index_select(0, rows);
-    state_->group = g;
-    const Sequences group_seqs{
-        group_tokens, seqs.prompt_valid.index_select(0, rows), seqs.prompt_length, {}};
-    const at::Tensor lp =
-        processors.process(group_seqs, at::log_softmax(logits.index_select(0, rows), -1));
-    const at::Tensor acc =
-        (lp + beam_scores_.index_select(0, rows).unsqueeze(-1)).view({batch_, gs * vocab});
-    auto [top_scores, top_idx] = at::topk(acc, k, 1, /*largest=*/true, /*sorted=*/true);
-    const at::Tensor beams = top_idx.div(vocab, "floor").to(at::kCPU);
-    const at::Tensor toks = top_idx.remainder(vocab).to(at::kCPU);
-    at::Tensor ns = at::zeros({batch_, gs}, at::kFloat), nt = at::zeros({batch_, gs}, at::kLong),
-               nr = at::zeros({batch_, gs}, at::kLong);
-    select_group(g, top_scores.to(at::kCPU).contiguous(), toks, beams,
-                 cpu_tokens.index_select(0, rows.to(at::kCPU)), cur_len, ns, nt, nr);
-    const at::Tensor next_rows = nr.view({-1}).to(dev);
-    beam_scores_.index_copy_(0, rows, ns.view({-1}).to(dev));
-    tokens.index_copy_(0, rows, group_tokens.index_select(0, next_rows));
-    current.index_copy_(0, rows, nt.view({-1}).to(dev));
-    reorder.index_copy_(0, rows,
-                        next_rows.div(gs, "floor") * nb + g * gs + next_rows.remainder(gs));
-  }
-  seqs.tokens = at::cat({tokens, current.unsqueeze(1)}, 1);
-  bool all_done = true;
-  for (const auto& p : pools_) all_done = all_done && p.done;
-  StepDecision d;
-  d.next_tokens = current;
-  d.parent_rows = reorder;
-  d.done = all_done || stop.should_stop(seqs).all().item<bool>();
-  return d;
-}
-
-void GroupBeamSearch::add_on_device(int64_t g, const at::Tensor& valid, const at::Tensor& score,
-                                    const at::Tensor& hyp, const at::Tensor& length,
-                                    const at::Tensor& key) {
+void GroupBeamSearch::add_to_pools(int64_t g, const at::Tensor& valid, const at::Tensor& score,
+                                   const at::Tensor& hyp, const at::Tensor& length,
+                                   const at::Tensor& key) {
   const int64_t gs = group_size_, cap = hyp.size(1);
   at::Tensor scores = pool_scores_.select(1, g), keys = pool_keys_.select(1, g);  // [B, gs]
   at::Tensor tokens = pool_tokens_.select(1, g), lengths = pool_lengths_.select(1, g);
@@ -210,15 +103,14 @@ void GroupBeamSearch::add_on_device(int64_t g, const at::Tensor& valid, const at
   sizes.add_(accept.logical_and(full.logical_not()).to(at::kLong));
 }
 
-DeviceDecision GroupBeamSearch::device_step(const at::Tensor& logits,
-                                            const LogitsProcessor& processors, Sequences& seqs,
-                                            const StoppingCriteria& stop) {
+StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcessor& processors,
+                                   Sequences& seqs, const StoppingCriteria& stop) {
   const int64_t nb = options_.num_beams, gs = group_size_, vocab = logits.size(-1);
-  const int64_t cap = seqs.tokens.size(1), groups = options_.num_beam_groups;
+  const int64_t cap = seqs.capacity(), groups = options_.num_beam_groups;
   const int64_t k = std::max<int64_t>(2, 1 + static_cast<int64_t>(options_.eos.size())) * gs;
-  const auto long_opts = seqs.tokens.options();
-  const at::Tensor cur = seqs.written.clone();         // [] the length before this step
-  const at::Tensor generated = cur + 1 - prompt_len_;  // [] generated tokens after it
+  const auto long_opts = seqs.buffer.options();
+  const at::Tensor cur = seqs.length.as_tensor(long_opts);  // [] the length before this step
+  const at::Tensor generated = cur + 1 - prompt_len_;       // [] generated tokens after it
   const at::Tensor live = done_.logical_not();
   const auto penalty = [&](const at::Tensor& len) {
     return at::pow(len.to(at::kDouble), options_.length_penalty);
@@ -227,7 +119,7 @@ DeviceDecision GroupBeamSearch::device_step(const at::Tensor& logits,
       (options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0)
           ? at::scalar_tensor(options_.max_length - prompt_len_, long_opts)
           : generated;
-  at::Tensor tokens = seqs.tokens.clone();  // [B*nb, cap], reordered group by group
+  at::Tensor tokens = seqs.buffer.clone();  // [B*nb, cap], reordered group by group
   at::Tensor reorder = at::zeros({batch_ * nb}, long_opts);
   state_->current_tokens = current_;
   const at::Tensor batch_rows = at::arange(batch_, long_opts).unsqueeze(1) * gs;  // [B, 1]
@@ -236,10 +128,10 @@ DeviceDecision GroupBeamSearch::device_step(const at::Tensor& logits,
     const at::Tensor rows =
         (at::arange(batch_, long_opts).unsqueeze(1) * nb + g * gs + at::arange(gs, long_opts))
             .view({-1});
-    const at::Tensor group_tokens = seqs.tokens.index_select(0, rows);
+    const at::Tensor group_tokens = seqs.buffer.index_select(0, rows);
     state_->group = g;
     const Sequences group_seqs{group_tokens, seqs.prompt_valid.index_select(0, rows),
-                               seqs.prompt_length, seqs.written};
+                               seqs.prompt_length, seqs.length};
     const at::Tensor lp =
         processors.process(group_seqs, at::log_softmax(logits.index_select(0, rows), -1));
     const at::Tensor acc =
@@ -255,10 +147,10 @@ DeviceDecision GroupBeamSearch::device_step(const at::Tensor& logits,
     for (int64_t j = 0; j < gs; ++j) {
       at::Tensor hyp = by_beam.gather(1, src.narrow(1, j, 1).unsqueeze(2).expand({batch_, 1, cap}))
                            .squeeze(1);  // [B, cap]
-      hyp.index_copy_(1, cur.view({1}), tok.narrow(1, j, 1));
-      add_on_device(g, open.logical_and(is_eos.select(1, j)),
-                    top_scores.select(1, j).to(at::kDouble) / penalty(generated), hyp, generated,
-                    cur * gs + j);
+      write_column(hyp, 1, seqs.length, tok.select(1, j));
+      add_to_pools(g, open.logical_and(is_eos.select(1, j)),
+                   top_scores.select(1, j).to(at::kDouble) / penalty(generated), hyp, generated,
+                   cur * gs + j);
     }
     // Pool::is_done with the best score of this step.
     const at::Tensor best = top_scores.select(1, 0).to(at::kDouble);
@@ -273,10 +165,10 @@ DeviceDecision GroupBeamSearch::device_step(const at::Tensor& logits,
     const at::Tensor rank = at::arange(k, long_opts).unsqueeze(0);
     const at::Tensor chosen =
         std::get<1>(at::sort(at::where(is_eos, rank + k, rank), 1)).narrow(1, 0, gs);  // [B, gs]
-    const at::Tensor keep = was_done.unsqueeze(1);
-    const at::Tensor ns = at::where(keep, 0.0, top_scores.gather(1, chosen));
-    const at::Tensor nt = at::where(keep, options_.pad_token, tok.gather(1, chosen));
-    const at::Tensor next_rows = at::where(keep, 0, src.gather(1, chosen) + batch_rows)
+    const at::Tensor frozen = was_done.unsqueeze(1);
+    const at::Tensor ns = at::where(frozen, 0.0, top_scores.gather(1, chosen));
+    const at::Tensor nt = at::where(frozen, options_.pad_token, tok.gather(1, chosen));
+    const at::Tensor next_rows = at::where(frozen, 0, src.gather(1, chosen) + batch_rows)
                                      .view({-1});  // [B*gs], rows of group_tokens
     beam_scores_.index_copy_(0, rows,
                              at::where(live, ns.view({-1}), beam_scores_.index_select(0, rows)));
@@ -285,16 +177,23 @@ DeviceDecision GroupBeamSearch::device_step(const at::Tensor& logits,
     reorder.index_copy_(0, rows,
                         next_rows.div(gs, "floor") * nb + g * gs + next_rows.remainder(gs));
   }
-  tokens.index_copy_(1, cur.view({1}), current_.unsqueeze(1));
-  const at::Tensor stop_all =
-      stop.should_stop(Sequences{tokens, seqs.prompt_valid, seqs.prompt_length, cur + 1}).all();
-  at::where_out(seqs.tokens, live, tokens, seqs.tokens);  // one kernel: an elementwise overlap
-  seqs.written.add_(live);  // finalize() reads the length the search ended at
+  write_column(tokens, 1, seqs.length, current_);
+  const at::Tensor stop_all = stop.should_stop(Sequences{tokens, seqs.prompt_valid,
+                                                         seqs.prompt_length, seqs.length.plus(1)})
+                                  .all();
+  keep(seqs.buffer, tokens, seqs, live);
+  end_length_.add_(live);  // finalize() reads the length the search ended at
   done_.logical_or_(pool_done_.all().logical_or(stop_all));
-  return DeviceDecision{current_, reorder, done_};
+  seqs.length.advance();
+  StepDecision d;
+  d.next_tokens = current_;
+  d.parent_rows = reorder;
+  d.running = done_.logical_not();
+  return d;
 }
 
-void GroupBeamSearch::pools_from_device() {
+std::vector<GroupBeamSearch::Pool> GroupBeamSearch::read_pools() const {
+  std::vector<Pool> pools(batch_ * options_.num_beam_groups);
   const at::Tensor scores = pool_scores_.to(at::kCPU), keys = pool_keys_.to(at::kCPU);
   const at::Tensor tokens = pool_tokens_.to(at::kCPU).contiguous();
   const at::Tensor lengths = pool_lengths_.to(at::kCPU), sizes = pool_sizes_.to(at::kCPU);
@@ -302,8 +201,7 @@ void GroupBeamSearch::pools_from_device() {
   const int64_t groups = options_.num_beam_groups;
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t g = 0; g < groups; ++g) {
-      Pool& pool = pools_[b * groups + g];
-      pool = Pool{};
+      Pool& pool = pools[b * groups + g];
       // Insertion order is the host pool's order (eviction keeps the others' order).
       std::vector<std::pair<int64_t, int64_t>> order;  // (key, slot)
       for (int64_t j = 0; j < sizes[b][g].item<int64_t>(); ++j)
@@ -319,30 +217,31 @@ void GroupBeamSearch::pools_from_device() {
       pool.done = done[b][g].item<bool>();
     }
   }
+  return pools;
 }
 
 std::vector<std::vector<Hypothesis>> GroupBeamSearch::finalize(const Sequences& seqs) {
-  if (on_device_) pools_from_device();
-  const at::Tensor tokens = seqs.tokens.to(at::kCPU).contiguous();
+  std::vector<Pool> pools = read_pools();
+  const at::Tensor tokens = seqs.buffer.to(at::kCPU).contiguous();
   const at::Tensor scores = beam_scores_.to(at::kCPU);
-  const int64_t total = on_device_ ? seqs.written.item<int64_t>() : seqs.length();
+  const int64_t total = end_length_.item<int64_t>();
   const int64_t groups = options_.num_beam_groups;
-  for (int64_t bg = 0; bg < static_cast<int64_t>(pools_.size()); ++bg) {
-    if (pools_[bg].done) continue;
+  for (int64_t bg = 0; bg < static_cast<int64_t>(pools.size()); ++bg) {
+    if (pools[bg].done) continue;
     for (int64_t j = 0; j < group_size_; ++j) {
       const int64_t row = bg * group_size_ + j;
       const int64_t* p = tokens[row].data_ptr<int64_t>();
       std::vector<int64_t> hyp(p + prompt_len_, p + total);
       // transformers appends eos_token_id[0] to any returned sequence shorter than max_length.
       if (total < options_.max_length && !options_.eos.empty()) hyp.push_back(options_.eos[0]);
-      add(pools_[bg], scores[row].item<float>(), std::move(hyp), total - prompt_len_);
+      add(pools[bg], scores[row].item<float>(), std::move(hyp), total - prompt_len_);
     }
   }
   std::vector<std::vector<Hypothesis>> out(batch_);
   for (int64_t b = 0; b < batch_; ++b) {
     std::vector<Finished> all;
     for (int64_t g = 0; g < groups; ++g) {
-      const auto& beams = pools_[b * groups + g].beams;
+      const auto& beams = pools[b * groups + g].beams;
       all.insert(all.end(), beams.begin(), beams.end());
     }
     std::stable_sort(all.begin(), all.end(),

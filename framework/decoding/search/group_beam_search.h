@@ -49,15 +49,12 @@ class GroupBeamSearch final : public SearchStrategy {
   std::string name() const override { return "group_beam_search"; }
   int64_t rows_per_input() const override { return options_.num_beams; }
   void begin(const Sequences& seqs) override;
+  // The pools are fixed tensors: each add is transformers' BeamHypotheses.add (evict the lowest
+  // score, the oldest among equals) done for every input at once; finalize() reads them back.
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;
   std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
   std::string whole_step_blocker() const override { return ""; }
-  // The pools as fixed tensors: each add is the host pool's add (evict the lowest score, the
-  // oldest among equals) done for every input at once; finalize() rebuilds the host pools.
-  DeviceDecision device_step(const at::Tensor& logits, const LogitsProcessor& processors,
-                             Sequences& seqs, const StoppingCriteria& stop) override;
-  bool reorders_rows() const override { return true; }
 
  private:
   struct Finished {
@@ -70,32 +67,25 @@ class GroupBeamSearch final : public SearchStrategy {
     double worst = 1e9;
     bool done = false;
   };
+  // The host form of a pool add, for the running beams finalize() adds at the end.
   void add(Pool& pool, double sum_logprobs, std::vector<int64_t> tokens,
            int64_t generated_len) const;
-  bool is_done(const Pool& pool, double best_sum_logprobs, int64_t cur_len) const;
-  // One group's candidates -> next scores/tokens/source rows; [B, gs] each, on the CPU.
-  void select_group(int64_t g, const at::Tensor& top_scores, const at::Tensor& top_tokens,
-                    const at::Tensor& top_beams, const at::Tensor& group_tokens, int64_t cur_len,
-                    at::Tensor& next_scores, at::Tensor& next_tokens, at::Tensor& next_rows);
-
-  // Whole-step form: adds the candidates `valid` [B] with `score` [B] float64, tokens `hyp` [B,
-  // cap] of `length` [] generated tokens, to group g's pools, in order `key` [].
-  void add_on_device(int64_t g, const at::Tensor& valid, const at::Tensor& score,
-                     const at::Tensor& hyp, const at::Tensor& length, const at::Tensor& key);
-  // Whole-step form: the device pools as host pools (finalize).
-  void pools_from_device();
+  // Adds the candidates `valid` [B] with `score` [B] float64, tokens `hyp` [B, cap] of `length`
+  // [] generated tokens, to group g's pools, in order `key` [].
+  void add_to_pools(int64_t g, const at::Tensor& valid, const at::Tensor& score,
+                    const at::Tensor& hyp, const at::Tensor& length, const at::Tensor& key);
+  // The pools as host pools (finalize).
+  std::vector<Pool> read_pools() const;
 
   GroupBeamSearchOptions options_;
   std::shared_ptr<DiverseBeamState> state_;
   int64_t batch_ = 0, prompt_len_ = 0, group_size_ = 1;
-  at::Tensor beam_scores_;   // [B * num_beams] float32
-  std::vector<Pool> pools_;  // [B * groups], index b * groups + g
-  // The whole-step form's state, [B, groups, ...]: the pools' scores (float64), insertion keys,
-  // tokens (full rows), generated lengths, sizes and done flags; the tokens chosen this step
-  // (what HammingDiversity reads); whether the search has ended.
-  bool on_device_ = false;
+  at::Tensor beam_scores_;  // [B * num_beams] float32
+  // [B, groups, ...]: the pools' scores (float64), insertion keys, tokens (full rows), generated
+  // lengths, sizes and done flags; the tokens chosen this step (what HammingDiversity reads);
+  // whether the search has ended; the length it ended at ([] int64).
   at::Tensor pool_scores_, pool_keys_, pool_tokens_, pool_lengths_, pool_sizes_, pool_done_;
-  at::Tensor current_, done_, eos_;
+  at::Tensor current_, done_, end_length_, eos_;
 };
 
 }  // namespace gengraph

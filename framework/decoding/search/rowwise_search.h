@@ -16,15 +16,11 @@ class RowwiseSearch : public SearchStrategy {
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;
   std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
-  DeviceDecision device_step(const at::Tensor& logits, const LogitsProcessor& processors,
-                             Sequences& seqs, const StoppingCriteria& stop) override;
 
  protected:
-  // scores: [rows, vocab] float32, processed -> [rows] int64
+  // scores: [rows, vocab] float32, processed -> [rows] int64. A strategy whose choice reads
+  // nothing back to the host and keeps its shapes overrides whole_step_blocker() with "".
   virtual at::Tensor choose(const at::Tensor& scores) = 0;
-  // choose() for the whole-step form: the same tokens without host reads. A strategy whose
-  // choose() already qualifies overrides whole_step_blocker() and keeps this default.
-  virtual at::Tensor choose_on_device(const at::Tensor& scores) { return choose(scores); }
 
  private:
   std::optional<int64_t> pad_token_id_;
@@ -53,10 +49,9 @@ class SampleSearch final : public RowwiseSearch {
   int64_t rows_per_input() const override { return per_input_; }
 
  protected:
-  at::Tensor choose(const at::Tensor& scores) override;
   // The draw at::multinomial makes, without its host-side validity checks: softmax, Exp(1) noise
   // from the same generator, argmax of p / noise (the same generator calls, hence the same tokens).
-  at::Tensor choose_on_device(const at::Tensor& scores) override;
+  at::Tensor choose(const at::Tensor& scores) override;
 
  private:
   int64_t per_input_;

@@ -20,27 +20,18 @@ struct Hypothesis {
   std::optional<double> score;  // set by strategies that score sequences (beam search)
 };
 
+// What a step decides. The tensors may be the strategy's own state: the loop reads or copies them
+// before the next step.
 struct StepDecision {
-  at::Tensor next_tokens;  // [rows] int64, already appended to the sequences
-  at::Tensor parent_rows;  // [rows] int64, or undefined when rows keep their own history
-  bool done = false;       // no further forward step is needed
-  // [rows] bool: which of next_tokens belong to their row's output (false for the padding a
-  // finished row receives). Set by strategies that stream (streams()); undefined otherwise.
-  at::Tensor emitted;
-};
-
-// Makes `t` a tensor of `sizes` and `options` filled with `value`: in place when it already is one
-// (so that a graph captured over it in an earlier generation stays valid), allocated otherwise.
-// Strategies' begin() sets their state with it.
-void refill(at::Tensor& t, at::IntArrayRef sizes, const at::TensorOptions& options,
-            const at::Scalar& value);
-
-// What the whole-step form of a step decides, all of it on the device. The tensors may be the
-// strategy's own state: the loop copies them into its buffers before the next step.
-struct DeviceDecision {
   at::Tensor next_tokens;  // [rows] int64, already written into the sequences
   at::Tensor parent_rows;  // [rows] int64, or undefined when the strategy never reorders rows
-  at::Tensor done;         // [] bool: no further step can change what finalize() returns
+  // [] bool: a further step can still change what finalize() returns. The host loop reads it
+  // after every step, the whole step every sync_every steps.
+  at::Tensor running;
+  // [rows] bool: which of next_tokens belong to their row's output (false for the padding a
+  // finished row receives). Set by strategies that stream (streams()), in the host loop (the
+  // only one that streams); undefined otherwise.
+  at::Tensor emitted;
 };
 
 class SearchStrategy {
@@ -55,24 +46,25 @@ class SearchStrategy {
   // Called once after the prompt is laid out, before the first step.
   virtual void begin(const Sequences& seqs) = 0;
   // logits: [rows, vocab] float32. Runs `processors` as the strategy requires, chooses the next
-  // tokens, appends them to `seqs` (reordering rows when it changes parents), and consults `stop`.
+  // tokens, writes them into column `seqs.length` of `seqs.buffer` (reordering rows when it
+  // changes parents), advances the length by one, and consults `stop`.
+  //
+  // One implementation serves both loops (sequences.h): the length is on the host in the host
+  // loop and on the device in the whole step, and the helpers there do the least work each
+  // allows. In the whole step the loop reads `running` only every few steps, so a step must have
+  // fixed shapes, no host reads, state updated in place (keep(), refill()), and once `running`
+  // is false it must change nothing finalize() returns.
   virtual StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors,
                             Sequences& seqs, const StoppingCriteria& stop) = 0;
   // The returned sequences for each input, best first.
   virtual std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) = 0;
 
-  // The whole-step form (framework/decoding/whole_step.h). "" when device_step() exists: it is
-  // step() over the static form of Sequences (begin() got that form too), with fixed shapes, no
-  // host reads and state updated in place, so that a CUDA graph can replay it; and once its
-  // `done` is true, further calls change nothing finalize() returns (a loop that reads the flag
-  // only every few steps runs a few steps past the end). Otherwise why not.
+  // "" when step() meets the whole step's conditions above, so that the step can run with the
+  // length on the device and be captured as a CUDA graph; otherwise why not.
   virtual std::string whole_step_blocker() const {
-    return "search strategy '" + name() + "' has no whole-step form (SearchStrategy::device_step)";
+    return "search strategy '" + name() +
+           "' does not say it can run in a whole-step graph (SearchStrategy::whole_step_blocker)";
   }
-  virtual DeviceDecision device_step(const at::Tensor& logits, const LogitsProcessor& processors,
-                                     Sequences& seqs, const StoppingCriteria& stop);
-  // Whether device_step() reorders rows (its parent_rows are defined).
-  virtual bool reorders_rows() const { return false; }
 };
 
 }  // namespace gengraph

@@ -16,15 +16,17 @@ std::string StoppingCriteria::whole_step_blocker() const {
 }
 
 at::Tensor MaxLengthCriterion::should_stop(const Sequences& seqs) const {
-  if (seqs.is_static()) return seqs.written.ge(max_length_).expand({seqs.rows()});
-  return at::full({seqs.rows()}, *decided_on_host(seqs), seqs.tokens.options().dtype(at::kBool));
+  return flag_rows(seqs.length.ge(max_length_), seqs.rows(), seqs.buffer.options());
+}
+
+std::optional<bool> MaxLengthCriterion::decided_on_host(const Sequences& seqs) const {
+  return seqs.length.ge(max_length_).known();
 }
 
 at::Tensor EosCriterion::should_stop(const Sequences& seqs) const {
-  const at::Tensor last =
-      seqs.is_static() ? last_tokens(seqs, 1).squeeze(1) : seqs.tokens.select(1, seqs.length() - 1);
+  const at::Tensor last = last_token(seqs);
   if (eos_ids_.size() == 1) return last.eq(eos_ids_[0]);
-  return at::isin(last, ids_on_device(eos_, eos_ids_, seqs.tokens.device()));
+  return at::isin(last, ids_on_device(eos_, eos_ids_, seqs.buffer.device()));
 }
 
 MaxTimeCriterion::MaxTimeCriterion(double seconds)
@@ -37,42 +39,37 @@ std::optional<bool> MaxTimeCriterion::decided_on_host(const Sequences&) const {
 }
 
 at::Tensor MaxTimeCriterion::should_stop(const Sequences& seqs) const {
-  return at::full({seqs.rows()}, *decided_on_host(seqs), seqs.tokens.options().dtype(at::kBool));
+  return at::full({seqs.rows()}, *decided_on_host(seqs), seqs.buffer.options().dtype(at::kBool));
 }
 
 at::Tensor StopSequencesCriterion::should_stop(const Sequences& seqs) const {
-  at::Tensor stop = at::zeros({seqs.rows()}, seqs.tokens.options().dtype(at::kBool));
+  at::Tensor stop = at::zeros({seqs.rows()}, seqs.buffer.options().dtype(at::kBool));
   for (size_t i = 0; i < sequences_.size(); ++i) {
     const int64_t n = static_cast<int64_t>(sequences_[i].size());
-    const at::Tensor& want = ids_on_device(on_device_[i], sequences_[i], seqs.tokens.device());
-    if (seqs.is_static()) {
-      if (n > seqs.tokens.size(1)) continue;
-      stop.logical_or_(last_tokens(seqs, n).eq(want).all(1).logical_and(seqs.written.ge(n)));
-      continue;
-    }
-    if (n > seqs.length()) continue;
-    stop.logical_or_(seqs.tokens.narrow(1, seqs.length() - n, n).eq(want).all(1));
+    const Flag long_enough = seqs.length.ge(n);
+    if (n > seqs.capacity() || long_enough.never()) continue;
+    const at::Tensor& want = ids_on_device(on_device_[i], sequences_[i], seqs.buffer.device());
+    stop.logical_or_(and_flag(last_tokens(seqs, n).eq(want).all(1), long_enough));
   }
   return stop;
 }
 
 at::Tensor StoppingCriteria::should_stop(const Sequences& seqs) const {
-  const auto flags = seqs.tokens.options().dtype(at::kBool);
+  const auto flags = seqs.buffer.options().dtype(at::kBool);
   // Members whose answer the host knows (the host loop's max_length, max_time) add no operator;
   // the others are combined out of place from the first (an answer may be a view: max_length
-  // expands one flag over the rows in the static form), one kernel per further member.
+  // expands one flag over the rows in the whole step), one kernel per further member.
   at::Tensor stop;
   for (const auto& m : members_) {
-    if (!seqs.is_static()) {
-      if (const std::optional<bool> known = m->decided_on_host(seqs)) {
-        if (*known) return at::ones({seqs.rows()}, flags);
-        continue;
-      }
+    if (const std::optional<bool> known = m->decided_on_host(seqs)) {
+      if (*known) return at::ones({seqs.rows()}, flags);
+      continue;
     }
     const at::Tensor s = m->should_stop(seqs);
     stop = stop.defined() ? stop.logical_or(s) : s;
   }
   if (!stop.defined()) return at::zeros({seqs.rows()}, flags);
+  if (stop.dim() == 1 && stop.size(0) == seqs.rows()) return stop;
   return stop.expand({seqs.rows()});
 }
 

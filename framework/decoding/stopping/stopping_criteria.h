@@ -20,12 +20,12 @@ class StoppingCriterion {
   virtual std::string name() const = 0;
   // -> [rows] bool
   virtual at::Tensor should_stop(const Sequences& seqs) const = 0;
-  // The same answer for every row, known on the host without device work (max_length from the
-  // host length, max_time from the clock), or nullopt. StoppingCriteria then skips the member's
-  // tensor: fewer operators for the host loop to issue. Never asked of the static form.
+  // The same answer for every row, known on the host without device work (max_length from a
+  // length the host knows, max_time from the clock), or nullopt. StoppingCriteria then skips the
+  // member's tensor: fewer operators for the host loop to issue.
   virtual std::optional<bool> decided_on_host(const Sequences&) const { return std::nullopt; }
-  // As LogitsProcessor::whole_step_blocker: "" when should_stop() accepts the static form of
-  // Sequences without host reads or changing shapes.
+  // As LogitsProcessor::whole_step_blocker: "" when should_stop() reads no value back to the host
+  // and keeps its shapes with the length on the device (sequences.h).
   virtual std::string whole_step_blocker() const;
 };
 
@@ -35,9 +35,7 @@ class MaxLengthCriterion final : public StoppingCriterion {
   explicit MaxLengthCriterion(int64_t max_length) : max_length_(max_length) {}
   std::string name() const override { return "max_length"; }
   at::Tensor should_stop(const Sequences& seqs) const override;
-  std::optional<bool> decided_on_host(const Sequences& seqs) const override {
-    return seqs.length() >= max_length_;
-  }
+  std::optional<bool> decided_on_host(const Sequences& seqs) const override;
   std::string whole_step_blocker() const override { return ""; }
   int64_t max_length() const { return max_length_; }
 

@@ -24,10 +24,16 @@ using ::testing::HasSubstr;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// One row; prompt_length tokens of `tokens` are prompt, the rest generated.
-Sequences seqs(std::vector<int64_t> tokens, int64_t prompt_length) {
+// One row; prompt_length tokens of `tokens` are prompt, the rest generated; then three unwritten
+// columns holding `filler` (a part must not read them). The length on the host (the host loop) or
+// on the device (the whole step).
+Sequences seqs(std::vector<int64_t> tokens, int64_t prompt_length, bool on_device = false,
+               int64_t filler = 0) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  tokens.insert(tokens.end(), 3, filler);
   const auto t = at::tensor(tokens, at::kLong).unsqueeze(0);
-  return Sequences{t, at::ones({1, prompt_length}, at::kBool), prompt_length};
+  return Sequences{t, at::ones({1, prompt_length}, at::kBool), prompt_length,
+                   on_device ? Length(at::scalar_tensor(n, at::kLong)) : Length(n)};
 }
 
 at::Tensor row(std::vector<float> v) { return at::tensor(v, at::kFloat).unsqueeze(0); }
@@ -56,9 +62,19 @@ void PrintTo(const Row& r, std::ostream* os) { *os << r.name; }
 
 class ProcessorTable : public ::testing::TestWithParam<Row> {};
 
+// The same scores whether the length is on the host or on the device, whatever the unwritten
+// columns hold.
 TEST_P(ProcessorTable, ScoresInScoresOut) {
   const Row& r = GetParam();
-  expect_row(r.make()->process(seqs(r.tokens, r.prompt_length), row(r.in)), r.out);
+  const auto last_id = static_cast<int64_t>(r.in.size()) - 1;
+  for (const bool on_device : {false, true}) {
+    for (const int64_t filler : {int64_t{0}, last_id}) {
+      SCOPED_TRACE(std::string(on_device ? "length on the device" : "length on the host") +
+                   ", unwritten columns hold " + std::to_string(filler));
+      expect_row(r.make()->process(seqs(r.tokens, r.prompt_length, on_device, filler), row(r.in)),
+                 r.out);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -323,7 +339,7 @@ TEST(GenerationConfigKeys, ValueErrorsNameKeyAndValue) {
 TEST(StoppingCriteria, StopSequencesAndMaxTime) {
   StopSequencesCriterion stop({{2, 3}, {9}});
   const auto t = at::tensor({1, 3, 2, 4, 2, 3, 5, 9, 9}, at::kLong).reshape({3, 3});
-  const Sequences s{t, at::ones({3, 1}, at::kBool), 1};
+  const Sequences s{t, at::ones({3, 1}, at::kBool), 1, Length(3)};
   const auto got = stop.should_stop(s);
   EXPECT_FALSE(got[0].item<bool>());
   EXPECT_TRUE(got[1].item<bool>());
@@ -335,7 +351,8 @@ TEST(StoppingCriteria, StopSequencesAndMaxTime) {
 }
 
 // The chain: any member says stop. Members the host can decide (max_length from the host length)
-// add no operator; the static form (the whole step) asks every member on the device; both agree.
+// add no operator; with the length on the device (the whole step) every member is asked on the
+// device; both agree.
 TEST(StoppingCriteria, TheChainIsTheOrOfItsMembersInBothForms) {
   // Row 0 ends with EOS 7, row 1 with the stop sequence "2 5", row 2 with neither.
   const auto t = at::tensor({1, 3, 7, 4, 2, 5, 5, 9, 6}, at::kLong).reshape({3, 3});
@@ -349,7 +366,7 @@ TEST(StoppingCriteria, TheChainIsTheOrOfItsMembersInBothForms) {
     int64_t ops = 0;
     {
       AtenOpCounter counter;
-      got = chain.should_stop(Sequences{t, valid, 1});
+      got = chain.should_stop(Sequences{t, valid, 1, Length(3)});
       ops = counter.top_level();
     }
     // max_length 3 is reached: every row stops, decided on the host (one fill, no member's
@@ -358,9 +375,12 @@ TEST(StoppingCriteria, TheChainIsTheOrOfItsMembersInBothForms) {
         (max_length == 3 ? at::tensor({1, 1, 1}) : at::tensor({1, 1, 0})).to(at::kBool);
     EXPECT_TRUE(at::equal(got, want)) << max_length;
     if (max_length == 3) EXPECT_EQ(ops, 1);
-    // The static form (the whole step): a [rows, capacity] buffer with 3 columns written.
-    const auto buffer = at::cat({t, at::zeros({3, 2}, at::kLong)}, 1);
-    const Sequences fixed{buffer, valid, 1, at::scalar_tensor(3, at::kLong)};
+    // A [rows, capacity] buffer with 3 columns written (unwritten ones hold EOS), the length on
+    // the host and on the device.
+    const auto buffer = at::cat({t, at::full({3, 2}, 7, at::kLong)}, 1);
+    const Sequences host{buffer, valid, 1, Length(3)};
+    const Sequences fixed{buffer, valid, 1, Length(at::scalar_tensor(3, at::kLong))};
+    EXPECT_TRUE(at::equal(chain.should_stop(host), want)) << max_length;
     EXPECT_TRUE(at::equal(chain.should_stop(fixed), want)) << max_length;
   }
 }

@@ -39,8 +39,7 @@ class StopAfter final : public StoppingCriterion {
   StopAfter(int64_t prompt_length, int64_t after) : end_(prompt_length + after) {}
   std::string name() const override { return "test_stop_after"; }
   at::Tensor should_stop(const Sequences& seqs) const override {
-    return at::full({seqs.rows()}, seqs.tokens.size(1) >= end_,
-                    seqs.tokens.options().dtype(at::kBool));
+    return flag_rows(seqs.length.ge(end_), seqs.rows(), seqs.buffer.options());
   }
 
  private:

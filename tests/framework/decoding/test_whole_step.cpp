@@ -1,4 +1,4 @@
-// The whole-step loop (framework/decoding/whole_step.h): the same tokens as the host loop for
+// The whole-step loop (framework/decoding/decode_loop.h): the same tokens as the host loop for
 // every part that declares a whole-step form, reads of the done flag only every sync_every steps,
 // and a named reason wherever a part keeps the host loop. Uncaptured here (any device); the
 // captured graph is compared with the uncaptured step on CUDA only.
@@ -58,8 +58,8 @@ void expect_same_outputs(const GenerationResult& a, const GenerationResult& b,
 const std::vector<std::vector<int64_t>> kPrompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
 
 // Every processor that reads the token history, with ids taken from what the model generates
-// (so that EOS, the stop sequence and the biased sequences actually occur): the static form's
-// length arithmetic is what differs from the host loop's.
+// (so that EOS, the stop sequence and the biased sequences actually occur): the arithmetic on a
+// length that lives on the device is what differs from the host loop's.
 GenerationConfig history_config(const CausalLM& model) {
   auto eager = backend("eager", std::shared_ptr<const CausalLM>(&model, [](const CausalLM*) {}));
   GenerationConfig plain;
@@ -251,7 +251,7 @@ TEST(WholeStep, APartWithoutAWholeStepFormIsNamed) {
   criteria.add(std::make_unique<SilentStop>());
   EXPECT_THAT(criteria.whole_step_blocker(), HasSubstr("stopping criterion 'silent_stop'"));
   EXPECT_THAT(SilentChoice(std::nullopt).whole_step_blocker(),
-              HasSubstr("search strategy 'silent_choice' has no whole-step form"));
+              HasSubstr("search strategy 'silent_choice' does not say it can run in a whole-step"));
 
   const auto eager = backend("eager", model);
   EXPECT_THAT(testing::error_of([&] { Generator(g, {}, whole()).generate(*eager, kPrompts); }),
@@ -275,14 +275,52 @@ TEST(WholeStep, APartWithoutAWholeStepFormIsNamed) {
               HasSubstr("loop.whole_step: expected off, auto or on, found 'sometimes'"));
 }
 
-TEST(WholeStep, TheStaticFormHasNoHostLength) {
-  Sequences s{at::zeros({2, 8}, at::kLong), at::ones({2, 3}, at::kBool), 3,
-              at::scalar_tensor(5, at::kLong)};
-  EXPECT_THAT(testing::error_of([&] { (void)s.length(); }), HasSubstr("static form"));
-  s.tokens.copy_(at::arange(16, at::kLong).view({2, 8}));
-  EXPECT_TRUE(at::equal(last_tokens(s, 2), at::tensor({3, 4, 11, 12}, at::kLong).view({2, 2})));
-  EXPECT_TRUE(
-      at::equal(written_columns(s).to(at::kLong), at::tensor({1, 1, 1, 1, 1, 0, 0, 0}, at::kLong)));
+// The helpers parts read the history through give the same answers with the length on the host
+// (the host loop) and on the device (the whole step); the host's form is views and host values.
+TEST(WholeStep, TheSequenceHelpersAgreeOnBothForms) {
+  const at::Tensor buffer = at::arange(16, at::kLong).view({2, 8});
+  const at::Tensor valid = at::ones({2, 3}, at::kBool);
+  const Sequences host{buffer, valid, 3, Length(5)};
+  const Sequences device{buffer, valid, 3, Length(at::scalar_tensor(5, at::kLong))};
+  EXPECT_THAT(testing::error_of([&] { (void)device.length.known(); }),
+              HasSubstr("lives on the device"));
+  EXPECT_TRUE(host.length.ge(5).always());
+  EXPECT_FALSE(device.length.ge(5).known().has_value());
+  for (const Sequences* s : {&host, &device}) {
+    const std::string form = s == &host ? "host" : "device";
+    EXPECT_TRUE(at::equal(last_tokens(*s, 2), at::tensor({3, 4, 11, 12}, at::kLong).view({2, 2})))
+        << form;
+    EXPECT_TRUE(at::equal(last_token(*s), at::tensor({4, 12}, at::kLong))) << form;
+    EXPECT_TRUE(at::equal(written_columns(*s).to(at::kLong),
+                          at::tensor({1, 1, 1, 1, 1, 0, 0, 0}, at::kLong)))
+        << form;
+    EXPECT_TRUE(
+        at::equal(flag_rows(s->length.eq(5), 2, buffer.options()), at::ones({2}, at::kBool)))
+        << form;
+    EXPECT_TRUE(at::equal(read_column(buffer, 1, s->length), at::tensor({5, 13}, at::kLong)))
+        << form;
+    // Generated columns 3 and 4 weigh 1, everything else 0 (or is not there).
+    const auto [ids, weight] = weighted_tokens(*s, 3, at::kFloat);
+    const at::Tensor counts = at::zeros({2, 16}).scatter_add_(1, ids, weight);
+    at::Tensor want = at::zeros({2, 16});
+    for (const auto& [r, c] : std::vector<std::pair<int, int>>{{0, 3}, {0, 4}, {1, 11}, {1, 12}})
+      want[r][c] = 1;
+    EXPECT_TRUE(at::equal(counts, want)) << form;
+    // Writing column 5, then the fill from column 6 on.
+    at::Tensor b = buffer.clone();
+    write_column(b, 1, s->length, at::tensor({-1, -2}, at::kLong));
+    fill_from(b, s->length.plus(1), -9);
+    EXPECT_TRUE(
+        at::equal(b.narrow(1, 5, 3), at::tensor({-1, -9, -9, -2, -9, -9}, at::kLong).view({2, 3})))
+        << form;
+    EXPECT_TRUE(at::equal(b.narrow(1, 0, 5), buffer.narrow(1, 0, 5))) << form;
+    // Length arithmetic as a scalar factor: (5 + 1) ** 2 and 2 ** (5 - 3).
+    EXPECT_TRUE(at::equal(s->length.power(2.0, 1).multiply(at::ones({2})), at::full({2}, 36.0f)))
+        << form;
+    EXPECT_TRUE(at::equal(s->length.exponential(2.0, -3).minus(1).divide(at::ones({2})),
+                          at::full({2}, 1.0f / 3)))
+        << form;
+  }
 }
 
 // On CUDA: the captured graph replays exactly what the uncaptured step computes, for every

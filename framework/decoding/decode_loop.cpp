@@ -1,0 +1,259 @@
+#include "framework/decoding/decode_loop.h"
+
+#include <ATen/ATen.h>
+
+#include "framework/model/causal_lm.h"
+#include "framework/util/clock.h"
+#include "framework/util/error.h"
+#include "framework/util/step_graph.h"
+
+namespace gengraph {
+namespace {
+
+// Hands the step's output tokens to `stream`, row r being sequence r % per_input of input
+// r / per_input (rows are laid out input by input).
+void emit(const TokenStream& stream, const StepDecision& d, int64_t per_input, int64_t step) {
+  const at::Tensor tokens = d.next_tokens.to(at::kCPU).contiguous();
+  // A streaming strategy that leaves `emitted` unset outputs every row's token.
+  const at::Tensor emitted = d.emitted.defined() ? d.emitted.to(at::kCPU).contiguous()
+                                                 : at::ones({tokens.numel()}, at::kBool);
+  const int64_t* t = tokens.data_ptr<int64_t>();
+  const bool* e = emitted.data_ptr<bool>();
+  for (int64_t r = 0; r < tokens.numel(); ++r) {
+    if (e[r]) stream(StreamedToken{r / per_input, r % per_input, t[r], step});
+  }
+}
+
+// NaN in the prompts' logits: weights that are finite (the load checks that) but whose forward
+// overflows, as a checkpoint from a diverged run or random weights drawn too wide do. Search over
+// NaN gives garbage without a word ([0] tokens, -nan scores); one read per generation says so.
+at::Tensor checked_prompt_logits(at::Tensor logits) {
+  if (at::isnan(logits).any().item<bool>()) {
+    throw Error(
+        "the model's logits for the prompts hold NaN values: its weights are finite but its "
+        "forward overflows (a checkpoint from a diverged run, or random weights drawn too wide: "
+        "a large initializer_range); the generated tokens would be garbage");
+  }
+  return logits;
+}
+
+// The logits as the parts read them: float32 (no operator when they already are).
+at::Tensor as_float(const at::Tensor& logits) {
+  return logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat);
+}
+
+}  // namespace
+
+LoopOptions::WholeStep parse_whole_step(const std::string& text, const std::string& where) {
+  if (text == "off" || text == "false") return LoopOptions::WholeStep::kOff;
+  if (text == "auto") return LoopOptions::WholeStep::kAuto;
+  if (text == "on" || text == "true") return LoopOptions::WholeStep::kOn;
+  throw Error(where + ": expected off, auto or on, found '" + text + "'");
+}
+
+std::string whole_step_name(LoopOptions::WholeStep w) {
+  switch (w) {
+    case LoopOptions::WholeStep::kOff:
+      return "off";
+    case LoopOptions::WholeStep::kAuto:
+      return "auto";
+    case LoopOptions::WholeStep::kOn:
+      return "on";
+  }
+  return "?";
+}
+
+std::string whole_step_blocker(const Pipeline& pipe, ForwardBackend& backend, bool streaming,
+                               const LoopOptions& options) {
+  if (streaming) {
+    return "streaming hands every token to the host as it is chosen (a device-to-host wait per "
+           "step)";
+  }
+  if (std::string why = pipe.strategy->whole_step_blocker(); !why.empty()) return why;
+  if (std::string why = pipe.processors.whole_step_blocker(); !why.empty()) return why;
+  if (std::string why = pipe.stopping.whole_step_blocker(); !why.empty()) return why;
+  if (backend.static_decode() == nullptr) {
+    return "backend '" + backend.name() +
+           "' has no static decode step (ForwardBackend::static_decode; cuda_graph has one)";
+  }
+  if (options.capture && !backend.model().device().is_cuda()) {
+    return "capturing the whole step needs the model on a CUDA device, found " +
+           backend.model().device().str() + " (loop option capture: false runs it uncaptured)";
+  }
+  return "";
+}
+
+}  // namespace gengraph
+
+namespace gengraph {
+
+DecodeLoop::DecodeLoop(ForwardBackend& backend, Pipeline pipe, int64_t rows, int64_t max_length,
+                       int64_t prompt_length, bool whole_step)
+    : backend_(&backend),
+      static_decode_(whole_step ? backend.static_decode() : nullptr),
+      rows_(rows),
+      max_length_(max_length),
+      prompt_length_(prompt_length),
+      per_input_(pipe.strategy->rows_per_input()),
+      pipe_(std::move(pipe)) {
+  const auto l = at::TensorOptions().dtype(at::kLong).device(backend.model().device());
+  seqs_.prompt_length = prompt_length;
+  if (whole_step && static_decode_ == nullptr) {
+    throw Error("internal: the whole step on a backend without a static decode step");
+  }
+  if (static_decode_ != nullptr) {  // the buffers a graph may be captured over
+    seqs_.buffer = at::empty({rows, max_length}, l);
+    seqs_.prompt_valid = at::empty({rows, prompt_length}, l.dtype(at::kBool));
+    written_ = at::zeros({}, l);
+    running_ = at::zeros({}, l.dtype(at::kBool));
+    live_steps_ = at::zeros({}, l);
+    buffers_ = static_decode_->buffers();
+  }
+}
+
+DecodeLoop::~DecodeLoop() = default;
+
+bool DecodeLoop::serves(ForwardBackend& b, int64_t rows, int64_t max_length,
+                        int64_t prompt_length) const {
+  if (static_decode_ == nullptr || &b != backend_ || rows != rows_ || max_length != max_length_ ||
+      prompt_length != prompt_length_) {
+    return false;
+  }
+  StaticDecode* sd = b.static_decode();
+  if (sd != static_decode_) return false;
+  const StaticDecodeBuffers now = sd->buffers();
+  return now.ids.data_ptr() == buffers_.ids.data_ptr() &&
+         now.positions.data_ptr() == buffers_.positions.data_ptr() &&
+         now.slot.data_ptr() == buffers_.slot.data_ptr() &&
+         now.parents.data_ptr() == buffers_.parents.data_ptr() &&
+         now.logits.data_ptr() == buffers_.logits.data_ptr();
+}
+
+void DecodeLoop::run(const std::vector<std::vector<int64_t>>& prompts, int64_t pad,
+                     const LoopOptions& options, const TokenStream& stream,
+                     const std::function<void()>& sync, GenerationTiming& timing,
+                     LoopReport& report) {
+  const bool whole = static_decode_ != nullptr;
+  const int64_t batch = static_cast<int64_t>(prompts.size()), len = prompt_length_;
+  const int64_t max_steps = max_length_ - len;
+  // The sequences laid out on the CPU and moved once: each prompt left-padded, then padding up to
+  // the capacity. The prefill reads the prompt columns, one row per input.
+  at::Tensor laid = at::full({batch, max_length_}, pad, at::kLong);
+  at::Tensor valid = at::zeros({batch, len}, at::kBool);
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t n = static_cast<int64_t>(prompts[i].size());
+    laid[i].narrow(0, len - n, n).copy_(at::tensor(prompts[i], at::kLong));
+    valid[i].narrow(0, len - n, n).fill_(true);
+  }
+  const auto device = backend_->model().device();
+  laid = laid.to(device);
+  const at::Tensor input_ids = laid.narrow(1, 0, len), input_valid = valid.to(device);
+  // Position ids as transformers 5 computes them from the attention mask (padding gets 0).
+  const at::Tensor input_positions =
+      input_valid.to(at::kLong).cumsum(1).sub_(1).masked_fill_(input_valid.logical_not(), 0);
+
+  // The whole step writes into the buffers a graph may have been captured over; the host loop
+  // takes the laid-out tensor as it is.
+  if (whole) {
+    seqs_.buffer.copy_(laid.repeat_interleave(per_input_, 0));
+    seqs_.prompt_valid.copy_(input_valid.repeat_interleave(per_input_, 0));
+    written_.fill_(len);
+    seqs_.length = Length(written_);
+  } else {
+    seqs_.buffer = per_input_ == 1 ? laid : laid.repeat_interleave(per_input_, 0);
+    seqs_.prompt_valid =
+        per_input_ == 1 ? input_valid : input_valid.repeat_interleave(per_input_, 0);
+    seqs_.length = Length(len);
+  }
+  SearchStrategy& strategy = *pipe_.strategy;
+  strategy.begin(seqs_);
+
+  const auto t0 = Clock::now();
+  const at::Tensor first = checked_prompt_logits(as_float(
+      backend_->prefill(StepInputs{input_ids, input_positions, input_valid, {}, per_input_})));
+  at::Tensor last_pos = input_positions.narrow(1, len - 1, 1);  // [batch, 1]
+  if (per_input_ > 1) last_pos = last_pos.repeat_interleave(per_input_, 0);
+
+  // The forward's inputs: the backend's static buffers in the whole step, tensors handed to
+  // decode() in the host loop.
+  const StaticDecodeBuffers& buf = buffers_;
+  at::Tensor next_ids, parents;
+  const at::Tensor one_valid = at::ones({rows_, 1}, input_valid.options());
+  if (whole) {
+    static_decode_->start();
+    buf.positions.copy_(last_pos);
+    running_.fill_(true);
+    live_steps_.zero_();
+  }
+  StepDecision last;
+  const auto decide = [&](const at::Tensor& logits) {
+    if (whole) live_steps_.add_(running_);
+    last = strategy.step(logits, pipe_.processors, seqs_, pipe_.stopping);
+    reorder_ = last.parent_rows.defined();
+    if (whole) {
+      buf.ids.copy_(last.next_tokens.unsqueeze(1));
+      if (reorder_) {
+        buf.parents.copy_(last.parent_rows);
+        buf.positions.copy_(buf.positions.index_select(0, last.parent_rows) + 1);
+      } else {
+        buf.positions.add_(1);
+      }
+      running_.copy_(last.running);
+    } else {
+      next_ids = last.next_tokens.unsqueeze(1);
+      parents = last.parent_rows;
+      last_pos = (reorder_ ? last_pos.index_select(0, parents) : last_pos) + 1;
+      running_ = last.running;
+    }
+  };
+  const auto step = [&] {
+    if (whole) {
+      static_decode_->run(reorder_);
+      buf.slot.add_(1);
+      decide(as_float(buf.logits));
+    } else {
+      decide(as_float(backend_->decode(StepInputs{next_ids, last_pos, one_valid, parents})));
+    }
+  };
+  // The host loop reads the flag before every step; the whole step before the first decode step
+  // and every sync_every-th one.
+  const int64_t sync_every = whole ? options.sync_every : 1;
+  const bool capture = whole && options.capture;
+
+  decide(first);
+  if (stream) emit(stream, last, per_input_, 0);
+  if (sync) sync();
+  timing.time_to_first_token_s = since(t0);
+  report.whole_step = whole;
+  int64_t run = 1;
+  for (; run < max_steps; ++run) {
+    if (run == 1 || run % sync_every == 0) {
+      ++report.flag_reads;
+      if (!running_.item<bool>()) break;
+    }
+    // In the first generation of a shape the first decode step runs uncaptured (it creates what
+    // the parts make on first use), the graph records the second and replays from then on; later
+    // generations of the shape replay it from the first decode step.
+    if (capture && (run >= 2 || graph_)) {
+      if (!graph_) {
+        const auto c0 = Clock::now();
+        auto graph = std::make_unique<StepGraph>(device);
+        graph->capture(step);
+        graph_ = std::move(graph);
+        report.capture_s = since(c0);
+      }
+      report.captured = true;
+      graph_->replay();
+    } else {
+      step();
+      if (stream) emit(stream, last, per_input_, run);
+    }
+  }
+  if (sync) sync();
+  timing.total_s = since(t0);
+  report.steps_run = run;
+  // Decisions made while the strategy ran: every one in the host loop, which stops at once.
+  timing.steps = whole ? live_steps_.item<int64_t>() : run;
+}
+
+}  // namespace gengraph
