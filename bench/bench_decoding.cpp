@@ -77,8 +77,8 @@ Sequences history(int64_t rows, int64_t vocab, int64_t generated, int64_t capaci
   return s;
 }
 
-ProcessorContext processor_context(int64_t vocab) {
-  ProcessorContext ctx;
+PartContext processor_context(int64_t vocab) {
+  PartContext ctx;
   ctx.vocab_size = vocab;
   ctx.eos = {kEos};
   ctx.max_length = kPrompt + kGenerated + 1;  // forced_eos fires on this history
@@ -122,19 +122,19 @@ const std::map<std::string, Json>& processor_params() {
   return kParams;
 }
 
-using BuildChain = std::function<void(ProcessorChain&, const ProcessorContext&)>;
+using BuildChain = std::function<void(ProcessorChain&, const PartContext&)>;
 
 BuildChain single_processor(const std::string& name) {
   const auto it = processor_params().find(name);
   const Json params = it == processor_params().end() ? Json::object() : it->second;
-  return [name, params](ProcessorChain& chain, const ProcessorContext& ctx) {
+  return [name, params](ProcessorChain& chain, const PartContext& ctx) {
     add_processors_from_list(chain, {PartSpec{name, params}}, ctx);
   };
 }
 
 // The chain transformers builds for do_sample with temperature, top_k, top_p and a repetition
 // penalty: repetition_penalty, temperature, top_k, top_p.
-void sampling_chain(ProcessorChain& chain, const ProcessorContext& ctx) {
+void sampling_chain(ProcessorChain& chain, const PartContext& ctx) {
   GenerationConfig c;
   c.do_sample = true;
   c.temperature = 0.7;
@@ -198,7 +198,7 @@ StrategyRun begin_strategy(const StrategyCase& c, int64_t rows, int64_t vocab) {
   g.max_new_tokens = kMaxNew;
   StrategyRun run;
   run.max_length = kPrompt + kMaxNew;
-  run.pipeline = build_pipeline(g, PipelineShape{run.max_length, kPrompt, vocab});
+  run.pipeline = build_pipeline(g, run.max_length, kPrompt, vocab);
   run.seqs = history(rows, vocab, 0, run.max_length);
   run.pipeline.strategy->begin(run.seqs);
   return run;

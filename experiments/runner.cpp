@@ -160,7 +160,7 @@ void check_runnable(const ExperimentConfig& c) {
     max_length = check_prompts(mc, g, prompts);
     for (const auto& p : prompts)
       prompt_length = std::max<int64_t>(prompt_length, static_cast<int64_t>(p.size()));
-    build_pipeline(g, PipelineShape{max_length, prompt_length, mc.vocab_size});
+    build_pipeline(g, max_length, prompt_length, mc.vocab_size);
   } catch (const Error& e) {
     throw in_file(e);
   }

@@ -16,8 +16,8 @@ namespace gengraph {
 namespace {
 
 using Json = nlohmann::json;
-using FromSettings = std::function<std::unique_ptr<LogitsProcessor>(const GenerationConfig&,
-                                                                    const ProcessorContext&)>;
+using FromSettings =
+    std::function<std::unique_ptr<LogitsProcessor>(const GenerationConfig&, const PartContext&)>;
 
 // A built-in processor: its GenerationConfig keys, when the settings enable it, how it is built
 // from them. Its list parameters are those keys (and min_tokens_to_keep).
@@ -72,8 +72,8 @@ ProcessorInfo processor_info(Entry e) {
   info.check_params = [keys = e.keys](const Json& params) {
     settings_of(keys, params, {}, nullptr);
   };
-  info.create = [keys = e.keys, build = e.build](const Json& params, const ProcessorContext& ctx) {
-    ProcessorContext x = ctx;
+  info.create = [keys = e.keys, build = e.build](const Json& params, const PartContext& ctx) {
+    PartContext x = ctx;
     return build(settings_of(keys, params, ctx.eos, &x.min_tokens_to_keep), x);
   };
   return info;
@@ -216,7 +216,7 @@ void register_builtin_stopping(Registry<StoppingCriterionInfo>& registry) {
   const auto add = [&](std::string name, std::string description,
                        std::function<bool(const GenerationConfig&)> enabled,
                        std::function<std::unique_ptr<StoppingCriterion>(const GenerationConfig&,
-                                                                        const DecodingContext&)>
+                                                                        const PartContext&)>
                            build,
                        std::vector<std::string> keys) {
     StoppingCriterionInfo info;
@@ -226,7 +226,7 @@ void register_builtin_stopping(Registry<StoppingCriterionInfo>& registry) {
     info.enabled = std::move(enabled);
     info.from_settings = build;
     info.check_params = [keys](const Json& params) { settings_of(keys, params, {}, nullptr); };
-    info.create = [keys, build](const Json& params, const DecodingContext& ctx) {
+    info.create = [keys, build](const Json& params, const PartContext& ctx) {
       GenerationConfig c = settings_of(keys, params, ctx.eos, nullptr);
       return build(c, ctx);
     };
@@ -235,14 +235,14 @@ void register_builtin_stopping(Registry<StoppingCriterionInfo>& registry) {
   add(
       "max_length", "every row stops at the resolved total length (always on)",
       [](const GenerationConfig&) { return true; },
-      [](const GenerationConfig&, const DecodingContext& x) {
+      [](const GenerationConfig&, const PartContext& x) {
         return std::make_unique<MaxLengthCriterion>(x.max_length);
       },
       {});
   add(
       "max_time", "every row stops once max_time seconds have passed",
       [](const GenerationConfig& c) { return c.max_time.has_value(); },
-      [](const GenerationConfig& c, const DecodingContext&) {
+      [](const GenerationConfig& c, const PartContext&) {
         if (!c.max_time) throw Error("max_time: needs max_time");
         return std::make_unique<MaxTimeCriterion>(*c.max_time);
       },
@@ -250,7 +250,7 @@ void register_builtin_stopping(Registry<StoppingCriterionInfo>& registry) {
   add(
       "stop_sequences", "a row stops when its tokens end with one of the stop sequences",
       [](const GenerationConfig& c) { return !c.stop_sequences.empty(); },
-      [](const GenerationConfig& c, const DecodingContext&) {
+      [](const GenerationConfig& c, const PartContext&) {
         if (c.stop_sequences.empty()) throw Error("stop_sequences: needs stop_sequences");
         return std::make_unique<StopSequencesCriterion>(c.stop_sequences);
       },
@@ -258,7 +258,7 @@ void register_builtin_stopping(Registry<StoppingCriterionInfo>& registry) {
   add(
       "eos", "a row stops at an EOS id",
       [](const GenerationConfig& c) { return !c.eos_token_id.empty(); },
-      [](const GenerationConfig& c, const DecodingContext&) {
+      [](const GenerationConfig& c, const PartContext&) {
         if (c.eos_token_id.empty()) throw Error("eos: needs eos_token_id");
         return std::make_unique<EosCriterion>(c.eos_token_id);
       },
@@ -267,7 +267,7 @@ void register_builtin_stopping(Registry<StoppingCriterionInfo>& registry) {
 
 namespace {
 
-BeamSearchOptions beam_options(const GenerationConfig& c, const DecodingContext& x) {
+BeamSearchOptions beam_options(const GenerationConfig& c, const PartContext& x) {
   BeamSearchOptions beams;
   beams.num_beams = c.num_beams;
   beams.length_penalty = c.length_penalty;
@@ -294,7 +294,7 @@ void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
                        std::function<bool(const GenerationConfig&)> enabled,
                        std::function<int64_t(const GenerationConfig&)> rows,
                        std::function<std::unique_ptr<SearchStrategy>(const GenerationConfig&,
-                                                                     const DecodingContext&)>
+                                                                     const PartContext&)>
                            build) {
     SearchStrategyInfo info;
     info.name = std::move(name);
@@ -303,8 +303,9 @@ void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
     info.enabled = std::move(enabled);
     info.rows_per_input = [rows](const GenerationConfig& c, const Json&) { return rows(c); };
     info.check_params = no_params;
-    info.create = [build](const GenerationConfig& c, const Json&, const DecodingContext& x) {
-      return build(c, x);
+    info.create = [build](const Json&, const PartContext& x) {
+      if (x.config == nullptr) throw Error("internal: a strategy built without its settings");
+      return build(*x.config, x);
     };
     registry.add(std::move(info));
   };
@@ -314,7 +315,7 @@ void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
       {"num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "early_stopping",
        "num_return_sequences"},
       [](const GenerationConfig& c) { return c.num_beam_groups > 1; }, beams,
-      [](const GenerationConfig& c, const DecodingContext& x) -> std::unique_ptr<SearchStrategy> {
+      [](const GenerationConfig& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
         GroupBeamSearchOptions o;
         static_cast<BeamSearchOptions&>(o) = beam_options(c, x);
         o.num_beam_groups = c.num_beam_groups;
@@ -338,20 +339,20 @@ void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
       "beam_search", "beam search, or beam sampling with do_sample (num_beams > 1)",
       {"num_beams", "length_penalty", "early_stopping", "num_return_sequences", "do_sample"},
       [](const GenerationConfig& c) { return c.num_beams > 1; }, beams,
-      [](const GenerationConfig& c, const DecodingContext& x) -> std::unique_ptr<SearchStrategy> {
+      [](const GenerationConfig& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
         return std::make_unique<BeamSearch>(beam_options(c, x));
       });
   add(
       "sample", "multinomial sampling (do_sample), num_return_sequences per input",
       {"do_sample", "num_return_sequences"}, [](const GenerationConfig& c) { return c.do_sample; },
       [](const GenerationConfig& c) { return c.num_return_sequences; },
-      [](const GenerationConfig& c, const DecodingContext& x) -> std::unique_ptr<SearchStrategy> {
+      [](const GenerationConfig& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
         return std::make_unique<SampleSearch>(x.finished_pad, c.num_return_sequences);
       });
   add(
       "greedy", "greedy search (the default)", {}, [](const GenerationConfig&) { return true; },
       [](const GenerationConfig&) { return int64_t{1}; },
-      [](const GenerationConfig&, const DecodingContext& x) -> std::unique_ptr<SearchStrategy> {
+      [](const GenerationConfig&, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
         return std::make_unique<GreedySearch>(x.finished_pad);
       });
 }

@@ -326,6 +326,27 @@ void GenerationConfig::validate() const {
         "...); set those inside the list, not beside it");
   }
   check_registered_parts(*this);
+  for (size_t i = 0; i < processor_objects.size(); ++i) {
+    if (!processor_objects[i]) invalid("'processor_objects[" + std::to_string(i) + "]' is null");
+  }
+  for (size_t i = 0; i < stopping_objects.size(); ++i) {
+    if (!stopping_objects[i]) invalid("'stopping_objects[" + std::to_string(i) + "]' is null");
+  }
+  if (strategy_object) {
+    if (strategy) {
+      invalid(
+          "'strategy' names a registered strategy and a strategy object was passed too; "
+          "give one");
+    }
+    const int64_t rows = strategy_object->rows_per_input();
+    if ((num_beams > 1 || num_return_sequences > 1) &&
+        rows != std::max(num_beams, num_return_sequences)) {
+      invalid("the strategy object '" + strategy_object->name() + "' uses " + std::to_string(rows) +
+              " row(s) per input, but num_beams is " + beams + " and num_return_sequences " +
+              std::to_string(num_return_sequences) +
+              "; those settings apply to the built-in strategies only");
+    }
+  }
   // Without an EOS id there is nothing for these to suppress; transformers drops them silently.
   if (eos_token_id.empty() && min_length > 0) invalid("'min_length' needs an 'eos_token_id'");
   if (eos_token_id.empty() && min_new_tokens.value_or(0) > 0) {
@@ -445,6 +466,16 @@ Json GenerationConfig::to_json() const {
     for (const auto& p : stopping_criteria) j["stopping_criteria"].push_back(component(p));
   }
   if (strategy) j["strategy"] = component(*strategy);
+  // Objects the caller built: their names (what they hold is the caller's).
+  if (!processor_objects.empty()) {
+    j["processor_objects"] = Json::array();
+    for (const auto& p : processor_objects) j["processor_objects"].push_back(p->name());
+  }
+  if (!stopping_objects.empty()) {
+    j["stopping_objects"] = Json::array();
+    for (const auto& p : stopping_objects) j["stopping_objects"].push_back(p->name());
+  }
+  if (strategy_object) j["strategy_object"] = strategy_object->name();
   j["eos_token_id"] = eos_token_id;
   j["pad_token_id"] = opt(pad_token_id);
   j["bos_token_id"] = opt(bos_token_id);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -12,6 +13,10 @@
 #include <vector>
 
 namespace gengraph {
+
+class LogitsProcessor;
+class StoppingCriterion;
+class SearchStrategy;
 
 enum class EarlyStopping { kFalse, kTrue, kNever };
 
@@ -76,6 +81,15 @@ struct GenerationConfig {
   // registered search strategy, replacing the one the settings above would select.
   std::vector<PartSpec> stopping_criteria;
   std::optional<PartSpec> strategy;
+
+  // Parts the caller built, used as they are (as llama.cpp's sampler chain and CTranslate2's
+  // logits_processors take objects): processors after the chain the settings or `processors`
+  // build, criteria beside the others, a strategy instead of the one the settings select. They
+  // are kept from generation to generation (a strategy's begin() starts each afresh) and are not
+  // thread-safe. Only C++ callers can set them; to_json() records their names.
+  std::vector<std::shared_ptr<LogitsProcessor>> processor_objects;
+  std::vector<std::shared_ptr<StoppingCriterion>> stopping_objects;
+  std::shared_ptr<SearchStrategy> strategy_object;
 
   // Special tokens.
   std::vector<int64_t> eos_token_id;

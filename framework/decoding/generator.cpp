@@ -81,7 +81,7 @@ GenerationResult Generator::generate(ForwardBackend& backend,
     prompt_len = std::max<int64_t>(prompt_len, static_cast<int64_t>(p.size()));
   const int64_t max_length = check_prompts(mc, config_, prompts);
 
-  Pipeline pipe = build_pipeline(config_, PipelineShape{max_length, prompt_len, mc.vocab_size});
+  Pipeline pipe = build_pipeline(config_, max_length, prompt_len, mc.vocab_size);
   const int64_t batch = static_cast<int64_t>(prompts.size());
   const int64_t per_input = pipe.strategy->rows_per_input();
   const int64_t rows = batch * per_input;

@@ -24,13 +24,14 @@ const SearchStrategyInfo& strategy_info(const GenerationConfig& c) {
 }  // namespace
 
 int64_t rows_per_input(const GenerationConfig& c) {
+  if (c.strategy_object) return c.strategy_object->rows_per_input();
   const auto& info = strategy_info(c);
   const nlohmann::json params = c.strategy ? c.strategy->params : nlohmann::json::object();
   return info.rows_per_input ? info.rows_per_input(c, params) : 1;
 }
 
 void add_processors_from_config(ProcessorChain& chain, const GenerationConfig& c,
-                                const ProcessorContext& x) {
+                                const PartContext& x) {
   for (const auto& info : processor_registry().all()) {
     if (!info.enabled || !info.from_settings || (info.warper && !c.do_sample)) continue;
     if (info.enabled(c)) chain.add(info.from_settings(c, x));
@@ -38,7 +39,7 @@ void add_processors_from_config(ProcessorChain& chain, const GenerationConfig& c
 }
 
 void add_processors_from_list(ProcessorChain& chain, const std::vector<PartSpec>& specs,
-                              const ProcessorContext& ctx) {
+                              const PartContext& ctx) {
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto& spec = specs[i];
     try {
@@ -52,53 +53,58 @@ void add_processors_from_list(ProcessorChain& chain, const std::vector<PartSpec>
   }
 }
 
-Pipeline build_pipeline(const GenerationConfig& c, const PipelineShape& shape) {
+Pipeline build_pipeline(const GenerationConfig& c, int64_t max_length, int64_t prompt_length,
+                        int64_t vocab_size) {
   Pipeline p;
   const int64_t n_eos = static_cast<int64_t>(c.eos_token_id.size());
-  ProcessorContext ctx;
-  ctx.vocab_size = shape.vocab_size;
+  PartContext ctx;
+  ctx.vocab_size = vocab_size;
+  ctx.max_length = max_length;
+  ctx.prompt_length = prompt_length;
   ctx.eos = c.eos_token_id;
-  ctx.max_length = shape.max_length;
-  ctx.prompt_length = shape.prompt_length;
+  ctx.pad_token = effective_pad_token(c);
+  // Finished rows receive padding only when something (EOS, stop sequences) can finish them early.
+  if (!c.eos_token_id.empty() || !c.stop_sequences.empty() || !c.stopping_criteria.empty() ||
+      !c.stopping_objects.empty()) {
+    ctx.finished_pad = ctx.pad_token;
+  }
   ctx.min_tokens_to_keep = (c.do_sample && c.num_beams > 1) ? std::max<int64_t>(2, n_eos + 1) : 1;
+  ctx.config = &c;
+  ctx.processors = &p.processors;
   if (c.processors.empty()) {
     add_processors_from_config(p.processors, c, ctx);
   } else {
     add_processors_from_list(p.processors, c.processors, ctx);
   }
+  for (const auto& object : c.processor_objects) p.processors.add(object);
 
-  DecodingContext dc;
-  dc.vocab_size = shape.vocab_size;
-  dc.max_length = shape.max_length;
-  dc.prompt_length = shape.prompt_length;
-  dc.eos = c.eos_token_id;
-  dc.pad_token = effective_pad_token(c);
-  // Finished rows receive padding only when something (EOS, stop sequences) can finish them early.
-  if (!c.eos_token_id.empty() || !c.stop_sequences.empty() || !c.stopping_criteria.empty()) {
-    dc.finished_pad = dc.pad_token;
-  }
-  dc.processors = &p.processors;
   for (const auto& info : stopping_registry().all()) {
     if (info.enabled && info.from_settings && info.enabled(c))
-      p.stopping.add(info.from_settings(c, dc));
+      p.stopping.add(info.from_settings(c, ctx));
   }
   for (size_t i = 0; i < c.stopping_criteria.size(); ++i) {
     const auto& spec = c.stopping_criteria[i];
     try {
       const auto& info = stopping_registry().get(spec.name);
       if (info.check_params) info.check_params(spec.params);
-      p.stopping.add(info.create(spec.params, dc));
+      p.stopping.add(info.create(spec.params, ctx));
     } catch (const Error& e) {
       throw Error("generation.stopping_criteria[" + std::to_string(i) + "] '" + spec.name +
                   "': " + e.what());
     }
   }
 
+  for (const auto& object : c.stopping_objects) p.stopping.add(object);
+
+  if (c.strategy_object) {
+    p.strategy = c.strategy_object;
+    return p;
+  }
   const SearchStrategyInfo& info = strategy_info(c);
   const nlohmann::json params = c.strategy ? c.strategy->params : nlohmann::json::object();
   try {
     if (info.check_params) info.check_params(params);
-    p.strategy = info.create(c, params, dc);
+    p.strategy = info.create(params, ctx);
   } catch (const Error& e) {
     throw Error("generation.strategy '" + info.name + "': " + e.what());
   }

@@ -1,7 +1,8 @@
 // The one place where a GenerationConfig becomes objects: one ordered walk over the registries
 // (framework/decoding/registry.h), where gengraph's own parts come first: the processors the
 // settings enable (in transformers' order) or an explicit list, the stopping criteria the settings
-// enable and those listed, and the strategy named or the first the settings enable.
+// enable and those listed, and the strategy named or the first the settings enable; then the part
+// objects the caller passed (GenerationConfig::processor_objects, ...).
 #pragma once
 
 #include <memory>
@@ -17,24 +18,20 @@ namespace gengraph {
 struct Pipeline {
   ProcessorChain processors;
   StoppingCriteria stopping;
-  std::unique_ptr<SearchStrategy> strategy;
+  std::shared_ptr<SearchStrategy> strategy;  // built here, or the caller's strategy_object
 };
 
-struct PipelineShape {
-  int64_t max_length = 0;     // resolved total length (padded prompt + new tokens)
-  int64_t prompt_length = 0;  // padded
-  int64_t vocab_size = 0;
-};
-
-Pipeline build_pipeline(const GenerationConfig& config, const PipelineShape& shape);
+// `max_length`: the resolved total length (padded prompt + new tokens); `prompt_length` padded.
+Pipeline build_pipeline(const GenerationConfig& config, int64_t max_length, int64_t prompt_length,
+                        int64_t vocab_size);
 
 // The processors the settings enable, in registration order (transformers' for the built-ins;
 // warpers only when sampling).
 void add_processors_from_config(ProcessorChain& chain, const GenerationConfig& config,
-                                const ProcessorContext& ctx);
+                                const PartContext& ctx);
 // An explicit list, in the given order; errors name the entry ("generation.processors[i] 'x'").
 void add_processors_from_list(ProcessorChain& chain, const std::vector<PartSpec>& specs,
-                              const ProcessorContext& ctx);
+                              const PartContext& ctx);
 
 // Rows per input prompt the configured strategy uses (num_beams, or num_return_sequences when
 // sampling), known before the pipeline is built.

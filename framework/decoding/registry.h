@@ -28,18 +28,9 @@
 
 namespace gengraph {
 
-// What processors may depend on beyond their own parameters; known once the prompt is laid out.
-struct ProcessorContext {
-  int64_t vocab_size = 0;
-  std::vector<int64_t> eos;        // the generation's EOS ids
-  int64_t max_length = 0;          // resolved total length (forced_eos fires at max_length - 1)
-  int64_t prompt_length = 0;       // padded prompt length
-  int64_t min_tokens_to_keep = 1;  // 1; for beam sampling n_eos + 1 (at least 2), as transformers
-};
-
-// What a stopping criterion or a strategy may depend on beyond its parameters; known once the
-// prompt is laid out.
-struct DecodingContext {
+// What a part may depend on beyond its own parameters; known once the prompt is laid out. One
+// context for every kind of part.
+struct PartContext {
   int64_t vocab_size = 0;
   int64_t max_length = 0;     // resolved total length (padded prompt + new tokens)
   int64_t prompt_length = 0;  // padded
@@ -48,57 +39,47 @@ struct DecodingContext {
   // The token a finished row receives (rowwise strategies), when something can finish a row early
   // (EOS or stop sequences); unset when rows only stop at max_length.
   std::optional<int64_t> finished_pad;
+  int64_t min_tokens_to_keep = 1;  // warpers: 1; for beam sampling n_eos + 1 (at least 2)
+  // The resolved settings, which a strategy reads as it honours them (temperature, num_beams).
+  const GenerationConfig* config = nullptr;
   // The pipeline's processor chain, for a strategy that works with a processor of its own (diverse
   // beam search inserts its Hamming-diversity processor); null when checking parameters only.
   ProcessorChain* processors = nullptr;
 };
+// Earlier names of PartContext (one served processors, the other criteria and strategies).
+using ProcessorContext [[deprecated("use gengraph::PartContext")]] = PartContext;
+using DecodingContext [[deprecated("use gengraph::PartContext")]] = PartContext;
 
-// What every part has: a name, a description, and an optional check of its parameters (throws
-// Error when they are wrong, so a config is refused before any model load). Built-in and
-// registered parts are the same kind of entry: a part may also say which GenerationConfig keys it
-// reads (`keys`: then a list entry's parameters are those keys) and when the settings alone
-// enable it (`enabled`: the built-ins, which the pipeline walks in registration order).
+// A registered part of kind `Part` (LogitsProcessor, StoppingCriterion, SearchStrategy): a name,
+// a description, an optional check of its parameters (throws Error when they are wrong, so a
+// config is refused before any model load), and how it is built. Built-in and registered parts
+// are the same kind of entry: a part may also say which GenerationConfig keys it reads (`keys`:
+// then a list entry's parameters are those keys) and when the settings alone enable it
+// (`enabled`: the built-ins, which the pipeline walks in registration order).
+template <typename Part>
 struct PartInfo {
   std::string name;
   std::string description;
   std::function<void(const nlohmann::json& params)> check_params;
   std::vector<std::string> keys;
   std::function<bool(const GenerationConfig& config)> enabled;
-};
-
-struct ProcessorInfo : PartInfo {
-  // From a list entry's parameters.
-  std::function<std::unique_ptr<LogitsProcessor>(const nlohmann::json& params,
-                                                 const ProcessorContext& context)>
+  // From a list entry's parameters (a strategy: its parameters, with the settings in
+  // context.config).
+  std::function<std::unique_ptr<Part>(const nlohmann::json& params, const PartContext& context)>
       create;
-  // From the settings, for the chain built when no list is given (with `enabled`).
-  std::function<std::unique_ptr<LogitsProcessor>(const GenerationConfig& config,
-                                                 const ProcessorContext& context)>
+  // From the settings alone (with `enabled`): the chain built when no processor list is given,
+  // the criteria max_length, max_time, stop_sequences and eos.
+  std::function<std::unique_ptr<Part>(const GenerationConfig& config, const PartContext& context)>
       from_settings;
-  bool warper = false;  // in that chain only when sampling (do_sample)
-};
-
-struct StoppingCriterionInfo : PartInfo {
-  std::function<std::unique_ptr<StoppingCriterion>(const nlohmann::json& params,
-                                                   const DecodingContext& context)>
-      create;
-  // From the settings (with `enabled`): max_length, max_time, stop_sequences, eos.
-  std::function<std::unique_ptr<StoppingCriterion>(const GenerationConfig& config,
-                                                   const DecodingContext& context)>
-      from_settings;
-};
-
-struct SearchStrategyInfo : PartInfo {
-  // Rows per input prompt, known before the strategy is built (default: 1).
+  // Processors: in the settings' chain only when sampling (do_sample).
+  bool warper = false;
+  // Strategies: rows per input prompt, known before the strategy is built (default: 1).
   std::function<int64_t(const GenerationConfig& config, const nlohmann::json& params)>
       rows_per_input;
-  // The strategy reads whatever settings it honours from `config` (temperature, num_beams, ...).
-  // Without `generation.strategy`, the first registered strategy whose `enabled` says yes is built
-  // with empty parameters (group beam search, beam search, sampling, greedy).
-  std::function<std::unique_ptr<SearchStrategy>(
-      const GenerationConfig& config, const nlohmann::json& params, const DecodingContext& context)>
-      create;
 };
+using ProcessorInfo = PartInfo<LogitsProcessor>;
+using StoppingCriterionInfo = PartInfo<StoppingCriterion>;
+using SearchStrategyInfo = PartInfo<SearchStrategy>;
 
 // Parts by name, in registration order. `kind` names them in errors ("logits processor", ...).
 // Each registry registers gengraph's built-in parts when it is first used; parts from elsewhere

@@ -103,7 +103,7 @@ void register_decoding_parts() {
     if (int_param(p, "last", -1, 0) < int_param(p, "first", -1, 0))
       throw Error("'last' must not be below 'first'");
   };
-  ban.create = [](const Json& p, const gengraph::ProcessorContext&) {
+  ban.create = [](const Json& p, const gengraph::PartContext&) {
     return std::make_unique<BanTokenRange>(int_param(p, "first", -1, 0),
                                            int_param(p, "last", -1, 0));
   };
@@ -116,7 +116,7 @@ void register_decoding_parts() {
     only_keys(p, {"n"});
     int_param(p, "n", 2, 1);
   };
-  repeat.create = [](const Json& p, const gengraph::DecodingContext&) {
+  repeat.create = [](const Json& p, const gengraph::PartContext&) {
     return std::make_unique<StopOnRepeat>(int_param(p, "n", 2, 1));
   };
   gengraph::stopping_registry().add(std::move(repeat));
@@ -125,8 +125,7 @@ void register_decoding_parts() {
   eps.name = "epsilon_greedy";
   eps.description = "argmax, or with probability epsilon a draw from the softmax";
   eps.check_params = [](const Json& p) { epsilon_of(p); };
-  eps.create = [](const gengraph::GenerationConfig&, const Json& p,
-                  const gengraph::DecodingContext& ctx) {
+  eps.create = [](const Json& p, const gengraph::PartContext& ctx) {
     return std::make_unique<EpsilonGreedy>(ctx.finished_pad, epsilon_of(p));
   };
   gengraph::strategy_registry().add(std::move(eps));

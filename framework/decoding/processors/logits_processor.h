@@ -28,8 +28,9 @@ class LogitsProcessor {
 
 class ProcessorChain final : public LogitsProcessor {
  public:
-  void add(std::unique_ptr<LogitsProcessor> p) { members_.push_back(std::move(p)); }
-  void insert(size_t index, std::unique_ptr<LogitsProcessor> p) {
+  // A member built here or handed in by the caller (shared: the caller may keep it).
+  void add(std::shared_ptr<LogitsProcessor> p) { members_.push_back(std::move(p)); }
+  void insert(size_t index, std::shared_ptr<LogitsProcessor> p) {
     members_.insert(members_.begin() + static_cast<std::ptrdiff_t>(index), std::move(p));
   }
   std::string name() const override;
@@ -47,7 +48,7 @@ class ProcessorChain final : public LogitsProcessor {
   const std::vector<double>& member_seconds() const { return seconds_; }
 
  private:
-  std::vector<std::unique_ptr<LogitsProcessor>> members_;
+  std::vector<std::shared_ptr<LogitsProcessor>> members_;
   bool timing_ = false;
   mutable std::vector<double> seconds_;
 };

@@ -90,7 +90,7 @@ class StopSequencesCriterion final : public StoppingCriterion {
 
 class StoppingCriteria {
  public:
-  void add(std::unique_ptr<StoppingCriterion> c) { members_.push_back(std::move(c)); }
+  void add(std::shared_ptr<StoppingCriterion> c) { members_.push_back(std::move(c)); }
   // -> [rows] bool: any member says stop
   at::Tensor should_stop(const Sequences& seqs) const;
   bool has(const std::string& name) const;
@@ -98,7 +98,7 @@ class StoppingCriteria {
   size_t size() const { return members_.size(); }
 
  private:
-  std::vector<std::unique_ptr<StoppingCriterion>> members_;
+  std::vector<std::shared_ptr<StoppingCriterion>> members_;
 };
 
 }  // namespace gengraph

@@ -229,7 +229,7 @@ GenerationConfig sampling() {
 }
 
 std::vector<std::string> chain_names(const GenerationConfig& c) {
-  Pipeline p = build_pipeline(c, PipelineShape{20, 5, 100});
+  Pipeline p = build_pipeline(c, 20, 5, 100);
   std::vector<std::string> out;
   for (size_t i = 0; i < p.processors.size(); ++i) out.push_back(p.processors.at(i).name());
   return out;

@@ -65,20 +65,20 @@ void register_test_parts() {
   p.check_params = [](const Json& params) {
     if (!params.contains("token")) throw Error("parameter 'token' is required");
   };
-  p.create = [](const Json& params, const ProcessorContext&) {
+  p.create = [](const Json& params, const PartContext&) {
     return std::make_unique<AddToToken>(params.at("token").get<int64_t>(),
                                         params.value("bias", 100.0));
   };
   processor_registry().add(p);
   StoppingCriterionInfo s;
   s.name = "test_stop_after";
-  s.create = [](const Json& params, const DecodingContext& ctx) {
+  s.create = [](const Json& params, const PartContext& ctx) {
     return std::make_unique<StopAfter>(ctx.prompt_length, params.value("tokens", int64_t{1}));
   };
   stopping_registry().add(s);
   SearchStrategyInfo g;
   g.name = "test_argmin";
-  g.create = [](const GenerationConfig&, const Json&, const DecodingContext& ctx) {
+  g.create = [](const Json&, const PartContext& ctx) {
     return std::make_unique<Argmin>(ctx.finished_pad);
   };
   strategy_registry().add(g);
@@ -95,10 +95,59 @@ struct Fixture {
     GenerationConfig c;
     for (auto it = settings.begin(); it != settings.end(); ++it)
       apply_generation_key(c, it.key(), it.value(), "test");
+    return run(c);
+  }
+  std::vector<int64_t> run(const GenerationConfig& c) {
     testing::FixedLogitsBackend backend(model, logits);
     return Generator(c).generate(backend, {{1, 2, 3}}).outputs.at(0).at(0).tokens;
   }
 };
+
+// Parts the caller built, passed as objects beside (or instead of) the ones the settings name,
+// and kept from one generation to the next.
+TEST(Registry, CallersPassPartObjects) {
+  register_test_parts();
+  Fixture f;
+  const int64_t best = f.logits[0].argmax().item<int64_t>();
+  const int64_t worst = f.logits[0].argmin().item<int64_t>();
+  GenerationConfig c;
+  c.max_new_tokens = 5;
+  c.processor_objects = {std::make_shared<AddToToken>(7, 100.0)};
+  c.stopping_objects = {std::make_shared<StopAfter>(3, 2)};  // the prompt is 3 tokens
+  EXPECT_EQ(f.run(c), std::vector<int64_t>(2, 7));
+  EXPECT_EQ(f.run(c), std::vector<int64_t>(2, 7));  // the same objects, a second generation
+  // After the chain the settings build: the settings' processor and the object both apply.
+  c.processors = {PartSpec{"test_add_to_token", {{"token", 9}, {"bias", 50.0}}}};
+  EXPECT_EQ(f.run(c), std::vector<int64_t>(2, 7));
+  c.processor_objects.push_back(std::make_shared<AddToToken>(9, 100.0));
+  EXPECT_EQ(f.run(c), std::vector<int64_t>(2, 9));
+  // A strategy object replaces the one the settings select.
+  GenerationConfig s;
+  s.max_new_tokens = 3;
+  s.strategy_object = std::make_shared<Argmin>(std::nullopt);
+  EXPECT_EQ(f.run(s), std::vector<int64_t>(3, worst));
+  EXPECT_EQ(f.run(GenerationConfig{}).front(), best);
+  const Json j = c.to_json();
+  EXPECT_EQ(j.at("processor_objects"), Json::array({"test_add_to_token", "test_add_to_token"}));
+  EXPECT_EQ(j.at("stopping_objects"), Json::array({"test_stop_after"}));
+  EXPECT_EQ(s.to_json().at("strategy_object"), "test_argmin");
+
+  GenerationConfig bad;
+  bad.processor_objects = {nullptr};
+  EXPECT_THAT(error_of([&] { bad.validate(); }), HasSubstr("'processor_objects[0]' is null"));
+  bad.processor_objects.clear();
+  bad.stopping_objects = {nullptr};
+  EXPECT_THAT(error_of([&] { bad.validate(); }), HasSubstr("'stopping_objects[0]' is null"));
+  GenerationConfig both = s;
+  both.strategy = PartSpec{"test_argmin", Json::object()};
+  EXPECT_THAT(error_of([&] { both.validate(); }),
+              HasSubstr("a strategy object was passed too; give one"));
+  GenerationConfig beams = s;
+  beams.num_beams = 2;
+  EXPECT_THAT(error_of([&] { beams.validate(); }),
+              HasSubstr("the strategy object 'test_argmin' uses 1 row(s) per input, but num_beams "
+                        "is 2"));
+}
 
 TEST(Registry, RegisteredPartsAreSelectedByName) {
   register_test_parts();
@@ -134,16 +183,12 @@ TEST(Registry, UnknownDuplicateAndBuiltinNamesAreRefused) {
               HasSubstr("'stopping_criteria': expected a list of {name: ..., <parameters>}"));
   SearchStrategyInfo again;
   again.name = "test_argmin";
-  again.create = [](const GenerationConfig&, const Json&, const DecodingContext&) {
-    return std::unique_ptr<SearchStrategy>();
-  };
+  again.create = [](const Json&, const PartContext&) { return std::unique_ptr<SearchStrategy>(); };
   EXPECT_THAT(error_of([&] { strategy_registry().add(again); }),
               HasSubstr("search strategy 'test_argmin' is already registered"));
   ProcessorInfo top_k;
   top_k.name = "top_k";  // a built-in processor's name
-  top_k.create = [](const Json&, const ProcessorContext&) {
-    return std::unique_ptr<LogitsProcessor>();
-  };
+  top_k.create = [](const Json&, const PartContext&) { return std::unique_ptr<LogitsProcessor>(); };
   EXPECT_THAT(error_of([&] { processor_registry().add(top_k); }),
               HasSubstr("logits processor 'top_k' is already registered"));
   StoppingCriterionInfo nameless;
@@ -208,12 +253,10 @@ TEST(Registry, NamedBuiltinStrategyAndEnabledExtensionFollowTheSamePath) {
     ProcessorInfo p;
     p.name = "test_lift_at_repetition_penalty_1_234";
     p.enabled = [](const GenerationConfig& c) { return c.repetition_penalty == 1.234; };
-    p.from_settings = [](const GenerationConfig&, const ProcessorContext&) {
+    p.from_settings = [](const GenerationConfig&, const PartContext&) {
       return std::make_unique<AddToToken>(5, 1e4);
     };
-    p.create = [](const Json&, const ProcessorContext&) {
-      return std::make_unique<AddToToken>(5, 1e4);
-    };
+    p.create = [](const Json&, const PartContext&) { return std::make_unique<AddToToken>(5, 1e4); };
     processor_registry().add(p);
   }
   EXPECT_EQ(f.run({{"max_new_tokens", 3}, {"repetition_penalty", 1.234}}),
