@@ -154,7 +154,8 @@ Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts,
   out.whole_step_fallback = r.loop.fallback;
   for (const auto& per_input : r.outputs) {
     out.outputs.emplace_back();
-    for (const auto& h : per_input) out.outputs.back().push_back(Sequence{h.tokens, h.score, {}});
+    for (const auto& h : per_input)
+      out.outputs.back().push_back(Sequence{h.tokens, h.score, {}, h.token_scores});
   }
   return out;
 }
@@ -194,7 +195,7 @@ Generation Engine::generate_text(const std::vector<std::string>& texts,
       if (it == streams.end())
         it = streams.emplace(std::make_pair(t.input, t.sequence), TextStream(tok)).first;
       const std::string piece = it->second.push(t.token);
-      if (!piece.empty()) stream(t.input, t.sequence, piece);
+      return piece.empty() || stream(t.input, t.sequence, piece);
     };
   }
   Generation out = generate(prompts, settings, on_token);

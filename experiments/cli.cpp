@@ -121,9 +121,15 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
     }
   }
   if (text_printer) {
-    on_token = [&](const StreamedToken& t) { (*text_printer)(t); };
+    on_token = [&](const StreamedToken& t) {
+      (*text_printer)(t);
+      return true;
+    };
   } else if (stream) {
-    on_token = [&printer](const StreamedToken& t) { printer(t); };
+    on_token = [&printer](const StreamedToken& t) {
+      printer(t);
+      return true;
+    };
   }
   const nlohmann::json doc =
       run_experiment(config, quiet ? static_cast<std::ostream&>(sink) : std::cerr, on_token);

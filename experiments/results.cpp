@@ -36,6 +36,7 @@ nlohmann::json outputs_json(const GenerationResult& r,
     for (const auto& h : r.outputs[i]) {
       nlohmann::json s{{"tokens", h.tokens}};
       if (h.score) s["score"] = *h.score;
+      if (!h.token_scores.empty()) s["token_scores"] = h.token_scores;  // output_scores
       seqs.push_back(s);
     }
     out.push_back({{"input", i}, {"prompt_length", prompts[i].size()}, {"sequences", seqs}});

@@ -133,14 +133,27 @@ def run_case(model, case, path):
     prompt_len = ids.shape[1]
     seqs = out.sequences.tolist()
     per_input = len(seqs) // len(case["prompts"])
+    beams = gen.get("num_beams", 1) > 1
+    # Each generated token's score as compute_transition_scores gives it: for beam strategies the
+    # processed log-probability through the beam indices; otherwise the log-softmax of the
+    # processed scores (normalize_logits=True): the token's log-probability under the
+    # distribution it was chosen from.
+    if beams:
+        transition = model.compute_transition_scores(out.sequences, out.scores, out.beam_indices,
+                                                     normalize_logits=False)
+    else:
+        transition = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
     hyps = []
     for i, row in enumerate(seqs):
-        if gen.get("num_beams", 1) > 1:
+        if beams:
             # A returned hypothesis is as long as its beam history (transformers pads the rest).
             n = int((out.beam_indices[i] != -1).sum())
             hyps.append({"tokens": row[prompt_len:prompt_len + n], "score": float(out.sequences_scores[i])})
         else:
-            hyps.append({"tokens": cut_at_eos(row[prompt_len:], eos), "score": None})
+            tokens = cut_at_eos(row[prompt_len:], eos)
+            n = len(tokens)
+            hyps.append({"tokens": tokens, "score": None})
+        hyps[-1]["token_scores"] = [float(x) for x in transition[i][:n]]
     expected = [hyps[i * per_input:(i + 1) * per_input] for i in range(len(case["prompts"]))]
     return {"name": case["name"], "model": case["model"], "prompts": case["prompts"],
             "generation": gen, "seed": seed, "expected": expected}

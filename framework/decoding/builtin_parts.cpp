@@ -277,6 +277,7 @@ BeamSearchOptions beam_options(const GenerationConfig& c, const PartContext& x) 
   beams.n_eos = static_cast<int64_t>(c.eos_token_id.size());
   beams.max_length = x.max_length;
   beams.fill_token = beams.n_eos ? x.pad_token : -1;
+  beams.output_scores = c.output_scores;
   return beams;
 }
 
@@ -337,23 +338,27 @@ void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
       });
   add(
       "beam_search", "beam search, or beam sampling with do_sample (num_beams > 1)",
-      {"num_beams", "length_penalty", "early_stopping", "num_return_sequences", "do_sample"},
+      {"num_beams", "length_penalty", "early_stopping", "num_return_sequences", "do_sample",
+       "output_scores"},
       [](const GenerationConfig& c) { return c.num_beams > 1; }, beams,
       [](const GenerationConfig& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
         return std::make_unique<BeamSearch>(beam_options(c, x));
       });
   add(
       "sample", "multinomial sampling (do_sample), num_return_sequences per input",
-      {"do_sample", "num_return_sequences"}, [](const GenerationConfig& c) { return c.do_sample; },
+      {"do_sample", "num_return_sequences", "output_scores"},
+      [](const GenerationConfig& c) { return c.do_sample; },
       [](const GenerationConfig& c) { return c.num_return_sequences; },
       [](const GenerationConfig& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
-        return std::make_unique<SampleSearch>(x.finished_pad, c.num_return_sequences);
+        return std::make_unique<SampleSearch>(x.finished_pad, c.num_return_sequences,
+                                              c.output_scores);
       });
   add(
-      "greedy", "greedy search (the default)", {}, [](const GenerationConfig&) { return true; },
+      "greedy", "greedy search (the default)", {"output_scores"},
+      [](const GenerationConfig&) { return true; },
       [](const GenerationConfig&) { return int64_t{1}; },
-      [](const GenerationConfig&, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
-        return std::make_unique<GreedySearch>(x.finished_pad);
+      [](const GenerationConfig& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
+        return std::make_unique<GreedySearch>(x.finished_pad, c.output_scores);
       });
 }
 

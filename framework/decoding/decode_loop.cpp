@@ -11,17 +11,30 @@ namespace gengraph {
 namespace {
 
 // Hands the step's output tokens to `stream`, row r being sequence r % per_input of input
-// r / per_input (rows are laid out input by input).
-void emit(const TokenStream& stream, const StepDecision& d, int64_t per_input, int64_t step) {
-  const at::Tensor tokens = d.next_tokens.to(at::kCPU).contiguous();
-  // A streaming strategy that leaves `emitted` unset outputs every row's token.
-  const at::Tensor emitted = d.emitted.defined() ? d.emitted.to(at::kCPU).contiguous()
-                                                 : at::ones({tokens.numel()}, at::kBool);
+// r / per_input (rows are laid out input by input). False when the stream asked to stop.
+bool emit(const TokenStream& stream, const StepDecision& d, int64_t per_input, int64_t step) {
+  const auto on_host = [](const at::Tensor& t) { return t.to(at::kCPU).contiguous(); };
+  const at::Tensor tokens = on_host(d.next_tokens);
+  const int64_t rows = tokens.numel();
+  // A streaming strategy that leaves `emitted` unset outputs every row's token; one that leaves
+  // `continues` unset says nothing of which token is a row's last.
+  const at::Tensor emitted = d.emitted.defined() ? on_host(d.emitted) : at::ones({rows}, at::kBool);
+  const at::Tensor continues =
+      d.continues.defined() ? on_host(d.continues) : at::ones({rows}, at::kBool);
+  const at::Tensor scores =
+      d.token_scores.defined() ? on_host(d.token_scores.to(at::kDouble)) : at::Tensor();
   const int64_t* t = tokens.data_ptr<int64_t>();
   const bool* e = emitted.data_ptr<bool>();
-  for (int64_t r = 0; r < tokens.numel(); ++r) {
-    if (e[r]) stream(StreamedToken{r / per_input, r % per_input, t[r], step});
+  const bool* c = continues.data_ptr<bool>();
+  bool go_on = true;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!e[r]) continue;
+    StreamedToken token{r / per_input, r % per_input, t[r], step};
+    if (scores.defined()) token.logprob = scores.data_ptr<double>()[r];
+    token.last = !c[r];
+    go_on = stream(token) && go_on;
   }
+  return go_on;
 }
 
 // NaN in the prompts' logits: weights that are finite (the load checks that) but whose forward
@@ -221,12 +234,13 @@ void DecodeLoop::run(const std::vector<std::vector<int64_t>>& prompts, int64_t p
   const bool capture = whole && options.capture;
 
   decide(first);
-  if (stream) emit(stream, last, per_input_, 0);
+  // A stream that asks to stop ends the loop after the step it was handed.
+  bool go_on = !stream || emit(stream, last, per_input_, 0);
   if (sync) sync();
   timing.time_to_first_token_s = since(t0);
   report.whole_step = whole;
   int64_t run = 1;
-  for (; run < max_steps; ++run) {
+  for (; go_on && run < max_steps; ++run) {
     if (run == 1 || run % sync_every == 0) {
       ++report.flag_reads;
       if (!running_.item<bool>()) break;
@@ -246,7 +260,7 @@ void DecodeLoop::run(const std::vector<std::vector<int64_t>>& prompts, int64_t p
       graph_->replay();
     } else {
       step();
-      if (stream) emit(stream, last, per_input_, run);
+      if (stream) go_on = emit(stream, last, per_input_, run);
     }
   }
   if (sync) sync();

@@ -235,6 +235,7 @@ const std::map<std::string, Setter>& setters() {
       {"remove_invalid_values",
        [](auto& c, const Reader& r) { c.remove_invalid_values = r.boolean(); }},
       {"renormalize_logits", [](auto& c, const Reader& r) { c.renormalize_logits = r.boolean(); }},
+      {"output_scores", [](auto& c, const Reader& r) { c.output_scores = r.boolean(); }},
       {"processors", [](auto& c, const Reader& r) { c.processors = r.components(); }},
       {"stopping_criteria", [](auto& c, const Reader& r) { c.stopping_criteria = r.components(); }},
       {"strategy",
@@ -266,9 +267,8 @@ const std::vector<std::string>& generation_keys() {
 
 bool is_generation_metadata_key(const std::string& key) {
   return key == "transformers_version" || key == "_from_model_config" || key == "use_cache" ||
-         key == "return_dict_in_generate" || key == "output_scores" || key == "output_logits" ||
-         key == "output_attentions" || key == "output_hidden_states" ||
-         key == "decoder_start_token_id";
+         key == "return_dict_in_generate" || key == "output_logits" || key == "output_attentions" ||
+         key == "output_hidden_states" || key == "decoder_start_token_id";
 }
 
 void apply_generation_key(GenerationConfig& c, const std::string& key, const Json& v,
@@ -326,6 +326,11 @@ void GenerationConfig::validate() const {
         "...); set those inside the list, not beside it");
   }
   check_registered_parts(*this);
+  if (output_scores && num_beam_groups > 1) {
+    invalid(
+        "'output_scores' with diverse beam search ('num_beam_groups' > 1) is not implemented "
+        "yet; greedy search, sampling, beam search and beam sampling give scores");
+  }
   for (size_t i = 0; i < processor_objects.size(); ++i) {
     if (!processor_objects[i]) invalid("'processor_objects[" + std::to_string(i) + "]' is null");
   }
@@ -448,6 +453,7 @@ Json GenerationConfig::to_json() const {
           : Json();
   j["remove_invalid_values"] = remove_invalid_values;
   j["renormalize_logits"] = renormalize_logits;
+  if (output_scores) j["output_scores"] = true;  // written only when set: earlier results' form
   j["processors"] = Json::array();
   for (const auto& p : processors) {
     Json e = p.params;

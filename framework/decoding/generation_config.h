@@ -74,6 +74,13 @@ struct GenerationConfig {
   // would build from the parameters above (which must then stay at their defaults).
   std::vector<PartSpec> processors;
 
+  // Each generated token's score and a score per sequence (transformers' output_scores, read as
+  // its compute_transition_scores gives them): for greedy search and sampling the token's
+  // log-probability under the processed distribution it was chosen from (normalize_logits=True),
+  // the sequence's score their sum; for beam strategies the processed log-probability of the
+  // step (normalize_logits=False), the sequence's score as before.
+  bool output_scores = false;
+
   // Stopping (gengraph extension: token-id sequences; transformers' stop_strings need text).
   std::vector<std::vector<int64_t>> stop_sequences;
 

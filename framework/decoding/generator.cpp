@@ -123,6 +123,11 @@ GenerationResult Generator::run_checked(ForwardBackend& backend,
                 "' strategy chooses its sequences only when it finishes, so its tokens cannot be "
                 "streamed; stream with greedy search or sampling");
   }
+  if (config_.output_scores && !pipe.strategy->scores_tokens()) {
+    throw Error("output_scores: the '" + pipe.strategy->name() +
+                "' strategy does not score its tokens (SearchStrategy::scores_tokens); the "
+                "built-in greedy search, sampling, beam search and beam sampling do");
+  }
   backend.prepare(BatchShape{rows, max_length});
   GenerationResult result;
   result.prompt_length = prompt_len;

@@ -56,14 +56,18 @@ struct EngineOptions {
 
 struct Sequence {
   std::vector<int64_t> tokens;  // the generated tokens (no prompt, no padding)
-  std::optional<double> score;  // beam strategies: the length-normalised score
-  std::string text;             // generate_text: the tokens decoded (special tokens kept)
+  // Beam strategies: the length-normalised score. With output_scores, every strategy: greedy
+  // search and sampling give the sum of token_scores (the sequence's log-probability).
+  std::optional<double> score;
+  std::string text;                  // generate_text: the tokens decoded (special tokens kept)
+  std::vector<double> token_scores;  // output_scores: each token's score (StreamedToken::logprob)
 };
 
 // generate_text's stream: text of prompt `input`'s sequence `sequence` as it becomes final (never
 // ending inside a UTF-8 character). The pieces of a sequence add up to its Sequence::text.
+// Returns whether to go on, as TokenStream does (stream.h).
 using TextStreamCallback =
-    std::function<void(int64_t input, int64_t sequence, const std::string& text)>;
+    std::function<bool(int64_t input, int64_t sequence, const std::string& text)>;
 
 struct Generation {
   std::vector<std::vector<Sequence>> outputs;  // per prompt, best first

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 
 namespace gengraph {
 
@@ -12,12 +13,19 @@ struct StreamedToken {
   int64_t sequence = 0;  // which of its sequences (num_return_sequences when sampling), from 0
   int64_t token = 0;     // the token id just chosen
   int64_t step = 0;      // generated tokens before this one in that sequence
+  // The token's log-probability under the processed distribution it was chosen from, with the
+  // setting output_scores (transformers' name); NaN without it.
+  double logprob = std::numeric_limits<double>::quiet_NaN();
+  // The sequence's last token: it ended with this one (EOS, a stop sequence, the length limit).
+  bool last = false;
 };
 
 // Called once per token that belongs to a sequence's output, in step order and, within a step, in
-// input order; never for the padding a finished sequence receives. Only strategies that fix a
-// token when they choose it can stream (greedy, sampling); beam strategies choose their sequences
-// at the end, and streaming with one is an error.
-using TokenStream = std::function<void(const StreamedToken&)>;
+// input order; never for the padding a finished sequence receives. Returns whether to go on:
+// false stops the generation after the step that chose this token, and the result holds every
+// sequence as far as it got (the rest of that step's tokens are still handed over). Only
+// strategies that fix a token when they choose it can stream (greedy, sampling); beam strategies
+// choose their sequences at the end, and streaming with one is an error.
+using TokenStream = std::function<bool(const StreamedToken&)>;
 
 }  // namespace gengraph

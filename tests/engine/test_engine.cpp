@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <thread>
 
@@ -88,6 +89,7 @@ TEST(Engine, StreamsEveryOutputTokenOnceInOrderAndNoPadding) {
     EXPECT_EQ(t.sequence, 0);
     EXPECT_EQ(t.step, static_cast<int64_t>(streamed.at(t.input).size()));
     streamed.at(t.input).push_back(t.token);
+    return true;
   });
   EXPECT_EQ(streamed, first_sequences(g));
   EXPECT_EQ(streamed[0].size(), k + 1);  // stopped at the EOS, which is streamed; no padding after
@@ -102,18 +104,93 @@ TEST(Engine, StreamsEachSampledSequence) {
       {{1, 2}, {3}}, {{"max_new_tokens", 5}, {"do_sample", true}, {"num_return_sequences", 2}},
       [&](const StreamedToken& t) {
         streamed[{t.input, t.sequence}].push_back(t.token);
+        return true;
       });
   ASSERT_EQ(streamed.size(), 4u);
   for (const auto& [key, tokens] : streamed)
     EXPECT_EQ(tokens, g.outputs.at(key.first).at(key.second).tokens);
 }
 
+// A stream that returns false stops the generation after that step; the result holds every
+// sequence as far as it got, the prefix of what the full generation gives.
+TEST(Engine, AStreamThatReturnsFalseStopsWithThePartialResult) {
+  Engine engine("gpt2-tiny");
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4, 5}};
+  const Json settings = {{"max_new_tokens", 10}};
+  const Generation full = engine.generate(prompts, settings);
+  int64_t handed = 0;
+  const Generation part = engine.generate(prompts, settings, [&](const StreamedToken& t) {
+    ++handed;
+    return !(t.input == 0 && t.step == 2);  // stop after the third token of the first prompt
+  });
+  EXPECT_EQ(handed, 6);  // the rest of that step's tokens are still handed over
+  EXPECT_EQ(part.steps, 3);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& got = part.outputs.at(i).at(0).tokens;
+    const auto& all = full.outputs.at(i).at(0).tokens;
+    ASSERT_EQ(got.size(), 3u) << i;
+    EXPECT_EQ(got, std::vector<int64_t>(all.begin(), all.begin() + 3)) << i;
+  }
+}
+
+// output_scores: each token's log-probability, streamed and returned, the sequence's score their
+// sum for greedy search; beam search's tokens sum to its length-normalised score. (Their values
+// against transformers' are in the parity suite.)
+TEST(Engine, OutputScoresGiveEachTokensLogProbability) {
+  Engine engine("gpt2-tiny");
+  std::vector<double> streamed;
+  std::vector<bool> last;
+  const Generation g = engine.generate(
+      {{1, 2, 3}}, {{"max_new_tokens", 6}, {"output_scores", true}}, [&](const StreamedToken& t) {
+        streamed.push_back(t.logprob);
+        last.push_back(t.last);
+        return true;
+      });
+  const Sequence& s = g.outputs.at(0).at(0);
+  ASSERT_EQ(s.token_scores.size(), s.tokens.size());
+  EXPECT_EQ(streamed, s.token_scores);
+  EXPECT_EQ(last, std::vector<bool>({false, false, false, false, false, true}));
+  double sum = 0;
+  for (double x : s.token_scores) {
+    EXPECT_LE(x, 0.0);
+    sum += x;
+  }
+  ASSERT_TRUE(s.score.has_value());
+  EXPECT_DOUBLE_EQ(*s.score, sum);
+  EXPECT_EQ(g.settings.at("output_scores"), true);
+  // Without it: no scores, NaN in the stream.
+  const Generation plain =
+      engine.generate({{1, 2, 3}}, {{"max_new_tokens", 2}}, [&](const StreamedToken& t) {
+        EXPECT_TRUE(std::isnan(t.logprob));
+        return true;
+      });
+  EXPECT_TRUE(plain.outputs.at(0).at(0).token_scores.empty());
+  EXPECT_FALSE(plain.outputs.at(0).at(0).score.has_value());
+
+  const Generation beams = engine.generate(
+      {{1, 2, 3}}, {{"max_new_tokens", 5}, {"num_beams", 3}, {"output_scores", true}});
+  const Sequence& b = beams.outputs.at(0).at(0);
+  ASSERT_EQ(b.token_scores.size(), b.tokens.size());
+  double beam_sum = 0;
+  for (double x : b.token_scores) beam_sum += x;
+  ASSERT_TRUE(b.score.has_value());
+  EXPECT_NEAR(*b.score, beam_sum / static_cast<double>(b.tokens.size()), 1e-5);  // length_penalty 1
+  EXPECT_THAT(error_of([&] {
+                engine.generate({{1, 2}}, {{"num_beams", 2},
+                                           {"num_beam_groups", 2},
+                                           {"diversity_penalty", 0.5},
+                                           {"output_scores", true}});
+              }),
+              HasSubstr("'output_scores' with diverse beam search"));
+}
+
 TEST(Engine, BeamSearchRefusesToStream) {
   Engine engine("gpt2-tiny");
-  EXPECT_THAT(error_of([&] {
-                engine.generate({{1, 2}}, {{"num_beams", 2}}, [](const StreamedToken&) {});
-              }),
-              HasSubstr("'beam_search' strategy chooses its sequences only when it finishes"));
+  EXPECT_THAT(
+      error_of([&] {
+        engine.generate({{1, 2}}, {{"num_beams", 2}}, [](const StreamedToken&) { return true; });
+      }),
+      HasSubstr("'beam_search' strategy chooses its sequences only when it finishes"));
 }
 
 // The whole step through the facade: the same tokens as the host loop, or the reason it cannot.
@@ -232,8 +309,9 @@ TEST(Engine, ACallFromItsOwnStreamCallbackIsRefused) {
   std::string inner;
   const Generation g =
       engine.generate({{1, 2}}, {{"max_new_tokens", 3}}, [&](const StreamedToken&) {
-        if (!inner.empty()) return;
-        inner = error_of([&] { engine.generate({{3}}, {{"max_new_tokens", 2}}); });
+        if (inner.empty())
+          inner = error_of([&] { engine.generate({{3}}, {{"max_new_tokens", 2}}); });
+        return true;
       });
   EXPECT_THAT(inner, HasSubstr("Engine::generate: called from inside this Engine's own generate"));
   EXPECT_EQ(g.outputs.at(0).at(0).tokens.size(), 3u);  // the outer call went on
@@ -278,6 +356,7 @@ TEST(EngineText, TextInTextOutOnTheRealModel) {
       [&](int64_t input, int64_t sequence, const std::string& piece) {
         EXPECT_EQ(sequence, 0);
         streamed[input] += piece;
+        return true;
       });
   ASSERT_EQ(s.outputs.size(), 2u);
   EXPECT_EQ(streamed[0], s.outputs[0][0].text);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "framework/decoding/generator.h"
 
@@ -16,7 +17,16 @@ namespace gengraph::testing {
 // Sums of float32 log-probabilities: 1e-5 relative (absolute below 1), as the fixture checks
 // compare them. An absolute 1e-5 is under one float32 step above |score| 128 (an aoti package
 // rebuilt by another compile gave -143.867706 against -143.867691: 1 ulp).
-inline void expect_outputs(const GenerationResult& r, const nlohmann::json& expected) {
+inline void expect_near_score(double got, double want, const std::string& what) {
+  EXPECT_NEAR(got, want, 1e-5 * std::max(1.0, std::abs(want))) << what;
+}
+
+// `scores`: the generation ran with output_scores, and the fixture holds each token's score as
+// transformers' compute_transition_scores gave it (tools/make_fixtures.py): those are compared
+// too, and a sequence transformers does not score (greedy, sampling) must score the sum of its
+// tokens' scores.
+inline void expect_outputs(const GenerationResult& r, const nlohmann::json& expected,
+                           bool scores = false) {
   ASSERT_EQ(r.outputs.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     ASSERT_EQ(r.outputs[i].size(), expected[i].size()) << "input " << i;
@@ -26,13 +36,27 @@ inline void expect_outputs(const GenerationResult& r, const nlohmann::json& expe
       EXPECT_EQ(got.tokens, want["tokens"].get<std::vector<int64_t>>())
           << "input " << i << " sequence " << j
           << (want.contains("text") ? ": transformers gave " + want["text"].dump() : "");
-      if (want["score"].is_null()) {
-        EXPECT_FALSE(got.score.has_value());
+      const std::string where = "input " + std::to_string(i) + " sequence " + std::to_string(j);
+      if (scores) {
+        const auto token_scores = want.at("token_scores").get<std::vector<double>>();
+        ASSERT_EQ(got.token_scores.size(), token_scores.size()) << where;
+        for (size_t k = 0; k < token_scores.size(); ++k) {
+          expect_near_score(got.token_scores[k], token_scores[k],
+                            where + " token " + std::to_string(k));
+        }
       } else {
-        ASSERT_TRUE(got.score.has_value());
-        const double w = want["score"].get<double>();
-        EXPECT_NEAR(*got.score, w, 1e-5 * std::max(1.0, std::abs(w)))
-            << "input " << i << " sequence " << j;
+        EXPECT_TRUE(got.token_scores.empty()) << where;
+      }
+      if (want["score"].is_null() && scores) {
+        double sum = 0;
+        for (double x : want.at("token_scores").get<std::vector<double>>()) sum += x;
+        ASSERT_TRUE(got.score.has_value()) << where;
+        expect_near_score(*got.score, sum, where + " (the sum of its token scores)");
+      } else if (want["score"].is_null()) {
+        EXPECT_FALSE(got.score.has_value()) << where;
+      } else {
+        ASSERT_TRUE(got.score.has_value()) << where;
+        expect_near_score(*got.score, want["score"].get<double>(), where);
       }
     }
   }

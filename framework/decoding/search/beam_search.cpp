@@ -44,6 +44,10 @@ void BeamSearch::begin(const Sequences& seqs) {
   refill(top_mask_, {candidates_}, b, false);
   top_mask_.narrow(0, 0, nb).fill_(true);
   refill(running_, {}, b, true);
+  if (options_.output_scores) {
+    refill(running_token_scores_, {batch_, nb, seqs.capacity()}, f, 0.0);
+    refill(fin_token_scores_, {batch_, nb, options_.max_length}, f, 0.0);
+  }
   // Constant for a batch size (num_beams is fixed): kept, so a graph may read it.
   if (!row_base_.defined() || row_base_.size(0) != batch_ || row_base_.device() != l.device()) {
     row_base_ = (at::arange(batch_, l) * nb).unsqueeze(1);
@@ -81,6 +85,13 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
   const at::Tensor cand = gather_beams(seqs.buffer.view({b, nb, cap}), beam);  // [B, K, cap]
   write_column(cand, 2, cur, token);
   fill_from(cand, new_len, options_.fill_token);
+  // output_scores: the candidates' token scores, this step's at column cur (transformers'
+  // compute_transition_scores over its processed log-probabilities and beam indices).
+  at::Tensor cand_scores;
+  if (options_.output_scores) {
+    cand_scores = gather_beams(running_token_scores_, beam);  // [B, K, cap]
+    write_column(cand_scores, 2, cur, log_probs.view({b, nb * vocab}).gather(1, top_idx));
+  }
   const at::Tensor hits = stop.should_stop(Sequences{cand.view({b * k, cap}), seqs.prompt_valid,
                                                      seqs.prompt_length, new_len})
                               .view({b, k});  // [B, K]
@@ -135,6 +146,11 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
   keep(is_finished_, new_is_finished, seqs, live);
   keep(improvable_, new_improvable, seqs, live);
   keep(seqs.buffer, next_running.reshape({b * nb, cap}), seqs, live);
+  if (options_.output_scores) {
+    keep(running_token_scores_, gather_beams(cand_scores, next), seqs, live);
+    keep(fin_token_scores_, gather_beams(at::cat({fin_token_scores_, cand_scores}, 1), keep_idx),
+         seqs, live);
+  }
   StepDecision d;
   d.next_tokens = read_column(next_running, 2, cur).reshape({b * nb});
   d.parent_rows = (parent + row_base_).reshape({b * nb});
@@ -148,12 +164,19 @@ std::vector<std::vector<Hypothesis>> BeamSearch::finalize(const Sequences&) {
   const at::Tensor tokens = fin_tokens_.to(at::kCPU).contiguous();
   const at::Tensor scores = fin_scores_.to(at::kCPU).to(at::kDouble);
   const at::Tensor lengths = fin_lengths_.to(at::kCPU);
+  const at::Tensor token_scores =
+      options_.output_scores ? fin_token_scores_.to(at::kCPU).contiguous() : at::Tensor();
   std::vector<std::vector<Hypothesis>> out(batch_);
   for (int64_t i = 0; i < batch_; ++i) {
     for (int64_t j = 0; j < options_.num_return_sequences; ++j) {
       const int64_t* row = tokens[i][j].data_ptr<int64_t>() + prompt_len_;
       const int64_t n = lengths[i][j].item<int64_t>();
-      out[i].push_back(Hypothesis{std::vector<int64_t>(row, row + n), scores[i][j].item<double>()});
+      Hypothesis h{std::vector<int64_t>(row, row + n), scores[i][j].item<double>(), {}};
+      if (options_.output_scores) {
+        const float* s = token_scores[i][j].data_ptr<float>() + prompt_len_;
+        h.token_scores.assign(s, s + n);
+      }
+      out[i].push_back(std::move(h));
     }
   }
   return out;

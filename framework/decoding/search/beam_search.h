@@ -17,8 +17,9 @@ struct BeamSearchOptions {
   int64_t num_return_sequences = 1;
   bool do_sample = false;
   int64_t n_eos = 0;
-  int64_t max_length = 0;   // resolved total length
-  int64_t fill_token = -1;  // transformers: (pad or eos[0]) if eos is set, else -1
+  int64_t max_length = 0;      // resolved total length
+  int64_t fill_token = -1;     // transformers: (pad or eos[0]) if eos is set, else -1
+  bool output_scores = false;  // record each token's processed log-probability
 };
 
 class BeamSearch final : public SearchStrategy {
@@ -26,6 +27,7 @@ class BeamSearch final : public SearchStrategy {
   explicit BeamSearch(BeamSearchOptions options);
   std::string name() const override { return options_.do_sample ? "beam_sample" : "beam_search"; }
   int64_t rows_per_input() const override { return options_.num_beams; }
+  bool scores_tokens() const override { return options_.output_scores; }
   void begin(const Sequences& seqs) override;
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;
@@ -44,6 +46,9 @@ class BeamSearch final : public SearchStrategy {
   at::Tensor top_mask_;        // [K] bool, the first num_beams candidates
   at::Tensor row_base_;        // [B, 1] int64: b * num_beams, the first row of each input
   at::Tensor running_;         // [] bool: the search goes on
+  // output_scores: each token's processed log-probability, by the token's column, for the
+  // running beams [B, nb, capacity] and the finished hypotheses [B, nb, max_length].
+  at::Tensor running_token_scores_, fin_token_scores_;
 };
 
 }  // namespace gengraph

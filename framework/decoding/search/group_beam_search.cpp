@@ -247,7 +247,7 @@ std::vector<std::vector<Hypothesis>> GroupBeamSearch::finalize(const Sequences& 
     std::stable_sort(all.begin(), all.end(),
                      [](const Finished& x, const Finished& y) { return x.score < y.score; });
     for (int64_t j = 0; j < options_.num_return_sequences && !all.empty(); ++j) {
-      out[b].push_back(Hypothesis{all.back().tokens, all.back().score});
+      out[b].push_back(Hypothesis{all.back().tokens, all.back().score, {}});
       all.pop_back();
     }
   }

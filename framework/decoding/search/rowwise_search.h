@@ -10,8 +10,12 @@ namespace gengraph {
 
 class RowwiseSearch : public SearchStrategy {
  public:
-  explicit RowwiseSearch(std::optional<int64_t> pad_token_id) : pad_token_id_(pad_token_id) {}
+  // `score_tokens`: record each token's log-probability under the processed distribution
+  // (output_scores).
+  explicit RowwiseSearch(std::optional<int64_t> pad_token_id, bool score_tokens = false)
+      : pad_token_id_(pad_token_id), score_tokens_(score_tokens) {}
   bool streams() const override { return true; }
+  bool scores_tokens() const override { return score_tokens_; }
   void begin(const Sequences& seqs) override;
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;
@@ -24,8 +28,10 @@ class RowwiseSearch : public SearchStrategy {
 
  private:
   std::optional<int64_t> pad_token_id_;
-  at::Tensor unfinished_;  // [rows] bool
-  at::Tensor lengths_;     // [rows] int64, generated tokens counted while unfinished
+  bool score_tokens_ = false;
+  at::Tensor unfinished_;    // [rows] bool
+  at::Tensor lengths_;       // [rows] int64, generated tokens counted while unfinished
+  at::Tensor token_scores_;  // [rows, capacity] float32 (score_tokens_): by the token's column
 };
 
 class GreedySearch final : public RowwiseSearch {
@@ -42,8 +48,9 @@ class GreedySearch final : public RowwiseSearch {
 // the default generator (seeded runs reproduce transformers' draws; see docs/parity.md).
 class SampleSearch final : public RowwiseSearch {
  public:
-  SampleSearch(std::optional<int64_t> pad_token_id, int64_t num_return_sequences)
-      : RowwiseSearch(pad_token_id), per_input_(num_return_sequences) {}
+  SampleSearch(std::optional<int64_t> pad_token_id, int64_t num_return_sequences,
+               bool score_tokens = false)
+      : RowwiseSearch(pad_token_id, score_tokens), per_input_(num_return_sequences) {}
   std::string name() const override { return "sample"; }
   std::string whole_step_blocker() const override { return ""; }
   int64_t rows_per_input() const override { return per_input_; }

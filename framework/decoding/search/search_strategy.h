@@ -17,7 +17,10 @@ namespace gengraph {
 
 struct Hypothesis {
   std::vector<int64_t> tokens;  // generated tokens (no prompt, no padding)
-  std::optional<double> score;  // set by strategies that score sequences (beam search)
+  // Set by strategies that score sequences (beam search), and by every strategy that scores its
+  // tokens when output_scores asks (GenerationConfig::output_scores).
+  std::optional<double> score;
+  std::vector<double> token_scores;  // one per token, with output_scores
 };
 
 // What a step decides. The tensors may be the strategy's own state: the loop reads or copies them
@@ -29,9 +32,12 @@ struct StepDecision {
   // after every step, the whole step every sync_every steps.
   at::Tensor running;
   // [rows] bool: which of next_tokens belong to their row's output (false for the padding a
-  // finished row receives). Set by strategies that stream (streams()), in the host loop (the
-  // only one that streams); undefined otherwise.
-  at::Tensor emitted;
+  // finished row receives), and which rows go on after them (false: that token was the row's
+  // last). Set by strategies that stream (streams()), in the host loop (the only one that
+  // streams); undefined otherwise.
+  at::Tensor emitted, continues;
+  // [rows] float32: each token's score (its log-probability), when the strategy scores tokens.
+  at::Tensor token_scores;
 };
 
 class SearchStrategy {
@@ -43,6 +49,9 @@ class SearchStrategy {
   // True when every chosen token is final as soon as it is chosen, so it can be streamed
   // (StepDecision::emitted says which are output). Beam strategies are not.
   virtual bool streams() const { return false; }
+  // True when it was built to score its tokens (output_scores): finalize() then fills
+  // Hypothesis::token_scores and score. A strategy that cannot is refused with output_scores.
+  virtual bool scores_tokens() const { return false; }
   // Called once after the prompt is laid out, before the first step.
   virtual void begin(const Sequences& seqs) = 0;
   // logits: [rows, vocab] float32. Runs `processors` as the strategy requires, chooses the next

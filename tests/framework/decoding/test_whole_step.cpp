@@ -258,7 +258,9 @@ TEST(WholeStep, APartWithoutAWholeStepFormIsNamed) {
               HasSubstr("backend 'eager' has no static decode step"));
 
   EXPECT_THAT(testing::error_of([&] {
-                Generator(g, {}, whole()).generate(*stat, kPrompts, [](const StreamedToken&) {});
+                Generator(g, {}, whole()).generate(*stat, kPrompts, [](const StreamedToken&) {
+                  return true;
+                });
               }),
               HasSubstr("streaming"));
 
