@@ -90,8 +90,11 @@ ModelSource model_source_of(const std::string& model, const EngineOptions& o) {
       throw Error("Engine: model_config applies to presets; '" + model +
                   "' is a folder (edit its config.json instead)");
     }
-  } else if (model.find('/') != std::string::npos || model.rfind('.', 0) == 0 ||
-             std::filesystem::exists(model)) {
+  } else if (std::filesystem::exists(model)) {
+    throw Error("Engine: model '" + model +
+                "' is not a folder: it is a file (expected a folder with config.json and "
+                "model.safetensors, a preset name or a known model name)");
+  } else if (model.find('/') != std::string::npos || model.rfind('.', 0) == 0) {
     throw Error("Engine: model '" + model +
                 "': no such model folder (and not a preset name; see gengraph presets)");
   } else {

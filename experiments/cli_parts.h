@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,7 +70,8 @@ void check_usage(const std::string& cmd, const Args& a, const std::vector<std::s
 std::vector<int64_t> parse_ids(const std::string& flag_value);
 
 // Prints streamed tokens to stdout as they arrive: one line per step, each token as
-// [input] or [input.sequence] followed by the id.
+// [input] or [input.sequence] followed by the id. The line ends once every sequence streamed has
+// had its last token, so what the run logs next starts a line of its own.
 class StreamPrinter {
  public:
   void operator()(const StreamedToken& t) {
@@ -81,14 +83,18 @@ class StreamPrinter {
     std::cout << " [" << t.input;
     if (t.sequence > 0) std::cout << "." << t.sequence;
     std::cout << "] " << t.token << std::flush;
+    open_.insert({t.input, t.sequence});
+    if (t.last) open_.erase({t.input, t.sequence});
+    if (open_.empty()) finish();
   }
   void finish() {
-    if (step_ >= 0) std::cout << "\n";
+    if (step_ >= 0) std::cout << "\n" << std::flush;
     step_ = -1;
   }
 
  private:
   int64_t step_ = -1;
+  std::set<std::pair<int64_t, int64_t>> open_;  // (input, sequence) streamed and not ended
 };
 
 // Prints the text of streamed tokens as it becomes final (framework/text/tokenizer.h's TextStream):
@@ -104,11 +110,15 @@ class TextStreamPrinter {
       it = streams_.emplace(std::make_pair(t.input, t.sequence), TextStream(*tokenizer_)).first;
     }
     show(t.input, t.sequence, it->second.push(t.token));
+    if (t.last) ended_.insert({t.input, t.sequence});
+    // Every sequence ended: its text is complete, and the line ends before the run logs more.
+    if (ended_.size() == streams_.size()) finish();
   }
   void finish() {
     for (auto& [key, stream] : streams_) show(key.first, key.second, stream.finish());
-    if (running_ && !streams_.empty()) std::cout << "\n";
+    if (running_ && !streams_.empty()) std::cout << "\n" << std::flush;
     streams_.clear();
+    ended_.clear();
   }
 
  private:
@@ -125,6 +135,7 @@ class TextStreamPrinter {
   std::unique_ptr<Tokenizer> tokenizer_;
   bool running_;
   std::map<std::pair<int64_t, int64_t>, TextStream> streams_;
+  std::set<std::pair<int64_t, int64_t>> ended_;  // (input, sequence) whose last token came
 };
 
 }  // namespace gengraph::cli

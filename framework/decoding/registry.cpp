@@ -57,8 +57,18 @@ void check_registered_parts(const GenerationConfig& c) {
     check_entry(stopping_registry(), s,
                 "stopping_criteria[" + std::to_string(i) + "] '" + s.name + "'");
   }
-  if (c.strategy)
-    check_entry(strategy_registry(), *c.strategy, "strategy '" + c.strategy->name + "'");
+  if (c.strategy) {
+    const std::string where = "strategy '" + c.strategy->name + "'";
+    check_entry(strategy_registry(), *c.strategy, where);
+    // Beams the named strategy would not run are refused, not ignored.
+    const auto& info = strategy_registry().get(c.strategy->name);
+    const int64_t rows = info.rows_per_input ? info.rows_per_input(c, c.strategy->params) : 1;
+    if (c.num_beams > 1 && rows != c.num_beams) {
+      throw Error("generation: " + where + ": uses " + std::to_string(rows) +
+                  " row(s) per input, but num_beams is " + std::to_string(c.num_beams) +
+                  ": it would not run the beams; drop num_beams or name a beam strategy");
+    }
+  }
 }
 
 }  // namespace gengraph

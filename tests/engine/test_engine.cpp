@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -228,6 +229,11 @@ TEST(Engine, RunsTheWholeStepOrSaysWhyNot) {
 TEST(Engine, ErrorsNameTheInputBeforeAnyLoad) {
   EXPECT_THAT(error_of([] { Engine("no/such/folder"); }),
               HasSubstr("model 'no/such/folder': no such model folder"));
+  // A file where a model folder belongs is named as a file.
+  const std::string file = ::testing::TempDir() + "/engine_model_is_a_file.txt";
+  { std::ofstream(file) << "not a model\n"; }
+  EXPECT_THAT(error_of([&] { Engine{file}; }),
+              HasSubstr("model '" + file + "' is not a folder: it is a file"));
   EXPECT_THAT(error_of([] { Engine("gpt2-tinny"); }), HasSubstr("gpt2-tiny"));
   EngineOptions o;
   o.backend = "eagre";

@@ -175,6 +175,14 @@ TEST(Registry, UnknownDuplicateAndBuiltinNamesAreRefused) {
   EXPECT_THAT(error_of([&] { c.validate(); }),
               HasSubstr("strategy 'test_argmn': unknown search strategy 'test_argmn' (did you "
                         "mean 'test_argmin'?)"));
+  // Beams a named strategy would not run are refused, not silently ignored.
+  GenerationConfig beams;
+  apply_generation_key(beams, "strategy", "test_argmin", "run.yaml: generation");
+  beams.num_beams = 2;
+  EXPECT_THAT(error_of([&] { beams.validate(); }),
+              HasSubstr("strategy 'test_argmin': uses 1 row(s) per input, but num_beams is 2"));
+  apply_generation_key(beams, "strategy", "beam_search", "run.yaml: generation");
+  EXPECT_NO_THROW(beams.validate());
   GenerationConfig p;
   apply_generation_key(p, "processors", Json::array({{{"name", "test_add_to_token"}}}), "x");
   EXPECT_THAT(error_of([&] { p.validate(); }),
