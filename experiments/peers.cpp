@@ -68,7 +68,25 @@ std::string peer_tool(const std::string& peer) {
 
 std::string peer_refusal(const std::string& peer, const GenerationConfig& g,
                          const std::string& device, const std::string& dtype) {
-  if (peer.rfind("hf_", 0) == 0) return "";  // tools/hf_peer.py says for itself
+  if (peer.rfind("hf_", 0) == 0) {
+    // What tools/hf_peer.py refuses, refused before any row runs (validate, run, submit).
+    if (g.num_beam_groups > 1) {
+      return "generation.num_beam_groups = " + std::to_string(g.num_beam_groups) +
+             ": diverse beam search is not in transformers 5.17's generate()";
+    }
+    const nlohmann::json got = g.to_json();
+    for (const char* key : {"frequency_penalty", "presence_penalty", "logit_bias", "stop_sequences",
+                            "processors", "stopping_criteria", "strategy"}) {
+      const auto it = got.find(key);
+      if (it == got.end() || it->is_null() || (it->is_number() && *it == 0) ||
+          ((it->is_array() || it->is_object()) && it->empty())) {
+        continue;
+      }
+      return "generation." + std::string(key) + " = " + it->dump() +
+             ": a gengraph extension transformers does not have";
+    }
+    return "";
+  }
   const Engine& e = engine_of(peer);
   if (!e.cuda && device != "cpu")
     return "model.device = " + device + ": the " + e.name + " peers run on the CPU only";
