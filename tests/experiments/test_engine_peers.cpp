@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <regex>
@@ -78,15 +79,17 @@ TEST(EnginePeers, WhatAnEngineCannotHonourIsRefusedNamingTheSetting) {
   EXPECT_EQ(refusal("hf_eager", "{num_beams: 4, repetition_penalty: 1.5}"), "");
   // transformers: gengraph's extensions and diverse beam search (which tools/hf_peer.py would
   // refuse only once gengraph's rows had run).
-  EXPECT_THAT(refusal("hf_eager", "{strategy: beam_search, num_beams: 2}"),
-              HasSubstr("generation.strategy = {\"name\":\"beam_search\"}: a gengraph extension "
-                        "transformers does not have"));
-  EXPECT_THAT(refusal("hf_jit_trace", "{stop_sequences: [[1, 2]]}"),
-              HasSubstr("generation.stop_sequences = [[1,2]]"));
-  EXPECT_THAT(refusal("hf_eager", "{frequency_penalty: 0.5}"),
-              HasSubstr("generation.frequency_penalty = 0.5"));
-  EXPECT_THAT(refusal("hf_eager", "{num_beams: 4, num_beam_groups: 2, diversity_penalty: 1.0}"),
-              HasSubstr("diverse beam search is not in transformers 5.17's generate()"));
+  const std::vector<std::array<const char*, 3>> transformers_refuses = {
+      {"hf_eager", "{strategy: beam_search, num_beams: 2}",
+       "generation.strategy = {\"name\":\"beam_search\"}: a gengraph extension transformers "
+       "does not have"},
+      {"hf_jit_trace", "{stop_sequences: [[1, 2]]}", "generation.stop_sequences = [[1,2]]"},
+      {"hf_eager", "{frequency_penalty: 0.5}", "generation.frequency_penalty = 0.5"},
+      {"hf_eager", "{num_beams: 4, num_beam_groups: 2, diversity_penalty: 1.0}",
+       "diverse beam search is not in transformers 5.17's generate()"}};
+  for (const auto& [peer, yaml, why] : transformers_refuses) {
+    EXPECT_THAT(refusal(peer, yaml), HasSubstr(why)) << peer << " " << yaml;
+  }
 }
 
 TEST(EnginePeers, RefusalsComeAtValidationNamingThePeerAndTheSweepPoint) {
