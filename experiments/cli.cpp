@@ -53,7 +53,8 @@ const char* kUsage = R"(usage:
       with a Hugging Face tokenizer; the output is then decoded to text too. --chat sends each text
       as a user message through the model's chat template. --tokenizer: the native C++ tokenizer
       (auto, the default, falls back to the Python one for a tokenizer.json it does not read;
-      native refuses instead) or python (transformers, in a Python process).
+      native refuses instead) or python (transformers, in a Python process). Prints the table and
+      the tokens; writes the results JSON only with --output FILE.
       --stream prints each token as it is chosen, one line per step (greedy search and sampling);
       with --text, the text as it becomes final.
   gengraph quality --model FOLDER|NAME [--weights int8,int4,bfloat16] [--group-size N]
@@ -90,15 +91,22 @@ Exit status: 0 done; 1 an error (nothing written); 2 a usage error; 3 results wr
 runs (peers) failed: the results and the table say which and why.
 )";
 
+// `results_by_default`: without --output (or the experiment's own `output` or `plot`), write the
+// results to results/<name>.json (run) or nowhere (generate, which prints its table and tokens).
 int run_and_report(const ExperimentConfig& config, const std::string& output_flag, bool quiet,
-                   bool stream = false) {
+                   bool stream = false, bool results_by_default = true) {
   std::ostringstream sink;
+  const bool write =
+      results_by_default || !output_flag.empty() || !config.output.empty() || !config.plot.empty();
   const std::string out = !output_flag.empty()     ? output_flag
                           : !config.output.empty() ? config.output
-                                                   : "results/" + config.name + ".json";
+                          : write                  ? "results/" + config.name + ".json"
+                                                   : "";
   // Paths that can never be written fail before the run, not after it.
-  check_output_path(out, "results");
-  check_not_an_input("results", out, config);
+  if (write) {
+    check_output_path(out, "results");
+    check_not_an_input("results", out, config);
+  }
   if (!config.plot.empty()) {
     check_output_path(config.plot, "plot");
     check_not_an_input("plot", config.plot, config);
@@ -135,14 +143,16 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
       run_experiment(config, quiet ? static_cast<std::ostream&>(sink) : std::cerr, on_token);
   printer.finish();
   if (text_printer) text_printer->finish();
-  write_outputs(doc, out, config.plot);
-  print(format_table(doc) + "results: " + out + "\n" +
+  if (write) write_outputs(doc, out, config.plot);
+  print(format_table(doc) +
+            (write ? "results: " + out + "\n"
+                   : "results: not written (--output FILE writes them)\n") +
             (config.plot.empty() ? "" : "plot: " + config.plot + "\n"),
-        "; the results were written to '" + out + "'");
+        write ? "; the results were written to '" + out + "'" : "");
   const auto failed = failed_runs(doc);
   if (!failed.empty()) {
-    std::cerr << "error: " << failed.size() << " run(s) failed and are recorded as such in " << out
-              << ": " << join(failed, "; ") << "\n";
+    std::cerr << "error: " << failed.size() << " run(s) failed and are recorded as such in "
+              << (write ? out : "the table above") << ": " << join(failed, "; ") << "\n";
     return 3;
   }
   return 0;
@@ -383,8 +393,8 @@ int run_cli(int argc, char** argv) {
                    "--device", "--dtype", "--max-new-tokens", "--stream", "--chat", "--tokenizer"},
                   0);
       return run_and_report(
-          parse_experiment(generate_yaml(a), "gengraph generate (flags as YAML)", a.sets),
-          a.output.empty() ? "results/generate.json" : a.output, a.quiet, a.stream);
+          parse_experiment(generate_yaml(a), "gengraph generate (flags as YAML)", a.sets), a.output,
+          a.quiet, a.stream, /*results_by_default=*/false);
     }
     if (cmd == "quality") {
       check_usage(cmd, a,

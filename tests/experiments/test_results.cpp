@@ -396,6 +396,20 @@ TEST(Cli, ShowRefusesWhatIsNotAResultsFile) {
               HasSubstr("missing.json': file missing or unreadable"));
 }
 
+// gengraph generate prints its table and tokens; it writes the results JSON only when asked.
+TEST(Cli, GenerateWritesNoResultsUnasked) {
+  const std::filesystem::path would_be =
+      std::filesystem::current_path() / "results" / "generate.json";
+  std::filesystem::remove(would_be);
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(cli({"generate", "--model", "gpt2-tiny", "--prompt", "1,2", "--max-new-tokens", "2",
+                 "--quiet"}),
+            0);
+  EXPECT_THAT(::testing::internal::GetCapturedStdout(),
+              HasSubstr("results: not written (--output FILE writes them)"));
+  EXPECT_FALSE(std::filesystem::exists(would_be));
+}
+
 TEST(Cli, OutputToADeviceIsWrittenThroughNotReplaced) {
   ::testing::internal::CaptureStdout();
   ASSERT_EQ(cli({"generate", "--model", "gpt2-tiny", "--prompt", "1,2", "--max-new-tokens", "2",
