@@ -17,16 +17,18 @@ namespace gengraph::testing {
 // Sums of float32 log-probabilities: 1e-5 relative (absolute below 1), as the fixture checks
 // compare them. An absolute 1e-5 is under one float32 step above |score| 128 (an aoti package
 // rebuilt by another compile gave -143.867706 against -143.867691: 1 ulp).
-inline void expect_near_score(double got, double want, const std::string& what) {
-  EXPECT_NEAR(got, want, 1e-5 * std::max(1.0, std::abs(want))) << what;
+inline void expect_near_score(double got, double want, const std::string& what,
+                              double tolerance = 1e-5) {
+  EXPECT_NEAR(got, want, tolerance * std::max(1.0, std::abs(want))) << what;
 }
 
 // `scores`: the generation ran with output_scores, and the fixture holds each token's score as
 // transformers' compute_transition_scores gave it (tools/make_fixtures.py): those are compared
 // too, and a sequence transformers does not score (greedy, sampling) must score the sum of its
 // tokens' scores.
+// `token_tolerance`: for the token scores (one log-probability each, not sums).
 inline void expect_outputs(const GenerationResult& r, const nlohmann::json& expected,
-                           bool scores = false) {
+                           bool scores = false, double token_tolerance = 1e-5) {
   ASSERT_EQ(r.outputs.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     ASSERT_EQ(r.outputs[i].size(), expected[i].size()) << "input " << i;
@@ -42,7 +44,7 @@ inline void expect_outputs(const GenerationResult& r, const nlohmann::json& expe
         ASSERT_EQ(got.token_scores.size(), token_scores.size()) << where;
         for (size_t k = 0; k < token_scores.size(); ++k) {
           expect_near_score(got.token_scores[k], token_scores[k],
-                            where + " token " + std::to_string(k));
+                            where + " token " + std::to_string(k), token_tolerance);
         }
       } else {
         EXPECT_TRUE(got.token_scores.empty()) << where;
@@ -51,7 +53,9 @@ inline void expect_outputs(const GenerationResult& r, const nlohmann::json& expe
         double sum = 0;
         for (double x : want.at("token_scores").get<std::vector<double>>()) sum += x;
         ASSERT_TRUE(got.score.has_value()) << where;
-        expect_near_score(*got.score, sum, where + " (the sum of its token scores)");
+        expect_near_score(
+            *got.score, sum, where + " (the sum of its token scores)",
+            token_tolerance * static_cast<double>(std::max<size_t>(1, got.tokens.size())));
       } else if (want["score"].is_null()) {
         EXPECT_FALSE(got.score.has_value()) << where;
       } else {

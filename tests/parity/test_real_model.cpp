@@ -167,8 +167,11 @@ TEST_P(RealModelParity, SameTokensAsTransformersGenerate) {
   REQUIRE_REAL_MODEL();
   const auto& rec = fixture()["cases"][GetParam().index];
   const LoadedModel& loaded = loaded_model();
-  const GenerationConfig gen =
+  GenerationConfig gen =
       resolve_generation(loaded, rec["generation"], rec["name"].get<std::string>());
+  // Each token's score as transformers' compute_transition_scores gave it, too.
+  const bool scored = rec["expected"].at(0).at(0).contains("token_scores");
+  gen.output_scores = scored;
   register_builtin_backends();
   const std::string& backend_name = GetParam().backend;
   std::unique_ptr<ForwardBackend> backend;
@@ -183,7 +186,11 @@ TEST_P(RealModelParity, SameTokensAsTransformersGenerate) {
   // Same seed, same draws: the default generator is where transformers' sampling draws from.
   at::manual_seed(rec["seed"].get<uint64_t>());
   const GenerationResult r = Generator(gen).generate(*backend, prompt_ids());
-  testing::expect_outputs(r, expected);
+  // Token scores within 5e-4: transformers itself gives the same token different
+  // log-probabilities by batch shape on this model (the first token of the greedy case -0.257942,
+  // of the beam case, whose prefill runs 4 rows, -0.258062: 1.2e-4 apart; gengraph gives
+  // -0.258064 in both), so a single log-probability is no closer than that to the oracle.
+  testing::expect_outputs(r, expected, scored, 5e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Smollm2, RealModelParity, ::testing::ValuesIn(all_cases()),
