@@ -139,7 +139,7 @@ Engine& Engine::operator=(Engine&&) noexcept = default;
 Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts,
                             const nlohmann::json& settings, const TokenStream& stream) {
   const Impl::Call call(*impl_, "generate");
-  const GenerationConfig config = resolve_generation(impl_->loaded, settings, "settings");
+  const GenerationConfig config = resolve_generation(impl_->loaded, settings, "generation");
   const c10::Device device = impl_->loaded.model->device();
   std::function<void()> sync;
   if (device.is_cuda()) sync = [device] { synchronize(device); };
@@ -215,7 +215,7 @@ Generation Engine::generate_text(const std::vector<std::string>& texts,
 void Engine::manual_seed(uint64_t seed) { at::manual_seed(seed); }
 
 nlohmann::json Engine::default_settings() const {
-  return resolve_generation(impl_->loaded, nlohmann::json::object(), "settings").to_json();
+  return resolve_generation(impl_->loaded, nlohmann::json::object(), "generation").to_json();
 }
 
 const std::string& Engine::model_source() const { return impl_->loaded.source; }

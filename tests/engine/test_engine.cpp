@@ -249,8 +249,18 @@ TEST(Engine, ErrorsNameTheInputBeforeAnyLoad) {
                 engine.generate({{1}}, {{"max_new_tokns", 3}});
               }),
               HasSubstr("max_new_tokns"));
+  // One prefix for every settings error, whether the key's reader or the combined check finds it
+  // (both said "generation:" in the CLI, the Engine's reader said "settings:").
   EXPECT_THAT(error_of([&] { engine.generate({{1}}, Json::array()); }),
-              HasSubstr("settings: expected a mapping of generation keys"));
+              HasSubstr("generation: expected a mapping of generation keys"));
+  EXPECT_THAT(error_of([&] {
+                engine.generate({{1}}, {{"top_k", -1}});
+              }),
+              HasSubstr("generation: 'top_k': expected an integer >= 0, found -1"));
+  EXPECT_THAT(error_of([&] {
+                engine.generate({{1}}, {{"num_beams", 2}, {"num_return_sequences", 3}});
+              }),
+              HasSubstr("generation: 'num_return_sequences' (3) must not exceed num_beams (2)"));
   EXPECT_THAT(error_of([&] {
                 engine.generate({{1, 5000}});
               }),
