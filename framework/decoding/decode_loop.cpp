@@ -96,10 +96,6 @@ std::string whole_step_blocker(const Pipeline& pipe, ForwardBackend& backend, bo
   return "";
 }
 
-}  // namespace gengraph
-
-namespace gengraph {
-
 DecodeLoop::DecodeLoop(ForwardBackend& backend, Pipeline pipe, int64_t rows, int64_t max_length,
                        int64_t prompt_length, bool whole_step)
     : backend_(&backend),
