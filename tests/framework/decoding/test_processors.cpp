@@ -334,6 +334,8 @@ TEST(GenerationConfigKeys, ValueErrorsNameKeyAndValue) {
               HasSubstr("token id keys with numeric biases"));
   EXPECT_THAT(error_of([&] { apply_generation_key(c, "top_kk", 3, "g"); }),
               HasSubstr("did you mean 'top_k'"));
+  EXPECT_THAT(error_of([&] { apply_generation_key(c, "output_scores", "yes", "g"); }),
+              HasSubstr("'output_scores': expected true or false"));
 }
 
 TEST(StoppingCriteria, StopSequencesAndMaxTime) {
