@@ -94,7 +94,7 @@ void BM_Prefill(benchmark::State& state, Variant v, std::string preset) {
   const int64_t rows = state.range(0);
   const StepInputs in = prompt_inputs(rows, model->config().vocab_size);
   auto prefill = [&] {
-    backend->prepare(BatchShape{rows, kMaxLength});
+    backend->prepare(rows, kMaxLength);
     return backend->prefill(in);
   };
   for (int i = 0; i < kWarmup; ++i) prefill();
@@ -114,7 +114,7 @@ void BM_DecodeStep(benchmark::State& state, Variant v, std::string preset) {
   const int64_t rows = state.range(0);
   const StepInputs in = prompt_inputs(rows, model->config().vocab_size);
   auto restart = [&] {
-    backend->prepare(BatchShape{rows, kMaxLength});
+    backend->prepare(rows, kMaxLength);
     return backend->prefill(in).argmax(-1).unsqueeze(1);
   };
   at::Tensor next = restart();
@@ -180,7 +180,7 @@ void BM_LayerKernels(benchmark::State& state, std::string preset, bool fused) {
     const auto model = std::shared_ptr<const CausalLM>(load_model(s).model);
     auto backend = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
     const int64_t rows = state.range(0);
-    backend->prepare(BatchShape{rows, kMaxLength});
+    backend->prepare(rows, kMaxLength);
     at::Tensor next =
         backend->prefill(prompt_inputs(rows, model->config().vocab_size)).argmax(-1).unsqueeze(1);
     const auto valid =

@@ -44,7 +44,7 @@ struct LoopCase {
   std::string label;
   int64_t beams = 1;
   bool sample = false;
-  // The whole step on the device (framework/decoding/decode_loop.h): one CUDA graph per generation
+  // The whole step on the device (framework/decoding/generator.h): one CUDA graph per generation
   // on CUDA, uncaptured elsewhere (its ops/step is then what the graph holds, not what the host
   // issues per step), the done flag read every 4 steps.
   bool whole = false;
@@ -70,7 +70,7 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
     loop.capture = dev.is_cuda();
     loop.sync_every = 4;
   }
-  const Generator generator(
+  Generator generator(
       g, [dev] { synchronize(dev); }, loop);
   std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch),
                                             std::vector<int64_t>(kPrompt));
@@ -99,7 +99,7 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
   }
   if (c.whole) state.counters["captured"] = loop.capture ? 1 : 0;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(generator.generate(backend, prompts).timing.steps);
+    benchmark::DoNotOptimize(generator.generate(backend, prompts).steps);
   }
   // Seconds per decoding step (each iteration is kNew steps, each a token for every row).
   state.counters["per_step"] =

@@ -148,19 +148,7 @@ Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts,
     impl_->generator = std::make_unique<Generator>(config, sync, impl_->loop);
     impl_->generator_settings = resolved;
   }
-  const GenerationResult r = impl_->generator->generate(*impl_->backend, prompts, stream);
-  Generation out;
-  out.settings = resolved;
-  out.steps = r.timing.steps;
-  out.seconds = r.timing.total_s;
-  out.whole_step = r.loop.whole_step;
-  out.whole_step_fallback = r.loop.fallback;
-  for (const auto& per_input : r.outputs) {
-    out.outputs.emplace_back();
-    for (const auto& h : per_input)
-      out.outputs.back().push_back(Sequence{h.tokens, h.score, {}, h.token_scores});
-  }
-  return out;
+  return impl_->generator->generate(*impl_->backend, prompts, stream);
 }
 
 std::vector<int64_t> Engine::encode(const std::string& text, bool add_special_tokens) const {

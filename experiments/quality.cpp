@@ -41,7 +41,7 @@ Loaded load(const std::string& folder, const WeightFormat& f) {
 template <typename Visit>
 void teacher_forced(ForwardBackend& be, const at::Tensor& ids, Visit&& visit) {
   const int64_t rows = ids.size(0), len = ids.size(1);
-  be.prepare(BatchShape{rows, len});
+  be.prepare(rows, len);
   const at::Tensor ones = at::ones({rows, 1}, at::kBool);
   at::Tensor logits =
       be.prefill(StepInputs{ids.slice(1, 0, 1), at::zeros({rows, 1}, at::kLong), ones, {}});

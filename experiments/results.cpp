@@ -28,8 +28,7 @@ nlohmann::json results_header(const ExperimentConfig& c) {
           {"created", now_iso8601()}};
 }
 
-nlohmann::json outputs_json(const GenerationResult& r,
-                            const std::vector<std::vector<int64_t>>& prompts) {
+nlohmann::json outputs_json(const Generation& r, const std::vector<std::vector<int64_t>>& prompts) {
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < r.outputs.size(); ++i) {
     nlohmann::json seqs = nlohmann::json::array();

@@ -15,7 +15,7 @@
 
 namespace gengraph {
 
-struct GenerationResult;
+struct Generation;
 
 // The current UTC time as "2026-12-01T02:00:00Z" (results, job manifests).
 std::string now_iso8601();
@@ -24,8 +24,7 @@ std::string now_iso8601();
 nlohmann::json results_header(const ExperimentConfig& c);
 
 // A row's "outputs": per input its prompt length and sequences (tokens, score where scored).
-nlohmann::json outputs_json(const GenerationResult& r,
-                            const std::vector<std::vector<int64_t>>& prompts);
+nlohmann::json outputs_json(const Generation& r, const std::vector<std::vector<int64_t>>& prompts);
 
 // How a row's outputs compare with the first row's: whether every input's sequences hold the
 // same tokens ("same tokens" means tokens: in bfloat16 two correct backends can pick the same

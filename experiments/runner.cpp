@@ -43,14 +43,14 @@ std::vector<std::vector<int64_t>> make_inputs(const InputsSpec& in, int64_t voca
 
 struct Timings {
   std::vector<double> ttft, total, per_token, tps;
-  void add(const GenerationResult& r, size_t batch) {
-    ttft.push_back(r.timing.time_to_first_token_s * 1e3);
-    total.push_back(r.timing.total_s * 1e3);
-    if (r.timing.steps > 1) {
-      per_token.push_back((r.timing.total_s - r.timing.time_to_first_token_s) * 1e3 /
-                          static_cast<double>(r.timing.steps - 1));
+  void add(const Generation& r, size_t batch) {
+    ttft.push_back(r.time_to_first_token_s * 1e3);
+    total.push_back(r.seconds * 1e3);
+    if (r.steps > 1) {
+      per_token.push_back((r.seconds - r.time_to_first_token_s) * 1e3 /
+                          static_cast<double>(r.steps - 1));
     }
-    tps.push_back(static_cast<double>(batch * r.timing.steps) / r.timing.total_s);
+    tps.push_back(static_cast<double>(batch * r.steps) / r.seconds);
   }
   nlohmann::json to_json() const {
     return {{"time_to_first_token_ms", summary(ttft)},
@@ -68,7 +68,7 @@ struct Row {
   bool deterministic = true;
   int64_t steps = 0;
   int64_t peak_device = 0;
-  LoopReport loop;       // the last timed generation's
+  Generation last;       // the last timed generation (its loop report)
   double capture_s = 0;  // the whole-step graph's capture, in whichever generation made it
   std::unique_ptr<Generator> generator;  // one per row: a whole-step graph serves every repeat
 };
@@ -351,11 +351,11 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
     row.generator = std::make_unique<Generator>(generator_for(spec));
     for (int64_t i = 0; i < c.run.warmup; ++i) {
       at::manual_seed(c.run.seed);
-      const GenerationResult r = row.generator->generate(*row.backend, prompts);
-      row.capture_s = std::max(row.capture_s, r.loop.capture_s);
-      if (i == 0 && !r.loop.fallback.empty()) {
+      const Generation r = row.generator->generate(*row.backend, prompts);
+      row.capture_s = std::max(row.capture_s, r.capture_s);
+      if (i == 0 && !r.whole_step_fallback.empty()) {
         log << "backend " << spec.label
-            << ": whole step not possible, host loop: " << r.loop.fallback << "\n";
+            << ": whole step not possible, host loop: " << r.whole_step_fallback << "\n";
       }
     }
     row.peak_device = peak_memory_bytes(device);
@@ -366,15 +366,15 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
       Row& row = rows[(k + static_cast<size_t>(i)) % rows.size()];
       at::manual_seed(c.run.seed);
       const bool streamed = stream && i == 0 && &row == &rows.front();
-      const GenerationResult r =
+      Generation r =
           row.generator->generate(*row.backend, prompts, streamed ? stream : TokenStream());
-      row.loop = r.loop;
-      row.capture_s = std::max(row.capture_s, r.loop.capture_s);
+      row.capture_s = std::max(row.capture_s, r.capture_s);
       const nlohmann::json outputs = outputs_json(r, prompts);
       if (row.outputs.is_null()) row.outputs = outputs;
       row.deterministic = row.deterministic && outputs == row.outputs;
-      row.steps = r.timing.steps;
+      row.steps = r.steps;
       row.timings.add(r, prompts.size());
+      row.last = std::move(r);
     }
   }
   log << "timed " << c.run.repeats << " interleaved repeat(s) of " << rows.size()
@@ -397,11 +397,11 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
     run["loop"] = {{"whole_step", whole_step_name(row.spec.loop.whole_step)},
                    {"capture", row.spec.loop.capture},
                    {"sync_every", row.spec.loop.sync_every},
-                   {"ran_whole_step", row.loop.whole_step},
-                   {"captured", row.loop.captured},
-                   {"fallback", row.loop.fallback},
-                   {"steps_run", row.loop.steps_run},
-                   {"flag_reads", row.loop.flag_reads},
+                   {"ran_whole_step", row.last.whole_step},
+                   {"captured", row.last.captured},
+                   {"fallback", row.last.whole_step_fallback},
+                   {"steps_run", row.last.steps_run},
+                   {"flag_reads", row.last.flag_reads},
                    {"capture_seconds", row.capture_s}};
     run["steps"] = row.steps;
     run["deterministic_across_repeats"] = row.deterministic;

@@ -108,7 +108,7 @@ void point_table(std::ostringstream& o, const JsonAt& doc, const std::string& ba
         << std::setprecision(2) << num("aoti_load_seconds") << " s"
         << (num("aoti_freezing") > 0 ? ", freezing" : "") << "\n";
     }
-    // The decoding loop: the whole step on the device (framework/decoding/decode_loop.h) or the
+    // The decoding loop: the whole step on the device (framework/decoding/generator.h) or the
     // host loop, and why when a row asked for the whole step and did not get it.
     const auto loop = r.find("loop");
     if (loop && loop->string_or("whole_step", "off") != "off") {

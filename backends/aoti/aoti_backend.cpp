@@ -27,9 +27,9 @@ class AotiBackend final : public ForwardBackend {
   }
 
  protected:
-  void do_prepare(const BatchShape& shape) override {
+  void do_prepare(int64_t rows, int64_t max_length) override {
     const auto f = at::TensorOptions().dtype(model().dtype()).device(model().device());
-    reuse_or_allocate(cache_, model().cache_shape(shape.rows, shape.max_length), f, Reorder::kSwap);
+    reuse_or_allocate(cache_, model().cache_shape(rows, max_length), f, Reorder::kSwap);
   }
 
   // The package takes any row count, so the beams of one input share their prompt: it runs once
@@ -44,7 +44,7 @@ class AotiBackend final : public ForwardBackend {
     const StaticCache first = cache_->first_rows(in.input_ids.size(0));
     const at::Tensor logits = step_.run(in.input_ids, in.positions, slots, in.token_valid,
                                         first.validity(), first.keys(), first.values());
-    return cache_->expand_prefill(logits, in.copies, in.input_ids.size(1), shape().rows);
+    return cache_->expand_prefill(logits, in.copies, in.input_ids.size(1), rows());
   }
 
   at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {

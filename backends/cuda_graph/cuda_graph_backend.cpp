@@ -127,30 +127,31 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
     b.parents.copy_(at::arange(b.rows, b.parents.options()));
     b.token_valid.fill_(true);
   }
-  StaticDecodeBuffers buffers() override {
-    Bucket& b = *bucket_;
-    const int64_t rows = shape().rows;
-    return StaticDecodeBuffers{b.ids.narrow(0, 0, rows), b.positions.narrow(0, 0, rows), b.slot,
-                               b.parents.narrow(0, 0, rows), b.logits.narrow(0, 0, rows)};
-  }
   void run(bool reorder) override { step(*bucket_, reorder); }
 
  protected:
-  void do_prepare(const BatchShape& shape) override {
-    if (max_length_ == 0) max_length_ = s_.max_length > 0 ? s_.max_length : shape.max_length;
-    if (shape.max_length > max_length_) {
-      throw Error("backend 'cuda_graph': this request needs " + std::to_string(shape.max_length) +
+  void do_prepare(int64_t rows, int64_t max_length) override {
+    if (max_length_ == 0) max_length_ = s_.max_length > 0 ? s_.max_length : max_length;
+    if (max_length > max_length_) {
+      throw Error("backend 'cuda_graph': this request needs " + std::to_string(max_length) +
                   " cache positions but the static cache holds " + std::to_string(max_length_) +
                   "; raise the backend option 'max_length'");
     }
-    auto it = std::lower_bound(s_.buckets.begin(), s_.buckets.end(), shape.rows);
+    auto it = std::lower_bound(s_.buckets.begin(), s_.buckets.end(), rows);
     if (it == s_.buckets.end()) {
-      throw Error("backend 'cuda_graph': " + std::to_string(shape.rows) +
+      throw Error("backend 'cuda_graph': " + std::to_string(rows) +
                   " rows (batch x beams) exceed the largest bucket " +
                   std::to_string(s_.buckets.back()) + "; add a larger one to the option 'buckets'");
     }
     bucket_ = &bucket_for(*it);
     bucket_->cache->reset();
+    // The static decode step's buffers: the bucket's, narrowed to the prepared rows.
+    Bucket& b = *bucket_;
+    ids = b.ids.narrow(0, 0, rows);
+    positions = b.positions.narrow(0, 0, rows);
+    slot = b.slot;
+    parents = b.parents.narrow(0, 0, rows);
+    logits = b.logits.narrow(0, 0, rows);
   }
 
   // The eager and the compiled step run a shared prompt once per input (as the eager and aoti

@@ -23,22 +23,21 @@ class EagerBackend final : public ForwardBackend {
 
   BackendReport report() const override {
     return {{"static_cache", static_cache_ ? 1.0 : 0.0},
-            {"sdpa_kernel", shape().rows > 0 ? double(model().decode_attention_kernel(
-                                                   shape().rows, shape().max_length))
-                                             : -1.0},
+            {"sdpa_kernel",
+             rows() > 0 ? double(model().decode_attention_kernel(rows(), max_length())) : -1.0},
             {"reorder_bytes_per_step", cache_ ? cache_->reorder_bytes_per_step() : 0.0}};
   }
 
  protected:
-  void do_prepare(const BatchShape& shape) override {
+  void do_prepare(int64_t rows, int64_t max_length) override {
     if (!static_cache_) {
       growing_ = std::make_unique<GrowingCache>(model().config().num_layers);
       cache_ = growing_.get();
       return;
     }
     const auto options = at::TensorOptions().dtype(model().dtype()).device(model().device());
-    cache_ = &reuse_or_allocate(static_, model().cache_shape(shape.rows, shape.max_length), options,
-                                Reorder::kSwap);
+    cache_ =
+        &reuse_or_allocate(static_, model().cache_shape(rows, max_length), options, Reorder::kSwap);
   }
 
   bool shares_prefill() const override { return share_prefill_; }
@@ -55,7 +54,7 @@ class EagerBackend final : public ForwardBackend {
     const at::Tensor logits =
         run_forward_step(model(), first ? static_cast<KVCache&>(*first) : *cache_, in.input_ids,
                          in.positions, slots, in.token_valid);
-    return cache_->expand_prefill(logits, in.copies, in.input_ids.size(1), shape().rows);
+    return cache_->expand_prefill(logits, in.copies, in.input_ids.size(1), rows());
   }
 
   at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) override {

@@ -45,9 +45,9 @@ class TraceBackend final : public ForwardBackend {
   }
 
  protected:
-  void do_prepare(const BatchShape& shape) override {
+  void do_prepare(int64_t rows, int64_t max_length) override {
     const auto f = at::TensorOptions().dtype(model().dtype()).device(model().device());
-    reuse_or_allocate(cache_, model().cache_shape(shape.rows, shape.max_length), f, Reorder::kSwap);
+    reuse_or_allocate(cache_, model().cache_shape(rows, max_length), f, Reorder::kSwap);
   }
 
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) override {
@@ -81,10 +81,10 @@ class TraceBackend final : public ForwardBackend {
   }
 
   TracedStep& step_for(int64_t prompt_length) {
-    const auto key = std::make_tuple(shape().rows, prompt_length, shape().max_length);
+    const auto key = std::make_tuple(rows(), prompt_length, max_length());
     auto it = steps_.find(key);
     if (it != steps_.end()) return it->second;
-    TraceMeta meta = expected_meta(model(), shape().rows, prompt_length, shape().max_length);
+    TraceMeta meta = expected_meta(model(), rows(), prompt_length, max_length());
     const auto t0 = Clock::now();
     if (!s_.file.empty()) {
       // A trace carries its weights. One gengraph made (from a cache_dir) records their

@@ -7,14 +7,15 @@
 
 namespace gengraph {
 
-void ForwardBackend::prepare(const BatchShape& shape) {
-  if (shape.rows <= 0 || shape.max_length <= 0) {
+void ForwardBackend::prepare(int64_t rows, int64_t max_length) {
+  if (rows <= 0 || max_length <= 0) {
     throw Error("backend '" + name() +
                 "': batch shape needs positive rows and max_length, found rows=" +
-                std::to_string(shape.rows) + " max_length=" + std::to_string(shape.max_length));
+                std::to_string(rows) + " max_length=" + std::to_string(max_length));
   }
-  do_prepare(shape);
-  shape_ = shape;
+  do_prepare(rows, max_length);
+  rows_ = rows;
+  max_length_ = max_length;
   length_ = 0;
   prepared_ = true;
 }
@@ -25,9 +26,9 @@ void ForwardBackend::check(const StepInputs& in, int64_t expected_t, const char*
   if (!prepared_) throw Error(where + "prepare() was not called");
   if (!in.input_ids.defined() || in.input_ids.dim() != 2 || in.input_ids.size(0) != rows) {
     throw Error(where + "input_ids must be [" + std::to_string(rows) + ", T] as prepared" +
-                (rows != shape_.rows ? " (" + std::to_string(shape_.rows) + " rows in copies of " +
-                                           std::to_string(in.copies) + ")"
-                                     : std::string()));
+                (rows != rows_ ? " (" + std::to_string(rows_) + " rows in copies of " +
+                                     std::to_string(in.copies) + ")"
+                               : std::string()));
   }
   if (in.input_ids.scalar_type() != at::kLong) throw Error(where + "input_ids must be int64");
   const int64_t t = in.input_ids.size(1);
@@ -42,22 +43,21 @@ void ForwardBackend::check(const StepInputs& in, int64_t expected_t, const char*
       in.token_valid.scalar_type() != at::kBool) {
     throw Error(where + "token_valid must be a bool tensor shaped like input_ids");
   }
-  if (length_ + t > shape_.max_length) {
+  if (length_ + t > max_length_) {
     throw Error(where + "writing " + std::to_string(t) + " token(s) at length " +
                 std::to_string(length_) + " exceeds the prepared max_length " +
-                std::to_string(shape_.max_length));
+                std::to_string(max_length_));
   }
-  if (in.parent_rows.defined() &&
-      (in.parent_rows.dim() != 1 || in.parent_rows.size(0) != shape_.rows)) {
-    throw Error(where + "parent_rows must be [" + std::to_string(shape_.rows) + "]");
+  if (in.parent_rows.defined() && (in.parent_rows.dim() != 1 || in.parent_rows.size(0) != rows_)) {
+    throw Error(where + "parent_rows must be [" + std::to_string(rows_) + "]");
   }
 }
 
 at::Tensor ForwardBackend::prefill(const StepInputs& in) {
   length_ = 0;
-  if (in.copies < 1 || shape_.rows % in.copies != 0) {
+  if (in.copies < 1 || rows_ % in.copies != 0) {
     throw Error("backend '" + name() + "' prefill: copies " + std::to_string(in.copies) +
-                " does not divide the prepared " + std::to_string(shape_.rows) + " rows");
+                " does not divide the prepared " + std::to_string(rows_) + " rows");
   }
   if (in.copies > 1 && !shares_prefill()) {
     StepInputs each = in;  // every row of the batch, the prompt repeated
@@ -67,7 +67,7 @@ at::Tensor ForwardBackend::prefill(const StepInputs& in) {
     each.copies = 1;
     return prefill(each);
   }
-  check(in, 0, "prefill", shape_.rows / in.copies);
+  check(in, 0, "prefill", rows_ / in.copies);
   const int64_t t = in.input_ids.size(1);
   const at::Tensor slots = at::arange(0, t, in.input_ids.options());
   at::Tensor logits = do_prefill(in, slots);
@@ -76,7 +76,7 @@ at::Tensor ForwardBackend::prefill(const StepInputs& in) {
 }
 
 at::Tensor ForwardBackend::decode(const StepInputs& in) {
-  check(in, 1, "decode", shape_.rows);
+  check(in, 1, "decode", rows_);
   if (length_ == 0) throw Error("backend '" + name() + "' decode: prefill() must come first");
   const at::Tensor slots = at::arange(length_, length_ + 1, in.input_ids.options());
   at::Tensor logits = do_decode(in, slots);

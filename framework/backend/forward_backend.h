@@ -17,13 +17,6 @@ namespace gengraph {
 
 class CausalLM;
 
-// What prepare() allocates for: `rows` = batch x beams sequences of at most `max_length` tokens
-// (prompt with its padding plus new tokens).
-struct BatchShape {
-  int64_t rows = 0;
-  int64_t max_length = 0;
-};
-
 struct StepInputs {
   at::Tensor input_ids;    // [rows, T] int64; T = padded prompt length at prefill, 1 when decoding
   at::Tensor positions;    // [rows, T] int64; position ids as transformers computes them
@@ -38,31 +31,29 @@ struct StepInputs {
   int64_t copies = 1;
 };
 
-// The buffers of a backend's static decode step (StaticDecode), views of the prepared rows.
-struct StaticDecodeBuffers {
-  at::Tensor ids;        // [rows, 1] int64: the tokens the next run() reads
-  at::Tensor positions;  // [rows, 1] int64: their position ids
-  at::Tensor slot;       // [1] int64: the cache slot the next run() writes; the caller advances it
-  at::Tensor parents;    // [rows] int64: the rows run(true) reorders the cache by first
-  at::Tensor logits;     // [rows, vocab]: what the last run() produced
-};
-
 // A decode step over buffers that stay where they are: what a loop needs to run the whole
-// decoding step on the device (framework/decoding/decode_loop.h), captured in a CUDA graph or not.
+// decoding step on the device (framework/decoding/generator.h), captured in a CUDA graph or not.
 // run() reads only the buffers, never the host, allocates nothing its next call depends on, and
 // does the same work whether a graph is being captured or not. A backend that offers one returns
 // it from ForwardBackend::static_decode(); the loop composes it with the decoding parts, so an
-// out-of-tree backend gets the whole-step graph by implementing these three calls.
+// out-of-tree backend gets the whole-step graph by implementing start() and run() and setting the
+// buffers.
 class StaticDecode {
  public:
   virtual ~StaticDecode() = default;
   // After prefill(): slot = length(), parents the identity, every token valid. The caller then
   // fills ids and positions.
   virtual void start() = 0;
-  // Valid once prepared; the same storage for as long as the prepared shape does not change (a
-  // loop keeps a graph captured over them for the next generation of that shape).
-  virtual StaticDecodeBuffers buffers() = 0;
   virtual void run(bool reorder) = 0;
+
+  // The buffers, views of the prepared rows, set when the backend is prepared: the same storage
+  // for as long as the prepared shape does not change (a loop keeps a graph captured over them
+  // for the next generation of that shape).
+  at::Tensor ids;        // [rows, 1] int64: the tokens the next run() reads
+  at::Tensor positions;  // [rows, 1] int64: their position ids
+  at::Tensor slot;       // [1] int64: the cache slot the next run() writes; the caller advances it
+  at::Tensor parents;    // [rows] int64: the rows run(true) reorders the cache by first
+  at::Tensor logits;     // [rows, vocab]: what the last run() produced
 };
 
 // Numbers a backend reports about itself (trace time, capture time, graph memory, ...).
@@ -75,9 +66,10 @@ class ForwardBackend {
 
   virtual std::string name() const = 0;
 
-  // Allocates (and may trace or capture) for this shape. Called before every generation; a backend
-  // may keep what it built for an equal shape.
-  void prepare(const BatchShape& shape);
+  // Allocates (and may trace or capture) for `rows` = batch x beams sequences of at most
+  // `max_length` tokens (prompt with its padding plus new tokens). Called before every
+  // generation; a backend may keep what it built for an equal shape.
+  void prepare(int64_t rows, int64_t max_length);
   // Runs the prompt; returns the last position's logits, [rows, vocab].
   at::Tensor prefill(const StepInputs& in);
   // One new token per row; reorders the cache by parent_rows first. Returns [rows, vocab].
@@ -90,21 +82,23 @@ class ForwardBackend {
   // has none (then the decoding step runs from the host).
   virtual StaticDecode* static_decode() { return nullptr; }
   const CausalLM& model() const { return *model_; }
-  const BatchShape& shape() const { return shape_; }
+  // The prepared shape.
+  int64_t rows() const { return rows_; }
+  int64_t max_length() const { return max_length_; }
   // Tokens written so far in the current generation (prompt included).
   int64_t length() const { return length_; }
 
  protected:
-  virtual void do_prepare(const BatchShape& shape) = 0;
+  virtual void do_prepare(int64_t rows, int64_t max_length) = 0;
   // `slots`: [T] int64, the cache slots this step writes (length() .. length() + T - 1).
-  // do_prefill sees in.copies > 1 only when shares_prefill(); it returns [shape().rows, vocab].
+  // do_prefill sees in.copies > 1 only when shares_prefill(); it returns [rows(), vocab].
   virtual at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) = 0;
   virtual at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) = 0;
 
  private:
   void check(const StepInputs& in, int64_t expected_t, const char* call, int64_t rows) const;
   std::shared_ptr<const CausalLM> model_;
-  BatchShape shape_;
+  int64_t rows_ = 0, max_length_ = 0;
   int64_t length_ = 0;
   bool prepared_ = false;
 };

@@ -1,7 +1,6 @@
-#include "framework/decoding/decode_loop.h"
-
 #include <ATen/ATen.h>
 
+#include "framework/decoding/generator.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/clock.h"
 #include "framework/util/error.h"
@@ -96,15 +95,16 @@ std::string whole_step_blocker(const Pipeline& pipe, ForwardBackend& backend, bo
   return "";
 }
 
-DecodeLoop::DecodeLoop(ForwardBackend& backend, Pipeline pipe, int64_t rows, int64_t max_length,
-                       int64_t prompt_length, bool whole_step)
-    : backend_(&backend),
-      static_decode_(whole_step ? backend.static_decode() : nullptr),
-      rows_(rows),
-      max_length_(max_length),
-      prompt_length_(prompt_length),
-      per_input_(pipe.strategy->rows_per_input()),
-      pipe_(std::move(pipe)) {
+void Generator::set_up(ForwardBackend& backend, Pipeline pipe, int64_t rows, int64_t max_length,
+                       int64_t prompt_length, bool whole_step) {
+  forget();  // the previous graph and buffers first
+  backend_ = &backend;
+  static_decode_ = whole_step ? backend.static_decode() : nullptr;
+  rows_ = rows;
+  max_length_ = max_length;
+  prompt_length_ = prompt_length;
+  per_input_ = pipe.strategy->rows_per_input();
+  pipe_ = std::move(pipe);
   const auto l = at::TensorOptions().dtype(at::kLong).device(backend.model().device());
   seqs_.prompt_length = prompt_length;
   if (whole_step && static_decode_ == nullptr) {
@@ -116,32 +116,42 @@ DecodeLoop::DecodeLoop(ForwardBackend& backend, Pipeline pipe, int64_t rows, int
     written_ = at::zeros({}, l);
     running_ = at::zeros({}, l.dtype(at::kBool));
     live_steps_ = at::zeros({}, l);
-    buffers_ = static_decode_->buffers();
   }
 }
 
-DecodeLoop::~DecodeLoop() = default;
+void Generator::forget() {
+  replay_ = nullptr;
+  captured_over_.clear();
+  backend_ = nullptr;
+  static_decode_ = nullptr;
+  pipe_ = Pipeline{};
+  seqs_ = Sequences{};
+  written_ = running_ = live_steps_ = at::Tensor();
+  reorder_ = false;
+}
 
-bool DecodeLoop::serves(ForwardBackend& b, int64_t rows, int64_t max_length,
-                        int64_t prompt_length) const {
+namespace {
+
+// The storage of a static decode step's buffers (a graph captured over them reads these).
+std::vector<const void*> storage_of(const StaticDecode& sd) {
+  return {sd.ids.data_ptr(), sd.positions.data_ptr(), sd.slot.data_ptr(), sd.parents.data_ptr(),
+          sd.logits.data_ptr()};
+}
+
+}  // namespace
+
+bool Generator::serves(ForwardBackend& b, int64_t rows, int64_t max_length,
+                       int64_t prompt_length) const {
   if (static_decode_ == nullptr || &b != backend_ || rows != rows_ || max_length != max_length_ ||
       prompt_length != prompt_length_) {
     return false;
   }
   StaticDecode* sd = b.static_decode();
-  if (sd != static_decode_) return false;
-  const StaticDecodeBuffers now = sd->buffers();
-  return now.ids.data_ptr() == buffers_.ids.data_ptr() &&
-         now.positions.data_ptr() == buffers_.positions.data_ptr() &&
-         now.slot.data_ptr() == buffers_.slot.data_ptr() &&
-         now.parents.data_ptr() == buffers_.parents.data_ptr() &&
-         now.logits.data_ptr() == buffers_.logits.data_ptr();
+  return sd == static_decode_ && (!replay_ || storage_of(*sd) == captured_over_);
 }
 
-void DecodeLoop::run(const std::vector<std::vector<int64_t>>& prompts, int64_t pad,
-                     const LoopOptions& options, const TokenStream& stream,
-                     const std::function<void()>& sync, GenerationTiming& timing,
-                     LoopReport& report) {
+void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64_t pad,
+                         const TokenStream& stream, Generation& out) {
   const bool whole = static_decode_ != nullptr;
   const int64_t batch = static_cast<int64_t>(prompts.size()), len = prompt_length_;
   const int64_t max_steps = max_length_ - len;
@@ -185,12 +195,12 @@ void DecodeLoop::run(const std::vector<std::vector<int64_t>>& prompts, int64_t p
 
   // The forward's inputs: the backend's static buffers in the whole step, tensors handed to
   // decode() in the host loop.
-  const StaticDecodeBuffers& buf = buffers_;
+  StaticDecode* const buf = static_decode_;
   at::Tensor next_ids, parents;
   const at::Tensor one_valid = at::ones({rows_, 1}, input_valid.options());
   if (whole) {
     static_decode_->start();
-    buf.positions.copy_(last_pos);
+    buf->positions.copy_(last_pos);
     running_.fill_(true);
     live_steps_.zero_();
   }
@@ -200,12 +210,12 @@ void DecodeLoop::run(const std::vector<std::vector<int64_t>>& prompts, int64_t p
     last = strategy.step(logits, pipe_.processors, seqs_, pipe_.stopping);
     reorder_ = last.parent_rows.defined();
     if (whole) {
-      buf.ids.copy_(last.next_tokens.unsqueeze(1));
+      buf->ids.copy_(last.next_tokens.unsqueeze(1));
       if (reorder_) {
-        buf.parents.copy_(last.parent_rows);
-        buf.positions.copy_(buf.positions.index_select(0, last.parent_rows) + 1);
+        buf->parents.copy_(last.parent_rows);
+        buf->positions.copy_(buf->positions.index_select(0, last.parent_rows) + 1);
       } else {
-        buf.positions.add_(1);
+        buf->positions.add_(1);
       }
       running_.copy_(last.running);
     } else {
@@ -218,52 +228,51 @@ void DecodeLoop::run(const std::vector<std::vector<int64_t>>& prompts, int64_t p
   const auto step = [&] {
     if (whole) {
       static_decode_->run(reorder_);
-      buf.slot.add_(1);
-      decide(as_float(buf.logits));
+      buf->slot.add_(1);
+      decide(as_float(buf->logits));
     } else {
       decide(as_float(backend_->decode(StepInputs{next_ids, last_pos, one_valid, parents})));
     }
   };
   // The host loop reads the flag before every step; the whole step before the first decode step
   // and every sync_every-th one.
-  const int64_t sync_every = whole ? options.sync_every : 1;
-  const bool capture = whole && options.capture;
+  const int64_t sync_every = whole ? loop_.sync_every : 1;
+  const bool capture = whole && loop_.capture;
 
   decide(first);
   // A stream that asks to stop ends the loop after the step it was handed.
   bool go_on = !stream || emit(stream, last, per_input_, 0);
-  if (sync) sync();
-  timing.time_to_first_token_s = since(t0);
-  report.whole_step = whole;
+  if (sync_) sync_();
+  out.time_to_first_token_s = since(t0);
+  out.whole_step = whole;
   int64_t run = 1;
   for (; go_on && run < max_steps; ++run) {
     if (run == 1 || run % sync_every == 0) {
-      ++report.flag_reads;
+      ++out.flag_reads;
       if (!running_.item<bool>()) break;
     }
     // In the first generation of a shape the first decode step runs uncaptured (it creates what
     // the parts make on first use), the graph records the second and replays from then on; later
     // generations of the shape replay it from the first decode step.
-    if (capture && (run >= 2 || graph_)) {
-      if (!graph_) {
+    if (capture && (run >= 2 || replay_)) {
+      if (!replay_) {
         const auto c0 = Clock::now();
-        auto graph = std::make_unique<StepGraph>(device);
-        graph->capture(step);
-        graph_ = std::move(graph);
-        report.capture_s = since(c0);
+        replay_ = capture_step(device, step);
+        captured_over_ = storage_of(*static_decode_);
+        out.capture_s = since(c0);
       }
-      report.captured = true;
-      graph_->replay();
+      out.captured = true;
+      replay_();
     } else {
       step();
       if (stream) go_on = emit(stream, last, per_input_, run);
     }
   }
-  if (sync) sync();
-  timing.total_s = since(t0);
-  report.steps_run = run;
+  if (sync_) sync_();
+  out.seconds = since(t0);
+  out.steps_run = run;
   // Decisions made while the strategy ran: every one in the host loop, which stops at once.
-  timing.steps = whole ? live_steps_.item<int64_t>() : run;
+  out.steps = whole ? live_steps_.item<int64_t>() : run;
 }
 
 }  // namespace gengraph

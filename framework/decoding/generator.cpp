@@ -10,8 +10,7 @@ namespace gengraph {
 namespace {
 
 // Strategies return one list per row group; fold rows back to inputs.
-void fold_outputs(std::vector<std::vector<Hypothesis>> per_row, int64_t batch,
-                  GenerationResult& result) {
+void fold_outputs(std::vector<std::vector<Sequence>> per_row, int64_t batch, Generation& result) {
   result.outputs.resize(batch);
   for (int64_t i = 0; i < batch; ++i) {
     for (int64_t k = 0; k < static_cast<int64_t>(per_row.size()) / batch; ++k) {
@@ -24,7 +23,7 @@ void fold_outputs(std::vector<std::vector<Hypothesis>> per_row, int64_t batch,
 }  // namespace
 
 Generator::Generator(const Generator& other)
-    : config_(other.config_), sync_(other.sync_), loop_(other.loop_) {}
+    : config_(other.config_), sync_(other.sync_), loop_(other.loop_) {}  // none of its loop
 
 Generator::~Generator() = default;
 Generator::Generator(Generator&&) noexcept = default;
@@ -71,51 +70,56 @@ int64_t check_prompts(const ModelConfig& mc, const GenerationConfig& g,
   return max_length;
 }
 
-GenerationResult Generator::generate(ForwardBackend& backend,
-                                     const std::vector<std::vector<int64_t>>& prompts,
-                                     const TokenStream& stream) const {
+Generation within_memory(const ForwardBackend& backend, const GenerationConfig& config,
+                         int64_t inputs, int64_t rows_per_input, int64_t prompt_length,
+                         int64_t max_length, const std::function<Generation()>& work) {
   const CausalLM& model = backend.model();
-  const auto& mc = model.config();
-  int64_t prompt_len = 0;
-  for (const auto& p : prompts)
-    prompt_len = std::max<int64_t>(prompt_len, static_cast<int64_t>(p.size()));
-  const int64_t max_length = check_prompts(mc, config_, prompts);
-
-  Pipeline pipe = build_pipeline(config_, max_length, prompt_len, mc.vocab_size);
-  const int64_t batch = static_cast<int64_t>(prompts.size());
-  const int64_t per_input = pipe.strategy->rows_per_input();
-  const int64_t rows = batch * per_input;
-  // What this call will hold (KV cache, the prefill's masks and activations, a decode step, the
+  // What the call will hold (KV cache, the prefill's masks and activations, a decode step, the
   // search's state), before any of it is allocated; the weights are resident already.
   GenerationShape shape;
-  shape.inputs = static_cast<double>(batch);
-  shape.rows_per_input = static_cast<double>(per_input);
-  shape.prompt_length = static_cast<double>(prompt_len);
+  shape.inputs = static_cast<double>(inputs);
+  shape.rows_per_input = static_cast<double>(rows_per_input);
+  shape.prompt_length = static_cast<double>(prompt_length);
   shape.max_length = static_cast<double>(max_length);
-  shape.beam_search = config_.num_beams > 1;
+  shape.beam_search = config.num_beams > 1;
   shape.shared_prefill = backend.shares_prefill();
   const BackendReport report = backend.report();
   const auto static_cache = report.find("static_cache");
   shape.static_cache =
       backend.name() != "eager" || (static_cache != report.end() && static_cache->second != 0.0);
-  const MemoryEstimate need = estimate_generation_memory(mc, model.dtype(), shape);
-  const std::string what = "generating " + std::to_string(rows) + " rows (" +
-                           std::to_string(batch) + " prompts x " + std::to_string(per_input) +
+  const MemoryEstimate need = estimate_generation_memory(model.config(), model.dtype(), shape);
+  const std::string what = "generating " + std::to_string(inputs * rows_per_input) + " rows (" +
+                           std::to_string(inputs) + " prompts x " + std::to_string(rows_per_input) +
                            ") of " + std::to_string(max_length) + " positions";
   const std::string advice =
       "use fewer or shorter prompts, a smaller num_beams or num_return_sequences, or fewer new "
       "tokens (max_new_tokens)";
   check_memory(what + " (" + need.breakdown() + ")", need.total(), model.device(), advice);
   // An allocation that fails all the same is reported with the estimate, not LibTorch's text.
-  return with_allocation_errors(what, need.total(), model.device(), advice, [&] {
-    return run_checked(backend, prompts, stream, std::move(pipe), prompt_len, max_length);
-  });
+  return with_allocation_errors(what, need.total(), model.device(), advice, work);
 }
 
-GenerationResult Generator::run_checked(ForwardBackend& backend,
-                                        const std::vector<std::vector<int64_t>>& prompts,
-                                        const TokenStream& stream, Pipeline pipe,
-                                        int64_t prompt_len, int64_t max_length) const {
+Generation Generator::generate(ForwardBackend& backend,
+                               const std::vector<std::vector<int64_t>>& prompts,
+                               const TokenStream& stream) {
+  const ModelConfig& mc = backend.model().config();
+  int64_t prompt_len = 0;
+  for (const auto& p : prompts)
+    prompt_len = std::max<int64_t>(prompt_len, static_cast<int64_t>(p.size()));
+  const int64_t max_length = check_prompts(mc, config_, prompts);
+  Pipeline pipe = build_pipeline(config_, max_length, prompt_len, mc.vocab_size);
+  const int64_t per_input = pipe.strategy->rows_per_input();
+  return within_memory(backend, config_, static_cast<int64_t>(prompts.size()), per_input,
+                       prompt_len, max_length, [&] {
+                         return run_checked(backend, prompts, stream, std::move(pipe), prompt_len,
+                                            max_length);
+                       });
+}
+
+Generation Generator::run_checked(ForwardBackend& backend,
+                                  const std::vector<std::vector<int64_t>>& prompts,
+                                  const TokenStream& stream, Pipeline pipe, int64_t prompt_len,
+                                  int64_t max_length) {
   const int64_t batch = static_cast<int64_t>(prompts.size());
   const int64_t rows = batch * pipe.strategy->rows_per_input();
   if (stream && !pipe.strategy->streams()) {
@@ -128,8 +132,9 @@ GenerationResult Generator::run_checked(ForwardBackend& backend,
                 "' strategy does not score its tokens (SearchStrategy::scores_tokens); the "
                 "built-in greedy search, sampling, beam search and beam sampling do");
   }
-  backend.prepare(BatchShape{rows, max_length});
-  GenerationResult result;
+  backend.prepare(rows, max_length);
+  Generation result;
+  result.settings = config_.to_json();
   result.prompt_length = prompt_len;
   result.rows = rows;
   bool whole = false;
@@ -140,25 +145,17 @@ GenerationResult Generator::run_checked(ForwardBackend& backend,
     } else if (loop_.whole_step == LoopOptions::WholeStep::kOn) {
       throw Error("loop option whole_step: on, but the whole step cannot run: " + why);
     } else {
-      result.loop.fallback = why;
+      result.whole_step_fallback = why;
     }
   }
   // The whole step keeps its loop (and graph) for the next generation of the same shape; the
   // host loop starts afresh each time.
-  std::unique_ptr<DecodeLoop> fresh;
-  DecodeLoop* loop = nullptr;
-  if (whole && whole_ && whole_->serves(backend, rows, max_length, prompt_len)) {
-    loop = whole_.get();
-  } else {
-    if (whole) whole_.reset();  // its graph and buffers first
-    fresh =
-        std::make_unique<DecodeLoop>(backend, std::move(pipe), rows, max_length, prompt_len, whole);
-    loop = fresh.get();
-    if (whole) whole_ = std::move(fresh);
+  if (!whole || !serves(backend, rows, max_length, prompt_len)) {
+    set_up(backend, std::move(pipe), rows, max_length, prompt_len, whole);
   }
-  loop->run(prompts, effective_pad_token(config_), loop_, stream, sync_, result.timing,
-            result.loop);
-  fold_outputs(loop->finalize(), batch, result);
+  run_loop(prompts, effective_pad_token(config_), stream, result);
+  fold_outputs(pipe_.strategy->finalize(seqs_), batch, result);
+  if (!whole) forget();  // the host loop keeps nothing
   return result;
 }
 

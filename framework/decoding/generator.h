@@ -1,28 +1,43 @@
 // Generation: the checks before any work (prompts, settings, memory), the pipeline built from the
-// settings, then the decoding loop (decode_loop.h) in the host loop or the whole step.
+// settings, then the decoding loop, one loop for every backend, strategy and mode:
+//
+//   logits = backend.prefill(prompt)
+//   decide(logits)                      strategy.step(logits, processors, sequences, stopping)
+//   until the strategy stops running:   step = forward(next tokens, positions + 1, parents)
+//                                              + decide(logits)
+//
+// over one form of the sequences (sequences.h: a fixed buffer and its length) and one
+// implementation of every part. It runs in one of two modes, chosen per generation:
+//  - the host loop: the length is known on the host, the forward is ForwardBackend::decode, and
+//    the `running` flag is read after every step. Any backend, any part, streaming.
+//  - the whole step: the length lives on the device, the forward is the backend's StaticDecode
+//    over fixed buffers (the chosen tokens, positions and parents are written into them), and the
+//    flag is read only every `sync_every` steps: the steps run past the end change nothing. With
+//    `capture` (CUDA) the step is recorded once as a CUDA graph and replayed; uncaptured it runs
+//    on any device (the CPU tests run it so). Every part says whether it can take part
+//    (whole_step_blocker()), as does the backend (static_decode()).
+//
+// The Generator owns what the loop runs over: the pipeline, the sequences' buffer, the flags and,
+// in the whole step, the graph captured over them and the backend's static buffers. It keeps them
+// after a whole-step generation for the next one of the same shape on the same backend, which then
+// replays the graph from the first decode step; the host loop starts afresh each time.
 #pragma once
 
+#include <gengraph/generation.h>
 #include <gengraph/stream.h>
 
 #include <cstdint>
 #include <functional>
-#include <memory>
+#include <string>
 #include <vector>
 
 #include "framework/backend/forward_backend.h"
-#include "framework/decoding/decode_loop.h"
 #include "framework/decoding/generation_config.h"
+#include "framework/decoding/loop_options.h"
+#include "framework/decoding/pipeline.h"
 #include "framework/model/model_config.h"
 
 namespace gengraph {
-
-struct GenerationResult {
-  std::vector<std::vector<Hypothesis>> outputs;  // per input prompt, best first
-  int64_t prompt_length = 0;                     // padded
-  int64_t rows = 0;                              // batch x rows_per_input
-  GenerationTiming timing;
-  LoopReport loop;  // whole step or host loop (decode_loop.h)
-};
 
 // Checks prompts against the model before any work: ids inside the vocabulary (and the generation
 // settings' token ids), the longest prompt plus the new tokens within the context. Returns the
@@ -30,37 +45,71 @@ struct GenerationResult {
 int64_t check_prompts(const ModelConfig& model, const GenerationConfig& generation,
                       const std::vector<std::vector<int64_t>>& prompts);
 
+// Checks that a generation of `inputs` prompts x `rows_per_input` rows of `max_length` positions
+// fits the memory the backend's device has left (model/memory.h: the estimate by part, calibrated
+// on CPU), and throws an Error naming each part otherwise. Then runs `work`, reporting an
+// allocation that fails all the same with the estimate rather than LibTorch's text.
+Generation within_memory(const ForwardBackend& backend, const GenerationConfig& config,
+                         int64_t inputs, int64_t rows_per_input, int64_t prompt_length,
+                         int64_t max_length, const std::function<Generation()>& work);
+
+// "" when the whole step can run with this pipeline and backend (static_decode() is asked, so
+// call after prepare()), else the first reason it cannot, naming the part.
+std::string whole_step_blocker(const Pipeline& pipe, ForwardBackend& backend, bool streaming,
+                               const LoopOptions& options);
+
 class Generator {
  public:
   // `sync` waits for the device (CUDA) so that timings are true; empty on CPU.
   Generator(GenerationConfig config, std::function<void()> sync = {}, LoopOptions loop = {});
-  // A copy has the same settings and none of the whole-step loop (below).
+  // A copy has the same settings and none of the kept whole-step loop.
   Generator(const Generator& other);
   Generator(Generator&&) noexcept;
   ~Generator();
 
   // prompts: token ids per input, ragged allowed (left-padded here as transformers does).
   // `stream`, when given, receives each token as it is chosen (gengraph/stream.h); on CUDA that
-  // adds one device-to-host copy per step.
-  GenerationResult generate(ForwardBackend& backend,
-                            const std::vector<std::vector<int64_t>>& prompts,
-                            const TokenStream& stream = {}) const;
+  // adds one device-to-host copy per step. Not thread-safe: one Generator per thread.
+  Generation generate(ForwardBackend& backend, const std::vector<std::vector<int64_t>>& prompts,
+                      const TokenStream& stream = {});
   const GenerationConfig& config() const { return config_; }
   const LoopOptions& loop() const { return loop_; }
 
  private:
-  // generate() after its checks (prompts, settings, the memory estimate).
-  GenerationResult run_checked(ForwardBackend& backend,
-                               const std::vector<std::vector<int64_t>>& prompts,
-                               const TokenStream& stream, Pipeline pipe, int64_t prompt_len,
-                               int64_t max_length) const;
+  // generate() after its checks: sets up the loop (or keeps the whole step's), runs it.
+  Generation run_checked(ForwardBackend& backend, const std::vector<std::vector<int64_t>>& prompts,
+                         const TokenStream& stream, Pipeline pipe, int64_t prompt_length,
+                         int64_t max_length);
+  // Whether the kept whole-step loop can run this generation on `backend` as it is.
+  bool serves(ForwardBackend& backend, int64_t rows, int64_t max_length,
+              int64_t prompt_length) const;
+  // Makes the loop's state for this shape (the whole step's buffers when `whole_step`).
+  void set_up(ForwardBackend& backend, Pipeline pipe, int64_t rows, int64_t max_length,
+              int64_t prompt_length, bool whole_step);
+  // Drops the loop's state (its buffers, pipeline and graph).
+  void forget();
+  // The loop (decode_loop.cpp): lays the prompts out (left-padded with `pad`), prefills and
+  // decides until the strategy stops; fills `out`'s times and loop report.
+  void run_loop(const std::vector<std::vector<int64_t>>& prompts, int64_t pad,
+                const TokenStream& stream, Generation& out);
 
   GenerationConfig config_;
   std::function<void()> sync_;
   LoopOptions loop_;
-  // The last whole-step generation's loop: its buffers, pipeline and graph (generate() is const,
-  // and not thread-safe with the whole step: one Generator per thread).
-  mutable std::unique_ptr<DecodeLoop> whole_;
+
+  // The loop's state.
+  ForwardBackend* backend_ = nullptr;
+  StaticDecode* static_decode_ = nullptr;  // the whole step's forward, else nullptr
+  int64_t rows_ = 0, max_length_ = 0, prompt_length_ = 0, per_input_ = 1;
+  Pipeline pipe_;
+  Sequences seqs_;
+  at::Tensor written_;     // the whole step's length ([] int64)
+  at::Tensor running_;     // [] bool: the last decision's `running`
+  at::Tensor live_steps_;  // [] int64: decisions made while running (the whole step)
+  // The storage of the backend's static buffers as the graph was captured over them.
+  std::vector<const void*> captured_over_;
+  bool reorder_ = false;          // the strategy reorders rows (parent_rows defined)
+  std::function<void()> replay_;  // the captured step (step_graph.h), once captured
 };
 
 }  // namespace gengraph

@@ -1,5 +1,5 @@
-// How the decoding loop runs (decode_loop.h), and what it reports having done; a light header
-// for the settings and the results.
+// How the decoding loop runs (generator.h); a light header for the settings. What it did is
+// reported in the Generation it returns (gengraph/generation.h).
 #pragma once
 
 #include <cstdint>
@@ -21,15 +21,5 @@ struct LoopOptions {
 // "off" | "auto" | "on" -> WholeStep; throws naming `where` and the allowed values.
 LoopOptions::WholeStep parse_whole_step(const std::string& text, const std::string& where);
 std::string whole_step_name(LoopOptions::WholeStep w);
-
-// What a generation did about the whole step.
-struct LoopReport {
-  bool whole_step = false;  // the whole-step loop ran
-  bool captured = false;    // ... replayed as a CUDA graph
-  std::string fallback;     // why the host loop ran although whole_step was auto ("" otherwise)
-  int64_t steps_run = 0;   // decoding steps run, those past the end (up to sync_every - 1) included
-  int64_t flag_reads = 0;  // reads of the done flag, each a device-to-host wait on CUDA
-  double capture_s = 0;    // capturing the graph
-};
 
 }  // namespace gengraph

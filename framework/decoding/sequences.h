@@ -1,7 +1,7 @@
 // The token history that processors, stopping criteria and strategies read: one form.
 //
 // `buffer` is a fixed [rows, capacity] int64 tensor written in place, one column per step, and
-// `length` says how many columns hold tokens (prompt included). The loop (decode_loop.h) runs
+// `length` says how many columns hold tokens (prompt included). The loop (generator.h) runs
 // every part the same way in both of its modes; only where the length lives differs:
 //  - the host loop knows it on the host (`Length` holds an integer): a part's test of it costs
 //    nothing and a slice of the written columns is a view;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <gengraph/error.h>
+#include <gengraph/generation.h>
 #include <gengraph/stream.h>
 
 #include <cstdint>
@@ -54,29 +55,11 @@ struct EngineOptions {
   int64_t sync_every = 4;
 };
 
-struct Sequence {
-  std::vector<int64_t> tokens;  // the generated tokens (no prompt, no padding)
-  // Beam strategies: the length-normalised score. With output_scores, every strategy: greedy
-  // search and sampling give the sum of token_scores (the sequence's log-probability).
-  std::optional<double> score;
-  std::string text;                  // generate_text: the tokens decoded (special tokens kept)
-  std::vector<double> token_scores;  // output_scores: each token's score (StreamedToken::logprob)
-};
-
 // generate_text's stream: text of prompt `input`'s sequence `sequence` as it becomes final (never
 // ending inside a UTF-8 character). The pieces of a sequence add up to its Sequence::text.
 // Returns whether to go on, as TokenStream does (stream.h).
 using TextStreamCallback =
     std::function<bool(int64_t input, int64_t sequence, const std::string& text)>;
-
-struct Generation {
-  std::vector<std::vector<Sequence>> outputs;  // per prompt, best first
-  nlohmann::json settings;                     // the resolved generation settings
-  int64_t steps = 0;                           // forward calls (tokens per row)
-  double seconds = 0;                          // prefill to last token
-  bool whole_step = false;                     // the whole step ran on the device
-  std::string whole_step_fallback;             // why not, when EngineOptions::whole_step was auto
-};
 
 // Threads: one Engine runs one call at a time. Calls from several threads are serialised (a
 // second caller waits until the first call returns; results are as if called one after the

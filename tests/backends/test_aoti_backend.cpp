@@ -40,7 +40,7 @@ std::unique_ptr<ForwardBackend> make(const std::string& name, std::shared_ptr<co
                                             BackendOptions(name, std::move(options)));
 }
 
-std::vector<std::vector<int64_t>> tokens(const GenerationResult& r) {
+std::vector<std::vector<int64_t>> tokens(const Generation& r) {
   std::vector<std::vector<int64_t>> out;
   for (const auto& input : r.outputs) out.push_back(input.at(0).tokens);
   return out;

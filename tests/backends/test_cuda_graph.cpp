@@ -203,13 +203,13 @@ std::unique_ptr<ForwardBackend> make(const std::shared_ptr<const CausalLM>& m,
   return BackendRegistry::instance().create(name, m, BackendOptions(name, std::move(options)));
 }
 
-GenerationResult run(const GenerationConfig& config, ForwardBackend& b) {
+Generation run(const GenerationConfig& config, ForwardBackend& b) {
   at::manual_seed(23);
   return Generator(config, [] { synchronize(at::Device(at::kCUDA, 0)); }).generate(b, kPrompts);
 }
 
 // Same tokens (and, when `exact_scores`, bit-identical beam scores) as `want`.
-void expect_same(const GenerationResult& want, const GenerationResult& got, bool exact_scores,
+void expect_same(const Generation& want, const Generation& got, bool exact_scores,
                  const std::string& what) {
   ASSERT_EQ(want.outputs.size(), got.outputs.size()) << what;
   for (size_t i = 0; i < want.outputs.size(); ++i) {
@@ -278,7 +278,7 @@ TEST_P(CudaGraphGpuModels, Bfloat16LogitsAsCloseAsBfloat16Eager) {
   const auto parents = at::tensor({1, 1}, at::kLong).to(dev);  // a beam reorder
   // Prefill logits and one decode step's (with the reorder), as float32.
   auto logits = [&](ForwardBackend& b) {
-    b.prepare(BatchShape{2, 8});
+    b.prepare(2, 8);
     at::Tensor a = b.prefill(StepInputs{ids, pos, valid, {}}).to(at::kFloat);
     at::Tensor d =
         b.decode(StepInputs{next, p2, at::ones({2, 1}, valid.options()), parents}).to(at::kFloat);

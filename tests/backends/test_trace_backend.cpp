@@ -103,7 +103,7 @@ TEST(TraceBackend, FuserAndProfilingOptionsDoNotLeakOutOfTheStep) {
   auto e = make("eager", tiny());
   const auto want = Generator(greedy(5)).generate(*e, kPrompts);
   for (auto* t : {none.get(), te_cpu.get()}) {
-    GenerationResult got;
+    Generation got;
     const std::string error = error_of([&] { got = Generator(greedy(5)).generate(*t, kPrompts); });
     if (t == te_cpu.get() && error != "<no error>") {
       // The PyPI LibTorch has no LLVM, so TensorExpr cannot fuse on CPU: a clear error, then.

@@ -17,7 +17,7 @@ class RecomputeBackend final : public gengraph::ForwardBackend {
   std::string name() const override { return "recompute"; }
 
  protected:
-  void do_prepare(const gengraph::BatchShape&) override { ids_ = pos_ = valid_ = at::Tensor(); }
+  void do_prepare(int64_t, int64_t) override { ids_ = pos_ = valid_ = at::Tensor(); }
 
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor&) override {
     ids_ = in.input_ids;

@@ -27,8 +27,8 @@ inline void expect_near_score(double got, double want, const std::string& what,
 // too, and a sequence transformers does not score (greedy, sampling) must score the sum of its
 // tokens' scores.
 // `token_tolerance`: for the token scores (one log-probability each, not sums).
-inline void expect_outputs(const GenerationResult& r, const nlohmann::json& expected,
-                           bool scores = false, double token_tolerance = 1e-5) {
+inline void expect_outputs(const Generation& r, const nlohmann::json& expected, bool scores = false,
+                           double token_tolerance = 1e-5) {
   ASSERT_EQ(r.outputs.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     ASSERT_EQ(r.outputs[i].size(), expected[i].size()) << "input " << i;

@@ -3,7 +3,7 @@
 // backend on the fused model (the default form), for the unfused form (transformers' formulation
 // op by op), for the aoti backend (the model exported by torch.export, compiled by
 // AOTInductor), and for the whole-step loop run uncaptured over cuda_graph's static step
-// (framework/decoding/decode_loop.h).
+// (framework/decoding/generator.h).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -87,8 +87,8 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
   const auto prompts = rec["prompts"].get<std::vector<std::vector<int64_t>>>();
   // Same seed, same draws: the default generator is where transformers' sampling draws from.
   at::manual_seed(rec["seed"].get<uint64_t>());
-  const GenerationResult r = Generator(gen, {}, loop).generate(*backend, prompts);
-  if (variant == "whole_step") EXPECT_TRUE(r.loop.whole_step);
+  const Generation r = Generator(gen, {}, loop).generate(*backend, prompts);
+  if (variant == "whole_step") EXPECT_TRUE(r.whole_step);
   testing::expect_outputs(r, expected, scored);
 }
 

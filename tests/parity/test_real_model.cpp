@@ -185,7 +185,7 @@ TEST_P(RealModelParity, SameTokensAsTransformersGenerate) {
   const auto& expected = rec["expected"];
   // Same seed, same draws: the default generator is where transformers' sampling draws from.
   at::manual_seed(rec["seed"].get<uint64_t>());
-  const GenerationResult r = Generator(gen).generate(*backend, prompt_ids());
+  const Generation r = Generator(gen).generate(*backend, prompt_ids());
   // Token scores within 5e-4: transformers itself gives the same token different
   // log-probabilities by batch shape on this model (the first token of the greedy case -0.257942,
   // of the beam case, whose prefill runs 4 rows, -0.258062: 1.2e-4 apart; gengraph gives

@@ -26,23 +26,24 @@ class FixedLogitsBackend final : public ForwardBackend, public StaticDecode {
   // The whole-step loop's forward: the fixed rows copied into a logits buffer.
   StaticDecode* static_decode() override { return this; }
   void start() override {
-    buffers_.slot.fill_(length());
-    buffers_.parents.copy_(at::arange(buffers_.parents.size(0), buffers_.parents.options()));
+    slot.fill_(length());
+    parents.copy_(at::arange(parents.size(0), parents.options()));
   }
-  StaticDecodeBuffers buffers() override { return buffers_; }
   void run(bool) override {
     ++decodes_;
-    buffers_.logits.copy_(logits_.narrow(0, 0, buffers_.logits.size(0)));
+    logits.copy_(logits_.narrow(0, 0, logits.size(0)));
   }
 
  protected:
   // The static step's buffers stay put while the shape does (StaticDecode's contract).
-  void do_prepare(const BatchShape& shape) override {
-    if (buffers_.ids.defined() && buffers_.ids.size(0) == shape.rows) return;
+  void do_prepare(int64_t rows, int64_t /*max_length*/) override {
+    if (ids.defined() && ids.size(0) == rows) return;
     const auto l = logits_.options().dtype(at::kLong);
-    buffers_ = StaticDecodeBuffers{at::zeros({shape.rows, 1}, l), at::zeros({shape.rows, 1}, l),
-                                   at::zeros({1}, l), at::arange(shape.rows, l),
-                                   at::empty({shape.rows, logits_.size(1)}, logits_.options())};
+    ids = at::zeros({rows, 1}, l);
+    positions = at::zeros({rows, 1}, l);
+    slot = at::zeros({1}, l);
+    parents = at::arange(rows, l);
+    logits = at::empty({rows, logits_.size(1)}, logits_.options());
   }
   at::Tensor do_prefill(const StepInputs& in, const at::Tensor&) override {
     ++prefills_;
@@ -61,7 +62,6 @@ class FixedLogitsBackend final : public ForwardBackend, public StaticDecode {
   }
   at::Tensor logits_;
   int64_t prefills_ = 0, decodes_ = 0;
-  StaticDecodeBuffers buffers_;
 };
 
 }  // namespace gengraph::testing

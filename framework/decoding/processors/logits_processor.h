@@ -21,7 +21,7 @@ class LogitsProcessor {
   virtual at::Tensor process(const Sequences& seqs, at::Tensor scores) const = 0;
   // "" when process() neither reads a value back to the host nor changes its shapes from step to
   // step with the length on the device (sequences.h), so that the whole decoding step may run
-  // inside a CUDA graph (framework/decoding/decode_loop.h); otherwise why not. A processor that
+  // inside a CUDA graph (framework/decoding/generator.h); otherwise why not. A processor that
   // does not say is taken to be unable.
   virtual std::string whole_step_blocker() const;
 };

@@ -160,18 +160,18 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
   return d;
 }
 
-std::vector<std::vector<Hypothesis>> BeamSearch::finalize(const Sequences&) {
+std::vector<std::vector<Sequence>> BeamSearch::finalize(const Sequences&) {
   const at::Tensor tokens = fin_tokens_.to(at::kCPU).contiguous();
   const at::Tensor scores = fin_scores_.to(at::kCPU).to(at::kDouble);
   const at::Tensor lengths = fin_lengths_.to(at::kCPU);
   const at::Tensor token_scores =
       options_.output_scores ? fin_token_scores_.to(at::kCPU).contiguous() : at::Tensor();
-  std::vector<std::vector<Hypothesis>> out(batch_);
+  std::vector<std::vector<Sequence>> out(batch_);
   for (int64_t i = 0; i < batch_; ++i) {
     for (int64_t j = 0; j < options_.num_return_sequences; ++j) {
       const int64_t* row = tokens[i][j].data_ptr<int64_t>() + prompt_len_;
       const int64_t n = lengths[i][j].item<int64_t>();
-      Hypothesis h{std::vector<int64_t>(row, row + n), scores[i][j].item<double>(), {}};
+      Sequence h{std::vector<int64_t>(row, row + n), scores[i][j].item<double>(), {}, {}};
       if (options_.output_scores) {
         const float* s = token_scores[i][j].data_ptr<float>() + prompt_len_;
         h.token_scores.assign(s, s + n);

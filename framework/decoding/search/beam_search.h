@@ -31,7 +31,7 @@ class BeamSearch final : public SearchStrategy {
   void begin(const Sequences& seqs) override;
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;
-  std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
+  std::vector<std::vector<Sequence>> finalize(const Sequences& seqs) override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:

@@ -220,7 +220,7 @@ std::vector<GroupBeamSearch::Pool> GroupBeamSearch::read_pools() const {
   return pools;
 }
 
-std::vector<std::vector<Hypothesis>> GroupBeamSearch::finalize(const Sequences& seqs) {
+std::vector<std::vector<Sequence>> GroupBeamSearch::finalize(const Sequences& seqs) {
   std::vector<Pool> pools = read_pools();
   const at::Tensor tokens = seqs.buffer.to(at::kCPU).contiguous();
   const at::Tensor scores = beam_scores_.to(at::kCPU);
@@ -237,7 +237,7 @@ std::vector<std::vector<Hypothesis>> GroupBeamSearch::finalize(const Sequences& 
       add(pools[bg], scores[row].item<float>(), std::move(hyp), total - prompt_len_);
     }
   }
-  std::vector<std::vector<Hypothesis>> out(batch_);
+  std::vector<std::vector<Sequence>> out(batch_);
   for (int64_t b = 0; b < batch_; ++b) {
     std::vector<Finished> all;
     for (int64_t g = 0; g < groups; ++g) {
@@ -247,7 +247,7 @@ std::vector<std::vector<Hypothesis>> GroupBeamSearch::finalize(const Sequences& 
     std::stable_sort(all.begin(), all.end(),
                      [](const Finished& x, const Finished& y) { return x.score < y.score; });
     for (int64_t j = 0; j < options_.num_return_sequences && !all.empty(); ++j) {
-      out[b].push_back(Hypothesis{all.back().tokens, all.back().score, {}});
+      out[b].push_back(Sequence{all.back().tokens, all.back().score, {}, {}});
       all.pop_back();
     }
   }

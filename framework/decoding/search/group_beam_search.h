@@ -53,7 +53,7 @@ class GroupBeamSearch final : public SearchStrategy {
   // score, the oldest among equals) done for every input at once; finalize() reads them back.
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;
-  std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
+  std::vector<std::vector<Sequence>> finalize(const Sequences& seqs) override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:

@@ -44,15 +44,15 @@ StepDecision RowwiseSearch::step(const at::Tensor& logits, const LogitsProcessor
   return d;
 }
 
-std::vector<std::vector<Hypothesis>> RowwiseSearch::finalize(const Sequences& seqs) {
+std::vector<std::vector<Sequence>> RowwiseSearch::finalize(const Sequences& seqs) {
   const at::Tensor tokens = seqs.buffer.to(at::kCPU).contiguous();
   const at::Tensor lengths = lengths_.to(at::kCPU);
   const at::Tensor scores = score_tokens_ ? token_scores_.to(at::kCPU).contiguous() : at::Tensor();
-  std::vector<std::vector<Hypothesis>> out(seqs.rows());
+  std::vector<std::vector<Sequence>> out(seqs.rows());
   for (int64_t r = 0; r < seqs.rows(); ++r) {
     const int64_t n = lengths[r].item<int64_t>();
     const int64_t* row = tokens[r].data_ptr<int64_t>() + seqs.prompt_length;
-    Hypothesis h{std::vector<int64_t>(row, row + n), {}, {}};
+    Sequence h{std::vector<int64_t>(row, row + n), {}, {}, {}};
     if (score_tokens_) {
       const float* s = scores[r].data_ptr<float>() + seqs.prompt_length;
       h.token_scores.assign(s, s + n);

@@ -19,7 +19,7 @@ class RowwiseSearch : public SearchStrategy {
   void begin(const Sequences& seqs) override;
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;
-  std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) override;
+  std::vector<std::vector<Sequence>> finalize(const Sequences& seqs) override;
 
  protected:
   // scores: [rows, vocab] float32, processed -> [rows] int64. A strategy whose choice reads

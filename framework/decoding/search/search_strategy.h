@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/Tensor.h>
+#include <gengraph/generation.h>
 
 #include <cstdint>
 #include <optional>
@@ -14,14 +15,6 @@
 #include "framework/decoding/stopping/stopping_criteria.h"
 
 namespace gengraph {
-
-struct Hypothesis {
-  std::vector<int64_t> tokens;  // generated tokens (no prompt, no padding)
-  // Set by strategies that score sequences (beam search), and by every strategy that scores its
-  // tokens when output_scores asks (GenerationConfig::output_scores).
-  std::optional<double> score;
-  std::vector<double> token_scores;  // one per token, with output_scores
-};
 
 // What a step decides. The tensors may be the strategy's own state: the loop reads or copies them
 // before the next step.
@@ -50,7 +43,7 @@ class SearchStrategy {
   // (StepDecision::emitted says which are output). Beam strategies are not.
   virtual bool streams() const { return false; }
   // True when it was built to score its tokens (output_scores): finalize() then fills
-  // Hypothesis::token_scores and score. A strategy that cannot is refused with output_scores.
+  // Sequence::token_scores and score. A strategy that cannot is refused with output_scores.
   virtual bool scores_tokens() const { return false; }
   // Called once after the prompt is laid out, before the first step.
   virtual void begin(const Sequences& seqs) = 0;
@@ -66,7 +59,7 @@ class SearchStrategy {
   virtual StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors,
                             Sequences& seqs, const StoppingCriteria& stop) = 0;
   // The returned sequences for each input, best first.
-  virtual std::vector<std::vector<Hypothesis>> finalize(const Sequences& seqs) = 0;
+  virtual std::vector<std::vector<Sequence>> finalize(const Sequences& seqs) = 0;
 
   // "" when step() meets the whole step's conditions above, so that the step can run with the
   // length on the device and be captured as a CUDA graph; otherwise why not.

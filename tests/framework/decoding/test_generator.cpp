@@ -137,7 +137,7 @@ TEST(GeneratorErrors, InconsistentSearchSettingsAreRefusedNotIgnored) {
 
 TEST(Backend, DecodeBeyondPreparedLengthIsRefused) {
   auto b = eager(tiny(), "static");
-  b->prepare(BatchShape{1, 2});
+  b->prepare(1, 2);
   const auto one = at::ones({1, 1}, at::kLong);
   b->prefill(StepInputs{one, one, at::ones({1, 1}, at::kBool), {}});
   b->decode(StepInputs{one, one, at::ones({1, 1}, at::kBool), {}});

@@ -1,4 +1,4 @@
-// The whole-step loop (framework/decoding/decode_loop.h): the same tokens as the host loop for
+// The whole-step loop (framework/decoding/generator.h): the same tokens as the host loop for
 // every part that declares a whole-step form, reads of the done flag only every sync_every steps,
 // and a named reason wherever a part keeps the host loop. Uncaptured here (any device); the
 // captured graph is compared with the uncaptured step on CUDA only.
@@ -38,8 +38,7 @@ std::unique_ptr<ForwardBackend> backend(const std::string& name,
                                             BackendOptions(name, std::move(options)));
 }
 
-void expect_same_outputs(const GenerationResult& a, const GenerationResult& b,
-                         const std::string& what) {
+void expect_same_outputs(const Generation& a, const Generation& b, const std::string& what) {
   ASSERT_EQ(a.outputs.size(), b.outputs.size()) << what;
   for (size_t i = 0; i < a.outputs.size(); ++i) {
     ASSERT_EQ(a.outputs[i].size(), b.outputs[i].size()) << what << " input " << i;
@@ -52,7 +51,7 @@ void expect_same_outputs(const GenerationResult& a, const GenerationResult& b,
       }
     }
   }
-  EXPECT_EQ(a.timing.steps, b.timing.steps) << what;
+  EXPECT_EQ(a.steps, b.steps) << what;
 }
 
 const std::vector<std::vector<int64_t>> kPrompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
@@ -105,12 +104,12 @@ TEST(WholeStep, HistoryReadingPartsMatchTheHostLoop) {
         at::manual_seed(23);
         const auto b =
             Generator(g, {}, whole(LoopOptions::WholeStep::kOn, sync)).generate(*stat, kPrompts);
-        EXPECT_TRUE(b.loop.whole_step) << label;
-        EXPECT_FALSE(b.loop.captured) << label;
+        EXPECT_TRUE(b.whole_step) << label;
+        EXPECT_FALSE(b.captured) << label;
         expect_same_outputs(a, b, label);
         // Steps past the end: fewer than sync_every.
-        EXPECT_GE(b.loop.steps_run, b.timing.steps) << label;
-        EXPECT_LT(b.loop.steps_run - b.timing.steps, sync) << label;
+        EXPECT_GE(b.steps_run, b.steps) << label;
+        EXPECT_LT(b.steps_run - b.steps, sync) << label;
       }
     }
   }
@@ -148,7 +147,7 @@ TEST(WholeStep, PenaltiesAndBansOverACompetitiveHistory) {
     at::manual_seed(4);
     const auto b =
         Generator(config, {}, whole(LoopOptions::WholeStep::kOn, 2)).generate(fixed, prompts);
-    EXPECT_TRUE(b.loop.whole_step) << what;
+    EXPECT_TRUE(b.whole_step) << what;
     expect_same_outputs(a, b, what);
   }
   // Row 0 of the greedy run ends with EOS right after min_new_tokens (3 tokens, then EOS).
@@ -173,8 +172,8 @@ TEST(WholeStep, LaterGenerationsOfAShapeReuseItsStateCleanly) {
       {{3, 4, 5}, {6, 7, 8}},   // the first again
       {{1, 2, 3, 4, 5}, {7}}};  // another prompt length: new state
   for (const auto& [what, config] : testing::every_strategy(g)) {
-    const Generator reference(config);
-    const Generator whole_step(config, {}, whole(LoopOptions::WholeStep::kOn, 2));
+    Generator reference(config);
+    Generator whole_step(config, {}, whole(LoopOptions::WholeStep::kOn, 2));
     for (size_t i = 0; i < batches.size(); ++i) {
       at::manual_seed(31);
       const auto a = reference.generate(*host, batches[i]);
@@ -199,9 +198,9 @@ TEST(WholeStep, ReadsTheDoneFlagEverySyncEverySteps) {
     // Before decisions 1 and every sync-th one below 10.
     int64_t reads = 1;
     for (int64_t run = 2; run < 10; ++run) reads += run % sync == 0;
-    EXPECT_EQ(b.loop.flag_reads, reads) << sync;
-    EXPECT_EQ(b.loop.steps_run, 10) << sync;
-    EXPECT_EQ(b.timing.steps, 10) << sync;
+    EXPECT_EQ(b.flag_reads, reads) << sync;
+    EXPECT_EQ(b.steps_run, 10) << sync;
+    EXPECT_EQ(b.steps, 10) << sync;
   }
 }
 
@@ -236,8 +235,8 @@ TEST(WholeStep, APartWithoutAWholeStepFormIsNamed) {
   timed.max_time = 100.0;
   const auto fell_back =
       Generator(timed, {}, whole(LoopOptions::WholeStep::kAuto)).generate(*stat, kPrompts);
-  EXPECT_FALSE(fell_back.loop.whole_step);
-  EXPECT_THAT(fell_back.loop.fallback, HasSubstr("'max_time'"));
+  EXPECT_FALSE(fell_back.whole_step);
+  EXPECT_THAT(fell_back.whole_step_fallback, HasSubstr("'max_time'"));
   expect_same_outputs(Generator(g).generate(*stat, kPrompts), fell_back, "max_time fallback");
   EXPECT_THAT(testing::error_of([&] { Generator(timed, {}, whole()).generate(*stat, kPrompts); }),
               HasSubstr("'max_time' reads the host clock"));
@@ -341,12 +340,12 @@ TEST(WholeStepCuda, CapturedEqualsUncaptured) {
                        .generate(*graphs, kPrompts);
     // Twice through one generator: the second replays the first one's graph from its first
     // decode step.
-    const Generator captured(config, {}, whole(LoopOptions::WholeStep::kOn, 4, true));
+    Generator captured(config, {}, whole(LoopOptions::WholeStep::kOn, 4, true));
     for (int pass = 0; pass < 2; ++pass) {
       at::manual_seed(9);
       const auto b = captured.generate(*graphs, kPrompts);
-      EXPECT_TRUE(b.loop.captured) << what;
-      EXPECT_EQ(b.loop.capture_s > 0, pass == 0) << what;
+      EXPECT_TRUE(b.captured) << what;
+      EXPECT_EQ(b.capture_s > 0, pass == 0) << what;
       expect_same_outputs(a, b, what + " pass " + std::to_string(pass));
     }
   }

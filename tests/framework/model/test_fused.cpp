@@ -130,8 +130,8 @@ TEST(SharedPrefill, EqualsAPrefillOfEveryRow) {
     auto full = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
     // A traced prefill gets every row.
     EXPECT_EQ(shared->shares_prefill(), !options.count("step") || options.at("step") != "trace");
-    shared->prepare(BatchShape{rows, 8});
-    full->prepare(BatchShape{rows, 8});
+    shared->prepare(rows, 8);
+    full->prepare(rows, 8);
     const auto a = shared->prefill(StepInputs{ids, pos, valid, {}, copies});
     const auto b = full->prefill(StepInputs{each(ids), each(pos), each(valid), {}});
     ASSERT_EQ(a.sizes(), b.sizes()) << name;
@@ -147,7 +147,7 @@ TEST(SharedPrefill, EqualsAPrefillOfEveryRow) {
     const auto db = full->decode(StepInputs{next, p2, at::ones({rows, 1}, at::kBool), parents});
     EXPECT_TRUE(at::allclose(da, db, rtol, atol)) << name;
     // Copies that do not divide the prepared rows are refused.
-    shared->prepare(BatchShape{rows, 8});
+    shared->prepare(rows, 8);
     EXPECT_NE(testing::error_of([&] {
                 shared->prefill(StepInputs{ids, pos, valid, {}, 4});
               }).find("copies 4 does not divide the prepared 6 rows"),
@@ -159,9 +159,9 @@ TEST(SharedPrefill, EqualsAPrefillOfEveryRow) {
     if (std::string(name) == "cuda_graph") options["capture"] = "false";
     auto unshared = BackendRegistry::instance().create(name, model, BackendOptions(name, options));
     EXPECT_FALSE(unshared->shares_prefill()) << name;
-    unshared->prepare(BatchShape{rows, 8});
+    unshared->prepare(rows, 8);
     auto full = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
-    full->prepare(BatchShape{rows, 8});
+    full->prepare(rows, 8);
     const auto a = unshared->prefill(StepInputs{ids, pos, valid, {}, copies});
     const auto b = full->prefill(StepInputs{each(ids), each(pos), each(valid), {}});
     EXPECT_TRUE(at::allclose(a, b, 1e-4, 1e-5)) << name;

@@ -187,7 +187,7 @@ TEST(Quantization, QuantizedWeightsChangeTheLogitsButNotTheirShape) {
   const auto ids = at::tensor({3, 4, 5}, at::kLong).reshape({1, 3});
   const auto valid = ids.ne(0);
   const auto pos = at::arange(3, at::kLong).reshape({1, 3});
-  for (auto* be : {a.get(), b.get()}) be->prepare(BatchShape{1, 8});
+  for (auto* be : {a.get(), b.get()}) be->prepare(1, 8);
   const auto la = a->prefill(StepInputs{ids, pos, valid, {}});
   const auto lb = b->prefill(StepInputs{ids, pos, valid, {}});
   EXPECT_EQ(la.sizes(), lb.sizes());
