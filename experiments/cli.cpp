@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 #include <fcntl.h>
+#include <gengraph/plugin.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,7 +41,10 @@ namespace {
 
 using namespace cli;  // NOLINT: the command line's own parts (cli_parts.h)
 
-const char* kUsage = R"(usage:
+const char* kUsage = R"(usage: gengraph [--plugin LIB.so]... COMMAND ...
+  --plugin LIB.so (repeatable, anywhere on the line; also GENGRAPH_PLUGINS=A.so:B.so) loads a
+      plug-in library first: its backends and decoding parts are then known by name, as the
+      built-ins are (docs/extending.md#plug-ins).
   gengraph run CONFIG.yaml [--set KEY=VALUE]... [--output FILE] [--quiet]
       Run an experiment; write results JSON (default results/<name>.json) and print a table.
   gengraph generate --model PRESET|FOLDER|NAME (--prompt IDS | --text TEXT)... [--backend NAME]
@@ -87,6 +91,8 @@ const char* kUsage = R"(usage:
   gengraph models        List the models: presets (random weights) and known real models, with
                          whether each real one is set up here and its folder.
   gengraph presets       List the built-in model presets.
+  gengraph paths         Where the Python tools and their Python were found, and why there
+                         (GENGRAPH_ROOT, GENGRAPH_PYTHON, the install's own, the source tree).
 Exit status: 0 done; 1 an error (nothing written); 2 a usage error; 3 results written, but some
 runs (peers) failed: the results and the table say which and why.
 )";
@@ -365,8 +371,37 @@ int list_backends() {
 // line breaks kept.
 std::string shown(const std::string& message) { return terminal_text(message, true); }
 
-int run_cli(int argc, char** argv) {
+// Every `--plugin LIB` and `--plugin=LIB` on the line, taken out of `args`: the plug-ins to load
+// before the command runs.
+std::vector<std::string> take_plugins(std::vector<char*>& args) {
+  std::vector<std::string> plugins;
+  std::vector<char*> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string arg = args[i];
+    if (i > 0 && arg == "--plugin") {
+      if (i + 1 >= args.size())
+        throw UsageError("--plugin: expected the path of a plug-in library");
+      plugins.emplace_back(args[++i]);
+    } else if (i > 0 && arg.rfind("--plugin=", 0) == 0) {
+      plugins.push_back(arg.substr(9));
+    } else {
+      rest.push_back(args[i]);
+    }
+  }
+  args = rest;
+  return plugins;
+}
+
+int run_cli(int argc_in, char** argv_in) {
   try {
+    std::vector<char*> args(argv_in, argv_in + argc_in);
+    const std::vector<std::string> plugins = take_plugins(args);
+    const int argc = static_cast<int>(args.size());
+    char** argv = args.data();
+    // The built-ins first, so that a plug-in that reuses one of their names is refused naming it.
+    register_builtin_backends();
+    load_plugins_from_environment();
+    for (const std::string& p : plugins) load_plugin(p);
     if (argc < 2) {
       std::cerr << kUsage;
       return 2;
@@ -376,9 +411,9 @@ int run_cli(int argc, char** argv) {
       print(kUsage);
       return 0;
     }
-    const std::vector<std::string> commands = {"run",     "generate", "validate", "show",
-                                               "compare", "backends", "presets",  "models",
-                                               "submit",  "collect",  "task",     "quality"};
+    const std::vector<std::string> commands = {
+        "run",    "generate", "validate", "show", "compare", "backends", "presets",
+        "models", "submit",   "collect",  "task", "quality", "paths"};
     if (std::find(commands.begin(), commands.end(), cmd) == commands.end()) {
       throw UsageError("unknown command '" + cmd + "'");
     }
@@ -474,6 +509,17 @@ int run_cli(int argc, char** argv) {
     check_usage(cmd, a, {}, 0);
     if (cmd == "backends") return list_backends();
     if (cmd == "models") return list_models();
+    if (cmd == "paths") {
+      const FoundPath home = tools_home(), python = tools_python();
+      std::error_code ec;
+      const auto missing = [&](const std::filesystem::path& p) {
+        return std::filesystem::exists(p, ec) ? std::string() : std::string(", missing");
+      };
+      print("tools: " + (home.path / "tools").string() + " (" + home.origin +
+            missing(home.path / "tools") + ")\npython: " + python.path.string() + " (" +
+            python.origin + missing(python.path) + ")\n");
+      return 0;
+    }
     std::string presets;
     for (const auto& p : preset_names()) presets += p + "\t" + preset_config(p).dump() + "\n";
     print(presets);

@@ -1,5 +1,6 @@
 #include "experiments/process.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -28,15 +29,62 @@ extern "C" void on_interrupt(int sig) {
 
 }  // namespace
 
-std::filesystem::path source_root() {
-  if (const char* p = std::getenv("GENGRAPH_ROOT")) return p;
-  return GENGRAPH_SOURCE_DIR;
+namespace {
+
+// This library's folder (an install's lib/), from the address of one of its own functions.
+std::filesystem::path own_folder() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&own_folder), &info) == 0 || info.dli_fname == nullptr) {
+    return {};
+  }
+  std::error_code ec;
+  const auto path = std::filesystem::canonical(info.dli_fname, ec);
+  return ec ? std::filesystem::path() : path.parent_path();
 }
 
-std::filesystem::path python_for_tools() {
-  if (const char* p = std::getenv("GENGRAPH_PYTHON")) return p;
-  return source_root() / ".venv" / "bin" / "python";
+// This install's share/gengraph, or "" when the library does not lie in an install with tools.
+std::filesystem::path installed_home() {
+  const auto lib = own_folder();
+  if (lib.empty()) return {};
+  const auto home = (lib / GENGRAPH_LIB_TO_SHARE).lexically_normal();
+  std::error_code ec;
+  return std::filesystem::is_directory(home / "tools", ec) ? home : std::filesystem::path();
 }
+
+}  // namespace
+
+FoundPath tools_home() {
+  if (const char* p = std::getenv("GENGRAPH_ROOT"); p != nullptr && *p != 0) {
+    return {p, "GENGRAPH_ROOT"};
+  }
+  if (auto home = installed_home(); !home.empty()) return {home, "this install's own"};
+  return {GENGRAPH_SOURCE_DIR, "the source tree this gengraph was built from"};
+}
+
+FoundPath tools_python() {
+  if (const char* p = std::getenv("GENGRAPH_PYTHON"); p != nullptr && *p != 0) {
+    return {p, "GENGRAPH_PYTHON"};
+  }
+  const FoundPath home = tools_home();
+  if (home.origin == "this install's own") {
+    const auto record = home.path / "python";
+    std::ifstream in(record);
+    std::string line;
+    if (in && std::getline(in, line) && !line.empty()) {
+      return {line, "this install's record, " + record.string()};
+    }
+    if (std::filesystem::exists(record)) {
+      throw Error("'" + record.string() +
+                  "': the install's record of the tools' Python is empty (cmake --install "
+                  "writes it; GENGRAPH_PYTHON names one)");
+    }
+  }
+  return {home.path / ".venv" / "bin" / "python", "the .venv of " + home.origin};
+}
+
+std::filesystem::path source_root() { return tools_home().path; }
+
+std::filesystem::path python_for_tools() { return tools_python().path; }
 
 InterruptGuard::InterruptGuard() {
   if (g_guards++ > 0) return;

@@ -27,11 +27,20 @@ struct Interrupted : Error {
   int signal;
 };
 
-// The source tree holding tools/ (GENGRAPH_ROOT overrides the one the library was built from,
-// for binaries carried to another machine) and the Python that runs them (GENGRAPH_PYTHON, else
-// its .venv).
-std::filesystem::path source_root();
-std::filesystem::path python_for_tools();
+// A folder or program the Python tools need, and why it was taken (`gengraph paths` prints both).
+struct FoundPath {
+  std::filesystem::path path;
+  std::string origin;
+};
+// The folder holding tools/, first match wins: GENGRAPH_ROOT; this install's own share/gengraph
+// (found from the library's folder, so a copied or relocated prefix finds its own); the source
+// tree the library was built from.
+FoundPath tools_home();
+// The Python that runs them: GENGRAPH_PYTHON; GENGRAPH_ROOT's .venv when that is set; this
+// install's record (share/gengraph/python, written by cmake --install); the source tree's .venv.
+FoundPath tools_python();
+std::filesystem::path source_root();       // tools_home().path
+std::filesystem::path python_for_tools();  // tools_python().path
 
 // Interrupts (SIGINT, SIGTERM) while temporary files exist. Outside an InterruptGuard a signal
 // keeps its default action. Inside one, it is forwarded to the running tool (if any) and noted;

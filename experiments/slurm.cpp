@@ -1,5 +1,6 @@
 #include "experiments/slurm.h"
 
+#include <gengraph/plugin.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -119,7 +120,15 @@ std::string job_script(const ScriptValues& v, const std::map<std::string, Sbatch
   s.option("error", log_pattern(v, ".err"), v.dir_origin);
   s.option("chdir", v.cwd, v.cwd_origin);
   for (const auto& [k, o] : options) s.option(k, o.value, o.origin);
-  s.exec({{v.gengraph, v.gengraph_origin}, {"task", ""}, {v.dir.string(), v.dir_origin}});
+  // The tasks load the plug-ins this submission loaded (--plugin, GENGRAPH_PLUGINS).
+  std::vector<BatchScript::Word> words{{v.gengraph, v.gengraph_origin}};
+  for (const std::string& plugin : loaded_plugins()) {
+    words.push_back({"--plugin", ""});
+    words.push_back({plugin, "a plug-in loaded by gengraph submit"});
+  }
+  words.push_back({"task", ""});
+  words.push_back({v.dir.string(), v.dir_origin});
+  s.exec(words);
   return s.text();
 }
 

@@ -24,7 +24,7 @@ const BackendInfo& BackendRegistry::get(const std::string& name) const {
   auto it = backends_.find(name);
   if (it == backends_.end()) {
     throw Error("unknown backend '" + name + "'" + did_you_mean(name, names()) +
-                "; known backends: " + join(names(), ", "));
+                "; known backends: " + join(names(), ", ") + plugin_hint());
   }
   return it->second;
 }

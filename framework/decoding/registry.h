@@ -103,8 +103,8 @@ class Registry {
   const Info& get(const std::string& name) const {
     if (const Info* info = find(name)) return *info;
     const std::vector<std::string> known = names();
-    throw Error("unknown " + kind_ + " '" + name + "'" + did_you_mean(name, known) +
-                "; known: " + (known.empty() ? std::string("none") : join(known, ", ")));
+    throw Error("unknown " + kind_ + " '" + name + "'" + did_you_mean(name, known) + "; known: " +
+                (known.empty() ? std::string("none") : join(known, ", ")) + plugin_hint());
   }
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
   // Registration order: the built-ins first.

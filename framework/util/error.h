@@ -20,6 +20,10 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
 
 std::string join(const std::vector<std::string>& parts, const std::string& sep);
 
+// Ends the registries' "unknown ..." errors: how a part from a plug-in library is loaded
+// (gengraph --plugin, GENGRAPH_PLUGINS, load_plugin; <gengraph/plugin.h>).
+std::string plugin_hint();
+
 // The size cap for a configuration document read whole (experiment YAML, config.json, a results
 // file, a safetensors index): far above any real one.
 constexpr std::uintmax_t kMaxDocumentBytes = 64u << 20;

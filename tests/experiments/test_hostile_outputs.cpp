@@ -170,16 +170,6 @@ class FullDisk : public std::streambuf {
   }
 };
 
-// The CLI binary beside the test binary's folder (build/gengraph for build/tests/gengraph_tests),
-// or "" when it was not built there.
-std::filesystem::path cli_binary() {
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return {};
-  const auto bin = self.parent_path().parent_path() / "gengraph";
-  return std::filesystem::is_regular_file(bin, ec) ? bin : std::filesystem::path();
-}
-
 TEST(HostileResults, AFailedWriteToStdoutIsAnError) {
   TempDir dir;
   write_file(dir / "r.json", complete_doc().dump());
@@ -203,7 +193,7 @@ TEST(HostileResults, AFailedWriteToStdoutIsAnError) {
         << args[0];
   }
   // The program itself, to /dev/full and with stdout closed: the system's reason, exit 1.
-  const auto bin = cli_binary();
+  const auto bin = testing::cli_binary();
   if (bin.empty()) GTEST_SKIP() << "the gengraph binary is not built beside the tests";
   for (const auto& [redirect, reason] :
        {std::pair<std::string, std::string>{"> /dev/full", "No space left on device"},

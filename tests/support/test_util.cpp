@@ -135,6 +135,14 @@ std::pair<int, std::string> cli_stderr(const std::vector<std::string>& args) {
   return {rc, ::testing::internal::GetCapturedStderr()};
 }
 
+std::filesystem::path cli_binary() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  const auto bin = self.parent_path().parent_path() / "gengraph";
+  return std::filesystem::is_regular_file(bin, ec) ? bin : std::filesystem::path();
+}
+
 int run_quietly(const std::filesystem::path& config, const std::filesystem::path& out) {
   ::testing::internal::CaptureStdout();
   const int rc = cli({"run", config.string(), "--output", out.string(), "--quiet"});

@@ -69,6 +69,10 @@ int cli(std::vector<std::string> args);
 // The CLI in-process with its stdout swallowed and its stderr captured: {exit status, stderr}.
 std::pair<int, std::string> cli_stderr(const std::vector<std::string>& args);
 
+// The CLI binary beside the test binary's folder (build/gengraph for build/tests/gengraph_tests),
+// or "" when it was not built there.
+std::filesystem::path cli_binary();
+
 // `gengraph run CONFIG --output OUT --quiet` in-process, its table (stdout) swallowed; returns the
 // exit status.
 int run_quietly(const std::filesystem::path& config, const std::filesystem::path& out);

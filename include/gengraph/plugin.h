@@ -1,0 +1,50 @@
+// Plug-ins, a public header: a shared library that registers backends and decoding parts
+// (processors, stopping criteria, strategies) when gengraph loads it, so that the stock `gengraph`
+// CLI and any program embedding gengraph select them by name like the built-ins:
+//
+//   gengraph --plugin ./libmy_parts.so run config.yaml       (repeatable; anywhere on the line)
+//   GENGRAPH_PLUGINS=/opt/a.so:/opt/b.so gengraph run config.yaml
+//   gengraph::load_plugin("/opt/a.so");                        (a program of one's own)
+//
+// In one source file of the library (linked against gengraph::core, built as a MODULE or SHARED
+// library), name the function that registers its parts:
+//
+//   #include <gengraph/plugin.h>
+//   static void register_parts() { gengraph::BackendRegistry::instance().add(...); ... }
+//   GENGRAPH_PLUGIN(register_parts)
+//
+// See docs/extending.md#plug-ins.
+#pragma once
+
+#include <string>
+#include <vector>
+
+// The version of the interfaces a plug-in implements (ForwardBackend, StaticDecode, the decoding
+// parts, the registries). A plug-in built against another version is refused at load, naming
+// both: rebuild it against this gengraph.
+#define GENGRAPH_PLUGIN_ABI 1
+
+#define GENGRAPH_PLUGIN(register_function)                                            \
+  extern "C" __attribute__((visibility("default"))) int gengraph_plugin_abi() {       \
+    return GENGRAPH_PLUGIN_ABI;                                                       \
+  }                                                                                   \
+  extern "C" __attribute__((visibility("default"))) void gengraph_plugin_register() { \
+    register_function();                                                              \
+  }
+
+namespace gengraph {
+
+// Loads the library at `path` and runs its registration, once per library (a second load of the
+// same file does nothing). Throws gengraph::Error naming the file and what is wrong: missing, not
+// a loadable library (the loader's reason), not a gengraph plug-in (no GENGRAPH_PLUGIN), built for
+// another GENGRAPH_PLUGIN_ABI, or a registration that failed (a name already registered, ...).
+void load_plugin(const std::string& path);
+
+// Loads each library the environment variable GENGRAPH_PLUGINS names (paths separated by ':',
+// empty entries skipped), in order; an error names the variable and the entry.
+void load_plugins_from_environment();
+
+// The plug-ins loaded so far whose registration succeeded, as real paths, in load order.
+std::vector<std::string> loaded_plugins();
+
+}  // namespace gengraph

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""docs/embedding.md's API section against the public header it summarises.
+
+Every declaration of `struct EngineOptions` and of `class Engine`'s public part in
+include/gengraph/gengraph.h must appear in the page's "## The API" block, and the block must
+declare nothing the header does not: the same declarations, compared without comments and with
+whitespace collapsed (the page's comments may be shorter). Exit 1 listing each difference.
+
+Usage: check_api_doc.py SOURCE_DIR     (--self-test: the check finds planted differences)
+"""
+import re
+import sys
+from pathlib import Path
+
+CLASSES = ("struct EngineOptions", "class Engine")
+
+
+def declarations(body):
+    """The declarations of a class body: comments dropped, joined up to each ';', normalised."""
+    text = re.sub(r"//[^\n]*", "", body)
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    out = []
+    for part in text.split(";"):
+        decl = " ".join(part.split())
+        decl = re.sub(r"\s*([(),&<>{}=*])\s*", r"\1", decl)
+        if decl and decl not in ("public:", "private:", "protected:"):
+            out.append(decl)
+    return out
+
+
+def class_bodies(text):
+    """{name: body} for each class of CLASSES in `text` (the public part only)."""
+    bodies = {}
+    for name in CLASSES:
+        m = re.search(re.escape(name) + r"\s*\{", text)
+        if not m:
+            continue
+        depth, i = 1, m.end()
+        while depth and i < len(text):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        body = text[m.end() : i - 1]
+        body = re.split(r"\n\s*(?:private|protected):", body)[0]
+        body = body.replace("public:", "")
+        bodies[name] = body
+    return bodies
+
+
+def api_block(page):
+    m = re.search(r"## The API\s*\n+```cpp\n(.*?)```", page, flags=re.S)
+    return m.group(1) if m else None
+
+
+def compare(header_text, page_text):
+    problems = []
+    block = api_block(page_text)
+    if block is None:
+        return ["docs/embedding.md: no ```cpp block under '## The API'"]
+    header, page = class_bodies(header_text), class_bodies(block)
+    for name in CLASSES:
+        if name not in header:
+            problems.append(f"include/gengraph/gengraph.h: no '{name}'")
+            continue
+        if name not in page:
+            problems.append(f"docs/embedding.md: the API block has no '{name}'")
+            continue
+        h, p = declarations(header[name]), declarations(page[name])
+        # Members the page leaves out on purpose (special members of the pimpl) are not API.
+        h = [d for d in h if not re.match(r"(~Engine|Engine\(Engine&&|Engine&operator=)", d)]
+        for d in h:
+            if d not in p:
+                problems.append(f"{name}: in the header, not on the page: {d}")
+        for d in p:
+            if d not in h:
+                problems.append(f"{name}: on the page, not in the header: {d}")
+    return problems
+
+
+def self_test():
+    header = "struct EngineOptions {\n  int a = 1;  // x\n};\nclass Engine {\n public:\n  void f(int x) const;\n  ~Engine();\n private:\n  int hidden;\n};\n"
+    good = "## The API\n\n```cpp\nstruct EngineOptions {\n  int a = 1;\n};\nclass Engine {\n public:\n  void f(int  x) const;  // y\n};\n```\n"
+    assert compare(header, good) == [], compare(header, good)
+    missing = good.replace("  int a = 1;\n", "")
+    assert any("in the header, not on the page: int a=1" in p for p in compare(header, missing))
+    extra = good.replace("void f(int  x) const;", "void f(int x) const;\n  void g();")
+    assert any("on the page, not in the header: void g()" in p for p in compare(header, extra))
+    changed = good.replace("int a = 1", "int a = 2")
+    assert len(compare(header, changed)) == 2
+    assert compare(header, "no block") == ["docs/embedding.md: no ```cpp block under '## The API'"]
+    print("check_api_doc self-test: planted differences found")
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        self_test()
+        return 0
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    src = Path(sys.argv[1])
+    problems = compare((src / "include/gengraph/gengraph.h").read_text(),
+                       (src / "docs/embedding.md").read_text())
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems:
+        print(f"docs/embedding.md's API section differs from include/gengraph/gengraph.h "
+              f"({len(problems)} difference(s))", file=sys.stderr)
+        return 1
+    print("docs/embedding.md's API section matches include/gengraph/gengraph.h")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
