@@ -21,8 +21,13 @@
 
 namespace gengraph {
 
-struct Engine::Impl {
+struct Model::Impl {
   LoadedModel loaded;
+};
+
+struct Engine::Impl {
+  std::shared_ptr<const Model::Impl> model;  // shared with the Model and its other Engines
+  const LoadedModel& loaded() const { return model->loaded; }
   std::string backend_name;
   std::unique_ptr<ForwardBackend> backend;
   LoopOptions loop;
@@ -36,12 +41,12 @@ struct Engine::Impl {
   const Tokenizer& text() {
     const std::lock_guard<std::mutex> lock(tokenizer_mutex);
     if (!tokenizer) {
-      if (loaded.source.rfind("preset:", 0) == 0) {
-        throw Error("Engine: model " + loaded.source +
+      if (loaded().source.rfind("preset:", 0) == 0) {
+        throw Error("Engine: model " + loaded().source +
                     " has random weights and no tokenizer: give token ids to generate(), or a "
                     "model folder with tokenizer.json");
       }
-      tokenizer = load_tokenizer(loaded.source);
+      tokenizer = load_tokenizer(loaded().source);
     }
     return *tokenizer;
   }
@@ -77,7 +82,7 @@ namespace {
 
 // A folder when one exists at `model`; a preset name otherwise (a path-like name that is no folder
 // is refused rather than looked up as a preset), as `gengraph generate --model` decides.
-ModelSource model_source_of(const std::string& model, const EngineOptions& o) {
+ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
   ModelSource src;
   if (!std::filesystem::exists(model) && find_known_model(model) != nullptr) {
     // A known real model (gengraph models): its folder where the set-up put it, or an Error
@@ -102,8 +107,10 @@ ModelSource model_source_of(const std::string& model, const EngineOptions& o) {
     src.config_overrides = o.model_config;
     src.seed = o.weights_seed;
   }
-  src.load.dtype = parse_dtype(o.dtype);
-  src.load.device = parse_device(o.device);
+  src.load.dtype = o.dtype == DType::kBFloat16  ? at::kBFloat16
+                   : o.dtype == DType::kFloat16 ? at::kHalf
+                                                : at::kFloat;
+  src.load.device = parse_device(o.device.str());
   src.load.fused = o.fused;
   src.load.check_weights = o.check_weights;
   src.load.weights.kind = parse_weight_kind(o.weights, "EngineOptions::weights");
@@ -114,22 +121,58 @@ ModelSource model_source_of(const std::string& model, const EngineOptions& o) {
 
 }  // namespace
 
-Engine::Engine(const std::string& model, const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
-  register_builtin_backends();
+Model::Model(const std::string& model, const ModelOptions& o) {
   const ModelSource src = model_source_of(model, o);
-  const BackendOptions options(o.backend, o.backend_options);
-  BackendRegistry::instance().validate(o.backend, options, src.load.device);
-  impl_->loop.whole_step = parse_whole_step(o.whole_step, "EngineOptions::whole_step");
-  impl_->loop.capture = o.capture;
-  impl_->loop.sync_every = o.sync_every;
+  model_config_of(src);  // the preset or config.json checked before any weight is read
+  auto impl = std::make_shared<Impl>();
+  impl->loaded = load_model(src);
+  impl_ = std::move(impl);
+}
+
+Model::Model(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+const std::string& Model::source() const { return impl_->loaded.source; }
+int64_t Model::vocab_size() const { return impl_->loaded.model->config().vocab_size; }
+const std::vector<std::string>& Model::warnings() const { return impl_->loaded.warnings; }
+
+namespace {
+
+// The run options checked without a model: the loop's settings, then the backend's options
+// (`device`: where the model is or will be).
+LoopOptions checked_loop(const RunOptions& o, const c10::Device& device) {
+  register_builtin_backends();
+  BackendRegistry::instance().validate(o.backend, BackendOptions(o.backend, o.backend_options),
+                                       device);
+  LoopOptions loop;
+  loop.whole_step = o.whole_step == WholeStep::kOn     ? LoopOptions::WholeStep::kOn
+                    : o.whole_step == WholeStep::kAuto ? LoopOptions::WholeStep::kAuto
+                                                       : LoopOptions::WholeStep::kOff;
+  loop.capture = o.capture;
+  loop.sync_every = o.sync_every;
   if (o.sync_every < 1) {
     throw Error("EngineOptions::sync_every: expected an integer >= 1, found " +
                 std::to_string(o.sync_every));
   }
-  model_config_of(src);  // the preset or config.json checked before any weight is read
-  impl_->loaded = load_model(src);
+  return loop;
+}
+
+}  // namespace
+
+Engine::Engine(const std::string& model, const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
+  // The backend and its options are checked before the weights are read.
+  impl_->loop = checked_loop(o, parse_device(o.device.str()));
+  impl_->model = Model(model, o).impl_;
   impl_->backend_name = o.backend;
-  impl_->backend = BackendRegistry::instance().create(o.backend, impl_->loaded.model, options);
+  impl_->backend = BackendRegistry::instance().create(o.backend, impl_->loaded().model,
+                                                      BackendOptions(o.backend, o.backend_options));
+}
+
+Engine::Engine(const Model& model, const RunOptions& o) : impl_(std::make_unique<Impl>()) {
+  impl_->loop = checked_loop(o, model.impl_->loaded.model->device());
+  impl_->model = model.impl_;
+  impl_->backend_name = o.backend;
+  impl_->backend = BackendRegistry::instance().create(o.backend, impl_->loaded().model,
+                                                      BackendOptions(o.backend, o.backend_options));
 }
 
 Engine::~Engine() = default;
@@ -139,8 +182,8 @@ Engine& Engine::operator=(Engine&&) noexcept = default;
 Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts,
                             const nlohmann::json& settings, const TokenStream& stream) {
   const Impl::Call call(*impl_, "generate");
-  const GenerationConfig config = resolve_generation(impl_->loaded, settings, "generation");
-  const c10::Device device = impl_->loaded.model->device();
+  const GenerationConfig config = resolve_generation(impl_->loaded(), settings, "generation");
+  const c10::Device device = impl_->loaded().model->device();
   std::function<void()> sync;
   if (device.is_cuda()) sync = [device] { synchronize(device); };
   const nlohmann::json resolved = config.to_json();
@@ -163,7 +206,7 @@ Generation Engine::generate_text(const std::vector<std::string>& texts,
                                  const nlohmann::json& settings, const TextStreamCallback& stream) {
   const Tokenizer& tok = impl_->text();
   std::vector<std::vector<int64_t>> prompts;
-  const int64_t vocab = impl_->loaded.model->config().vocab_size;
+  const int64_t vocab = impl_->loaded().model->config().vocab_size;
   for (size_t i = 0; i < texts.size(); ++i) {
     prompts.push_back(tok.encode(texts[i]));
     if (prompts.back().empty()) {
@@ -203,16 +246,47 @@ Generation Engine::generate_text(const std::vector<std::string>& texts,
 void Engine::manual_seed(uint64_t seed) { at::manual_seed(seed); }
 
 nlohmann::json Engine::default_settings() const {
-  return resolve_generation(impl_->loaded, nlohmann::json::object(), "generation").to_json();
+  return resolve_generation(impl_->loaded(), nlohmann::json::object(), "generation").to_json();
 }
 
-const std::string& Engine::model_source() const { return impl_->loaded.source; }
+Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts,
+                            const GenerationSettings& settings, const TokenStream& stream) {
+  return generate(prompts, settings.to_json(), stream);
+}
+
+Generation Engine::generate_text(const std::vector<std::string>& texts,
+                                 const GenerationSettings& settings,
+                                 const TextStreamCallback& stream) {
+  return generate_text(texts, settings.to_json(), stream);
+}
+
+Device::Device(const std::string& text) {
+  if (text == "cpu") return;
+  kind = Kind::kCuda;
+  if (text == "cuda") return;
+  const std::string digits = text.rfind("cuda:", 0) == 0 ? text.substr(5) : std::string();
+  if (digits.empty() || digits.size() > 4 ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    throw Error("Device: expected cpu, cuda or cuda:N, found '" + text + "'");
+  }
+  index = std::stoi(digits);
+}
+
+Device::Device(const char* text) : Device(std::string(text != nullptr ? text : "")) {}
+
+std::string Device::str() const {
+  if (kind == Kind::kCpu) return "cpu";
+  return index < 0 ? "cuda" : "cuda:" + std::to_string(index);
+}
+
+Model Engine::model() const { return Model(impl_->model); }
+const std::string& Engine::model_source() const { return impl_->loaded().source; }
 const std::string& Engine::backend() const { return impl_->backend_name; }
-int64_t Engine::vocab_size() const { return impl_->loaded.model->config().vocab_size; }
+int64_t Engine::vocab_size() const { return impl_->loaded().model->config().vocab_size; }
 nlohmann::json Engine::backend_report() const {
   const Impl::Call call(*impl_, "backend_report");
   return impl_->backend->report();
 }
-const std::vector<std::string>& Engine::warnings() const { return impl_->loaded.warnings; }
+const std::vector<std::string>& Engine::warnings() const { return impl_->loaded().warnings; }
 
 }  // namespace gengraph

@@ -9,7 +9,7 @@
 set -euo pipefail
 # GENGRAPH_INSTALL_PREFIX: build against that install (and compare with its CLI) instead of
 # installing BUILD_DIR to BUILD_DIR/install (scripts/check_install.sh).
-BUILD="$1"; SRC="$2"; TORCH_PREFIX="$3"
+BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd); TORCH_PREFIX="$3"
 DOC="$SRC/docs/embedding.md"
 PREFIX="${GENGRAPH_INSTALL_PREFIX:-}"
 WORK="$BUILD/embedding_example${PREFIX:+_installed}"

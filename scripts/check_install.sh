@@ -6,7 +6,7 @@
 # tools/export_aoti.py, and build and run docs/embedding.md's two programs against the copy.
 # Usage: check_install.sh BUILD_DIR SOURCE_DIR TORCH_PREFIX
 set -euo pipefail
-BUILD="$1"; SRC="$2"; TORCH_PREFIX="$3"
+BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd); TORCH_PREFIX="$3"
 WORK="$BUILD/standalone_install"
 rm -rf "$WORK"; mkdir -p "$WORK"
 fail() { echo "standalone install: $*" >&2; exit 1; }

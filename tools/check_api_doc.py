@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """docs/embedding.md's API section against the public header it summarises.
 
-Every declaration of `struct EngineOptions` and of `class Engine`'s public part in
-include/gengraph/gengraph.h must appear in the page's "## The API" block, and the block must
+Every declaration of the option structs and of `class Model`'s and `class Engine`'s public parts
+(and their base classes) in include/gengraph/gengraph.h must appear in the page's "## The API" block, and the block must
 declare nothing the header does not: the same declarations, compared without comments and with
 whitespace collapsed (the page's comments may be shorter). Exit 1 listing each difference.
 
@@ -12,7 +12,8 @@ import re
 import sys
 from pathlib import Path
 
-CLASSES = ("struct EngineOptions", "class Engine")
+CLASSES = ("struct Device", "struct ModelOptions", "struct RunOptions", "struct EngineOptions", "class Model",
+           "class Engine")
 
 
 def declarations(body):
@@ -28,11 +29,12 @@ def declarations(body):
     return out
 
 
-def class_bodies(text):
-    """{name: body} for each class of CLASSES in `text` (the public part only)."""
+def class_bodies(text, classes=CLASSES):
+    """{name: body} for each class of CLASSES in `text`: its base classes as a first line
+    ("bases: A,B;") and its public part."""
     bodies = {}
-    for name in CLASSES:
-        m = re.search(re.escape(name) + r"\s*\{", text)
+    for name in classes:
+        m = re.search(re.escape(name) + r"\b([^{;]*)\{", text)
         if not m:
             continue
         depth, i = 1, m.end()
@@ -42,7 +44,8 @@ def class_bodies(text):
         body = text[m.end() : i - 1]
         body = re.split(r"\n\s*(?:private|protected):", body)[0]
         body = body.replace("public:", "")
-        bodies[name] = body
+        bases = m.group(1).strip().lstrip(":").strip()
+        bodies[name] = (f"bases: {bases};" if bases else "") + body
     return bodies
 
 
@@ -51,13 +54,13 @@ def api_block(page):
     return m.group(1) if m else None
 
 
-def compare(header_text, page_text):
+def compare(header_text, page_text, classes=CLASSES):
     problems = []
     block = api_block(page_text)
     if block is None:
         return ["docs/embedding.md: no ```cpp block under '## The API'"]
-    header, page = class_bodies(header_text), class_bodies(block)
-    for name in CLASSES:
+    header, page = class_bodies(header_text, classes), class_bodies(block, classes)
+    for name in classes:
         if name not in header:
             problems.append(f"include/gengraph/gengraph.h: no '{name}'")
             continue
@@ -77,16 +80,21 @@ def compare(header_text, page_text):
 
 
 def self_test():
-    header = "struct EngineOptions {\n  int a = 1;  // x\n};\nclass Engine {\n public:\n  void f(int x) const;\n  ~Engine();\n private:\n  int hidden;\n};\n"
-    good = "## The API\n\n```cpp\nstruct EngineOptions {\n  int a = 1;\n};\nclass Engine {\n public:\n  void f(int  x) const;  // y\n};\n```\n"
-    assert compare(header, good) == [], compare(header, good)
+    two = ("struct EngineOptions", "class Engine")
+    header = "struct EngineOptions : A, B {\n  int a = 1;  // x\n};\nclass Engine {\n public:\n  void f(int x) const;\n  ~Engine();\n private:\n  int hidden;\n};\n"
+    good = "## The API\n\n```cpp\nstruct EngineOptions : A, B {\n  int a = 1;\n};\nclass Engine {\n public:\n  void f(int  x) const;  // y\n};\n```\n"
+    assert compare(header, good, two) == [], compare(header, good, two)
     missing = good.replace("  int a = 1;\n", "")
-    assert any("in the header, not on the page: int a=1" in p for p in compare(header, missing))
+    assert any("in the header, not on the page: int a=1" in p for p in compare(header, missing, two))
     extra = good.replace("void f(int  x) const;", "void f(int x) const;\n  void g();")
-    assert any("on the page, not in the header: void g()" in p for p in compare(header, extra))
+    assert any("on the page, not in the header: void g()" in p for p in compare(header, extra, two))
     changed = good.replace("int a = 1", "int a = 2")
-    assert len(compare(header, changed)) == 2
-    assert compare(header, "no block") == ["docs/embedding.md: no ```cpp block under '## The API'"]
+    assert len(compare(header, changed, two)) == 2
+    bases = good.replace(": A, B {", ": A {")
+    assert any("bases: A,B" in p for p in compare(header, bases, two)), compare(header, bases, two)
+    assert compare(header, "no block", two) == [
+        "docs/embedding.md: no ```cpp block under '## The API'"]
+    assert any("no 'class Model'" in p for p in compare(header, good))
     print("check_api_doc self-test: planted differences found")
 
 

@@ -13,6 +13,7 @@
 
 #include <gengraph/error.h>
 #include <gengraph/generation.h>
+#include <gengraph/settings.h>
 #include <gengraph/stream.h>
 
 #include <cstdint>
@@ -26,11 +27,30 @@
 
 namespace gengraph {
 
-struct EngineOptions {
-  std::string backend = "eager";                       // a registered backend (gengraph backends)
-  std::map<std::string, std::string> backend_options;  // as in YAML, e.g. {"cache", "static"}
-  std::string device = "cpu";                          // cpu | cuda | cuda:N
-  std::string dtype = "float32";                       // float32 | bfloat16 | float16
+enum class DType { kFloat32, kBFloat16, kFloat16 };
+
+// Where a model lives. Built from the text the CLI and YAML use ("cpu", "cuda", "cuda:N"), so
+// `options.device = "cuda:1"` reads as it did; other text is a gengraph::Error naming it.
+struct Device {
+  enum class Kind { kCpu, kCuda };
+  Kind kind = Kind::kCpu;
+  int index = -1;  // CUDA: which device; -1 the current one
+  Device() = default;
+  Device(Kind k, int i = -1) : kind(k), index(i) {}  // NOLINT(google-explicit-constructor)
+  Device(const char* text);                          // NOLINT(google-explicit-constructor)
+  Device(const std::string& text);                   // NOLINT(google-explicit-constructor)
+  std::string str() const;                           // "cpu", "cuda", "cuda:1"
+};
+
+// The whole decoding step on the device (docs/architecture.md#the-whole-step-on-the-device):
+// kOff the host loop; kAuto when every part allows it (Generation says why not); kOn, or an
+// error naming the part that prevents it.
+enum class WholeStep { kOff, kAuto, kOn };
+
+// How a model is loaded: its form in memory, fixed for the life of the loaded model.
+struct ModelOptions {
+  Device device;  // the CPU unless set
+  DType dtype = DType::kFloat32;
   // Fused projections and one-kernel forms (the default), or transformers' formulation op by op.
   bool fused = true;
   // Refuse checkpoint tensors holding NaN or Inf (one pass at load, naming the tensor and file);
@@ -46,13 +66,39 @@ struct EngineOptions {
   // random weights.
   nlohmann::json model_config = nullptr;
   uint64_t weights_seed = 0;
-  // The whole decoding step on the device (docs/architecture.md#the-whole-step-on-the-device):
-  // "off" (the host loop), "auto" (when every part allows it; Generation says why not) or "on"
-  // (an error naming the part that prevents it); replayed as a CUDA graph (`capture`, CUDA only)
-  // or run uncaptured; the done flag read every `sync_every` steps.
-  std::string whole_step = "off";
+};
+
+// How an Engine runs a loaded model: the backend and the decoding loop.
+struct RunOptions {
+  std::string backend = "eager";                       // a registered backend (gengraph backends)
+  std::map<std::string, std::string> backend_options;  // as in YAML, e.g. {"cache", "static"}
+  // The whole step (WholeStep above), replayed as a CUDA graph (`capture`, CUDA only) or run
+  // uncaptured; the done flag read every `sync_every` steps.
+  WholeStep whole_step = WholeStep::kOff;
   bool capture = true;
   int64_t sync_every = 4;
+};
+
+// Both, for an Engine that loads its own model.
+struct EngineOptions : ModelOptions, RunOptions {};
+
+// A loaded model: its weights in memory once, shared by every Engine built on it (each with its
+// own backend and caches), so that backends are compared, or served side by side, without a
+// second load. Copies share the same weights; they are freed with the last copy and the last
+// Engine on them.
+class Model {
+ public:
+  // `model` as for Engine; the weights are read here, after the configuration is checked.
+  explicit Model(const std::string& model, const ModelOptions& options = {});
+  const std::string& source() const;  // "preset:NAME" or the folder
+  int64_t vocab_size() const;
+  const std::vector<std::string>& warnings() const;  // as Engine::warnings
+
+ private:
+  friend class Engine;
+  struct Impl;
+  explicit Model(std::shared_ptr<const Impl> impl);
+  std::shared_ptr<const Impl> impl_;
 };
 
 // generate_text's stream: text of prompt `input`'s sequence `sequence` as it becomes final (never
@@ -65,6 +111,7 @@ using TextStreamCallback =
 // second caller waits until the first call returns; results are as if called one after the
 // other); a call from inside a stream callback of the same Engine is refused with an Error, since
 // it would wait on itself. Separate Engines may generate at the same time on separate threads.
+// Engines on one Model may too (they share only the read-only weights).
 // manual_seed seeds LibTorch's global generator, which every Engine shares. Moving or destroying
 // an Engine while another thread calls it is not allowed.
 class Engine {
@@ -73,6 +120,12 @@ class Engine {
   // ("smollm2-135m", gengraph models) or a preset name (gengraph presets).
   // The backend and its options are checked before the weights are loaded.
   explicit Engine(const std::string& model, const EngineOptions& options = {});
+  // An Engine on a model already loaded: the weights are the Model's (shared with every other
+  // Engine on it), the backend and its caches this Engine's own. Engines on one Model may
+  // generate at the same time on separate threads, as Engines on separate models may.
+  explicit Engine(const Model& model, const RunOptions& options = {});
+  // A Model's form was fixed when it was loaded: give an Engine on it RunOptions only.
+  Engine(const Model& model, const EngineOptions& options) = delete;
   ~Engine();
   Engine(Engine&&) noexcept;
   Engine& operator=(Engine&&) noexcept;
@@ -84,6 +137,9 @@ class Engine {
   Generation generate(const std::vector<std::vector<int64_t>>& prompts,
                       const nlohmann::json& settings = nlohmann::json::object(),
                       const TokenStream& stream = {});
+  // The same with typed settings (gengraph/settings.h): settings.to_json() in the call above.
+  Generation generate(const std::vector<std::vector<int64_t>>& prompts,
+                      const GenerationSettings& settings, const TokenStream& stream = {});
 
   // Text in and out, natively (framework/text/tokenizer.h): the model folder's tokenizer.json (or
   // tokenizer.model), loaded on first use; a preset, or a folder without one, is refused naming
@@ -96,12 +152,16 @@ class Engine {
   Generation generate_text(const std::vector<std::string>& texts,
                            const nlohmann::json& settings = nlohmann::json::object(),
                            const TextStreamCallback& stream = {});
+  Generation generate_text(const std::vector<std::string>& texts,
+                           const GenerationSettings& settings,
+                           const TextStreamCallback& stream = {});
   // Seeds the generator sampling draws from (the CLI seeds it with run.seed, default 0, before
   // every generation; do the same here to get its sampled tokens).
   void manual_seed(uint64_t seed);
 
   // The model's own defaults (transformers' GenerationConfig after generation_config.json).
   nlohmann::json default_settings() const;
+  Model model() const;                      // the model it runs, for another Engine to share
   const std::string& model_source() const;  // "preset:NAME" or the folder
   const std::string& backend() const;
   int64_t vocab_size() const;

@@ -8,8 +8,11 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <thread>
+#include <type_traits>
 
+#include "framework/decoding/generation_config.h"
 #include "framework/model/known_models.h"
 #include "tests/support/test_util.h"
 
@@ -200,7 +203,7 @@ TEST(Engine, RunsTheWholeStepOrSaysWhyNot) {
   o.backend = "cuda_graph";
   o.backend_options = {{"capture", "false"}};
   Engine host("gpt2-tiny", o);
-  o.whole_step = "on";
+  o.whole_step = WholeStep::kOn;
   o.capture = false;
   Engine whole("gpt2-tiny", o);
   const Json settings = {{"max_new_tokens", 6}, {"num_beams", 3}};
@@ -217,13 +220,116 @@ TEST(Engine, RunsTheWholeStepOrSaysWhyNot) {
       EXPECT_EQ(a.outputs[i][0].tokens, b.outputs[i][0].tokens);
   }
   EngineOptions e;
-  e.whole_step = "auto";
+  e.whole_step = WholeStep::kAuto;
   const Generation c = Engine("gpt2-tiny", e).generate({{1, 2}}, {{"max_new_tokens", 2}});
   EXPECT_FALSE(c.whole_step);
   EXPECT_THAT(c.whole_step_fallback, HasSubstr("backend 'eager' has no static decode step"));
-  e.whole_step = "always";
-  EXPECT_THAT(error_of([&] { Engine("gpt2-tiny", e); }),
-              HasSubstr("EngineOptions::whole_step: expected off, auto or on, found 'always'"));
+  // The device is typed too: text that names none is refused where it is given.
+  EXPECT_THAT(error_of([&] { e.device = "tpu"; }),
+              HasSubstr("Device: expected cpu, cuda or cuda:N, found 'tpu'"));
+  EXPECT_THAT(error_of([&] { e.device = "cuda:x"; }), HasSubstr("found 'cuda:x'"));
+  e.device = "cuda:1";
+  EXPECT_EQ(e.device.kind, Device::Kind::kCuda);
+  EXPECT_EQ(e.device.index, 1);
+  EXPECT_EQ(e.device.str(), "cuda:1");
+  EXPECT_EQ(Device().str(), "cpu");
+}
+
+// Typed settings are the JSON form by other means: the same tokens, scores and resolved settings,
+// the same errors naming the key; a key given twice is refused.
+TEST(Engine, TypedSettingsAreTheJsonSettings) {
+  Engine engine("gpt2-tiny");
+  const std::vector<std::vector<int64_t>> prompts = {{11, 42, 7}, {5, 6}};
+  GenerationSettings typed;
+  typed.max_new_tokens = 7;
+  typed.num_beams = 3;
+  typed.length_penalty = 0.5;
+  typed.early_stopping = GenerationSettings::EarlyStopping::kNever;
+  typed.output_scores = true;
+  const Json processors =
+      Json::parse(R"([{"name": "repetition_penalty", "repetition_penalty": 1.3}])");
+  typed.more = {{"processors", processors}};
+  const Json json = {{"max_new_tokens", 7},   {"num_beams", 3},
+                     {"length_penalty", 0.5}, {"early_stopping", "never"},
+                     {"output_scores", true}, {"processors", processors}};
+  EXPECT_EQ(typed.to_json(), json);
+  const Generation a = engine.generate(prompts, typed), b = engine.generate(prompts, json);
+  EXPECT_EQ(a.settings, b.settings);
+  ASSERT_EQ(a.outputs.size(), b.outputs.size());
+  for (size_t i = 0; i < a.outputs.size(); ++i) {
+    ASSERT_EQ(a.outputs[i].size(), b.outputs[i].size());
+    for (size_t k = 0; k < a.outputs[i].size(); ++k) {
+      EXPECT_EQ(a.outputs[i][k].tokens, b.outputs[i][k].tokens);
+      EXPECT_EQ(a.outputs[i][k].token_scores, b.outputs[i][k].token_scores);
+    }
+  }
+  // Sampling, typed.
+  GenerationSettings sample;
+  sample.do_sample = true;
+  sample.top_k = 20;
+  sample.temperature = 0.7;
+  sample.max_new_tokens = 5;
+  engine.manual_seed(3);
+  const auto s1 = first_sequences(engine.generate({{3, 4}}, sample));
+  engine.manual_seed(3);
+  EXPECT_EQ(s1, first_sequences(engine.generate({{3, 4}}, sample.to_json())));
+  // Errors: the same message as the JSON form's, naming the key.
+  GenerationSettings bad;
+  bad.num_beams = 0;
+  EXPECT_EQ(error_of([&] { engine.generate(prompts, bad); }), error_of([&] {
+              engine.generate(prompts, {{"num_beams", 0}});
+            }));
+  EXPECT_THAT(error_of([&] { engine.generate(prompts, bad); }), HasSubstr("num_beams"));
+  GenerationSettings twice;
+  twice.top_k = 5;
+  twice.more = {{"top_k", 6}};
+  EXPECT_THAT(error_of([&] { twice.to_json(); }),
+              HasSubstr("GenerationSettings: 'top_k' is given both as a field and in `more`"));
+  twice.more = Json::array();
+  EXPECT_THAT(error_of([&] { twice.to_json(); }),
+              HasSubstr("GenerationSettings::more: expected a JSON object of generation keys"));
+}
+
+// Every field of GenerationSettings is a generation key gengraph reads (transformers' names).
+TEST(Engine, EveryTypedSettingIsAGenerationKey) {
+  GenerationSettings all;
+  all.max_new_tokens = all.min_new_tokens = all.max_length = all.min_length = 1;
+  all.max_time = 1;
+  all.do_sample = true;
+  all.num_beams = all.num_beam_groups = all.num_return_sequences = 1;
+  all.length_penalty = all.diversity_penalty = 1;
+  all.early_stopping = GenerationSettings::EarlyStopping::kTrue;
+  all.temperature = all.top_p = all.min_p = all.typical_p = all.epsilon_cutoff = 0.5;
+  all.eta_cutoff = 0.5;
+  all.top_k = 1;
+  all.repetition_penalty = all.presence_penalty = all.frequency_penalty = 1;
+  all.no_repeat_ngram_size = 1;
+  all.bad_words_ids = all.stop_sequences = std::vector<std::vector<int64_t>>{{1}};
+  all.suppress_tokens = all.begin_suppress_tokens = all.forced_eos_token_id =
+      std::vector<int64_t>{1};
+  all.forced_bos_token_id = 1;
+  all.exponential_decay_length_penalty = std::make_pair(int64_t{1}, 1.5);
+  all.remove_invalid_values = all.renormalize_logits = true;
+  all.eos_token_id = std::vector<int64_t>{1};
+  all.pad_token_id = all.bos_token_id = 1;
+  all.output_scores = true;
+  const Json j = all.to_json();
+  // Every key but the parts and the token maps, which `more` carries as JSON.
+  std::vector<std::string> expected, got;
+  for (const std::string& key : generation_keys()) {
+    if (key != "processors" && key != "stopping_criteria" && key != "strategy" &&
+        key != "logit_bias" && key != "sequence_bias") {
+      expected.push_back(key);
+    }
+  }
+  for (auto it = j.begin(); it != j.end(); ++it) got.push_back(it.key());
+  std::sort(expected.begin(), expected.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, expected);
+  // ... and each is read as the JSON form reads it.
+  GenerationConfig c;
+  for (auto it = j.begin(); it != j.end(); ++it) apply_generation_key(c, it.key(), it.value(), "t");
+  EXPECT_EQ(c.exponential_decay_length_penalty->second, 1.5);
 }
 
 TEST(Engine, ErrorsNameTheInputBeforeAnyLoad) {
@@ -318,6 +424,50 @@ TEST(Engine, CallsFromSeveralThreadsAreSerialised) {
       for (const auto& g : got[t]) EXPECT_EQ(g, alone[t]) << "thread " << t;
     }
   }
+}
+
+// One loaded Model serves several Engines (backends side by side without a second load): each
+// gives the tokens an Engine that loaded the model itself gives, they may run at the same time on
+// separate threads, and the weights outlive the Model object while an Engine holds them.
+static_assert(!std::is_constructible_v<Engine, const Model&, const EngineOptions&>,
+              "an Engine on a Model takes RunOptions: the Model's form is fixed");
+
+TEST(Engine, OneModelServesSeveralEnginesSharingItsWeights) {
+  const std::vector<std::vector<int64_t>> prompts = {{11, 42, 7}, {5, 6}};
+  const Json settings = {{"max_new_tokens", 9}, {"num_beams", 3}};
+  Engine alone("gpt2-tiny");
+  const auto want = first_sequences(alone.generate(prompts, settings));
+  std::unique_ptr<Engine> eager, traced;
+  {
+    const Model model("gpt2-tiny");
+    EXPECT_EQ(model.source(), "preset:gpt2-tiny");
+    EXPECT_EQ(model.vocab_size(), alone.vocab_size());
+    eager = std::make_unique<Engine>(model);
+    RunOptions trace;
+    trace.backend = "trace";
+    traced = std::make_unique<Engine>(model, trace);
+    EXPECT_THAT(error_of([&] {
+                  RunOptions bad;
+                  bad.backend = "eagre";
+                  Engine e(model, bad);
+                }),
+                HasSubstr("unknown backend 'eagre'"));
+  }  // the Model object is gone; its weights are not
+  // One loaded model under both (the same load's record), another under the Engine that loaded
+  // its own.
+  EXPECT_EQ(&eager->model().warnings(), &traced->model().warnings());
+  EXPECT_NE(&eager->model().warnings(), &alone.model().warnings());
+  EXPECT_EQ(traced->backend(), "trace");
+  std::vector<std::vector<int64_t>> got_eager, got_traced;
+  std::thread a([&] { got_eager = first_sequences(eager->generate(prompts, settings)); });
+  std::thread b([&] { got_traced = first_sequences(traced->generate(prompts, settings)); });
+  a.join();
+  b.join();
+  EXPECT_EQ(got_eager, want);
+  EXPECT_EQ(got_traced, want);
+  // A third Engine from an Engine's model.
+  Engine third(eager->model());
+  EXPECT_EQ(first_sequences(third.generate(prompts, settings)), want);
 }
 
 TEST(Engine, ACallFromItsOwnStreamCallbackIsRefused) {
