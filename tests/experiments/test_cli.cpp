@@ -17,6 +17,29 @@ namespace {
 
 using namespace testing::cli_names;  // NOLINT(build/namespaces)
 
+// `gengraph paths`: where the Python tools and their Python come from, and why. In the build tree,
+// the source tree; GENGRAPH_ROOT and GENGRAPH_PYTHON win when set, and a missing one is said.
+TEST(Cli, PathsSaysWhereTheToolsAndTheirPythonAre) {
+  const auto paths = [] {
+    ::testing::internal::CaptureStdout();
+    EXPECT_EQ(cli({"paths"}), 0);
+    return ::testing::internal::GetCapturedStdout();
+  };
+  {
+    testing::ScopedEnv root("GENGRAPH_ROOT", ""), python("GENGRAPH_PYTHON", "");
+    const std::string src = GENGRAPH_SOURCE_DIR;
+    EXPECT_EQ(paths(), "tools: " + src + "/tools (the source tree this gengraph was built from)\n" +
+                           "python: " + src +
+                           "/.venv/bin/python (the .venv of the source tree this gengraph was "
+                           "built from)\n");
+  }
+  TempDir dir;
+  testing::ScopedEnv root("GENGRAPH_ROOT", dir.path().string());
+  testing::ScopedEnv python("GENGRAPH_PYTHON", "/usr/bin/python3");
+  EXPECT_EQ(paths(), "tools: " + (dir / "tools").string() + " (GENGRAPH_ROOT, missing)\n" +
+                         "python: /usr/bin/python3 (GENGRAPH_PYTHON)\n");
+}
+
 // A command line that does not fit the usage exits 2 and says what is wrong; flag values never
 // reach the YAML unchecked (a newline in a value cannot add keys).
 TEST(Cli, UsageErrorsExitTwoAndNameTheFlag) {
