@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "backends/register_builtin.h"
@@ -144,9 +145,7 @@ LoopOptions checked_loop(const RunOptions& o, const c10::Device& device) {
   BackendRegistry::instance().validate(o.backend, BackendOptions(o.backend, o.backend_options),
                                        device);
   LoopOptions loop;
-  loop.whole_step = o.whole_step == WholeStep::kOn     ? LoopOptions::WholeStep::kOn
-                    : o.whole_step == WholeStep::kAuto ? LoopOptions::WholeStep::kAuto
-                                                       : LoopOptions::WholeStep::kOff;
+  loop.whole_step = o.whole_step;
   loop.capture = o.capture;
   loop.sync_every = o.sync_every;
   if (o.sync_every < 1) {
@@ -261,15 +260,17 @@ Generation Engine::generate_text(const std::vector<std::string>& texts,
 }
 
 Device::Device(const std::string& text) {
-  if (text == "cpu") return;
-  kind = Kind::kCuda;
-  if (text == "cuda") return;
-  const std::string digits = text.rfind("cuda:", 0) == 0 ? text.substr(5) : std::string();
-  if (digits.empty() || digits.size() > 4 ||
-      digits.find_first_not_of("0123456789") != std::string::npos) {
+  // LibTorch's parser reads the text; whether the device exists is asked when a model is loaded.
+  std::optional<c10::Device> d;
+  try {
+    d = c10::Device(text);
+  } catch (const std::exception&) {
+  }
+  if (!d || !(d->is_cuda() || (d->is_cpu() && !d->has_index()))) {
     throw Error("Device: expected cpu, cuda or cuda:N, found '" + text + "'");
   }
-  index = std::stoi(digits);
+  kind = d->is_cuda() ? Kind::kCuda : Kind::kCpu;
+  index = d->has_index() ? d->index() : -1;
 }
 
 Device::Device(const char* text) : Device(std::string(text != nullptr ? text : "")) {}

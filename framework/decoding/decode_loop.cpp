@@ -193,14 +193,13 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
   at::Tensor last_pos = input_positions.narrow(1, len - 1, 1);  // [batch, 1]
   if (per_input_ > 1) last_pos = last_pos.repeat_interleave(per_input_, 0);
 
-  // The forward's inputs: the backend's static buffers in the whole step, tensors handed to
-  // decode() in the host loop.
-  StaticDecode* const buf = static_decode_;
+  // The forward's inputs: the backend's static buffers in the whole step (static_decode_'s
+  // members), tensors handed to decode() in the host loop.
   at::Tensor next_ids, parents;
   const at::Tensor one_valid = at::ones({rows_, 1}, input_valid.options());
   if (whole) {
     static_decode_->start();
-    buf->positions.copy_(last_pos);
+    static_decode_->positions.copy_(last_pos);
     running_.fill_(true);
     live_steps_.zero_();
   }
@@ -210,12 +209,13 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
     last = strategy.step(logits, pipe_.processors, seqs_, pipe_.stopping);
     reorder_ = last.parent_rows.defined();
     if (whole) {
-      buf->ids.copy_(last.next_tokens.unsqueeze(1));
+      static_decode_->ids.copy_(last.next_tokens.unsqueeze(1));
       if (reorder_) {
-        buf->parents.copy_(last.parent_rows);
-        buf->positions.copy_(buf->positions.index_select(0, last.parent_rows) + 1);
+        static_decode_->parents.copy_(last.parent_rows);
+        static_decode_->positions.copy_(
+            static_decode_->positions.index_select(0, last.parent_rows) + 1);
       } else {
-        buf->positions.add_(1);
+        static_decode_->positions.add_(1);
       }
       running_.copy_(last.running);
     } else {
@@ -228,8 +228,8 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
   const auto step = [&] {
     if (whole) {
       static_decode_->run(reorder_);
-      buf->slot.add_(1);
-      decide(as_float(buf->logits));
+      static_decode_->slot.add_(1);
+      decide(as_float(static_decode_->logits));
     } else {
       decide(as_float(backend_->decode(StepInputs{next_ids, last_pos, one_valid, parents})));
     }

@@ -23,7 +23,10 @@ void fold_outputs(std::vector<std::vector<Sequence>> per_row, int64_t batch, Gen
 }  // namespace
 
 Generator::Generator(const Generator& other)
-    : config_(other.config_), sync_(other.sync_), loop_(other.loop_) {}  // none of its loop
+    : config_(other.config_),
+      settings_(other.settings_),
+      sync_(other.sync_),
+      loop_(other.loop_) {}  // none of its loop
 
 Generator::~Generator() = default;
 Generator::Generator(Generator&&) noexcept = default;
@@ -31,6 +34,7 @@ Generator::Generator(Generator&&) noexcept = default;
 Generator::Generator(GenerationConfig config, std::function<void()> sync, LoopOptions loop)
     : config_(std::move(config)), sync_(std::move(sync)), loop_(loop) {
   config_.validate();
+  settings_ = config_.to_json();
   if (loop_.sync_every < 1) {
     throw Error("loop option sync_every: expected an integer >= 1, found " +
                 std::to_string(loop_.sync_every));
@@ -134,7 +138,7 @@ Generation Generator::run_checked(ForwardBackend& backend,
   }
   backend.prepare(rows, max_length);
   Generation result;
-  result.settings = config_.to_json();
+  result.settings = settings_;
   result.prompt_length = prompt_len;
   result.rows = rows;
   bool whole = false;

@@ -94,6 +94,7 @@ class Generator {
                 const TokenStream& stream, Generation& out);
 
   GenerationConfig config_;
+  nlohmann::json settings_;  // config_.to_json(), made once: every Generation carries it
   std::function<void()> sync_;
   LoopOptions loop_;
 

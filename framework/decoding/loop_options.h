@@ -2,17 +2,15 @@
 // reported in the Generation it returns (gengraph/generation.h).
 #pragma once
 
+#include <gengraph/generation.h>
+
 #include <cstdint>
 #include <string>
 
 namespace gengraph {
 
 struct LoopOptions {
-  enum class WholeStep {
-    kOff,   // the host loop
-    kAuto,  // the whole step when every part allows it, else the host loop (the result says why)
-    kOn,    // the whole step, or an error naming the part that prevents it
-  };
+  using WholeStep = gengraph::WholeStep;  // the public API's (gengraph/generation.h)
   WholeStep whole_step = WholeStep::kOff;
   bool capture = true;     // replay the step as a CUDA graph (CUDA only); false: run it uncaptured
   int64_t sync_every = 4;  // read the done flag before every sync_every-th step

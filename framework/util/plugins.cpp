@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <sstream>
 #include <utility>
 
 #include "framework/util/error.h"
@@ -78,19 +79,15 @@ void load_plugin(const std::string& path) {
 void load_plugins_from_environment() {
   const char* value = std::getenv("GENGRAPH_PLUGINS");
   if (value == nullptr) return;
-  const std::string list = value;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t end = std::min(list.find(':', start), list.size());
-    const std::string entry = list.substr(start, end - start);
-    if (!entry.empty()) {
-      try {
-        load_plugin(entry);
-      } catch (const Error& e) {
-        throw Error(std::string("GENGRAPH_PLUGINS: ") + e.what());
-      }
+  std::istringstream list(value);
+  std::string entry;
+  while (std::getline(list, entry, ':')) {
+    if (entry.empty()) continue;
+    try {
+      load_plugin(entry);
+    } catch (const Error& e) {
+      throw Error(std::string("GENGRAPH_PLUGINS: ") + e.what());
     }
-    start = end + 1;
   }
 }
 

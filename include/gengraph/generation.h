@@ -10,6 +10,12 @@
 
 namespace gengraph {
 
+// The whole decoding step on the device (docs/architecture.md#the-whole-step-on-the-device), as
+// asked for (RunOptions, the decoding loop's LoopOptions): kOff the host loop; kAuto the whole
+// step when every part allows it, else the host loop (Generation::whole_step_fallback says why);
+// kOn the whole step, or an error naming the part that prevents it.
+enum class WholeStep { kOff, kAuto, kOn };
+
 struct Sequence {
   std::vector<int64_t> tokens;  // the generated tokens (no prompt, no padding)
   // Beam strategies: the length-normalised score. With output_scores, every strategy: greedy

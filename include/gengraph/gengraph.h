@@ -42,11 +42,6 @@ struct Device {
   std::string str() const;                           // "cpu", "cuda", "cuda:1"
 };
 
-// The whole decoding step on the device (docs/architecture.md#the-whole-step-on-the-device):
-// kOff the host loop; kAuto when every part allows it (Generation says why not); kOn, or an
-// error naming the part that prevents it.
-enum class WholeStep { kOff, kAuto, kOn };
-
 // How a model is loaded: its form in memory, fixed for the life of the loaded model.
 struct ModelOptions {
   Device device;  // the CPU unless set
@@ -72,8 +67,8 @@ struct ModelOptions {
 struct RunOptions {
   std::string backend = "eager";                       // a registered backend (gengraph backends)
   std::map<std::string, std::string> backend_options;  // as in YAML, e.g. {"cache", "static"}
-  // The whole step (WholeStep above), replayed as a CUDA graph (`capture`, CUDA only) or run
-  // uncaptured; the done flag read every `sync_every` steps.
+  // The whole step (WholeStep, gengraph/generation.h), replayed as a CUDA graph (`capture`, CUDA
+  // only) or run uncaptured; the done flag read every `sync_every` steps.
   WholeStep whole_step = WholeStep::kOff;
   bool capture = true;
   int64_t sync_every = 4;
