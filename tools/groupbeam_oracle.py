@@ -4,7 +4,15 @@ core. Called by make_fixtures.py with PYTHONPATH pointing at that release (see
 tools/requirements-groupbeam.txt); reads one JSON request on stdin and writes the result on stdout.
 
 Request: {"model": PATH, "prompts": [[ids]], "pad": ID, "generation": {...}}
-Result:  {"transformers_version": ..., "expected": [[{"tokens": [...], "score": x}, ...] per input]}
+Result:  {"transformers_version": ..., "expected": [[{"tokens": [...], "score": x,
+          "token_scores": [...] or null}, ...] per input]}
+
+Token scores: 4.55's compute_transition_scores over its beam indices, recorded only for the
+sequences where they add up to 4.55's own sequence score (sum / generated_length **
+length_penalty, to 1e-5 relative). 4.55's group beam search keeps beam indices local to a group
+(`beam_idx` indexes the group's rows, not the batch's) and joins the groups' histories in an order
+its scorer does not read them in, so the transition scores of a group after the first, and of
+later inputs, come from other beams; those are null and only the sequence score is compared.
 """
 import json
 import os
@@ -39,6 +47,9 @@ def main():
                              output_scores=True, **gen)
     eos = gen.get("eos_token_id", model.generation_config.eos_token_id)
     eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+    length_penalty = gen.get("length_penalty", model.generation_config.length_penalty)
+    transition = model.compute_transition_scores(out.sequences, out.scores, out.beam_indices,
+                                                 normalize_logits=False)
     rows = out.sequences[:, width:].tolist()
     per_input = len(rows) // len(prompts)
     hyps = []
@@ -49,7 +60,14 @@ def main():
             if t in eos:
                 n = j + 1
                 break
-        hyps.append({"tokens": row[:n], "score": float(out.sequences_scores[i])})
+        score = float(out.sequences_scores[i])
+        # The tokens a step chose (an appended EOS has no beam index and scores 0).
+        chosen = int((out.beam_indices[i] != -1).sum())
+        token_scores = [float(x) for x in transition[i][:n]]
+        total = sum(token_scores[:chosen]) / chosen ** length_penalty
+        right = abs(total - score) <= 1e-5 * max(1.0, abs(score))
+        hyps.append({"tokens": row[:n], "score": score,
+                     "token_scores": token_scores if right else None})
     json.dump({"transformers_version": transformers.__version__,
                "expected": [hyps[i * per_input:(i + 1) * per_input] for i in range(len(prompts))]},
               sys.stdout)

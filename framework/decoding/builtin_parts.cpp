@@ -314,7 +314,7 @@ void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
   add(
       "group_beam_search", "diverse beam search (num_beam_groups > 1, transformers 4.55)",
       {"num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "early_stopping",
-       "num_return_sequences"},
+       "num_return_sequences", "output_scores"},
       [](const GenerationConfig& c) { return c.num_beam_groups > 1; }, beams,
       [](const GenerationConfig& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
         GroupBeamSearchOptions o;

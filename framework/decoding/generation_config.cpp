@@ -326,11 +326,6 @@ void GenerationConfig::validate() const {
         "...); set those inside the list, not beside it");
   }
   check_registered_parts(*this);
-  if (output_scores && num_beam_groups > 1) {
-    invalid(
-        "'output_scores' with diverse beam search ('num_beam_groups' > 1) is not implemented "
-        "yet; greedy search, sampling, beam search and beam sampling give scores");
-  }
   for (size_t i = 0; i < processor_objects.size(); ++i) {
     if (!processor_objects[i]) invalid("'processor_objects[" + std::to_string(i) + "]' is null");
   }

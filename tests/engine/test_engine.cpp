@@ -179,13 +179,31 @@ TEST(Engine, OutputScoresGiveEachTokensLogProbability) {
   for (double x : b.token_scores) beam_sum += x;
   ASSERT_TRUE(b.score.has_value());
   EXPECT_NEAR(*b.score, beam_sum / static_cast<double>(b.tokens.size()), 1e-5);  // length_penalty 1
-  EXPECT_THAT(error_of([&] {
-                engine.generate({{1, 2}}, {{"num_beams", 2},
-                                           {"num_beam_groups", 2},
-                                           {"diversity_penalty", 0.5},
-                                           {"output_scores", true}});
-              }),
-              HasSubstr("'output_scores' with diverse beam search"));
+  // Diverse beam search: every returned sequence, of every group, scores the sum of its tokens'
+  // processed log-probabilities (the diversity penalty included) over its length. No EOS here, so
+  // no sequence gets transformers' appended EOS.
+  const Generation diverse = engine.generate({{1, 2}, {3, 4, 5}}, {{"max_new_tokens", 6},
+                                                                   {"num_beams", 4},
+                                                                   {"num_beam_groups", 2},
+                                                                   {"diversity_penalty", 3.0},
+                                                                   {"num_return_sequences", 4},
+                                                                   {"eos_token_id", nullptr},
+                                                                   {"output_scores", true}});
+  ASSERT_EQ(diverse.outputs.size(), 2U);
+  for (const auto& per_input : diverse.outputs) {
+    ASSERT_EQ(per_input.size(), 4U);
+    for (const Sequence& d : per_input) {
+      ASSERT_EQ(d.tokens.size(), 6U);
+      ASSERT_EQ(d.token_scores.size(), d.tokens.size());
+      double sum = 0;
+      for (double x : d.token_scores) {
+        EXPECT_LE(x, 0.0);
+        sum += x;
+      }
+      ASSERT_TRUE(d.score.has_value());
+      EXPECT_NEAR(*d.score, sum / 6.0, 1e-5 * std::max(1.0, std::abs(*d.score)));
+    }
+  }
 }
 
 TEST(Engine, BeamSearchRefusesToStream) {

@@ -60,8 +60,8 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
   const LoadedModel loaded = load_model(src);
   GenerationConfig gen =
       resolve_generation(loaded, rec["generation"], rec["name"].get<std::string>());
-  // Each token's score too, where transformers' were recorded (not for diverse beam search,
-  // recorded by transformers 4.55: its scores are not implemented yet).
+  // Each token's score too, where transformers recorded them (diverse beam search: where 4.55's
+  // own were right, see tools/groupbeam_oracle.py).
   const auto& expected = rec["expected"];
   const bool scored = expected.at(0).at(0).contains("token_scores");
   gen.output_scores = scored;

@@ -43,6 +43,10 @@ void GroupBeamSearch::begin(const Sequences& seqs) {
   refill(pool_sizes_, {batch_, g}, l, 0);
   refill(pool_done_, {batch_, g}, l.dtype(at::kBool), false);
   refill(current_, {batch_ * options_.num_beams}, l, 0);
+  if (options_.output_scores) {
+    refill(running_token_scores_, {batch_ * options_.num_beams, cap}, l.dtype(at::kFloat), 0.0);
+    refill(pool_token_scores_, {batch_, g, gs, cap}, l.dtype(at::kFloat), 0.0);
+  }
   refill(done_, {}, l.dtype(at::kBool), false);
   refill(end_length_, {}, l, seqs.prompt_length);
   if (!eos_.defined() || eos_.device() != l.device())
@@ -54,13 +58,14 @@ void GroupBeamSearch::begin(const Sequences& seqs) {
       .fill_(0.0);
 }
 
-void GroupBeamSearch::add(Pool& pool, double sum_logprobs, std::vector<int64_t> tokens,
+void GroupBeamSearch::add(Pool& pool, double sum_logprobs, Finished hyp,
                           int64_t generated_len) const {
   const double score =
       sum_logprobs / std::pow(static_cast<double>(generated_len), options_.length_penalty);
   const auto cap = static_cast<size_t>(group_size_);
   if (pool.beams.size() < cap || score > pool.worst) {
-    pool.beams.push_back(Finished{score, std::move(tokens)});
+    hyp.score = score;
+    pool.beams.push_back(std::move(hyp));
     if (pool.beams.size() > cap) {
       // Evict the lowest (score, position); the new worst is the second lowest.
       std::vector<std::pair<double, size_t>> order;
@@ -75,8 +80,8 @@ void GroupBeamSearch::add(Pool& pool, double sum_logprobs, std::vector<int64_t> 
 }
 
 void GroupBeamSearch::add_to_pools(int64_t g, const at::Tensor& valid, const at::Tensor& score,
-                                   const at::Tensor& hyp, const at::Tensor& length,
-                                   const at::Tensor& key) {
+                                   const at::Tensor& hyp, const at::Tensor& hyp_scores,
+                                   const at::Tensor& length, const at::Tensor& key) {
   const int64_t gs = group_size_, cap = hyp.size(1);
   at::Tensor scores = pool_scores_.select(1, g), keys = pool_keys_.select(1, g);  // [B, gs]
   at::Tensor tokens = pool_tokens_.select(1, g), lengths = pool_lengths_.select(1, g);
@@ -100,6 +105,12 @@ void GroupBeamSearch::add_to_pools(int64_t g, const at::Tensor& valid, const at:
                    at::where(take, length.expand({score.size(0), 1}), lengths.gather(1, slot)));
   const at::Tensor row = slot.unsqueeze(2).expand({score.size(0), 1, cap});
   tokens.scatter_(1, row, at::where(take.unsqueeze(2), hyp.unsqueeze(1), tokens.gather(1, row)));
+  if (options_.output_scores) {
+    at::Tensor token_scores = pool_token_scores_.select(1, g);  // [B, gs, cap]
+    token_scores.scatter_(1, row,
+                          at::where(take.unsqueeze(2), hyp_scores.unsqueeze(1),
+                                    token_scores.gather(1, row)));
+  }
   sizes.add_(accept.logical_and(full.logical_not()).to(at::kLong));
 }
 
@@ -120,6 +131,8 @@ StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcess
           ? at::scalar_tensor(options_.max_length - prompt_len_, long_opts)
           : generated;
   at::Tensor tokens = seqs.buffer.clone();  // [B*nb, cap], reordered group by group
+  const bool scored = options_.output_scores;
+  at::Tensor token_scores = scored ? running_token_scores_.clone() : at::Tensor();  // likewise
   at::Tensor reorder = at::zeros({batch_ * nb}, long_opts);
   state_->current_tokens = current_;
   const at::Tensor batch_rows = at::arange(batch_, long_opts).unsqueeze(1) * gs;  // [B, 1]
@@ -140,6 +153,12 @@ StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcess
     const at::Tensor src = top_idx.div(vocab, "floor");  // [B, k] beam within the group
     const at::Tensor tok = top_idx.remainder(vocab);
     const at::Tensor is_eos = at::isin(tok, eos_);
+    // output_scores: each candidate's token score, the processed log-probability it was chosen
+    // by (what transformers' compute_transition_scores reads through the beam indices).
+    const at::Tensor group_scores =
+        scored ? running_token_scores_.index_select(0, rows) : at::Tensor();  // [B*gs, cap]
+    const at::Tensor cand_score =
+        scored ? lp.view({batch_, gs * vocab}).gather(1, top_idx) : at::Tensor();  // [B, k]
     const at::Tensor was_done = pool_done_.select(1, g).clone();  // [B], before this step
     const at::Tensor open = was_done.logical_not().logical_and(live);
     // EOS among the first gs candidates joins the pool, in rank order.
@@ -148,9 +167,16 @@ StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcess
       at::Tensor hyp = by_beam.gather(1, src.narrow(1, j, 1).unsqueeze(2).expand({batch_, 1, cap}))
                            .squeeze(1);  // [B, cap]
       write_column(hyp, 1, seqs.length, tok.select(1, j));
+      at::Tensor hyp_scores;
+      if (scored) {
+        hyp_scores = group_scores.view({batch_, gs, cap})
+                         .gather(1, src.narrow(1, j, 1).unsqueeze(2).expand({batch_, 1, cap}))
+                         .squeeze(1);
+        write_column(hyp_scores, 1, seqs.length, cand_score.select(1, j));
+      }
       add_to_pools(g, open.logical_and(is_eos.select(1, j)),
-                   top_scores.select(1, j).to(at::kDouble) / penalty(generated), hyp, generated,
-                   cur * gs + j);
+                   top_scores.select(1, j).to(at::kDouble) / penalty(generated), hyp, hyp_scores,
+                   generated, cur * gs + j);
     }
     // Pool::is_done with the best score of this step.
     const at::Tensor best = top_scores.select(1, 0).to(at::kDouble);
@@ -174,6 +200,13 @@ StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcess
                              at::where(live, ns.view({-1}), beam_scores_.index_select(0, rows)));
     tokens.index_copy_(0, rows, group_tokens.index_select(0, next_rows));
     current_.index_copy_(0, rows, nt.view({-1}));
+    if (scored) {
+      // The continuing beams' scores, this step's at column cur (0 for a done group's padding).
+      const at::Tensor next_scores = group_scores.index_select(0, next_rows);
+      write_column(next_scores, 1, seqs.length,
+                   at::where(frozen, 0.0, cand_score.gather(1, chosen)).view({-1}));
+      token_scores.index_copy_(0, rows, next_scores);
+    }
     reorder.index_copy_(0, rows,
                         next_rows.div(gs, "floor") * nb + g * gs + next_rows.remainder(gs));
   }
@@ -182,6 +215,7 @@ StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcess
                                                          seqs.prompt_length, seqs.length.plus(1)})
                                   .all();
   keep(seqs.buffer, tokens, seqs, live);
+  if (scored) keep(running_token_scores_, token_scores, seqs, live);
   end_length_.add_(live);  // finalize() reads the length the search ended at
   done_.logical_or_(pool_done_.all().logical_or(stop_all));
   seqs.length.advance();
@@ -198,6 +232,8 @@ std::vector<GroupBeamSearch::Pool> GroupBeamSearch::read_pools() const {
   const at::Tensor tokens = pool_tokens_.to(at::kCPU).contiguous();
   const at::Tensor lengths = pool_lengths_.to(at::kCPU), sizes = pool_sizes_.to(at::kCPU);
   const at::Tensor done = pool_done_.to(at::kCPU);
+  const at::Tensor token_scores =
+      options_.output_scores ? pool_token_scores_.to(at::kCPU).contiguous() : at::Tensor();
   const int64_t groups = options_.num_beam_groups;
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t g = 0; g < groups; ++g) {
@@ -210,8 +246,13 @@ std::vector<GroupBeamSearch::Pool> GroupBeamSearch::read_pools() const {
       for (const auto& [key, j] : order) {
         const int64_t* p = tokens[b][g][j].data_ptr<int64_t>() + prompt_len_;
         const double score = scores[b][g][j].item<double>();
-        pool.beams.push_back(
-            Finished{score, std::vector<int64_t>(p, p + lengths[b][g][j].item<int64_t>())});
+        const int64_t n = lengths[b][g][j].item<int64_t>();
+        Finished hyp{score, std::vector<int64_t>(p, p + n), {}};
+        if (token_scores.defined()) {
+          const float* s = token_scores[b][g][j].data_ptr<float>() + prompt_len_;
+          hyp.token_scores.assign(s, s + n);
+        }
+        pool.beams.push_back(std::move(hyp));
         pool.worst = std::min(pool.worst, score);
       }
       pool.done = done[b][g].item<bool>();
@@ -224,6 +265,8 @@ std::vector<std::vector<Sequence>> GroupBeamSearch::finalize(const Sequences& se
   std::vector<Pool> pools = read_pools();
   const at::Tensor tokens = seqs.buffer.to(at::kCPU).contiguous();
   const at::Tensor scores = beam_scores_.to(at::kCPU);
+  const at::Tensor token_scores =
+      options_.output_scores ? running_token_scores_.to(at::kCPU).contiguous() : at::Tensor();
   const int64_t total = end_length_.item<int64_t>();
   const int64_t groups = options_.num_beam_groups;
   for (int64_t bg = 0; bg < static_cast<int64_t>(pools.size()); ++bg) {
@@ -231,9 +274,17 @@ std::vector<std::vector<Sequence>> GroupBeamSearch::finalize(const Sequences& se
     for (int64_t j = 0; j < group_size_; ++j) {
       const int64_t row = bg * group_size_ + j;
       const int64_t* p = tokens[row].data_ptr<int64_t>();
-      std::vector<int64_t> hyp(p + prompt_len_, p + total);
-      // transformers appends eos_token_id[0] to any returned sequence shorter than max_length.
-      if (total < options_.max_length && !options_.eos.empty()) hyp.push_back(options_.eos[0]);
+      Finished hyp{0.0, std::vector<int64_t>(p + prompt_len_, p + total), {}};
+      if (token_scores.defined()) {
+        const float* s = token_scores[row].data_ptr<float>();
+        hyp.token_scores.assign(s + prompt_len_, s + total);
+      }
+      // transformers appends eos_token_id[0] to any returned sequence shorter than max_length
+      // (a token no step chose: its score is 0, as compute_transition_scores gives it).
+      if (total < options_.max_length && !options_.eos.empty()) {
+        hyp.tokens.push_back(options_.eos[0]);
+        if (token_scores.defined()) hyp.token_scores.push_back(0.0);
+      }
       add(pools[bg], scores[row].item<float>(), std::move(hyp), total - prompt_len_);
     }
   }
@@ -247,7 +298,8 @@ std::vector<std::vector<Sequence>> GroupBeamSearch::finalize(const Sequences& se
     std::stable_sort(all.begin(), all.end(),
                      [](const Finished& x, const Finished& y) { return x.score < y.score; });
     for (int64_t j = 0; j < options_.num_return_sequences && !all.empty(); ++j) {
-      out[b].push_back(Sequence{all.back().tokens, all.back().score, {}, {}});
+      out[b].push_back(
+          Sequence{all.back().tokens, all.back().score, {}, std::move(all.back().token_scores)});
       all.pop_back();
     }
   }

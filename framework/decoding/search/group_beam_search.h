@@ -48,6 +48,7 @@ class GroupBeamSearch final : public SearchStrategy {
   GroupBeamSearch(GroupBeamSearchOptions options, std::shared_ptr<DiverseBeamState> state);
   std::string name() const override { return "group_beam_search"; }
   int64_t rows_per_input() const override { return options_.num_beams; }
+  bool scores_tokens() const override { return options_.output_scores; }
   void begin(const Sequences& seqs) override;
   // The pools are fixed tensors: each add is transformers' BeamHypotheses.add (evict the lowest
   // score, the oldest among equals) done for every input at once; finalize() reads them back.
@@ -60,6 +61,7 @@ class GroupBeamSearch final : public SearchStrategy {
   struct Finished {
     double score;
     std::vector<int64_t> tokens;  // generated tokens, EOS included when it ended with one
+    std::vector<double> token_scores;  // output_scores: each token's processed log-probability
   };
   // transformers' BeamHypotheses: at most group_size entries, the worst evicted.
   struct Pool {
@@ -68,12 +70,13 @@ class GroupBeamSearch final : public SearchStrategy {
     bool done = false;
   };
   // The host form of a pool add, for the running beams finalize() adds at the end.
-  void add(Pool& pool, double sum_logprobs, std::vector<int64_t> tokens,
-           int64_t generated_len) const;
+  void add(Pool& pool, double sum_logprobs, Finished hyp, int64_t generated_len) const;
   // Adds the candidates `valid` [B] with `score` [B] float64, tokens `hyp` [B, cap] of `length`
-  // [] generated tokens, to group g's pools, in order `key` [].
+  // [] generated tokens (output_scores: their token scores `hyp_scores` [B, cap]), to group g's
+  // pools, in order `key` [].
   void add_to_pools(int64_t g, const at::Tensor& valid, const at::Tensor& score,
-                    const at::Tensor& hyp, const at::Tensor& length, const at::Tensor& key);
+                    const at::Tensor& hyp, const at::Tensor& hyp_scores, const at::Tensor& length,
+                    const at::Tensor& key);
   // The pools as host pools (finalize).
   std::vector<Pool> read_pools() const;
 
@@ -86,6 +89,9 @@ class GroupBeamSearch final : public SearchStrategy {
   // whether the search has ended; the length it ended at ([] int64).
   at::Tensor pool_scores_, pool_keys_, pool_tokens_, pool_lengths_, pool_sizes_, pool_done_;
   at::Tensor current_, done_, end_length_, eos_;
+  // output_scores: each token's processed log-probability (after Hamming diversity) by its
+  // column, for the running beams [B * num_beams, cap] and the pools [B, groups, gs, cap].
+  at::Tensor running_token_scores_, pool_token_scores_;
 };
 
 }  // namespace gengraph
