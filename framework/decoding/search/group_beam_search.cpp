@@ -107,9 +107,8 @@ void GroupBeamSearch::add_to_pools(int64_t g, const at::Tensor& valid, const at:
   tokens.scatter_(1, row, at::where(take.unsqueeze(2), hyp.unsqueeze(1), tokens.gather(1, row)));
   if (options_.output_scores) {
     at::Tensor token_scores = pool_token_scores_.select(1, g);  // [B, gs, cap]
-    token_scores.scatter_(1, row,
-                          at::where(take.unsqueeze(2), hyp_scores.unsqueeze(1),
-                                    token_scores.gather(1, row)));
+    token_scores.scatter_(
+        1, row, at::where(take.unsqueeze(2), hyp_scores.unsqueeze(1), token_scores.gather(1, row)));
   }
   sizes.add_(accept.logical_and(full.logical_not()).to(at::kLong));
 }

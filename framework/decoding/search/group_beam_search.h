@@ -60,7 +60,7 @@ class GroupBeamSearch final : public SearchStrategy {
  private:
   struct Finished {
     double score;
-    std::vector<int64_t> tokens;  // generated tokens, EOS included when it ended with one
+    std::vector<int64_t> tokens;       // generated tokens, EOS included when it ended with one
     std::vector<double> token_scores;  // output_scores: each token's processed log-probability
   };
   // transformers' BeamHypotheses: at most group_size entries, the worst evicted.
