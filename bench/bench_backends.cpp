@@ -5,7 +5,7 @@
 
 #include "backends/register_builtin.h"
 #include "bench/bench_common.h"
-#include "experiments/cli.h"
+#include <gengraph/cli.h>
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"

@@ -1,4 +1,4 @@
-#include "experiments/cli.h"
+#include <gengraph/cli.h>
 
 #include <c10/util/Exception.h>
 #include <fcntl.h>
@@ -557,6 +557,7 @@ int cli_main(int argc, char** argv) {
   // This command's output is judged alone (an embedding program may call it more than once).
   std::cout.clear();
   std::clearerr(stdout);
+  register_builtin_backends();  // beside any the calling program registered first
   const int rc = run_cli(argc, argv);
   // Whatever is still buffered: a command whose output did not arrive has not done its work. A
   // command that failed already said why.

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/cli.h"
+#include <gengraph/cli.h>
 #include "experiments/experiment_config.h"
 #include "experiments/process.h"
 

@@ -1,10 +1,27 @@
 #!/usr/bin/env bash
-# Installs gengraph into BUILD/install, builds tests/extension_example (a backend, a processor, a
-# stopping criterion and a strategy) against the installed
-# package, and runs its tests. Usage: check_extension_example.sh BUILD_DIR SOURCE_DIR TORCH_PREFIX
+# Installs gengraph into a fresh BUILD/install, builds tests/extension_example (a backend, a
+# processor, a stopping criterion and a strategy) against the installed package, and runs its
+# tests. The example includes gengraph's headers as <gengraph/...> only, and the install holds
+# the public headers and the internal ones they include, no others: an example that needed any
+# other internal header would not compile. Usage: check_extension_example.sh BUILD_DIR SOURCE_DIR
+# TORCH_PREFIX
 set -euo pipefail
 BUILD="$1"; SRC="$2"; TORCH_PREFIX="$3"
+fail() { echo "extension example: $*" >&2; exit 1; }
+bad=$(grep -nE '^#include "(framework|backends|engine|experiments)/' \
+      "$SRC"/tests/extension_example/*.{h,cpp} || true)
+[ -z "$bad" ] || fail "includes gengraph's internal headers by path (use <gengraph/...>):
+$bad"
+rm -rf "$BUILD/install"
 cmake --install "$BUILD" --prefix "$BUILD/install" >/dev/null
+H="$BUILD/install/include/gengraph"
+for public in gengraph.h extension.h cli.h plugin.h error.h; do
+  [ -f "$H/$public" ] || fail "the public header $public is not installed"
+done
+for internal in framework/decoding/generator.h framework/model/loader.h experiments engine; do
+  [ ! -e "$H/$internal" ] || fail "the internal $internal is installed (no public header reaches it)"
+done
+echo "installed headers: $(find "$H" -maxdepth 1 -name '*.h' | wc -l) public, $(find "$H" -mindepth 2 -name '*.h' | wc -l) internal ones they include"
 cmake -S "$SRC/tests/extension_example" -B "$BUILD/extension_example" -G Ninja \
       -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$BUILD/install;$TORCH_PREFIX" >/dev/null
 cmake --build "$BUILD/extension_example" -j "${GENGRAPH_JOBS:-2}"

@@ -23,7 +23,7 @@
 #include "backends/aoti/aoti_step.h"
 #include "backends/register_builtin.h"
 #include "backends/trace/traced_step.h"
-#include "experiments/cli.h"
+#include <gengraph/cli.h>
 #include "experiments/process.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"

@@ -10,7 +10,7 @@
 
 #include "backends/aoti/aoti_step.h"
 #include "backends/register_builtin.h"
-#include "experiments/cli.h"
+#include <gengraph/cli.h>
 #include "experiments/process.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"

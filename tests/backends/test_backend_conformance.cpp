@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/register_builtin.h"
-#include "experiments/cli.h"
+#include <gengraph/cli.h>
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"

@@ -1,11 +1,9 @@
 #include "decoding_parts.h"
 
 #include <ATen/ATen.h>
+#include <gengraph/extension.h>
 
 #include <limits>
-
-#include "framework/decoding/registry.h"
-#include "framework/decoding/search/rowwise_search.h"
 
 namespace example {
 namespace {

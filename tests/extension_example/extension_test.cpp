@@ -1,16 +1,11 @@
 // The example's parts, each registered by name and checked against gengraph's own behaviour.
-#include <gengraph/gengraph.h>
+#include <gengraph/cli.h>
+#include <gengraph/extension.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 
-#include "backends/register_builtin.h"
 #include "decoding_parts.h"
-#include "experiments/cli.h"
-#include "framework/backend/backend_registry.h"
-#include "framework/decoding/generator.h"
-#include "framework/decoding/registry.h"
-#include "framework/model/loader.h"
 #include "recompute_backend.h"
 
 namespace {
@@ -21,7 +16,6 @@ const std::vector<std::vector<int64_t>> kPrompts = {{1, 2, 3, 4}, {5}};
 void register_all() {
   static bool done = false;
   if (done) return;
-  gengraph::register_builtin_backends();
   example::register_recompute_backend();
   example::register_decoding_parts();
   done = true;

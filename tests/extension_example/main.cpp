@@ -1,11 +1,10 @@
 // `my_gengraph`: gengraph's CLI with the example's backend and decoding parts registered.
-#include "backends/register_builtin.h"
+#include <gengraph/cli.h>
+
 #include "decoding_parts.h"
-#include "experiments/cli.h"
 #include "recompute_backend.h"
 
 int main(int argc, char** argv) {
-  gengraph::register_builtin_backends();
   example::register_recompute_backend();
   example::register_decoding_parts();
   return gengraph::cli_main(argc, argv);

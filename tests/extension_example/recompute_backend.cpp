@@ -1,10 +1,7 @@
 #include "recompute_backend.h"
 
 #include <ATen/ATen.h>
-
-#include "framework/backend/backend_registry.h"
-#include "framework/cache/kv_cache.h"
-#include "framework/model/causal_lm.h"
+#include <gengraph/extension.h>
 
 namespace example {
 namespace {

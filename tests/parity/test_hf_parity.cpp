@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "backends/register_builtin.h"
-#include "experiments/cli.h"
+#include <gengraph/cli.h>
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"

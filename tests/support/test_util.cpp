@@ -9,7 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "experiments/cli.h"
+#include <gengraph/cli.h>
 #include "framework/model/loader.h"
 #include "framework/model/safetensors.h"
 

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "backends/register_builtin.h"
-#include "experiments/cli.h"
+#include <gengraph/cli.h>
 #include "framework/backend/backend_registry.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/loader.h"

@@ -1,5 +1,7 @@
-// The `gengraph` command line. A separate program (for example one that registers its own
-// backend first) can call cli_main to offer the same commands.
+// The `gengraph` command line as a library (link gengraph::experiments). A separate program, for
+// example one that registers its own backend or decoding parts first (<gengraph/extension.h>),
+// can call cli_main to offer the same commands; the stock CLI loads such parts as plug-ins
+// instead (<gengraph/plugin.h>). cli_main registers the built-in backends itself.
 #pragma once
 
 namespace gengraph {
