@@ -2,10 +2,10 @@
 // batch size. Each variant is checked against eager (same greedy tokens) before it is timed.
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
+#include <gengraph/cli.h>
 
 #include "backends/register_builtin.h"
 #include "bench/bench_common.h"
-#include <gengraph/cli.h>
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"

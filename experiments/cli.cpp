@@ -1,7 +1,6 @@
-#include <gengraph/cli.h>
-
 #include <c10/util/Exception.h>
 #include <fcntl.h>
+#include <gengraph/cli.h>
 #include <gengraph/plugin.h>
 #include <unistd.h>
 

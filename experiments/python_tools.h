@@ -3,13 +3,14 @@
 // (tools/hf_tokenizer.py).
 #pragma once
 
+#include <gengraph/cli.h>
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
 
-#include <gengraph/cli.h>
 #include "experiments/experiment_config.h"
 #include "experiments/process.h"
 

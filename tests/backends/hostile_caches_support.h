@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
+#include <gengraph/cli.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -23,7 +24,6 @@
 #include "backends/aoti/aoti_step.h"
 #include "backends/register_builtin.h"
 #include "backends/trace/traced_step.h"
-#include <gengraph/cli.h>
 #include "experiments/process.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"

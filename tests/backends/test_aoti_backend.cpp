@@ -2,6 +2,7 @@
 // or its export can be wrong. Each compile costs tens of seconds on 2 cores, so one test builds one
 // package and checks all that needs a fresh one.
 #include <ATen/ATen.h>
+#include <gengraph/cli.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +11,6 @@
 
 #include "backends/aoti/aoti_step.h"
 #include "backends/register_builtin.h"
-#include <gengraph/cli.h>
 #include "experiments/process.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"

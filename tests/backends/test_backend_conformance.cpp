@@ -1,10 +1,10 @@
 // One suite over every registered backend configuration: tokens identical to the eager reference
 // (growing cache) and logits within tolerance, on CPU. CUDA-only backends skip without a GPU.
 #include <ATen/ATen.h>
+#include <gengraph/cli.h>
 #include <gtest/gtest.h>
 
 #include "backends/register_builtin.h"
-#include <gengraph/cli.h>
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"

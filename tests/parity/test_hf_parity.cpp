@@ -5,6 +5,7 @@
 // AOTInductor), and for the whole-step loop run uncaptured over cuda_graph's static step
 // (framework/decoding/generator.h).
 #include <ATen/ATen.h>
+#include <gengraph/cli.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +13,6 @@
 #include <fstream>
 
 #include "backends/register_builtin.h"
-#include <gengraph/cli.h>
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"

@@ -1,6 +1,7 @@
 #include "tests/support/test_util.h"
 
 #include <ATen/ATen.h>
+#include <gengraph/cli.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -9,7 +10,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include <gengraph/cli.h>
 #include "framework/model/loader.h"
 #include "framework/model/safetensors.h"
 

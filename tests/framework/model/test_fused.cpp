@@ -2,12 +2,12 @@
 // formulation op by op (fused = false): the same logits, the checkpoint's tensors unchanged in
 // weights(), one copy of the weights, and fewer kernels per step. And the shared prefill of beams.
 #include <ATen/ATen.h>
+#include <gengraph/cli.h>
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "backends/register_builtin.h"
-#include <gengraph/cli.h>
 #include "framework/backend/backend_registry.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/loader.h"

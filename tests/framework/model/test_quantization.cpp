@@ -1,6 +1,7 @@
 // Weight-only quantization (model.weights): the formats' arithmetic, the kernels against the
 // dequantized weights, every backend giving eager's tokens on a quantized model, and refusals.
 #include <ATen/ATen.h>
+#include <gengraph/cli.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +11,6 @@
 #include "backends/aoti/aoti_step.h"
 #include "backends/register_builtin.h"
 #include "backends/trace/traced_step.h"
-#include <gengraph/cli.h>
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/architectures/ops.h"
