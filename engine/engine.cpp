@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "backends/register_builtin.h"
+#include "engine/engine_access.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
@@ -82,7 +83,8 @@ struct Engine::Impl {
 namespace {
 
 // A folder when one exists at `model`; a preset name otherwise (a path-like name that is no folder
-// is refused rather than looked up as a preset), as `gengraph generate --model` decides.
+// is refused rather than looked up as a preset), as `gengraph generate --model` decides;
+// "preset:NAME" always a preset.
 ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
   ModelSource src;
   if (!std::filesystem::exists(model) && find_known_model(model) != nullptr) {
@@ -90,7 +92,11 @@ ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
     // saying it is not set up here and why.
     return model_source_of(resolve_known_model(model).string(), o);
   }
-  if (std::filesystem::is_directory(model)) {
+  if (model.rfind("preset:", 0) == 0) {
+    src.preset = model.substr(7);
+    src.config_overrides = o.model_config;
+    src.seed = o.weights_seed;
+  } else if (std::filesystem::is_directory(model)) {
     src.path = model;
     if (!o.model_config.is_null()) {
       throw Error("Engine: model_config applies to presets; '" + model +
@@ -126,11 +132,20 @@ Model::Model(const std::string& model, const ModelOptions& o) {
   const ModelSource src = model_source_of(model, o);
   model_config_of(src);  // the preset or config.json checked before any weight is read
   auto impl = std::make_shared<Impl>();
-  impl->loaded = load_model(src);
+  try {
+    impl->loaded = load_model(src);
+  } catch (const c10::Error& e) {  // e.g. an allocation for a model too big for this machine
+    throw Error("loading model " +
+                (src.preset.empty() ? "'" + src.path.string() + "'" : "preset " + src.preset) +
+                " (" + dtype_name(src.load.dtype) + ", " + o.device.str() +
+                ") failed: " + e.what_without_backtrace());
+  }
   impl_ = std::move(impl);
 }
 
 Model::Model(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+const LoadedModel& EngineAccess::loaded(const Model& model) { return model.impl_->loaded; }
 
 const std::string& Model::source() const { return impl_->loaded.source; }
 int64_t Model::vocab_size() const { return impl_->loaded.model->config().vocab_size; }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "backends/register_builtin.h"
+#include "engine/engine_access.h"
 #include "experiments/bandwidth.h"
 #include "experiments/peers.h"
 #include "experiments/process.h"
@@ -62,7 +63,9 @@ struct Timings {
 
 struct Row {
   BackendSpec spec;
-  std::unique_ptr<ForwardBackend> backend;
+  // One Engine per row, on the experiment's Model (or its other form): its backend, and its
+  // generator kept across repeats (a whole-step graph serves every repeat).
+  std::unique_ptr<Engine> engine;
   Timings timings;
   nlohmann::json outputs;
   bool deterministic = true;
@@ -70,8 +73,42 @@ struct Row {
   int64_t peak_device = 0;
   Generation last;       // the last timed generation (its loop report)
   double capture_s = 0;  // the whole-step graph's capture, in whichever generation made it
-  std::unique_ptr<Generator> generator;  // one per row: a whole-step graph serves every repeat
 };
+
+// The experiment's model as the public Model loads it: "preset:NAME" or the folder, in the form
+// `model:` asks for.
+std::string model_name(const ModelSpec& m) {
+  return m.preset.empty() ? m.path : "preset:" + m.preset;
+}
+
+ModelOptions model_options(const ModelSpec& m) {
+  ModelOptions o;
+  o.device = m.device;
+  const c10::ScalarType dtype = parse_dtype(m.dtype);
+  o.dtype = dtype == at::kBFloat16 ? DType::kBFloat16
+            : dtype == at::kHalf   ? DType::kFloat16
+                                   : DType::kFloat32;
+  o.fused = m.fused;
+  o.check_weights = m.check_weights;
+  o.weights = m.weights;
+  o.group_size = m.group_size;
+  o.quantize_head = m.quantize_head;
+  if (!m.preset.empty()) {
+    o.model_config = m.config_overrides;
+    o.weights_seed = m.seed;
+  }
+  return o;
+}
+
+RunOptions run_options(const BackendSpec& spec) {
+  RunOptions o;
+  o.backend = spec.name;
+  o.backend_options = spec.options;
+  o.whole_step = spec.loop.whole_step;
+  o.capture = spec.loop.capture;
+  o.sync_every = spec.loop.sync_every;
+  return o;
+}
 
 // Where the experiment's model comes from (no dtype or device: callers that load add them).
 WeightFormat weight_format(const ModelSpec& m) {
@@ -218,7 +255,6 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
   install_aoti_export_tool();  // backend aoti builds its package on first use
   if (c.run.threads > 0) at::set_num_threads(static_cast<int>(c.run.threads));
   const c10::Device device = parse_device(c.model.device);
-  const c10::ScalarType dtype = parse_dtype(c.model.dtype);
 
   // Texts are encoded before the (possibly slow) model load too, so a tokenizer problem fails fast.
   std::vector<std::vector<int64_t>> prompts;
@@ -240,26 +276,14 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
     }
   }
 
-  ModelSource src = model_source(c);
-  src.load.dtype = dtype;
-  src.load.device = device;
-  src.load.fused = c.model.fused;
-  src.load.check_weights = c.model.check_weights;
-  src.load.weights = weight_format(c.model);
-  log << "loading model " << (src.preset.empty() ? src.path.string() : "preset " + src.preset)
+  // The model, loaded once as the public Model; every row is an Engine on it.
+  const WeightFormat weights = weight_format(c.model);
+  const ModelOptions options = model_options(c.model);
+  log << "loading model " << (c.model.preset.empty() ? c.model.path : "preset " + c.model.preset)
       << " (" << c.model.dtype << ", " << c.model.device
-      << (src.load.weights.quantized() ? ", weights " + src.load.weights.describe() : "") << ")\n";
-  const LoadedModel loaded = [&] {
-    try {
-      return load_model(src);
-    } catch (
-        const c10::Error& e) {  // e.g. an allocation for a model.config too big for this machine
-      throw Error("loading model " +
-                  (src.preset.empty() ? "'" + src.path.string() + "'" : "preset " + src.preset) +
-                  " (" + c.model.dtype + ", " + c.model.device +
-                  ") failed: " + e.what_without_backtrace());
-    }
-  }();
+      << (weights.quantized() ? ", weights " + weights.describe() : "") << ")\n";
+  const Model model(model_name(c.model), options);
+  const LoadedModel& loaded = EngineAccess::loaded(model);
   const auto& mc = loaded.model->config();
 
   std::vector<std::string> ignored;
@@ -279,12 +303,6 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
       }
     }
   }
-  std::function<void()> sync;
-  if (device.is_cuda()) sync = [device] { synchronize(device); };
-  // One generator per loop a row asks for (the host loop unless a backend entry says `loop:`).
-  const auto generator_for = [&](const BackendSpec& spec) {
-    return Generator(gen, sync, spec.loop);
-  };
 
   nlohmann::json doc = results_header(c);
   doc["environment"] = {{"gengraph_commit", gengraph_commit()},
@@ -295,7 +313,7 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
   doc["model"] = {{"source", loaded.source},
                   {"model_type", mc.model_type},
                   {"fused", c.model.fused},
-                  {"weights", src.load.weights.describe()},
+                  {"weights", weights.describe()},
                   {"parameters", loaded.model->parameter_count()},
                   {"layers", mc.num_layers},
                   {"hidden_size", mc.hidden_size},
@@ -327,31 +345,29 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
 
   // Build and warm up every backend first, then interleave the timed repeats.
   std::vector<Row> rows;
-  std::shared_ptr<const CausalLM> other_form;  // the model in the other form, when a row asks
+  std::optional<Model> other_form;  // the model in the other form, when a row asks
   for (const auto& spec : c.backends) {
     log << "backend " << spec.label << ": preparing and warming up\n";
     Row row;
     row.spec = spec;
-    std::shared_ptr<const CausalLM> model = loaded.model;
+    const Model* row_model = &model;
     if (spec.fused && *spec.fused != c.model.fused) {
       if (!other_form) {
         log << "loading the model again, " << (*spec.fused ? "fused" : "unfused") << ", for "
             << spec.label << "\n";
-        ModelSource again = src;
-        again.load.fused = *spec.fused;
+        ModelOptions again = options;
+        again.fused = *spec.fused;
         // The unfused form computes transformers' way, weights as loaded.
-        if (!again.load.fused) again.load.weights = WeightFormat{};
-        other_form = load_model(again).model;
+        if (!again.fused) again.weights = "float";
+        other_form.emplace(model_name(c.model), again);
       }
-      model = other_form;
+      row_model = &*other_form;
     }
-    row.backend = BackendRegistry::instance().create(spec.name, model,
-                                                     BackendOptions(spec.name, spec.options));
+    row.engine = std::make_unique<Engine>(*row_model, run_options(spec));
     reset_peak_memory(device);
-    row.generator = std::make_unique<Generator>(generator_for(spec));
     for (int64_t i = 0; i < c.run.warmup; ++i) {
       at::manual_seed(c.run.seed);
-      const Generation r = row.generator->generate(*row.backend, prompts);
+      const Generation r = row.engine->generate(prompts, c.generation);
       row.capture_s = std::max(row.capture_s, r.capture_s);
       if (i == 0 && !r.whole_step_fallback.empty()) {
         log << "backend " << spec.label
@@ -366,8 +382,7 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
       Row& row = rows[(k + static_cast<size_t>(i)) % rows.size()];
       at::manual_seed(c.run.seed);
       const bool streamed = stream && i == 0 && &row == &rows.front();
-      Generation r =
-          row.generator->generate(*row.backend, prompts, streamed ? stream : TokenStream());
+      Generation r = row.engine->generate(prompts, c.generation, streamed ? stream : TokenStream());
       row.capture_s = std::max(row.capture_s, r.capture_s);
       const nlohmann::json outputs = outputs_json(r, prompts);
       if (row.outputs.is_null()) row.outputs = outputs;
@@ -393,7 +408,7 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
     run["backend"] = row.spec.name;
     run["options"] = row.spec.options;
     run["fused"] = row.spec.fused.value_or(c.model.fused);
-    run["report"] = row.backend->report();
+    run["report"] = row.engine->backend_report();
     run["loop"] = {{"whole_step", whole_step_name(row.spec.loop.whole_step)},
                    {"capture", row.spec.loop.capture},
                    {"sync_every", row.spec.loop.sync_every},
@@ -416,9 +431,9 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
           *loaded.model, static_cast<int64_t>(prompts.size()) * rows_per_input(gen), mean_len);
       const double step_s = summary(row.timings.per_token)["median"].get<double>() / 1e3;
       // What the step moved besides that minimum: the beam reorder's cache traffic.
-      const auto report = row.backend->report();
+      const auto report = row.engine->backend_report();
       const auto reorder = report.find("reorder_bytes_per_step");
-      const double moved = bytes + (reorder == report.end() ? 0.0 : reorder->second);
+      const double moved = bytes + (reorder == report.end() ? 0.0 : reorder->get<double>());
       run["bandwidth"] = {{"bytes_per_decode_step", bytes},
                           {"bytes_moved_per_step", moved},
                           {"achieved_bytes_per_second", bytes / step_s},

@@ -42,6 +42,8 @@ struct Device {
   std::string str() const;                           // "cpu", "cuda", "cuda:1"
 };
 
+struct EngineAccess;  // gengraph's own experiment runner, below this API (engine/engine_access.h)
+
 // How a model is loaded: its form in memory, fixed for the life of the loaded model.
 struct ModelOptions {
   Device device;  // the CPU unless set
@@ -91,6 +93,7 @@ class Model {
 
  private:
   friend class Engine;
+  friend struct EngineAccess;
   struct Impl;
   explicit Model(std::shared_ptr<const Impl> impl);
   std::shared_ptr<const Impl> impl_;
@@ -112,7 +115,8 @@ using TextStreamCallback =
 class Engine {
  public:
   // `model`: an existing folder (config.json + safetensors), a known real model set up here
-  // ("smollm2-135m", gengraph models) or a preset name (gengraph presets).
+  // ("smollm2-135m", gengraph models) or a preset name (gengraph presets); "preset:NAME" names a
+  // preset even where a folder of that name exists (Model::source() gives presets that way).
   // The backend and its options are checked before the weights are loaded.
   explicit Engine(const std::string& model, const EngineOptions& options = {});
   // An Engine on a model already loaded: the weights are the Model's (shared with every other
@@ -166,6 +170,7 @@ class Engine {
   const std::vector<std::string>& warnings() const;
 
  private:
+  friend struct EngineAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

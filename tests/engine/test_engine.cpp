@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -486,6 +487,21 @@ TEST(Engine, OneModelServesSeveralEnginesSharingItsWeights) {
   // A third Engine from an Engine's model.
   Engine third(eager->model());
   EXPECT_EQ(first_sequences(third.generate(prompts, settings)), want);
+}
+
+TEST(Engine, PresetPrefixAlwaysNamesAPreset) {
+  // Model::source() gives a preset as "preset:NAME", and the same text loads it again.
+  const Model model("preset:gpt2-tiny");
+  EXPECT_EQ(model.source(), "preset:gpt2-tiny");
+  const Model again(model.source());
+  EXPECT_EQ(again.vocab_size(), model.vocab_size());
+  // A folder named like the preset is read as a folder (here not a model); the prefix always
+  // means the preset, and an unknown preset is named.
+  const std::string folder = ::testing::TempDir() + "/gpt2-tiny";
+  std::filesystem::create_directories(folder);
+  EXPECT_THAT(error_of([&] { Model m(folder); }), HasSubstr(folder));
+  EXPECT_EQ(Model("preset:gpt2-tiny").source(), "preset:gpt2-tiny");
+  EXPECT_THAT(error_of([] { Model m("preset:gpt2-tinyy"); }), HasSubstr("gpt2-tinyy"));
 }
 
 TEST(Engine, ACallFromItsOwnStreamCallbackIsRefused) {
