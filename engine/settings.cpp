@@ -59,6 +59,8 @@ nlohmann::json GenerationSettings::to_json() const {
   put(out, "pad_token_id", pad_token_id);
   put(out, "bos_token_id", bos_token_id);
   put(out, "output_scores", output_scores);
+  put(out, "prompt_lookup_num_tokens", prompt_lookup_num_tokens);
+  put(out, "max_matching_ngram_size", max_matching_ngram_size);
   if (!more.is_object()) {
     throw Error("GenerationSettings::more: expected a JSON object of generation keys, found " +
                 std::string(more.type_name()));

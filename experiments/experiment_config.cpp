@@ -227,6 +227,8 @@ ModelSpec read_model(MapReader r, const std::string& file) {
   return m;
 }
 
+nlohmann::json read_generation(MapReader r, const YAML::Node& node, const std::string& file);
+
 BackendSpec read_backend(const YAML::Node& n, const std::string& path, const std::string& file) {
   BackendSpec b;
   if (n.IsScalar()) {
@@ -246,6 +248,11 @@ BackendSpec read_backend(const YAML::Node& n, const std::string& path, const std
       b.loop.capture = lr.scalar<bool>("capture", true, "true or false");
       b.loop.sync_every = lr.integer("sync_every", 4, 1, 1 << 20);
       lr.finish();
+    }
+    if (r.has("generation")) {
+      const YAML::Node g = r.child("generation");
+      if (!g.IsMap()) r.fail("generation", "a mapping of generation keys (over the experiment's)");
+      b.generation = read_generation(MapReader(g, path + ".generation", file), g, file);
     }
     if (r.has("options")) {
       const YAML::Node o = r.child("options");

@@ -39,6 +39,9 @@ struct BackendSpec {
   // The decoding loop that drives this row (`loop:` whole_step, capture, sync_every); the host
   // loop when absent.
   LoopOptions loop;
+  // Generation keys over the experiment's for this row only (`generation:`), e.g. speculative
+  // decoding beside plain decoding on the same backend; empty: the experiment's settings.
+  nlohmann::json generation = nlohmann::json::object();
 };
 
 struct InputsSpec {

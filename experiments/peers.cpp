@@ -76,7 +76,7 @@ std::string peer_refusal(const std::string& peer, const GenerationConfig& g,
     }
     const nlohmann::json got = g.to_json();
     for (const char* key : {"frequency_penalty", "presence_penalty", "logit_bias", "stop_sequences",
-                            "processors", "stopping_criteria", "strategy"}) {
+                            "processors", "stopping_criteria", "strategy", "candidate_generator"}) {
       const auto it = got.find(key);
       if (it == got.end() || it->is_null() || (it->is_number() && *it == 0) ||
           ((it->is_array() || it->is_object()) && it->empty())) {

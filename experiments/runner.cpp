@@ -66,6 +66,7 @@ struct Row {
   // One Engine per row, on the experiment's Model (or its other form): its backend, and its
   // generator kept across repeats (a whole-step graph serves every repeat).
   std::unique_ptr<Engine> engine;
+  nlohmann::json settings;  // the generation keys it runs with (the experiment's and its own)
   Timings timings;
   nlohmann::json outputs;
   bool deterministic = true;
@@ -98,6 +99,13 @@ ModelOptions model_options(const ModelSpec& m) {
     o.weights_seed = m.seed;
   }
   return o;
+}
+
+// A row's generation settings: the experiment's, under the row's own `generation:` keys.
+nlohmann::json row_generation(const ExperimentConfig& c, const BackendSpec& spec) {
+  nlohmann::json g = c.generation;
+  for (auto it = spec.generation.begin(); it != spec.generation.end(); ++it) g[it.key()] = *it;
+  return g;
 }
 
 RunOptions run_options(const BackendSpec& spec) {
@@ -200,6 +208,32 @@ void check_runnable(const ExperimentConfig& c) {
     build_pipeline(g, max_length, prompt_length, mc.vocab_size);
   } catch (const Error& e) {
     throw in_file(e);
+  }
+  // Inputs of the generation: one prompt per text, the synthetic batch, or the prompts.
+  const size_t inputs = !c.inputs.texts.empty() ? c.inputs.texts.size()
+                        : c.inputs.synthetic    ? static_cast<size_t>(c.inputs.batch_size)
+                                                : c.inputs.prompts.size();
+  // Each row's own settings (`generation:` over the experiment's), checked the same way.
+  for (const auto& b : c.backends) {
+    GenerationConfig rg = g;
+    try {
+      if (!b.generation.empty()) {
+        rg = resolve_generation(
+            mc, src.preset.empty() ? read_generation_defaults(src.path) : nlohmann::json(),
+            src.preset.empty() ? src.path.string() : "preset:" + src.preset, row_generation(c, b),
+            "generation");
+        const int64_t row_max = check_prompts(mc, rg, prompts);
+        build_pipeline(rg, row_max, prompt_length, mc.vocab_size);
+      }
+      if (rg.speculative() && inputs != 1) {
+        throw Error(
+            "speculative decoding verifies one sequence at a time, as transformers' "
+            "assisted generation does: found " +
+            std::to_string(inputs) + " inputs; give one prompt or text");
+      }
+    } catch (const Error& e) {
+      throw Error(c.file + ": backends: '" + b.label + "': " + e.what());
+    }
   }
   if (c.inputs.texts.empty()) {
     const double batch = c.inputs.synthetic ? static_cast<double>(c.inputs.batch_size)
@@ -364,10 +398,11 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
       row_model = &*other_form;
     }
     row.engine = std::make_unique<Engine>(*row_model, run_options(spec));
+    row.settings = row_generation(c, spec);
     reset_peak_memory(device);
     for (int64_t i = 0; i < c.run.warmup; ++i) {
       at::manual_seed(c.run.seed);
-      const Generation r = row.engine->generate(prompts, c.generation);
+      const Generation r = row.engine->generate(prompts, row.settings);
       row.capture_s = std::max(row.capture_s, r.capture_s);
       if (i == 0 && !r.whole_step_fallback.empty()) {
         log << "backend " << spec.label
@@ -382,7 +417,7 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
       Row& row = rows[(k + static_cast<size_t>(i)) % rows.size()];
       at::manual_seed(c.run.seed);
       const bool streamed = stream && i == 0 && &row == &rows.front();
-      Generation r = row.engine->generate(prompts, c.generation, streamed ? stream : TokenStream());
+      Generation r = row.engine->generate(prompts, row.settings, streamed ? stream : TokenStream());
       row.capture_s = std::max(row.capture_s, r.capture_s);
       const nlohmann::json outputs = outputs_json(r, prompts);
       if (row.outputs.is_null()) row.outputs = outputs;
@@ -418,6 +453,23 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
                    {"steps_run", row.last.steps_run},
                    {"flag_reads", row.last.flag_reads},
                    {"capture_seconds", row.capture_s}};
+    if (!row.spec.generation.empty()) run["generation"] = row.spec.generation;
+    if (row.last.verify_steps > 0) {
+      // Speculative decoding, in the last timed repeat: every token after the first came from a
+      // verify forward.
+      const Generation& g = row.last;
+      run["speculation"] = {{"verify_steps", g.verify_steps},
+                            {"candidates_proposed", g.candidates_proposed},
+                            {"candidates_accepted", g.candidates_accepted},
+                            {"acceptance_rate", g.candidates_proposed > 0
+                                                    ? static_cast<double>(g.candidates_accepted) /
+                                                          static_cast<double>(g.candidates_proposed)
+                                                    : 0.0},
+                            {"tokens_per_verify", static_cast<double>(g.steps - 1) /
+                                                      static_cast<double>(g.verify_steps)},
+                            {"propose_ms", g.propose_s * 1e3},
+                            {"verify_ms", g.verify_s * 1e3}};
+    }
     run["steps"] = row.steps;
     run["deterministic_across_repeats"] = row.deterministic;
     run["outputs"] = row.outputs;

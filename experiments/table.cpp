@@ -122,6 +122,14 @@ void point_table(std::ostringstream& o, const JsonAt& doc, const std::string& ba
           << terminal_text(loop->string_or("fallback", "")) << ")\n";
       }
     }
+    // Speculative decoding: how many candidates the verify forwards kept.
+    if (const auto spec = r.find("speculation")) {
+      o << "    speculative: " << spec->integer_or("candidates_accepted", 0) << " of "
+        << spec->integer_or("candidates_proposed", 0) << " candidates kept (" << std::fixed
+        << std::setprecision(0) << 100 * amount((*spec)["acceptance_rate"]) << "%), "
+        << std::setprecision(2) << amount((*spec)["tokens_per_verify"])
+        << " tokens per verify forward over " << spec->integer_or("verify_steps", 0) << "\n";
+    }
     // The attention kernel LibTorch picks for gengraph's own decode step (at::SDPBackend).
     if (report && report->has("sdpa_kernel")) {
       static const char* kNames[] = {"math", "flash", "memory-efficient", "cuDNN", "overrideable"};

@@ -132,5 +132,24 @@ def group_beam_cases():
     ]
 
 
+# One prompt that repeats itself, so that prompt lookup finds candidates from the first step on.
+REPEATING = [[5, 9, 13, 5, 9, 13, 5, 9, 7, 21, 5, 9]]
+
+
+def speculative_cases():
+    """Prompt lookup (transformers' assisted generation with prompt_lookup_num_tokens), one prompt:
+    greedy tokens that equal plain greedy search's, with EOS, processors and output_scores."""
+    return [
+        case("lookup_greedy", "gpt2-a", REPEATING, {"max_new_tokens": 24, "prompt_lookup_num_tokens": 4}),
+        case("lookup_ngram3_eos", "gpt2-b", REPEATING,
+             {"max_new_tokens": 20, "prompt_lookup_num_tokens": 10, "max_matching_ngram_size": 3,
+              "eos_token_id": "auto:0,9"}),
+        case("lookup_processors", "gpt2-c", REPEATING,
+             {"max_new_tokens": 16, "prompt_lookup_num_tokens": 3, "repetition_penalty": 1.3,
+              "no_repeat_ngram_size": 3, "min_new_tokens": 5}),
+    ]
+
+
 def cases():
-    return greedy_cases() + processor_cases() + sampling_cases() + beam_cases() + group_beam_cases()
+    return (greedy_cases() + processor_cases() + sampling_cases() + beam_cases() + group_beam_cases()
+            + speculative_cases())

@@ -159,6 +159,33 @@ def run_case(model, case, path):
             "generation": gen, "seed": seed, "expected": expected}
 
 
+def prompt_lookup_cases():
+    """transformers' PromptLookupCandidateGenerator on seeded random histories over a small
+    vocabulary (so that n-grams recur): the candidates it proposes, for the C++ PromptLookup to
+    equal (tests/framework/decoding/test_speculative.cpp)."""
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    gen = torch.Generator().manual_seed(31)
+    cases = []
+    for i in range(120):
+        length = int(torch.randint(2, 40, (1,), generator=gen))
+        vocab = int(torch.randint(3, 9, (1,), generator=gen))
+        history = torch.randint(0, vocab, (1, length), generator=gen)
+        num_tokens = [1, 3, 10][i % 3]
+        ngram = [1, 2, 3, 4][(i // 3) % 4]
+        eos = [] if i % 5 < 3 else [int(torch.randint(0, vocab, (1,), generator=gen))]
+        # Room for every candidate, or none (max_length one past the history).
+        max_length = length + 1 if i % 11 == 0 else length + 64
+        lookup = PromptLookupCandidateGenerator(
+            eos_token_id=torch.tensor(eos) if eos else None, num_output_tokens=num_tokens,
+            max_matching_ngram_size=ngram, max_length=max_length)
+        out, _ = lookup.get_candidates(history)
+        cases.append({"history": history[0].tolist(), "num_tokens": num_tokens,
+                      "max_matching_ngram_size": ngram, "eos": eos, "max_length": max_length,
+                      "candidates": out[0, length:].tolist()})
+    return cases
+
+
 def generate(out_dir):
     os.makedirs(out_dir, exist_ok=True)
     torch.set_num_threads(1)
@@ -172,6 +199,10 @@ def generate(out_dir):
            "cases": records}
     with open(os.path.join(out_dir, "hf_generate.json"), "w") as f:
         json.dump(doc, f, indent=1)
+        f.write("\n")
+    with open(os.path.join(out_dir, "prompt_lookup.json"), "w") as f:
+        json.dump({"transformers_version": transformers.__version__,
+                   "cases": prompt_lookup_cases()}, f, indent=1)
         f.write("\n")
     return doc
 

@@ -53,6 +53,9 @@ class AotiBackend final : public ForwardBackend {
                      cache_->keys(), cache_->values());
   }
 
+  // Speculative decoding verifies one compiled decode step per position (the base class's way).
+  void do_rewind(int64_t length) override { cache_->truncate(length); }
+
  private:
   AotiStep step_;
   bool share_prefill_;

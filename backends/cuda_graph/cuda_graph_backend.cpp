@@ -195,6 +195,10 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
     return b.logits.narrow(0, 0, rows).clone();
   }
 
+  // Speculative decoding verifies one (captured) decode step per position (the base class's
+  // way); the bucket's cache forgets the positions that were not kept.
+  void do_rewind(int64_t length) override { bucket_->cache->truncate(length); }
+
  private:
   static at::Tensor pad_rows(const at::Tensor& x, int64_t extra, const c10::Scalar& fill) {
     if (extra == 0) return x;

@@ -62,6 +62,14 @@ class EagerBackend final : public ForwardBackend {
     return run_forward_step(model(), *cache_, in.input_ids, in.positions, slots, in.token_valid);
   }
 
+  // Speculative decoding: the candidates in one forward, every position's logits.
+  bool verifies_at_once() const override { return true; }
+  at::Tensor do_verify(const StepInputs& in, const at::Tensor& slots) override {
+    return run_forward_step(model(), *cache_, in.input_ids, in.positions, slots, in.token_valid,
+                            /*all_positions=*/true);
+  }
+  void do_rewind(int64_t length) override { cache_->truncate(length); }
+
  private:
   bool static_cache_;
   bool share_prefill_;

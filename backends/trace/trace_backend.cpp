@@ -71,6 +71,9 @@ class TraceBackend final : public ForwardBackend {
     return run();
   }
 
+  // Speculative decoding verifies one traced decode step per position (the base class's way).
+  void do_rewind(int64_t length) override { cache_->truncate(length); }
+
  private:
   template <typename F>
   void warm_up(F&& run) {

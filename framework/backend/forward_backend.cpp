@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 #include "framework/model/causal_lm.h"
 #include "framework/util/error.h"
 
@@ -82,6 +84,51 @@ at::Tensor ForwardBackend::decode(const StepInputs& in) {
   at::Tensor logits = do_decode(in, slots);
   length_ += 1;
   return logits;
+}
+
+at::Tensor ForwardBackend::verify(const StepInputs& in) {
+  check(in, 0, "verify", rows_);
+  if (length_ == 0) throw Error("backend '" + name() + "' verify: prefill() must come first");
+  if (in.parent_rows.defined()) {
+    throw Error("backend '" + name() + "' verify: parent_rows is for decode (beams do not verify)");
+  }
+  const int64_t t = in.input_ids.size(1);
+  if (t < 1) throw Error("backend '" + name() + "' verify: no tokens");
+  if (!verifies_at_once()) {
+    // One decode step per position: the same logits, one forward each.
+    std::vector<at::Tensor> logits;
+    for (int64_t i = 0; i < t; ++i) {
+      logits.push_back(decode(StepInputs{in.input_ids.narrow(1, i, 1),
+                                         in.positions.narrow(1, i, 1),
+                                         in.token_valid.narrow(1, i, 1),
+                                         {}}));
+    }
+    return at::stack(logits, 1);
+  }
+  const at::Tensor slots = at::arange(length_, length_ + t, in.input_ids.options());
+  at::Tensor logits = do_verify(in, slots);
+  length_ += t;
+  return logits;
+}
+
+void ForwardBackend::rewind(int64_t n) {
+  if (n < 0 || n >= length_) {
+    throw Error("backend '" + name() + "' rewind: " + std::to_string(n) + " position(s) of the " +
+                std::to_string(length_) + " written (the prompt's first stays)");
+  }
+  if (n == 0) return;
+  do_rewind(length_ - n);
+  length_ -= n;
+}
+
+at::Tensor ForwardBackend::do_verify(const StepInputs&, const at::Tensor&) {
+  throw Error("internal: backend '" + name() + "' says it verifies at once but has no do_verify");
+}
+
+void ForwardBackend::do_rewind(int64_t) {
+  throw Error("backend '" + name() +
+              "' cannot rewind its cache (ForwardBackend::do_rewind), which speculative decoding "
+              "needs to drop the candidates it does not keep");
 }
 
 }  // namespace gengraph

@@ -74,6 +74,13 @@ class ForwardBackend {
   at::Tensor prefill(const StepInputs& in);
   // One new token per row; reorders the cache by parent_rows first. Returns [rows, vocab].
   at::Tensor decode(const StepInputs& in);
+  // Speculative decoding: T tokens per row (the last chosen token, then the candidates) written
+  // at length() .. length() + T - 1, no parent_rows; returns every position's logits,
+  // [rows, T, vocab]. One forward when verifies_at_once(), else T decode steps (the same logits).
+  at::Tensor verify(const StepInputs& in);
+  // Drops the last n written positions (the candidates not kept): attention no longer reads them
+  // and the next write reuses their slots.
+  void rewind(int64_t n);
 
   virtual BackendReport report() const { return {}; }
   // Whether do_prefill takes rows that stand for StepInputs::copies rows each.
@@ -81,6 +88,8 @@ class ForwardBackend {
   // After prepare(): this backend's static decode step for the prepared shape, or nullptr when it
   // has none (then the decoding step runs from the host).
   virtual StaticDecode* static_decode() { return nullptr; }
+  // Whether do_verify runs verify()'s positions as one forward.
+  virtual bool verifies_at_once() const { return false; }
   const CausalLM& model() const { return *model_; }
   // The prepared shape.
   int64_t rows() const { return rows_; }
@@ -94,6 +103,11 @@ class ForwardBackend {
   // do_prefill sees in.copies > 1 only when shares_prefill(); it returns [rows(), vocab].
   virtual at::Tensor do_prefill(const StepInputs& in, const at::Tensor& slots) = 0;
   virtual at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) = 0;
+  // With verifies_at_once(): T tokens per row at `slots` ([T]), every position's logits.
+  virtual at::Tensor do_verify(const StepInputs& in, const at::Tensor& slots);
+  // The cache keeps its first `length` positions (KVCache::truncate); by default refused, naming
+  // the backend (speculative decoding needs it).
+  virtual void do_rewind(int64_t length);
 
  private:
   void check(const StepInputs& in, int64_t expected_t, const char* call, int64_t rows) const;

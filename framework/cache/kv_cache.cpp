@@ -32,6 +32,14 @@ std::pair<at::Tensor, at::Tensor> GrowingCache::update(int64_t layer, const at::
   return {k, v};
 }
 
+void GrowingCache::truncate(int64_t length) {
+  for (auto& k : keys_)
+    if (k.defined()) k = k.narrow(2, 0, length);
+  for (auto& v : values_)
+    if (v.defined()) v = v.narrow(2, 0, length);
+  if (valid_.defined()) valid_ = valid_.narrow(1, 0, length);
+}
+
 void GrowingCache::reorder(const at::Tensor& parent_rows, int64_t /*written: all of it is*/) {
   // A gather into new tensors: each byte read once and written once.
   int64_t bytes = 0;
@@ -105,6 +113,11 @@ void StaticCache::reorder(const at::Tensor& parent_rows, int64_t written) {
   }
   valid_.copy_(valid_.index_select(0, parent_rows));
   count_reorder(moved + 4 * static_cast<int64_t>(valid_.nbytes()));
+}
+
+void StaticCache::truncate(int64_t length) {
+  // The slots from `length` on are no longer read; the next write overwrites them.
+  valid_.narrow(1, length, valid_.size(1) - length).fill_(false);
 }
 
 void StaticCache::reset() {

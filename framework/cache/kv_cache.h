@@ -58,6 +58,10 @@ class KVCache {
   // moved. -1: all of them (a captured graph, which cannot know the length).
   virtual void reorder(const at::Tensor& parent_rows, int64_t written = -1) = 0;
 
+  // Speculative decoding: forgets every slot from `length` on (the candidates not kept), so that
+  // attention no longer reads them and the next write reuses them.
+  virtual void truncate(int64_t length) = 0;
+
   // After a prefill of one row per input in the first rows (ForwardBackend shared prefills):
   // each input's `written` slots copied to the `copies` consecutive rows it stands for, as a
   // reorder does but without counting as a beam step's; rows past inputs x copies up to
@@ -93,6 +97,7 @@ class GrowingCache final : public KVCache {
                                            const at::Tensor& slots) override;
   at::Tensor validity() const override { return valid_; }
   void reorder(const at::Tensor& parent_rows, int64_t written = -1) override;
+  void truncate(int64_t length) override;
 
  private:
   std::vector<at::Tensor> keys_;    // per layer [rows, kv_heads, L, head_dim]
@@ -123,6 +128,7 @@ class StaticCache final : public KVCache {
   at::Tensor validity() const override { return valid_; }
   std::optional<std::pair<at::Tensor, at::Tensor>> layer_buffers(int64_t layer) override;
   void reorder(const at::Tensor& parent_rows, int64_t written = -1) override;
+  void truncate(int64_t length) override;
   // Marks every slot invalid so the buffers can serve a new batch without reallocation.
   void reset();
   Reorder mode() const { return mode_; }

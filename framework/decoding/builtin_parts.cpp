@@ -3,6 +3,7 @@
 // the pipeline (pipeline.cpp) builds a generation's parts in one walk over them.
 #include <functional>
 
+#include "framework/decoding/candidates/prompt_lookup.h"
 #include "framework/decoding/processors/constraints.h"
 #include "framework/decoding/processors/penalties.h"
 #include "framework/decoding/processors/warpers.h"
@@ -360,6 +361,27 @@ void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
       [](const GenerationConfig& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
         return std::make_unique<GreedySearch>(x.finished_pad, c.output_scores);
       });
+}
+
+void register_builtin_candidates(Registry<CandidateGeneratorInfo>& registry) {
+  CandidateGeneratorInfo info;
+  info.name = "prompt_lookup";
+  info.description =
+      "prompt lookup: what followed an earlier occurrence of the last n tokens (transformers' "
+      "prompt_lookup_num_tokens, max_matching_ngram_size)";
+  info.keys = {"prompt_lookup_num_tokens", "max_matching_ngram_size"};
+  info.enabled = [](const GenerationConfig& c) { return c.prompt_lookup_num_tokens.has_value(); };
+  const auto build = [](const GenerationConfig& c) {
+    return std::make_unique<PromptLookup>(c.prompt_lookup_num_tokens.value_or(10),
+                                          c.max_matching_ngram_size.value_or(2), c.eos_token_id);
+  };
+  info.from_settings = [build](const GenerationConfig& c, const PartContext&) { return build(c); };
+  info.check_params = no_params;
+  info.create = [build](const nlohmann::json&, const PartContext& x) {
+    if (x.config == nullptr) throw Error("internal: a candidate generator built without settings");
+    return build(*x.config);
+  };
+  registry.add(std::move(info));
 }
 
 }  // namespace gengraph

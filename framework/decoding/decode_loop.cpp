@@ -1,5 +1,8 @@
 #include <ATen/ATen.h>
 
+#include <limits>
+
+#include "framework/decoding/candidates/candidate_generator.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/clock.h"
@@ -273,6 +276,111 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
   out.steps_run = run;
   // Decisions made while the strategy ran: every one in the host loop, which stops at once.
   out.steps = whole ? live_steps_.item<int64_t>() : run;
+}
+
+// Speculative decoding (candidates/candidate_generator.h), one prompt and one sequence, in the
+// host loop: prefill and decide as above; then each step proposes candidates, runs the last chosen
+// token and the candidates through ForwardBackend::verify (one forward over k + 1 positions) and
+// lets the strategy decide position by position, each decision seeing the history up to its
+// position as a plain step would (transformers applies the processors the same way). Position i's
+// decision stands; the next position's logits are valid only while the decision equals the
+// candidate that was fed there, so the first difference (or the strategy stopping) ends the step
+// and the cache is rewound past the candidates that were not kept. Greedy search thus chooses
+// exactly the tokens it chooses without candidates; sampling draws each token from the same
+// distribution.
+void Generator::run_speculative(const std::vector<int64_t>& prompt, int64_t pad,
+                                const TokenStream& stream, Generation& out) {
+  CandidateGenerator& candidates = *pipe_.candidates;
+  SearchStrategy& strategy = *pipe_.strategy;
+  const int64_t len = prompt_length_;
+  const auto device = backend_->model().device();
+  const auto l = at::TensorOptions().dtype(at::kLong).device(device);
+  seqs_.buffer = at::full({1, max_length_}, pad, l);
+  seqs_.buffer.narrow(1, 0, len).copy_(at::tensor(prompt, at::kLong));
+  seqs_.prompt_valid = at::ones({1, len}, l.dtype(at::kBool));
+  seqs_.length = Length(len);
+  strategy.begin(seqs_);
+  candidates.begin();
+  std::vector<int64_t> history = prompt;  // the row's tokens on the host, for the candidates
+
+  const auto t0 = Clock::now();
+  const at::Tensor first =
+      checked_prompt_logits(as_float(backend_->prefill(StepInputs{seqs_.buffer.narrow(1, 0, len),
+                                                                  at::arange(len, l).unsqueeze(0),
+                                                                  seqs_.prompt_valid,
+                                                                  {},
+                                                                  1})));
+  bool go_on = true, running = true;
+  int64_t steps = 0;
+  // One decision at the current length; its token joins the history.
+  const auto decide = [&](const at::Tensor& logits) {
+    const StepDecision d = strategy.step(logits, pipe_.processors, seqs_, pipe_.stopping);
+    const int64_t token = d.next_tokens.item<int64_t>();
+    history.push_back(token);
+    if (stream) go_on = emit(stream, d, 1, steps) && go_on;
+    ++steps;
+    running = d.running.item<bool>();
+    return token;
+  };
+  decide(first);
+  if (sync_) sync_();
+  out.time_to_first_token_s = since(t0);
+
+  // How many leading candidates the processors allow: a candidate they ban (-inf, or the lowest
+  // float, on logits of ones after the history and the candidates before it) ends the list.
+  const int64_t vocab = first.size(-1);
+  const auto allowed = [&](const std::vector<int64_t>& c) -> size_t {
+    if (pipe_.processors.empty()) return c.size();
+    const int64_t n = seqs_.length.known();
+    at::Tensor scratch = seqs_.buffer.clone();
+    const at::Tensor ones = at::ones({1, vocab}, l.dtype(at::kFloat));
+    for (size_t i = 0; i < c.size(); ++i) {
+      const int64_t at_len = n + static_cast<int64_t>(i);
+      const float v =
+          pipe_.processors
+              .process(Sequences{scratch, seqs_.prompt_valid, len, Length(at_len)}, ones.clone())
+              .select(0, 0)[c[i]]
+              .item<float>();
+      if (v == -std::numeric_limits<float>::infinity() || v == std::numeric_limits<float>::lowest())
+        return i;
+      if (at_len < max_length_) scratch.select(0, 0)[at_len].fill_(c[i]);
+    }
+    return c.size();
+  };
+
+  while (go_on && running && seqs_.length.known() < max_length_) {
+    const int64_t n = seqs_.length.known();  // the last chosen token, not yet in the cache, is n-1
+    const auto p0 = Clock::now();
+    const std::vector<int64_t> c = candidates.propose(history, max_length_ - n - 1, allowed);
+    out.propose_s += since(p0);
+    const auto m = static_cast<int64_t>(c.size());
+    std::vector<int64_t> fed{history.back()};
+    fed.insert(fed.end(), c.begin(), c.end());
+    const auto v0 = Clock::now();
+    const at::Tensor logits =
+        as_float(backend_->verify(StepInputs{at::tensor(fed, at::kLong).to(device).unsqueeze(0),
+                                             at::arange(n - 1, n + m, l).unsqueeze(0),
+                                             at::ones({1, m + 1}, l.dtype(at::kBool)),
+                                             {}}));  // [1, m + 1, vocab]
+    if (sync_) sync_();
+    out.verify_s += since(v0);
+    int64_t i = 0, matched = 0;
+    for (;; ++i) {
+      const int64_t token = decide(logits.select(1, i));
+      const bool same = i < m && token == c[static_cast<size_t>(i)];
+      matched += same;
+      if (!same || !running || !go_on) break;
+    }
+    // Kept in the cache: the token fed first and the candidates decided before position i.
+    backend_->rewind(m - i);
+    candidates.update(m, matched);
+    ++out.verify_steps;
+    out.candidates_proposed += m;
+    out.candidates_accepted += matched;
+  }
+  if (sync_) sync_();
+  out.seconds = since(t0);
+  out.steps = out.steps_run = steps;
 }
 
 }  // namespace gengraph

@@ -245,6 +245,16 @@ const std::map<std::string, Setter>& setters() {
          c.strategy = r.component(r.v);
        }},
       {"stop_sequences", [](auto& c, const Reader& r) { c.stop_sequences = r.token_lists(); }},
+      {"prompt_lookup_num_tokens",
+       [](auto& c, const Reader& r) { c.prompt_lookup_num_tokens = r.opt_integer(1); }},
+      {"max_matching_ngram_size",
+       [](auto& c, const Reader& r) { c.max_matching_ngram_size = r.opt_integer(1); }},
+      {"candidate_generator",
+       [](auto& c, const Reader& r) {
+         c.candidate_generator.reset();
+         if (r.v.is_null()) return;
+         c.candidate_generator = r.component(r.v);
+       }},
       {"eos_token_id", [](auto& c, const Reader& r) { c.eos_token_id = r.tokens(); }},
       {"pad_token_id", [](auto& c, const Reader& r) { c.pad_token_id = r.token(); }},
       {"bos_token_id", [](auto& c, const Reader& r) { c.bos_token_id = r.token(); }},
@@ -326,6 +336,17 @@ void GenerationConfig::validate() const {
         "...); set those inside the list, not beside it");
   }
   check_registered_parts(*this);
+  if (speculative()) {
+    const std::string what =
+        "speculative decoding (" +
+        std::string(candidate_generator ? "candidate_generator" : "prompt_lookup_num_tokens") +
+        ") verifies the candidates of one sequence, as transformers' assisted generation does: ";
+    if (num_beams > 1) invalid(what + "it cannot run beam search (num_beams " + beams + ")");
+    if (num_return_sequences > 1) {
+      invalid(what + "'num_return_sequences' must be 1, found " +
+              std::to_string(num_return_sequences));
+    }
+  }
   for (size_t i = 0; i < processor_objects.size(); ++i) {
     if (!processor_objects[i]) invalid("'processor_objects[" + std::to_string(i) + "]' is null");
   }
@@ -467,6 +488,9 @@ Json GenerationConfig::to_json() const {
     for (const auto& p : stopping_criteria) j["stopping_criteria"].push_back(component(p));
   }
   if (strategy) j["strategy"] = component(*strategy);
+  if (prompt_lookup_num_tokens) j["prompt_lookup_num_tokens"] = *prompt_lookup_num_tokens;
+  if (max_matching_ngram_size) j["max_matching_ngram_size"] = *max_matching_ngram_size;
+  if (candidate_generator) j["candidate_generator"] = component(*candidate_generator);
   // Objects the caller built: their names (what they hold is the caller's).
   if (!processor_objects.empty()) {
     j["processor_objects"] = Json::array();

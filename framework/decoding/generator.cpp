@@ -136,11 +136,40 @@ Generation Generator::run_checked(ForwardBackend& backend,
                 "' strategy does not score its tokens (SearchStrategy::scores_tokens); the "
                 "built-in greedy search, sampling, beam search and beam sampling do");
   }
+  if (pipe.candidates) {
+    const std::string what = "speculative decoding ('" + pipe.candidates->name() + "' candidates)";
+    if (rows != 1) {
+      throw Error(what + " verifies one sequence at a time, as transformers' assisted generation " +
+                  "does: found " + std::to_string(batch) + " prompt(s) x " +
+                  std::to_string(rows / batch) + " sequence(s); generate each prompt alone");
+    }
+    if (!pipe.strategy->streams()) {
+      throw Error(what + ": the '" + pipe.strategy->name() +
+                  "' strategy does not choose each token for good as it goes "
+                  "(SearchStrategy::streams), so candidates cannot be checked position by "
+                  "position; use greedy search or sampling");
+    }
+    if (loop_.whole_step == LoopOptions::WholeStep::kOn) {
+      throw Error("loop option whole_step: on, but " + what +
+                  " runs in the host loop (each step keeps a varying number of tokens)");
+    }
+  }
   backend.prepare(rows, max_length);
   Generation result;
   result.settings = settings_;
   result.prompt_length = prompt_len;
   result.rows = rows;
+  if (pipe.candidates) {
+    if (loop_.whole_step != LoopOptions::WholeStep::kOff) {
+      result.whole_step_fallback =
+          "speculative decoding runs in the host loop (each step keeps a varying number of tokens)";
+    }
+    set_up(backend, std::move(pipe), rows, max_length, prompt_len, false);
+    run_speculative(prompts.front(), effective_pad_token(config_), stream, result);
+    fold_outputs(pipe_.strategy->finalize(seqs_), batch, result);
+    forget();
+    return result;
+  }
   bool whole = false;
   if (loop_.whole_step != LoopOptions::WholeStep::kOff) {
     const std::string why = whole_step_blocker(pipe, backend, static_cast<bool>(stream), loop_);

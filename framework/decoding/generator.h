@@ -92,6 +92,10 @@ class Generator {
   // decides until the strategy stops; fills `out`'s times and loop report.
   void run_loop(const std::vector<std::vector<int64_t>>& prompts, int64_t pad,
                 const TokenStream& stream, Generation& out);
+  // Speculative decoding's loop (decode_loop.cpp), one prompt and one sequence: the pipeline's
+  // candidates verified in one forward per step, decided position by position.
+  void run_speculative(const std::vector<int64_t>& prompt, int64_t pad, const TokenStream& stream,
+                       Generation& out);
 
   GenerationConfig config_;
   nlohmann::json settings_;  // config_.to_json(), made once: every Generation carries it

@@ -96,6 +96,25 @@ Pipeline build_pipeline(const GenerationConfig& c, int64_t max_length, int64_t p
 
   for (const auto& object : c.stopping_objects) p.stopping.add(object);
 
+  // Speculative decoding: the candidate generator named, else the first the settings enable.
+  if (c.candidate_generator) {
+    const auto& spec = *c.candidate_generator;
+    try {
+      const auto& info = candidate_registry().get(spec.name);
+      if (info.check_params) info.check_params(spec.params);
+      p.candidates = info.create(spec.params, ctx);
+    } catch (const Error& e) {
+      throw Error("generation.candidate_generator '" + spec.name + "': " + e.what());
+    }
+  } else {
+    for (const auto& info : candidate_registry().all()) {
+      if (info.enabled && info.from_settings && info.enabled(c)) {
+        p.candidates = info.from_settings(c, ctx);
+        break;
+      }
+    }
+  }
+
   if (c.strategy_object) {
     p.strategy = c.strategy_object;
     return p;

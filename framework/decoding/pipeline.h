@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "framework/decoding/candidates/candidate_generator.h"
 #include "framework/decoding/generation_config.h"
 #include "framework/decoding/processors/logits_processor.h"
 #include "framework/decoding/registry.h"
@@ -19,6 +20,8 @@ struct Pipeline {
   ProcessorChain processors;
   StoppingCriteria stopping;
   std::shared_ptr<SearchStrategy> strategy;  // built here, or the caller's strategy_object
+  // Speculative decoding's proposer (candidates/candidate_generator.h); null without one.
+  std::shared_ptr<CandidateGenerator> candidates;
 };
 
 // `max_length`: the resolved total length (padded prompt + new tokens); `prompt_length` padded.

@@ -33,6 +33,15 @@ Registry<SearchStrategyInfo>& strategy_registry() {
   return registry;
 }
 
+Registry<CandidateGeneratorInfo>& candidate_registry() {
+  static Registry<CandidateGeneratorInfo>& registry = *[] {
+    auto* r = new Registry<CandidateGeneratorInfo>("candidate generator");
+    register_builtin_candidates(*r);
+    return r;
+  }();
+  return registry;
+}
+
 namespace {
 
 template <typename Info>
@@ -56,6 +65,10 @@ void check_registered_parts(const GenerationConfig& c) {
     const auto& s = c.stopping_criteria[i];
     check_entry(stopping_registry(), s,
                 "stopping_criteria[" + std::to_string(i) + "] '" + s.name + "'");
+  }
+  if (c.candidate_generator) {
+    check_entry(candidate_registry(), *c.candidate_generator,
+                "candidate_generator '" + c.candidate_generator->name + "'");
   }
   if (c.strategy) {
     const std::string where = "strategy '" + c.strategy->name + "'";

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/decoding/candidates/candidate_generator.h"
 #include "framework/decoding/generation_config.h"
 #include "framework/decoding/processors/logits_processor.h"
 #include "framework/decoding/search/search_strategy.h"
@@ -80,6 +81,7 @@ struct PartInfo {
 using ProcessorInfo = PartInfo<LogitsProcessor>;
 using StoppingCriterionInfo = PartInfo<StoppingCriterion>;
 using SearchStrategyInfo = PartInfo<SearchStrategy>;
+using CandidateGeneratorInfo = PartInfo<CandidateGenerator>;
 
 // Parts by name, in registration order. `kind` names them in errors ("logits processor", ...).
 // Each registry registers gengraph's built-in parts when it is first used; parts from elsewhere
@@ -125,6 +127,7 @@ class Registry {
 Registry<ProcessorInfo>& processor_registry();
 Registry<StoppingCriterionInfo>& stopping_registry();
 Registry<SearchStrategyInfo>& strategy_registry();
+Registry<CandidateGeneratorInfo>& candidate_registry();
 
 // gengraph's own parts (builtin_parts.cpp), registered by the accessors above on first use:
 // processors in transformers' order, the criteria max_length, max_time, stop_sequences and eos,
@@ -132,6 +135,7 @@ Registry<SearchStrategyInfo>& strategy_registry();
 void register_builtin_processors(Registry<ProcessorInfo>& registry);
 void register_builtin_stopping(Registry<StoppingCriterionInfo>& registry);
 void register_builtin_strategies(Registry<SearchStrategyInfo>& registry);
+void register_builtin_candidates(Registry<CandidateGeneratorInfo>& registry);
 
 // Checks every part a configuration names (processors, stopping_criteria, strategy): that it is
 // registered and, where the part can, its parameters. Errors name

@@ -76,10 +76,10 @@ at::Tensor CausalLM::fuse(const std::vector<std::string>& names, int64_t dim, bo
 
 at::Tensor run_forward_step(const CausalLM& model, KVCache& cache, const at::Tensor& input_ids,
                             const at::Tensor& positions, const at::Tensor& slots,
-                            const at::Tensor& token_valid) {
+                            const at::Tensor& token_valid, bool all_positions) {
   cache.write_validity(slots, token_valid);
   const at::Tensor mask = attention_mask(cache.validity(), slots);
-  return model.forward(ForwardBatch{input_ids, positions, slots, mask}, cache);
+  return model.forward(ForwardBatch{input_ids, positions, slots, mask, all_positions}, cache);
 }
 
 std::string model_fingerprint(const CausalLM& model) {

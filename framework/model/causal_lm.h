@@ -21,6 +21,9 @@ struct ForwardBatch {
   at::Tensor positions;  // [rows, T] int64, position ids as transformers computes them
   at::Tensor slots;      // [T] int64, cache slots these tokens are written to
   at::Tensor attn_mask;  // [rows, 1, T, L] bool, true where a query may read a cache slot
+  // Logits of every position ([rows, T, vocab], speculative decoding's verify) instead of the
+  // last one's.
+  bool all_positions = false;
 };
 
 class CausalLM {
@@ -46,7 +49,7 @@ class CausalLM {
 
   // Runs the decoder over `batch`, writing its keys/values into `cache` (the caller has already
   // recorded the slots' validity and built attn_mask). Returns the last position's logits,
-  // [rows, vocab], in the model dtype.
+  // [rows, vocab], in the model dtype (every position's, [rows, T, vocab], with all_positions).
   virtual at::Tensor forward(const ForwardBatch& batch, KVCache& cache) const = 0;
 
  protected:
@@ -69,10 +72,11 @@ class CausalLM {
 };
 
 // One decoding step of any backend: record validity, build the mask, run the model.
-//   token_valid: [rows, T] bool. Returns [rows, vocab] logits.
+//   token_valid: [rows, T] bool. Returns [rows, vocab] logits ([rows, T, vocab] with
+//   all_positions).
 at::Tensor run_forward_step(const CausalLM& model, KVCache& cache, const at::Tensor& input_ids,
                             const at::Tensor& positions, const at::Tensor& slots,
-                            const at::Tensor& token_valid);
+                            const at::Tensor& token_valid, bool all_positions = false);
 
 // A stable identifier of a model's weights and shape (config, tensor names/shapes, value samples):
 // what traces and compiled packages record so that one made for other weights is refused.

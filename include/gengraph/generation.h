@@ -43,6 +43,14 @@ struct Generation {
   int64_t steps_run = 0;   // decoding steps run, those past the end (up to sync_every - 1) included
   int64_t flag_reads = 0;  // reads of the done flag, each a device-to-host wait on CUDA
   double capture_s = 0;    // capturing the graph (the first generation of a shape)
+
+  // Speculative decoding (prompt_lookup_num_tokens, candidate_generator): verify forwards run,
+  // candidate tokens proposed and kept, and the time spent proposing and verifying.
+  int64_t verify_steps = 0;
+  int64_t candidates_proposed = 0;
+  int64_t candidates_accepted = 0;
+  double propose_s = 0;
+  double verify_s = 0;
 };
 
 }  // namespace gengraph

@@ -54,6 +54,10 @@ class GenerationSettings {
   // Output: each token's log-probability and the sequence's score (Sequence::token_scores).
   std::optional<bool> output_scores;
 
+  // Speculative decoding by prompt lookup (one prompt; greedy search or sampling): up to
+  // prompt_lookup_num_tokens candidates after a match of the last max_matching_ngram_size tokens.
+  std::optional<int64_t> prompt_lookup_num_tokens, max_matching_ngram_size;
+
   // Any other key of a YAML `generation:` block, as JSON (processors, strategy, logit_bias, ...).
   nlohmann::json more = nlohmann::json::object();
 

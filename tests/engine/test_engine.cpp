@@ -332,12 +332,14 @@ TEST(Engine, EveryTypedSettingIsAGenerationKey) {
   all.eos_token_id = std::vector<int64_t>{1};
   all.pad_token_id = all.bos_token_id = 1;
   all.output_scores = true;
+  all.prompt_lookup_num_tokens = all.max_matching_ngram_size = 1;
   const Json j = all.to_json();
-  // Every key but the parts and the token maps, which `more` carries as JSON.
+  // Every key but the parts (candidate_generator among them) and the token maps, which `more`
+  // carries as JSON.
   std::vector<std::string> expected, got;
   for (const std::string& key : generation_keys()) {
     if (key != "processors" && key != "stopping_criteria" && key != "strategy" &&
-        key != "logit_bias" && key != "sequence_bias") {
+        key != "candidate_generator" && key != "logit_bias" && key != "sequence_bias") {
       expected.push_back(key);
     }
   }

@@ -126,9 +126,9 @@ class Gpt2 final : public CausalLM {
       m = activate(conv1d_linear(m, blk.fc_w, blk.fc_b), act_);
       h = h + conv1d_linear(m, blk.proj_w, blk.proj_b);
     }
-    at::Tensor last = h.select(1, t - 1);  // [rows, d]
+    at::Tensor last = b.all_positions ? h : h.select(1, t - 1);  // [rows, (T,) d]
     last = at::layer_norm(last, {d}, ln_f_.w, ln_f_.b, c.norm_eps);
-    return at::matmul(last, lm_head_.t());  // [rows, vocab]
+    return at::matmul(last, lm_head_.t());  // [rows, (T,) vocab]
   }
 
  private:
@@ -189,9 +189,9 @@ class Gpt2 final : public CausalLM {
       const at::Tensor m = at::layer_norm(h, {d}, blk.ln_2.w, blk.ln_2.b, c.norm_eps);
       h = blk.fc_out.add_to(h, activate_fused(blk.fc(m), act_));
     }
-    at::Tensor last = h.select(1, t - 1);  // [rows, d]
+    at::Tensor last = b.all_positions ? h : h.select(1, t - 1);  // [rows, (T,) d]
     last = at::layer_norm(last, {d}, ln_f_.w, ln_f_.b, c.norm_eps);
-    return head_(last);  // [rows, vocab]
+    return head_(last);  // [rows, (T,) vocab]
   }
 
   Activation act_;

@@ -121,9 +121,9 @@ class GptJ final : public CausalLM {
                                       blk.fc_out_w, blk.fc_out_b);
       h = a + m + h;  // transformers' order: attn + mlp + residual
     }
-    at::Tensor last = h.select(1, t - 1);  // [rows, d]
+    at::Tensor last = b.all_positions ? h : h.select(1, t - 1);  // [rows, (T,) d]
     last = at::layer_norm(last, {d}, ln_f_.w, ln_f_.b, c.norm_eps);
-    return at::linear(last, lm_head_w_, lm_head_b_);  // [rows, vocab]
+    return at::linear(last, lm_head_w_, lm_head_b_);  // [rows, (T,) vocab]
   }
 
  private:
@@ -219,9 +219,9 @@ class GptJ final : public CausalLM {
       const at::Tensor m = activate_fused(y.narrow(-1, 3 * d, c.intermediate_size), act_);
       h = blk.out.add_to(h, at::cat({o, m}, -1));
     }
-    at::Tensor last = h.select(1, t - 1);  // [rows, d]
+    at::Tensor last = b.all_positions ? h : h.select(1, t - 1);  // [rows, (T,) d]
     last = at::layer_norm(last, {d}, ln_f_.w, ln_f_.b, c.norm_eps);
-    return head_(last);  // [rows, vocab]
+    return head_(last);  // [rows, (T,) vocab]
   }
 
   Activation act_;

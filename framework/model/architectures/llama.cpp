@@ -226,8 +226,9 @@ class Llama final : public CausalLM {
       h = h + attention(blk, x, cos, sin, mask, b.slots, cache, i);
       h = h + mlp(blk, rms_norm(h, blk.post_norm, c.norm_eps));
     }
-    const at::Tensor last = rms_norm(h.select(1, t - 1), norm_, c.norm_eps);  // [rows, d]
-    return at::linear(last, lm_head_);                                        // [rows, vocab]
+    const at::Tensor last =
+        rms_norm(b.all_positions ? h : h.select(1, t - 1), norm_, c.norm_eps);  // [rows, (T,) d]
+    return at::linear(last, lm_head_);  // [rows, (T,) vocab]
   }
 
  private:
@@ -370,8 +371,8 @@ class Llama final : public CausalLM {
       const at::Tensor gu = blk.gate_up(norm(h, blk.post_norm));
       h = blk.down.add_to(h, gate(gu));
     }
-    const at::Tensor last = norm(h.select(1, t - 1), norm_);
-    return head_(last);  // [rows, vocab]
+    const at::Tensor last = norm(b.all_positions ? h : h.select(1, t - 1), norm_);
+    return head_(last);  // [rows, (T,) vocab]
   }
 
   Activation act_;

@@ -1,0 +1,132 @@
+// Speculative decoding (framework/decoding/candidates, Generator::run_speculative): prompt
+// lookup's candidates equal transformers' PromptLookupCandidateGenerator's, what cannot be
+// verified is refused by name before any work, and the results say what the candidates did.
+// Token equality with plain decoding on every backend is in tests/backends/
+// test_backend_conformance.cpp; equality with transformers' assisted generation in the parity
+// fixtures (tools/fixture_cases.py, speculative_cases).
+#include <gengraph/gengraph.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "framework/decoding/candidates/prompt_lookup.h"
+#include "framework/decoding/generation_config.h"
+#include "framework/decoding/registry.h"
+#include "tests/support/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+TEST(PromptLookup, ProposesWhatTransformersProposes) {
+  std::ifstream in(testing::fixtures_dir() + "/prompt_lookup.json");
+  ASSERT_TRUE(in) << "tests/fixtures/prompt_lookup.json (tools/make_fixtures.py)";
+  const Json doc = Json::parse(in);
+  int64_t with_candidates = 0;
+  for (const auto& c : doc.at("cases")) {
+    const auto history = c.at("history").get<std::vector<int64_t>>();
+    PromptLookup lookup(c.at("num_tokens").get<int64_t>(),
+                        c.at("max_matching_ngram_size").get<int64_t>(),
+                        c.at("eos").get<std::vector<int64_t>>());
+    const int64_t room =
+        c.at("max_length").get<int64_t>() - static_cast<int64_t>(history.size()) - 1;
+    const auto got = lookup.propose(history, room, {});
+    EXPECT_EQ(got, c.at("candidates").get<std::vector<int64_t>>()) << c.dump();
+    with_candidates += !got.empty();
+  }
+  EXPECT_GT(with_candidates, 50);  // the fixture exercises matches, not only misses
+}
+
+TEST(PromptLookup, ACandidateTheProcessorsBanEndsTheListOrPassesTheWindowOver) {
+  PromptLookup lookup(4, 1, {});
+  const std::vector<int64_t> history = {7, 1, 2, 7, 3, 7};
+  // The first window after 7 is 1 2 7 3; banning token 2 keeps 1.
+  EXPECT_EQ(
+      lookup.propose(history, 10,
+                     [](const std::vector<int64_t>& c) {
+                       return static_cast<size_t>(std::find(c.begin(), c.end(), 2) - c.begin());
+                     }),
+      (std::vector<int64_t>{1}));
+  // Banning 1 leaves the first window empty: the next occurrence of 7 gives 3 7.
+  EXPECT_EQ(
+      lookup.propose(history, 10,
+                     [](const std::vector<int64_t>& c) {
+                       return static_cast<size_t>(std::find(c.begin(), c.end(), 1) - c.begin());
+                     }),
+      (std::vector<int64_t>{3, 7}));
+  EXPECT_EQ(lookup.propose(history, 1, {}), (std::vector<int64_t>{1}));  // the room left
+  EXPECT_TRUE(lookup.propose(history, 0, {}).empty());
+  EXPECT_THROW(PromptLookup(0, 2, {}), Error);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Speculative, WhatCannotBeVerifiedIsRefusedByName) {
+  Engine engine("gpt2-tiny");
+  const Json lookup = {{"max_new_tokens", 4}, {"prompt_lookup_num_tokens", 3}};
+  EXPECT_THAT(error_of([&] {
+                engine.generate({{1, 2, 1}, {3, 4}}, lookup);
+              }),
+              HasSubstr("verifies one sequence at a time"));
+  Json beams = lookup;
+  beams["num_beams"] = 2;
+  EXPECT_THAT(error_of([&] {
+                engine.generate({{1, 2, 1}}, beams);
+              }),
+              HasSubstr("cannot run beam search (num_beams 2)"));
+  Json samples = lookup;
+  samples["do_sample"] = true;
+  samples["num_return_sequences"] = 2;
+  EXPECT_THAT(error_of([&] {
+                engine.generate({{1, 2, 1}}, samples);
+              }),
+              HasSubstr("'num_return_sequences' must be 1"));
+  EXPECT_THAT(error_of([&] {
+                engine.generate({{1, 2, 1}}, Json{{"prompt_lookup_num_tokens", 0}});
+              }),
+              HasSubstr("prompt_lookup_num_tokens"));
+  EXPECT_THAT(
+      error_of([&] {
+        engine.generate({{1, 2, 1}}, Json{{"candidate_generator", {{"name", "prompt_lookpu"}}}});
+      }),
+      HasSubstr("unknown candidate generator 'prompt_lookpu' (did you mean 'prompt_lookup'?)"));
+  RunOptions whole;
+  whole.whole_step = WholeStep::kOn;
+  whole.backend = "cuda_graph";
+  whole.backend_options = {{"capture", "false"}};
+  Engine stat(engine.model(), whole);
+  EXPECT_THAT(error_of([&] {
+                stat.generate({{1, 2, 1}}, lookup);
+              }),
+              HasSubstr("runs in the host loop"));
+}
+
+TEST(Speculative, TheGenerationSaysWhatTheCandidatesDid) {
+  Engine engine("gpt2-tiny");
+  // A prompt that repeats: candidates from the first verify on.
+  const std::vector<std::vector<int64_t>> prompt = {{5, 6, 7, 8, 5, 6, 7, 8, 5, 6}};
+  const Generation plain = engine.generate(prompt, Json{{"max_new_tokens", 20}});
+  const Generation spec =
+      engine.generate(prompt, Json{{"max_new_tokens", 20}, {"prompt_lookup_num_tokens", 4}});
+  EXPECT_EQ(spec.outputs[0][0].tokens, plain.outputs[0][0].tokens);
+  EXPECT_EQ(spec.steps, 20);
+  EXPECT_GT(spec.verify_steps, 0);
+  EXPECT_LE(spec.candidates_accepted, spec.candidates_proposed);
+  // Each verify keeps its accepted candidates and one token of its own.
+  EXPECT_EQ(spec.steps - 1, spec.verify_steps + spec.candidates_accepted);
+  EXPECT_EQ(spec.settings.at("prompt_lookup_num_tokens"), 4);
+  EXPECT_EQ(plain.verify_steps, 0);
+}
+
+}  // namespace
+}  // namespace gengraph
