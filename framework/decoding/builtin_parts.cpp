@@ -3,6 +3,7 @@
 // the pipeline (pipeline.cpp) builds a generation's parts in one walk over them.
 #include <functional>
 
+#include "framework/decoding/candidates/draft_model.h"
 #include "framework/decoding/candidates/prompt_lookup.h"
 #include "framework/decoding/processors/constraints.h"
 #include "framework/decoding/processors/penalties.h"
@@ -382,6 +383,17 @@ void register_builtin_candidates(Registry<CandidateGeneratorInfo>& registry) {
     return build(*x.config);
   };
   registry.add(std::move(info));
+
+  CandidateGeneratorInfo draft;
+  draft.name = "draft_model";
+  draft.description =
+      "a draft model's greedy continuation (transformers' assistant_model): model, weights, "
+      "backend, options, num_tokens, schedule";
+  draft.check_params = [](const nlohmann::json& p) { read_draft_model_options(p); };
+  draft.create = [](const nlohmann::json& p, const PartContext& x) {
+    return std::make_unique<DraftModel>(read_draft_model_options(p), x.target, x.max_length);
+  };
+  registry.add(std::move(draft));
 }
 
 }  // namespace gengraph

@@ -111,7 +111,7 @@ Generation Generator::generate(ForwardBackend& backend,
   for (const auto& p : prompts)
     prompt_len = std::max<int64_t>(prompt_len, static_cast<int64_t>(p.size()));
   const int64_t max_length = check_prompts(mc, config_, prompts);
-  Pipeline pipe = build_pipeline(config_, max_length, prompt_len, mc.vocab_size);
+  Pipeline pipe = build_pipeline(config_, max_length, prompt_len, mc.vocab_size, &backend.model());
   const int64_t per_input = pipe.strategy->rows_per_input();
   return within_memory(backend, config_, static_cast<int64_t>(prompts.size()), per_input,
                        prompt_len, max_length, [&] {

@@ -54,7 +54,7 @@ void add_processors_from_list(ProcessorChain& chain, const std::vector<PartSpec>
 }
 
 Pipeline build_pipeline(const GenerationConfig& c, int64_t max_length, int64_t prompt_length,
-                        int64_t vocab_size) {
+                        int64_t vocab_size, const CausalLM* target) {
   Pipeline p;
   const int64_t n_eos = static_cast<int64_t>(c.eos_token_id.size());
   PartContext ctx;
@@ -70,6 +70,7 @@ Pipeline build_pipeline(const GenerationConfig& c, int64_t max_length, int64_t p
   }
   ctx.min_tokens_to_keep = (c.do_sample && c.num_beams > 1) ? std::max<int64_t>(2, n_eos + 1) : 1;
   ctx.config = &c;
+  ctx.target = target;
   ctx.processors = &p.processors;
   if (c.processors.empty()) {
     add_processors_from_config(p.processors, c, ctx);

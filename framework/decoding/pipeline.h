@@ -25,8 +25,9 @@ struct Pipeline {
 };
 
 // `max_length`: the resolved total length (padded prompt + new tokens); `prompt_length` padded.
+// `target`: the model being decoded (PartContext::target), null when only checking.
 Pipeline build_pipeline(const GenerationConfig& config, int64_t max_length, int64_t prompt_length,
-                        int64_t vocab_size);
+                        int64_t vocab_size, const CausalLM* target = nullptr);
 
 // The processors the settings enable, in registration order (transformers' for the built-ins;
 // warpers only when sampling).

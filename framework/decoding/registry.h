@@ -29,6 +29,8 @@
 
 namespace gengraph {
 
+class CausalLM;
+
 // What a part may depend on beyond its own parameters; known once the prompt is laid out. One
 // context for every kind of part.
 struct PartContext {
@@ -46,6 +48,9 @@ struct PartContext {
   // The pipeline's processor chain, for a strategy that works with a processor of its own (diverse
   // beam search inserts its Hamming-diversity processor); null when checking parameters only.
   ProcessorChain* processors = nullptr;
+  // The model being decoded, for a part that needs its device, dtype or vocabulary (a draft
+  // model); null when the pipeline is only checked, without weights.
+  const CausalLM* target = nullptr;
 };
 // Earlier names of PartContext (one served processors, the other criteria and strategies).
 using ProcessorContext [[deprecated("use gengraph::PartContext")]] = PartContext;

@@ -128,5 +128,65 @@ TEST(Speculative, TheGenerationSaysWhatTheCandidatesDid) {
   EXPECT_EQ(plain.verify_steps, 0);
 }
 
+// A draft model: the same preset as the target proposes exactly what the target chooses (every
+// candidate kept); its int8 form mostly agrees (some rejected); either way the tokens are plain
+// greedy's, and seeded sampling's.
+TEST(DraftModel, ProposesItsGreedyContinuationAndChangesNoToken) {
+  Engine engine("gpt2-tiny");
+  const std::vector<std::vector<int64_t>> prompt = {{11, 42, 7, 99, 3}};
+  const Json plain = {{"max_new_tokens", 24}};
+  const auto want = engine.generate(prompt, plain).outputs[0][0].tokens;
+  const auto with_draft = [&](Json draft, bool sample = false) {
+    draft["name"] = "draft_model";
+    Json g = plain;
+    g["candidate_generator"] = draft;
+    if (sample) g["do_sample"] = true;
+    engine.manual_seed(3);
+    return engine.generate(prompt, g);
+  };
+  const Generation same = with_draft({{"model", "preset:gpt2-tiny"}, {"num_tokens", 4}});
+  EXPECT_EQ(same.outputs[0][0].tokens, want);
+  EXPECT_GT(same.candidates_proposed, 0);
+  EXPECT_EQ(same.candidates_accepted, same.candidates_proposed);
+  EXPECT_EQ(same.steps - 1, same.verify_steps + same.candidates_accepted);
+  // The heuristic schedule grows the proposals while every one is kept: fewer verify forwards.
+  const Generation grown =
+      with_draft({{"model", "preset:gpt2-tiny"}, {"num_tokens", 2}, {"schedule", "heuristic"}});
+  const Generation fixed = with_draft({{"model", "preset:gpt2-tiny"}, {"num_tokens", 2}});
+  EXPECT_EQ(grown.outputs[0][0].tokens, want);
+  EXPECT_LT(grown.verify_steps, fixed.verify_steps);
+  const Generation int8 =
+      with_draft({{"model", "preset:gpt2-tiny"}, {"weights", "int8"}, {"num_tokens", 4}});
+  EXPECT_EQ(int8.outputs[0][0].tokens, want);
+  EXPECT_GT(int8.candidates_accepted, 0);
+  // Seeded sampling: the plain draws, whatever the draft proposes.
+  engine.manual_seed(3);
+  const auto sampled = engine.generate(prompt, Json{{"max_new_tokens", 24}, {"do_sample", true}});
+  const Generation drafted = with_draft({{"model", "preset:gpt2-tiny"}, {"num_tokens", 3}}, true);
+  EXPECT_EQ(drafted.outputs[0][0].tokens, sampled.outputs[0][0].tokens);
+}
+
+TEST(DraftModel, BadParametersAndAnotherVocabularyAreRefusedByName) {
+  Engine engine("gpt2-tiny");
+  const auto refusal = [&](const Json& draft) {
+    return error_of([&] {
+      engine.generate({{1, 2, 3}}, Json{{"max_new_tokens", 4}, {"candidate_generator", draft}});
+    });
+  };
+  EXPECT_THAT(refusal({{"name", "draft_model"}}), HasSubstr("parameter 'model' is required"));
+  EXPECT_THAT(refusal({{"name", "draft_model"}, {"model", "preset:gpt2-tiny"}, {"num_token", 3}}),
+              HasSubstr("unknown parameter 'num_token' (did you mean 'num_tokens'?)"));
+  EXPECT_THAT(refusal({{"name", "draft_model"}, {"model", "preset:gpt2-tiny"}, {"schedule", "x"}}),
+              HasSubstr("'schedule': expected constant or heuristic"));
+  EXPECT_THAT(
+      refusal({{"name", "draft_model"}, {"model", "preset:gpt2-tiny"}, {"backend", "egaer"}}),
+      HasSubstr("unknown backend 'egaer'"));
+  EXPECT_THAT(refusal({{"name", "draft_model"}, {"model", "/no/such/folder"}}),
+              HasSubstr("'/no/such/folder' is neither a model folder"));
+  const std::string other = testing::fixtures_dir() + "/models/gpt2-a";  // 96 tokens
+  EXPECT_THAT(refusal({{"name", "draft_model"}, {"model", other}}),
+              HasSubstr("a draft must share the target's vocabulary"));
+}
+
 }  // namespace
 }  // namespace gengraph

@@ -1,0 +1,174 @@
+#include "framework/decoding/candidates/draft_model.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "framework/backend/backend_registry.h"
+#include "framework/model/causal_lm.h"
+#include "framework/model/known_models.h"
+#include "framework/model/loader.h"
+#include "framework/util/error.h"
+
+namespace gengraph {
+namespace {
+
+std::string string_param(const nlohmann::json& p, const char* key, const std::string& fallback) {
+  if (!p.contains(key)) return fallback;
+  if (!p.at(key).is_string() || p.at(key).get<std::string>().empty()) {
+    throw Error(std::string("'") + key + "': expected a non-empty string, found " +
+                p.at(key).dump());
+  }
+  return p.at(key).get<std::string>();
+}
+
+// The draft, loaded once per (model, weights, dtype, device) and shared by every generation.
+std::shared_ptr<const CausalLM> load_draft(const DraftModelOptions& o, const CausalLM& target) {
+  static std::mutex mutex;
+  static std::map<std::tuple<std::string, std::string, std::string, std::string>,
+                  std::shared_ptr<const CausalLM>>
+      loaded;
+  const std::string dtype = c10::toString(target.dtype()), device = target.device().str();
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = loaded[{o.model, o.weights, dtype, device}];
+  if (slot) return slot;
+  ModelSource src;
+  if (o.model.rfind("preset:", 0) == 0) {
+    src.preset = o.model.substr(7);
+  } else if (!std::filesystem::exists(o.model) && find_known_model(o.model) != nullptr) {
+    src.path = resolve_known_model(o.model);
+  } else if (std::filesystem::is_directory(o.model)) {
+    src.path = o.model;
+  } else {
+    throw Error("'model': '" + o.model +
+                "' is neither a model folder, a known model (gengraph models) nor "
+                "\"preset:NAME\"");
+  }
+  src.load.dtype = target.dtype();
+  src.load.device = target.device();
+  src.load.weights.kind = parse_weight_kind(o.weights, "'weights'");
+  LoadedModel draft = load_model(src);
+  const int64_t vocab = draft.model->config().vocab_size, want = target.config().vocab_size;
+  if (vocab != want) {
+    throw Error("'model': " + draft.source + " has a vocabulary of " + std::to_string(vocab) +
+                " tokens, the model it drafts for " + std::to_string(want) +
+                ": a draft must share the target's vocabulary");
+  }
+  slot = draft.model;
+  return slot;
+}
+
+at::Tensor row(const std::vector<int64_t>& tokens, size_t from, const c10::Device& device) {
+  return at::tensor(
+             std::vector<int64_t>(tokens.begin() + static_cast<std::ptrdiff_t>(from), tokens.end()),
+             at::kLong)
+      .to(device)
+      .unsqueeze(0);
+}
+
+}  // namespace
+
+DraftModelOptions read_draft_model_options(const nlohmann::json& p) {
+  if (!p.is_object()) throw Error("expected a mapping of parameters, found " + p.dump());
+  for (auto it = p.begin(); it != p.end(); ++it) {
+    static const std::vector<std::string> known = {"model",   "weights",    "backend",
+                                                   "options", "num_tokens", "schedule"};
+    if (std::find(known.begin(), known.end(), it.key()) == known.end()) {
+      throw Error("unknown parameter '" + it.key() + "'" + did_you_mean(it.key(), known) +
+                  "; known: " + join(known, ", "));
+    }
+  }
+  DraftModelOptions o;
+  if (!p.contains("model"))
+    throw Error(
+        "parameter 'model' is required (the draft's folder, known name or \"preset:NAME\")");
+  o.model = string_param(p, "model", "");
+  o.weights = string_param(p, "weights", "float");
+  parse_weight_kind(o.weights, "'weights'");
+  o.backend = string_param(p, "backend", "eager");
+  if (p.contains("options")) {
+    const auto& opts = p.at("options");
+    if (!opts.is_object()) throw Error("'options': expected a mapping, found " + opts.dump());
+    for (auto it = opts.begin(); it != opts.end(); ++it) {
+      o.backend_options[it.key()] = it->is_string() ? it->get<std::string>() : it->dump();
+    }
+  }
+  BackendRegistry::instance().validate(o.backend, BackendOptions(o.backend, o.backend_options),
+                                       c10::Device(c10::kCPU));
+  if (p.contains("num_tokens")) {
+    const auto& n = p.at("num_tokens");
+    if (!n.is_number_integer() || n.get<int64_t>() < 1) {
+      throw Error("'num_tokens': expected an integer >= 1, found " + n.dump());
+    }
+    o.num_tokens = n.get<int64_t>();
+  }
+  const std::string schedule = string_param(p, "schedule", "constant");
+  if (schedule != "constant" && schedule != "heuristic") {
+    throw Error("'schedule': expected constant or heuristic, found '" + schedule + "'");
+  }
+  o.heuristic = schedule == "heuristic";
+  return o;
+}
+
+DraftModel::DraftModel(DraftModelOptions options, const CausalLM* target, int64_t max_length)
+    : options_(std::move(options)), max_length_(max_length), num_tokens_(options_.num_tokens) {
+  if (target == nullptr) return;  // checked, not run
+  backend_ = BackendRegistry::instance().create(
+      options_.backend, load_draft(options_, *target),
+      BackendOptions(options_.backend, options_.backend_options));
+}
+
+void DraftModel::begin() {
+  if (!backend_) throw Error("internal: draft_model run without its target model");
+  backend_->prepare(1, max_length_);
+  cached_ = history_ = 0;
+}
+
+std::vector<int64_t> DraftModel::propose(
+    const std::vector<int64_t>& history, int64_t max,
+    const std::function<size_t(const std::vector<int64_t>&)>&) {
+  const auto len = static_cast<int64_t>(history.size());
+  const int64_t k = std::min(num_tokens_, max);
+  history_ = len;
+  if (k <= 0) return {};
+  const auto device = backend_->model().device();
+  // The history the draft has not seen: the whole prompt at first, then the target's own token
+  // (and the last candidate, when every one was kept).
+  at::Tensor logits;
+  const auto ids = row(history, static_cast<size_t>(cached_), device);
+  const at::Tensor positions = at::arange(cached_, len, ids.options()).unsqueeze(0);
+  const at::Tensor valid = at::ones(ids.sizes(), ids.options().dtype(at::kBool));
+  if (cached_ == 0) {
+    logits = backend_->prefill(StepInputs{ids, positions, valid, {}});
+  } else {
+    logits = backend_->verify(StepInputs{ids, positions, valid, {}}).select(1, -1);
+  }
+  std::vector<int64_t> out;
+  for (int64_t i = 0;; ++i) {
+    out.push_back(logits.argmax(-1).item<int64_t>());
+    if (static_cast<int64_t>(out.size()) == k) break;
+    const at::Tensor next = at::tensor({out.back()}, at::kLong).to(device).unsqueeze(0);
+    logits = backend_->decode(StepInputs{next,
+                                         at::full({1, 1}, len + i, next.options()),
+                                         at::ones({1, 1}, next.options().dtype(at::kBool)),
+                                         {}});
+  }
+  cached_ = len + k - 1;  // the last candidate was not fed
+  return out;
+}
+
+void DraftModel::update(int64_t proposed, int64_t accepted) {
+  // The draft's cache keeps the history and the candidates the target kept.
+  const int64_t valid = history_ + std::min(accepted, std::max<int64_t>(proposed - 1, 0));
+  if (cached_ > valid) backend_->rewind(cached_ - valid);
+  cached_ = std::min(cached_, valid);
+  if (options_.heuristic && proposed > 0) {
+    num_tokens_ = accepted == proposed ? num_tokens_ + 2 : std::max<int64_t>(1, num_tokens_ - 1);
+  }
+}
+
+}  // namespace gengraph

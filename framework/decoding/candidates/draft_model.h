@@ -1,0 +1,64 @@
+// A draft model as the candidate generator (transformers' assistant_model): a smaller or cheaper
+// model with the target's vocabulary, on a backend of its own, proposes its greedy continuation;
+// the target verifies it. Chosen by name:
+//   generation:
+//     candidate_generator: {name: draft_model, model: smollm2-135m, weights: int8,
+//                           backend: eager, num_tokens: 5, schedule: heuristic}
+// model: a folder, a known real model (gengraph models) or "preset:NAME"; weights: its form
+// (float, int8, int4, bfloat16: a quantized copy of the target is a draft that agrees with it
+// often); backend and options: any registered backend; num_tokens: candidates per step
+// (transformers' num_assistant_tokens, default 20); schedule: constant, or heuristic
+// (transformers' num_assistant_tokens_schedule: +2 after a step that kept every candidate, -1
+// otherwise, at least 1). The draft is loaded once per process and kept (same model, form,
+// dtype and device), on the target's device and dtype.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "framework/backend/forward_backend.h"
+#include "framework/decoding/candidates/candidate_generator.h"
+
+namespace gengraph {
+
+class CausalLM;
+
+struct DraftModelOptions {
+  std::string model;
+  std::string weights = "float";
+  std::string backend = "eager";
+  std::map<std::string, std::string> backend_options;
+  int64_t num_tokens = 20;
+  bool heuristic = false;
+};
+
+// Reads the part's parameters (an Error names the bad one); no model is touched.
+DraftModelOptions read_draft_model_options(const nlohmann::json& params);
+
+class DraftModel final : public CandidateGenerator {
+ public:
+  // `target`: the model being decoded (its device, dtype and vocabulary size); null when the
+  // pipeline is only checked, and then nothing is loaded. `max_length`: the generation's.
+  DraftModel(DraftModelOptions options, const CausalLM* target, int64_t max_length);
+  std::string name() const override { return "draft_model"; }
+  void begin() override;
+  std::vector<int64_t> propose(
+      const std::vector<int64_t>& history, int64_t max,
+      const std::function<size_t(const std::vector<int64_t>&)>& allowed) override;
+  void update(int64_t proposed, int64_t accepted) override;
+
+ private:
+  DraftModelOptions options_;
+  int64_t max_length_;
+  int64_t num_tokens_;
+  std::unique_ptr<ForwardBackend> backend_;
+  int64_t cached_ = 0;   // history tokens (and candidates) in the draft's cache
+  int64_t history_ = 0;  // the history's length at the last proposal
+};
+
+}  // namespace gengraph
