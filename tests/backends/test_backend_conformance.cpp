@@ -60,22 +60,33 @@ std::vector<Variant> variants() {
   return v;
 }
 
-class BackendConformance : public ::testing::TestWithParam<std::tuple<Variant, std::string>> {};
+class BackendConformance : public ::testing::TestWithParam<std::tuple<Variant, std::string>> {
+ protected:
+  // A backend this machine lacks (CUDA-only ones without a GPU) skips.
+  void SetUp() override {
+    const Variant& variant = std::get<0>(GetParam());
+    const auto& info = BackendRegistry::instance().get(variant.backend);
+    const BackendOptions options(variant.backend, variant.options);
+    if (info.unavailable_reason && !info.unavailable_reason(options).empty()) {
+      GTEST_SKIP() << variant.backend << ": " << info.unavailable_reason(options);
+    }
+  }
+  // The variant's backend over `model` (fused), or over the test model's unfused form.
+  std::unique_ptr<ForwardBackend> under_test(std::shared_ptr<const CausalLM> model) const {
+    const auto& [variant, which] = GetParam();
+    LoadOptions form;
+    form.fused = variant.fused;
+    return BackendRegistry::instance().create(
+        variant.backend, variant.fused ? std::move(model) : testing::test_model(which, 11, form),
+        BackendOptions(variant.backend, variant.options));
+  }
+};
 
 TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
   const auto& [variant, which] = GetParam();
-  const auto& info = BackendRegistry::instance().get(variant.backend);
-  const BackendOptions options(variant.backend, variant.options);
-  if (info.unavailable_reason && !info.unavailable_reason(options).empty()) {
-    GTEST_SKIP() << variant.backend << ": " << info.unavailable_reason(options);
-  }
   const auto model = testing::test_model(which, 11);
   auto reference = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
-  LoadOptions form;
-  form.fused = variant.fused;
-  auto backend = BackendRegistry::instance().create(
-      variant.backend, variant.fused ? model : testing::test_model(which, 11, form),
-      BackendOptions(variant.backend, variant.options));
+  auto backend = under_test(model);
   const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
   GenerationConfig g;
   g.max_new_tokens = 12;
@@ -159,16 +170,8 @@ void register_scripted() {
 // search or of seeded sampling (each kept token is one decision and one draw, as without it).
 TEST_P(BackendConformance, VerifyRewindAndPromptLookupChangeNoToken) {
   const auto& [variant, which] = GetParam();
-  const auto& info = BackendRegistry::instance().get(variant.backend);
-  const BackendOptions options(variant.backend, variant.options);
-  if (info.unavailable_reason && !info.unavailable_reason(options).empty()) {
-    GTEST_SKIP() << variant.backend << ": " << info.unavailable_reason(options);
-  }
   const auto model = testing::test_model(which, 11);
-  LoadOptions form;
-  form.fused = variant.fused;
-  auto backend = BackendRegistry::instance().create(
-      variant.backend, variant.fused ? model : testing::test_model(which, 11, form), options);
+  auto backend = under_test(model);
   auto reference = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
 
   // verify([x, a, b, c]) against decode x, a, b, c one at a time; then rewind past b and c and
