@@ -177,12 +177,17 @@ void check_runnable(const ExperimentConfig& c) {
     const std::string what = e.what();
     return what.rfind(c.file, 0) == 0 ? Error(what) : Error(c.file + ": " + what);
   };
+  // The folder's generation_config.json, read once, under the experiment's or a row's keys.
+  nlohmann::json defaults;  // read inside the try below, so that its errors name the file too
+  const std::string defaults_source =
+      src.preset.empty() ? src.path.string() : "preset:" + src.preset;
+  const auto resolve = [&](const nlohmann::json& keys, const std::string& where) {
+    return resolve_generation(mc, defaults, defaults_source, keys, where);
+  };
   GenerationConfig g;
   try {
-    g = resolve_generation(
-        mc, src.preset.empty() ? read_generation_defaults(src.path) : nlohmann::json(),
-        src.preset.empty() ? src.path.string() : "preset:" + src.preset, c.generation,
-        c.file + ": generation");
+    if (src.preset.empty()) defaults = read_generation_defaults(src.path);
+    g = resolve(c.generation, c.file + ": generation");
   } catch (const Error& e) {
     throw in_file(e);
   }
@@ -218,10 +223,7 @@ void check_runnable(const ExperimentConfig& c) {
     GenerationConfig rg = g;
     try {
       if (!b.generation.empty()) {
-        rg = resolve_generation(
-            mc, src.preset.empty() ? read_generation_defaults(src.path) : nlohmann::json(),
-            src.preset.empty() ? src.path.string() : "preset:" + src.preset, row_generation(c, b),
-            "generation");
+        rg = resolve(row_generation(c, b), "generation");
         const int64_t row_max = check_prompts(mc, rg, prompts);
         build_pipeline(rg, row_max, prompt_length, mc.vocab_size);
       }

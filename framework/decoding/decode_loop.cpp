@@ -80,6 +80,10 @@ std::string whole_step_name(LoopOptions::WholeStep w) {
 
 std::string whole_step_blocker(const Pipeline& pipe, ForwardBackend& backend, bool streaming,
                                const LoopOptions& options) {
+  if (pipe.candidates) {
+    return "speculative decoding runs in the host loop (each step keeps a varying number of "
+           "tokens)";
+  }
   if (streaming) {
     return "streaming hands every token to the host as it is chosen (a device-to-host wait per "
            "step)";

@@ -149,27 +149,12 @@ Generation Generator::run_checked(ForwardBackend& backend,
                   "(SearchStrategy::streams), so candidates cannot be checked position by "
                   "position; use greedy search or sampling");
     }
-    if (loop_.whole_step == LoopOptions::WholeStep::kOn) {
-      throw Error("loop option whole_step: on, but " + what +
-                  " runs in the host loop (each step keeps a varying number of tokens)");
-    }
   }
   backend.prepare(rows, max_length);
   Generation result;
   result.settings = settings_;
   result.prompt_length = prompt_len;
   result.rows = rows;
-  if (pipe.candidates) {
-    if (loop_.whole_step != LoopOptions::WholeStep::kOff) {
-      result.whole_step_fallback =
-          "speculative decoding runs in the host loop (each step keeps a varying number of tokens)";
-    }
-    set_up(backend, std::move(pipe), rows, max_length, prompt_len, false);
-    run_speculative(prompts.front(), effective_pad_token(config_), stream, result);
-    fold_outputs(pipe_.strategy->finalize(seqs_), batch, result);
-    forget();
-    return result;
-  }
   bool whole = false;
   if (loop_.whole_step != LoopOptions::WholeStep::kOff) {
     const std::string why = whole_step_blocker(pipe, backend, static_cast<bool>(stream), loop_);
@@ -186,7 +171,11 @@ Generation Generator::run_checked(ForwardBackend& backend,
   if (!whole || !serves(backend, rows, max_length, prompt_len)) {
     set_up(backend, std::move(pipe), rows, max_length, prompt_len, whole);
   }
-  run_loop(prompts, effective_pad_token(config_), stream, result);
+  if (pipe_.candidates) {
+    run_speculative(prompts.front(), effective_pad_token(config_), stream, result);
+  } else {
+    run_loop(prompts, effective_pad_token(config_), stream, result);
+  }
   fold_outputs(pipe_.strategy->finalize(seqs_), batch, result);
   if (!whole) forget();  // the host loop keeps nothing
   return result;

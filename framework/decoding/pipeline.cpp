@@ -12,6 +12,20 @@ int64_t effective_pad_token(const GenerationConfig& c) {
 
 namespace {
 
+// A part a list or key names: looked up, its parameters checked, built; errors name `where` and
+// the part ("generation.stopping_criteria[0] 'x': ...").
+template <typename Info>
+auto create_named(const Registry<Info>& registry, const PartSpec& spec, const PartContext& ctx,
+                  const std::string& where) {
+  try {
+    const Info& info = registry.get(spec.name);
+    if (info.check_params) info.check_params(spec.params);
+    return info.create(spec.params, ctx);
+  } catch (const Error& e) {
+    throw Error(where + " '" + spec.name + "': " + e.what());
+  }
+}
+
 // The strategy the settings name, or the first registered one they enable.
 const SearchStrategyInfo& strategy_info(const GenerationConfig& c) {
   if (c.strategy) return strategy_registry().get(c.strategy->name);
@@ -84,29 +98,16 @@ Pipeline build_pipeline(const GenerationConfig& c, int64_t max_length, int64_t p
       p.stopping.add(info.from_settings(c, ctx));
   }
   for (size_t i = 0; i < c.stopping_criteria.size(); ++i) {
-    const auto& spec = c.stopping_criteria[i];
-    try {
-      const auto& info = stopping_registry().get(spec.name);
-      if (info.check_params) info.check_params(spec.params);
-      p.stopping.add(info.create(spec.params, ctx));
-    } catch (const Error& e) {
-      throw Error("generation.stopping_criteria[" + std::to_string(i) + "] '" + spec.name +
-                  "': " + e.what());
-    }
+    p.stopping.add(create_named(stopping_registry(), c.stopping_criteria[i], ctx,
+                                "generation.stopping_criteria[" + std::to_string(i) + "]"));
   }
 
   for (const auto& object : c.stopping_objects) p.stopping.add(object);
 
   // Speculative decoding: the candidate generator named, else the first the settings enable.
   if (c.candidate_generator) {
-    const auto& spec = *c.candidate_generator;
-    try {
-      const auto& info = candidate_registry().get(spec.name);
-      if (info.check_params) info.check_params(spec.params);
-      p.candidates = info.create(spec.params, ctx);
-    } catch (const Error& e) {
-      throw Error("generation.candidate_generator '" + spec.name + "': " + e.what());
-    }
+    p.candidates = create_named(candidate_registry(), *c.candidate_generator, ctx,
+                                "generation.candidate_generator");
   } else {
     for (const auto& info : candidate_registry().all()) {
       if (info.enabled && info.from_settings && info.enabled(c)) {
