@@ -20,7 +20,7 @@ TORCH_PREFIX="$("$ROOT/.venv/bin/python" -c 'import torch; print(torch.utils.cma
 if [ ! -f "$BUILD/build.ninja" ]; then
   echo "[sanitize] configuring $BUILD (address,undefined)" >&2
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        -DGENGRAPH_SANITIZE=address,undefined -DGENGRAPH_BUILD_BENCH=OFF \
+        -DGENGRAPH_SANITIZE=address,undefined -DGENGRAPH_BUILD_BENCH=OFF -DGENGRAPH_BUILD_PYTHON=OFF \
         -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" >/dev/null
 fi
 echo "[sanitize] building" >&2

@@ -9,6 +9,7 @@
 #      ~/.cache/gengraph/models/smollm2-135m); without network it says why and goes on.
 #      GENGRAPH_NO_REAL_MODEL=1 skips it.
 #   4. the CMake configure (LibTorch found through torch.utils.cmake_prefix_path) and the build
+#   5. the Python package gengraph (build/python) made importable in that environment
 # Usage: scripts/setup.sh [cmake targets...]   (default: everything)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,7 +35,7 @@ link_into_root() {
 PKGS=(build-essential cmake ninja-build ccache git python3 python3-venv libyaml-cpp-dev
       nlohmann-json3-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
       libbenchmark-tools python3-scipy python3-numpy clang-format slurm-wlm munge
-      pkg-config libpcre2-dev libicu-dev libsentencepiece-dev)
+      pkg-config libpcre2-dev libicu-dev libsentencepiece-dev python3-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -103,4 +104,18 @@ if (($#)); then
   cmake --build "$BUILD" -j "${GENGRAPH_JOBS:-2}" --target "$@"
 else
   cmake --build "$BUILD" -j "${GENGRAPH_JOBS:-2}"
+fi
+
+# --- 5. The Python package ------------------------------------------------------------------------
+# `import gengraph` in the project environment finds this build's package (build/python: the
+# module and the package's .py files; docs/python.md). The link file names the last checkout set
+# up with this environment; `pip install --no-build-isolation .` installs a copy instead.
+if [ -d "$BUILD/python/gengraph" ]; then
+  SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  PTH="$SITE/gengraph-build.pth"
+  if [ "$(cat "$PTH" 2>/dev/null)" != "$BUILD/python" ]; then
+    printf '%s\n' "$BUILD/python" > "$PTH.tmp$$"
+    mv -f "$PTH.tmp$$" "$PTH"
+    log "the Python package: import gengraph finds $BUILD/python"
+  fi
 fi

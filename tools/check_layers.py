@@ -10,6 +10,7 @@ Layers, lowest first:
   engine             engine/, include/gengraph/gengraph.h and include/gengraph/extension.h
   experiments        experiments/ (the CLI's library; experiments/main.cpp is the CLI) and
                      include/gengraph/cli.h
+  python             python/ (the Python package's extension module)
   bench              bench/
 
 A file may include its own layer and the layers below it, never one above. Public headers include
@@ -25,13 +26,14 @@ import re
 import sys
 import tempfile
 
-LAYERS = ["public", "framework", "backends", "engine", "experiments", "bench"]
+LAYERS = ["public", "framework", "backends", "engine", "experiments", "python", "bench"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 PUBLIC_LAYERS = {"include/gengraph/gengraph.h": "engine",
                  "include/gengraph/extension.h": "engine",
                  "include/gengraph/cli.h": "experiments"}
 EXTENSION_HEADER = "include/gengraph/extension.h"
-CHECKED = ("include/gengraph/", "framework/", "backends/", "engine/", "experiments/", "bench/")
+CHECKED = ("include/gengraph/", "framework/", "backends/", "engine/", "experiments/", "python/",
+           "bench/")
 
 
 def layer_of(path):

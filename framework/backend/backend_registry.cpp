@@ -20,6 +20,11 @@ void BackendRegistry::add(BackendInfo info) {
   backends_.emplace(info.name, std::move(info));
 }
 
+void BackendRegistry::remove(const std::string& name) {
+  get(name);  // the unknown-name error
+  backends_.erase(name);
+}
+
 const BackendInfo& BackendRegistry::get(const std::string& name) const {
   auto it = backends_.find(name);
   if (it == backends_.end()) {

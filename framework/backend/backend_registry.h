@@ -33,7 +33,10 @@ struct BackendInfo {
 class BackendRegistry {
  public:
   static BackendRegistry& instance();
-  void add(BackendInfo info);                             // throws on a duplicate name
+  void add(BackendInfo info);  // throws on a duplicate name
+  // Takes a backend out (a Python-defined one replaced or unregistered: python/src/py_backend.cpp);
+  // backends already created from it keep working. Throws for a name not registered.
+  void remove(const std::string& name);
   const BackendInfo& get(const std::string& name) const;  // throws listing the known names
   std::vector<std::string> names() const;
   bool contains(const std::string& name) const { return backends_.count(name) != 0; }

@@ -46,27 +46,6 @@ std::string safetensors_bytes(const nlohmann::json& header, const std::string& d
   return out + h + data;
 }
 
-std::vector<std::pair<std::string, GenerationConfig>> every_strategy(const GenerationConfig& base) {
-  GenerationConfig sample = base;
-  sample.do_sample = true;
-  sample.top_k = 20;
-  GenerationConfig beam = base;
-  beam.num_beams = 3;
-  beam.num_return_sequences = 2;
-  GenerationConfig beam_sample = beam;
-  beam_sample.do_sample = true;
-  beam_sample.early_stopping = EarlyStopping::kTrue;
-  GenerationConfig diverse = beam;
-  diverse.num_beams = 4;
-  diverse.num_beam_groups = 2;
-  diverse.diversity_penalty = 0.5;
-  return {{"greedy", base},
-          {"sample", sample},
-          {"beam", beam},
-          {"beam_sample", beam_sample},
-          {"diverse_beam", diverse}};
-}
-
 std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t seed,
                                            const LoadOptions& load) {
   ModelSource s;

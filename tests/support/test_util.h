@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/backend/conformance.h"
 #include "framework/decoding/generation_config.h"
 #include "framework/model/weights.h"
 
@@ -82,10 +83,8 @@ int run_quietly(const std::filesystem::path& config, const std::filesystem::path
 std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t seed,
                                            const LoadOptions& load = {});
 
-// Every built-in strategy over the settings of `base`: greedy, seeded sampling (top_k 20), beam
-// search (3 beams, 2 returned), beam sampling (early_stopping true) and diverse beam search (4
-// beams in 2 groups), labelled.
-std::vector<std::pair<std::string, GenerationConfig>> every_strategy(const GenerationConfig& base);
+// Every built-in strategy over the settings of `base` (framework/backend/conformance.h).
+using gengraph::every_strategy;
 
 // The message of the gengraph::Error that `f` throws, or "<no error>".
 template <typename F>
