@@ -61,6 +61,7 @@ nlohmann::json GenerationSettings::to_json() const {
   put(out, "output_scores", output_scores);
   put(out, "prompt_lookup_num_tokens", prompt_lookup_num_tokens);
   put(out, "max_matching_ngram_size", max_matching_ngram_size);
+  put(out, "assistant_early_exit", assistant_early_exit);
   if (!more.is_object()) {
     throw Error("GenerationSettings::more: expected a JSON object of generation keys, found " +
                 std::string(more.type_name()));

@@ -137,8 +137,9 @@ REPEATING = [[5, 9, 13, 5, 9, 13, 5, 9, 7, 21, 5, 9]]
 
 
 def speculative_cases():
-    """Prompt lookup (transformers' assisted generation with prompt_lookup_num_tokens), one prompt:
-    greedy tokens that equal plain greedy search's, with EOS, processors and output_scores."""
+    """Prompt lookup (transformers' assisted generation with prompt_lookup_num_tokens) and early
+    exit (assistant_early_exit), one prompt: greedy tokens that equal plain greedy search's, with
+    EOS, processors and output_scores."""
     return [
         case("lookup_greedy", "gpt2-a", REPEATING, {"max_new_tokens": 24, "prompt_lookup_num_tokens": 4}),
         case("lookup_ngram3_eos", "gpt2-b", REPEATING,
@@ -147,6 +148,12 @@ def speculative_cases():
         case("lookup_processors", "gpt2-c", REPEATING,
              {"max_new_tokens": 16, "prompt_lookup_num_tokens": 3, "repetition_penalty": 1.3,
               "no_repeat_ngram_size": 3, "min_new_tokens": 5}),
+        # Early exit (transformers' assistant_early_exit): the model's first layer drafts. In
+        # transformers only the LLaMA family's forward honours it (layers[:num_hidden_layers]);
+        # on qwen2-a 5.17 raises a TypeError cropping the draft's cache, so no Qwen2 case.
+        case("early_exit_llama", "llama-a", REPEATING, {"max_new_tokens": 16, "assistant_early_exit": 1}),
+        case("early_exit_mistral_eos", "mistral-a", REPEATING,
+             {"max_new_tokens": 16, "assistant_early_exit": 1, "eos_token_id": "auto:0,6"}),
     ]
 
 

@@ -394,6 +394,24 @@ void register_builtin_candidates(Registry<CandidateGeneratorInfo>& registry) {
     return std::make_unique<DraftModel>(read_draft_model_options(p), x.target, x.max_length);
   };
   registry.add(std::move(draft));
+
+  CandidateGeneratorInfo early;
+  early.name = "early_exit";
+  early.description =
+      "the model's own first layers with its final norm and head (transformers' "
+      "assistant_early_exit): layers, backend, options, num_tokens, schedule";
+  early.keys = {"assistant_early_exit"};
+  early.enabled = [](const GenerationConfig& c) { return c.assistant_early_exit.has_value(); };
+  early.from_settings = [](const GenerationConfig& c, const PartContext& x) {
+    DraftModelOptions o;  // transformers' num_assistant_tokens 20, schedule constant
+    o.layers = *c.assistant_early_exit;
+    return std::make_unique<DraftModel>(o, x.target, x.max_length);
+  };
+  early.check_params = [](const nlohmann::json& p) { read_early_exit_options(p); };
+  early.create = [](const nlohmann::json& p, const PartContext& x) {
+    return std::make_unique<DraftModel>(read_early_exit_options(p), x.target, x.max_length);
+  };
+  registry.add(std::move(early));
 }
 
 }  // namespace gengraph

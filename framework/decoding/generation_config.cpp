@@ -249,6 +249,8 @@ const std::map<std::string, Setter>& setters() {
        [](auto& c, const Reader& r) { c.prompt_lookup_num_tokens = r.opt_integer(1); }},
       {"max_matching_ngram_size",
        [](auto& c, const Reader& r) { c.max_matching_ngram_size = r.opt_integer(1); }},
+      {"assistant_early_exit",
+       [](auto& c, const Reader& r) { c.assistant_early_exit = r.opt_integer(1); }},
       {"candidate_generator",
        [](auto& c, const Reader& r) {
          c.candidate_generator.reset();
@@ -336,10 +338,19 @@ void GenerationConfig::validate() const {
         "...); set those inside the list, not beside it");
   }
   check_registered_parts(*this);
+  if (int(prompt_lookup_num_tokens.has_value()) + int(assistant_early_exit.has_value()) +
+          int(candidate_generator.has_value()) >
+      1) {
+    invalid(
+        "'prompt_lookup_num_tokens', 'assistant_early_exit' and 'candidate_generator' each choose "
+        "speculative decoding's candidates; give one of them");
+  }
   if (speculative()) {
     const std::string what =
         "speculative decoding (" +
-        std::string(candidate_generator ? "candidate_generator" : "prompt_lookup_num_tokens") +
+        std::string(candidate_generator    ? "candidate_generator"
+                    : assistant_early_exit ? "assistant_early_exit"
+                                           : "prompt_lookup_num_tokens") +
         ") verifies the candidates of one sequence, as transformers' assisted generation does: ";
     if (num_beams > 1) invalid(what + "it cannot run beam search (num_beams " + beams + ")");
     if (num_return_sequences > 1) {
@@ -490,6 +501,7 @@ Json GenerationConfig::to_json() const {
   if (strategy) j["strategy"] = component(*strategy);
   if (prompt_lookup_num_tokens) j["prompt_lookup_num_tokens"] = *prompt_lookup_num_tokens;
   if (max_matching_ngram_size) j["max_matching_ngram_size"] = *max_matching_ngram_size;
+  if (assistant_early_exit) j["assistant_early_exit"] = *assistant_early_exit;
   if (candidate_generator) j["candidate_generator"] = component(*candidate_generator);
   // Objects the caller built: their names (what they hold is the caller's).
   if (!processor_objects.empty()) {

@@ -92,11 +92,15 @@ struct GenerationConfig {
   // Speculative decoding (docs/decoding.md#speculative-decoding), transformers' names: prompt
   // lookup proposes up to prompt_lookup_num_tokens candidates after a match of the last
   // max_matching_ngram_size (default 2) tokens; a registered candidate generator is named in
-  // candidate_generator. One sequence, greedy search or sampling.
+  // candidate_generator. assistant_early_exit drafts with the model's own first N layers (its
+  // final norm and head after them). One sequence, greedy search or sampling.
   std::optional<int64_t> prompt_lookup_num_tokens;
   std::optional<int64_t> max_matching_ngram_size;
+  std::optional<int64_t> assistant_early_exit;
   std::optional<PartSpec> candidate_generator;
-  bool speculative() const { return prompt_lookup_num_tokens || candidate_generator; }
+  bool speculative() const {
+    return prompt_lookup_num_tokens || assistant_early_exit || candidate_generator;
+  }
 
   // Parts the caller built, used as they are (as llama.cpp's sampler chain and CTranslate2's
   // logits_processors take objects): processors after the chain the settings or `processors`

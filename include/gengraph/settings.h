@@ -57,6 +57,8 @@ class GenerationSettings {
   // Speculative decoding by prompt lookup (one prompt; greedy search or sampling): up to
   // prompt_lookup_num_tokens candidates after a match of the last max_matching_ngram_size tokens.
   std::optional<int64_t> prompt_lookup_num_tokens, max_matching_ngram_size;
+  // ... or by early exit: the model's own first assistant_early_exit layers draft.
+  std::optional<int64_t> assistant_early_exit;
 
   // Any other key of a YAML `generation:` block, as JSON (processors, strategy, logit_bias, ...).
   nlohmann::json more = nlohmann::json::object();

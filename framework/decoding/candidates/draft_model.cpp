@@ -12,6 +12,7 @@
 #include "framework/model/causal_lm.h"
 #include "framework/model/known_models.h"
 #include "framework/model/loader.h"
+#include "framework/model/model_registry.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -62,33 +63,23 @@ std::shared_ptr<const CausalLM> load_draft(const DraftModelOptions& o, const Cau
   return slot;
 }
 
-at::Tensor row(const std::vector<int64_t>& tokens, size_t from, const c10::Device& device) {
-  return at::tensor(
-             std::vector<int64_t>(tokens.begin() + static_cast<std::ptrdiff_t>(from), tokens.end()),
-             at::kLong)
-      .to(device)
-      .unsqueeze(0);
+// The layer a checkpoint name belongs to: its first all-digit segment ("model.layers.3.mlp...",
+// "transformer.h.3.ln_1.weight"), or -1 for the embeddings, the final norm and the head.
+int64_t layer_of(const std::string& name) {
+  size_t start = 0;
+  while (start <= name.size()) {
+    const size_t end = std::min(name.find('.', start), name.size());
+    const std::string part = name.substr(start, end - start);
+    if (!part.empty() && part.find_first_not_of("0123456789") == std::string::npos) {
+      return std::stoll(part);
+    }
+    start = end + 1;
+  }
+  return -1;
 }
 
-}  // namespace
-
-DraftModelOptions read_draft_model_options(const nlohmann::json& p) {
-  if (!p.is_object()) throw Error("expected a mapping of parameters, found " + p.dump());
-  for (auto it = p.begin(); it != p.end(); ++it) {
-    static const std::vector<std::string> known = {"model",   "weights",    "backend",
-                                                   "options", "num_tokens", "schedule"};
-    if (std::find(known.begin(), known.end(), it.key()) == known.end()) {
-      throw Error("unknown parameter '" + it.key() + "'" + did_you_mean(it.key(), known) +
-                  "; known: " + join(known, ", "));
-    }
-  }
-  DraftModelOptions o;
-  if (!p.contains("model"))
-    throw Error(
-        "parameter 'model' is required (the draft's folder, known name or \"preset:NAME\")");
-  o.model = string_param(p, "model", "");
-  o.weights = string_param(p, "weights", "float");
-  parse_weight_kind(o.weights, "'weights'");
+// The backend, options, num_tokens and schedule parameters, shared by both parts.
+void read_run_params(const nlohmann::json& p, DraftModelOptions& o) {
   o.backend = string_param(p, "backend", "eager");
   if (p.contains("options")) {
     const auto& opts = p.at("options");
@@ -111,14 +102,77 @@ DraftModelOptions read_draft_model_options(const nlohmann::json& p) {
     throw Error("'schedule': expected constant or heuristic, found '" + schedule + "'");
   }
   o.heuristic = schedule == "heuristic";
+}
+
+void check_known(const nlohmann::json& p, const std::vector<std::string>& known) {
+  if (!p.is_object()) throw Error("expected a mapping of parameters, found " + p.dump());
+  for (auto it = p.begin(); it != p.end(); ++it) {
+    if (std::find(known.begin(), known.end(), it.key()) == known.end()) {
+      throw Error("unknown parameter '" + it.key() + "'" + did_you_mean(it.key(), known) +
+                  "; known: " + join(known, ", "));
+    }
+  }
+}
+
+at::Tensor row(const std::vector<int64_t>& tokens, size_t from, const c10::Device& device) {
+  return at::tensor(
+             std::vector<int64_t>(tokens.begin() + static_cast<std::ptrdiff_t>(from), tokens.end()),
+             at::kLong)
+      .to(device)
+      .unsqueeze(0);
+}
+
+}  // namespace
+
+DraftModelOptions read_draft_model_options(const nlohmann::json& p) {
+  check_known(p, {"model", "weights", "backend", "options", "num_tokens", "schedule"});
+  DraftModelOptions o;
+  if (!p.contains("model"))
+    throw Error(
+        "parameter 'model' is required (the draft's folder, known name or \"preset:NAME\")");
+  o.model = string_param(p, "model", "");
+  o.weights = string_param(p, "weights", "float");
+  parse_weight_kind(o.weights, "'weights'");
+  read_run_params(p, o);
   return o;
+}
+
+DraftModelOptions read_early_exit_options(const nlohmann::json& p) {
+  check_known(p, {"layers", "backend", "options", "num_tokens", "schedule"});
+  DraftModelOptions o;
+  if (!p.contains("layers") || !p.at("layers").is_number_integer() ||
+      p.at("layers").get<int64_t>() < 1) {
+    throw Error("parameter 'layers': expected an integer >= 1 (the target's layers that draft), " +
+                std::string(p.contains("layers") ? "found " + p.at("layers").dump() : "missing"));
+  }
+  o.layers = p.at("layers").get<int64_t>();
+  read_run_params(p, o);
+  return o;
+}
+
+std::shared_ptr<const CausalLM> early_exit_model(const CausalLM& target, int64_t layers) {
+  const ModelConfig& tc = target.config();
+  if (layers < 1 || layers >= tc.num_layers) {
+    throw Error("early exit after " + std::to_string(layers) + " layer(s): expected 1 .. " +
+                std::to_string(tc.num_layers - 1) + " (" + tc.source + " has " +
+                std::to_string(tc.num_layers) + " layers; the draft is fewer of them)");
+  }
+  ModelConfig c = tc;
+  c.num_layers = layers;
+  if (!c.sliding_layers.empty()) c.sliding_layers.resize(static_cast<size_t>(layers));
+  WeightMap weights;
+  for (const auto& [name, tensor] : target.weights()) {
+    if (layer_of(name) < layers) weights.emplace(name, tensor);
+  }
+  return ModelRegistry::instance().get(c.model_type, "early exit").build(c, std::move(weights));
 }
 
 DraftModel::DraftModel(DraftModelOptions options, const CausalLM* target, int64_t max_length)
     : options_(std::move(options)), max_length_(max_length), num_tokens_(options_.num_tokens) {
   if (target == nullptr) return;  // checked, not run
   backend_ = BackendRegistry::instance().create(
-      options_.backend, load_draft(options_, *target),
+      options_.backend,
+      options_.layers ? early_exit_model(*target, options_.layers) : load_draft(options_, *target),
       BackendOptions(options_.backend, options_.backend_options));
 }
 

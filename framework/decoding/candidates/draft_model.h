@@ -1,4 +1,5 @@
-// A draft model as the candidate generator (transformers' assistant_model): a smaller or cheaper
+// A draft model as the candidate generator (transformers' assistant_model; with early exit,
+// assistant_early_exit, the target's own first layers): a smaller or cheaper
 // model with the target's vocabulary, on a backend of its own, proposes its greedy continuation;
 // the target verifies it. Chosen by name:
 //   generation:
@@ -29,6 +30,9 @@ namespace gengraph {
 class CausalLM;
 
 struct DraftModelOptions {
+  // Early exit (transformers' assistant_early_exit): the target's own first `layers` layers, its
+  // final norm and head after them, as the draft (no model loaded); 0 for a draft model.
+  int64_t layers = 0;
   std::string model;
   std::string weights = "float";
   std::string backend = "eager";
@@ -39,13 +43,20 @@ struct DraftModelOptions {
 
 // Reads the part's parameters (an Error names the bad one); no model is touched.
 DraftModelOptions read_draft_model_options(const nlohmann::json& params);
+// The same for early_exit: {layers (required), backend, options, num_tokens, schedule}.
+DraftModelOptions read_early_exit_options(const nlohmann::json& params);
+
+// The target's first `layers` layers as a model of their own (its embeddings, final norm and head
+// shared as tensors; the layers built again in the target's form and weight format). Refused
+// unless 1 <= layers < the target's layer count.
+std::shared_ptr<const CausalLM> early_exit_model(const CausalLM& target, int64_t layers);
 
 class DraftModel final : public CandidateGenerator {
  public:
   // `target`: the model being decoded (its device, dtype and vocabulary size); null when the
   // pipeline is only checked, and then nothing is loaded. `max_length`: the generation's.
   DraftModel(DraftModelOptions options, const CausalLM* target, int64_t max_length);
-  std::string name() const override { return "draft_model"; }
+  std::string name() const override { return options_.layers ? "early_exit" : "draft_model"; }
   void begin() override;
   std::vector<int64_t> propose(
       const std::vector<int64_t>& history, int64_t max,

@@ -4,15 +4,20 @@
 // Token equality with plain decoding on every backend is in tests/backends/
 // test_backend_conformance.cpp; equality with transformers' assisted generation in the parity
 // fixtures (tools/fixture_cases.py, speculative_cases).
+#include <ATen/ATen.h>
 #include <gengraph/gengraph.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 
+#include "backends/register_builtin.h"
+#include "framework/backend/backend_registry.h"
+#include "framework/decoding/candidates/draft_model.h"
 #include "framework/decoding/candidates/prompt_lookup.h"
 #include "framework/decoding/generation_config.h"
 #include "framework/decoding/registry.h"
+#include "framework/model/causal_lm.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -186,6 +191,95 @@ TEST(DraftModel, BadParametersAndAnotherVocabularyAreRefusedByName) {
   const std::string other = testing::fixtures_dir() + "/models/gpt2-a";  // 96 tokens
   EXPECT_THAT(refusal({{"name", "draft_model"}, {"model", other}}),
               HasSubstr("a draft must share the target's vocabulary"));
+}
+
+// Early exit: the target's own first layers draft. Their proposals are the truncated model's
+// greedy continuation, so the tokens are plain greedy's (and seeded sampling's) whatever they
+// propose, on every architecture and with quantized weights; with every layer but none it is the
+// target itself.
+TEST(EarlyExit, TheFirstLayersDraftAndChangeNoToken) {
+  for (const std::string which : {"gpt2-tiny", "llama-tiny", "gptj-tiny"}) {
+    for (const std::string weights : {"float", "int8"}) {
+      EngineOptions o;
+      o.model_config = {{which == "llama-tiny" ? "num_hidden_layers" : "n_layer", 4}};
+      o.weights = weights;
+      Engine engine(which, o);
+      const std::vector<std::vector<int64_t>> prompt = {{11, 42, 7, 99, 3}};
+      const Json plain = {{"max_new_tokens", 20}};
+      const auto want = engine.generate(prompt, plain).outputs[0][0].tokens;
+      const std::string what = which + " " + weights;
+      for (const int64_t layers : {1, 3}) {
+        Json g = plain;
+        g["assistant_early_exit"] = layers;
+        const Generation r = engine.generate(prompt, g);
+        EXPECT_EQ(r.outputs[0][0].tokens, want) << what << " layers " << layers;
+        EXPECT_GT(r.verify_steps, 0) << what;
+        EXPECT_EQ(r.steps - 1, r.verify_steps + r.candidates_accepted) << what;
+        EXPECT_EQ(r.settings.at("assistant_early_exit"), layers);
+      }
+      engine.manual_seed(4);
+      const auto sampled =
+          engine.generate(prompt, Json{{"max_new_tokens", 20}, {"do_sample", true}});
+      engine.manual_seed(4);
+      const auto drafted = engine.generate(
+          prompt, Json{{"max_new_tokens", 20},
+                       {"do_sample", true},
+                       {"candidate_generator",
+                        {{"name", "early_exit"}, {"layers", 2}, {"num_tokens", 3}}}});
+      EXPECT_EQ(drafted.outputs[0][0].tokens, sampled.outputs[0][0].tokens) << what;
+      EXPECT_GT(drafted.verify_steps, 0) << what;
+    }
+  }
+}
+
+// The draft is the target's first layers, not the target: its layer count, the embeddings and
+// head shared as tensors with the target's, and other logits than the whole model's.
+TEST(EarlyExit, TheDraftIsTheFirstLayersOfTheTarget) {
+  register_builtin_backends();
+  const auto target = testing::test_model("preset:llama-tiny", 3);
+  const auto draft = early_exit_model(*target, 1);
+  EXPECT_EQ(draft->config().num_layers, 1);
+  EXPECT_EQ(target->config().num_layers, 2);
+  for (const std::string name :
+       {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"}) {
+    ASSERT_TRUE(draft->weights().count(name)) << name;
+    EXPECT_EQ(draft->weights().at(name).data_ptr(), target->weights().at(name).data_ptr()) << name;
+  }
+  EXPECT_FALSE(draft->weights().count("model.layers.1.mlp.down_proj.weight"));
+  auto& registry = BackendRegistry::instance();
+  const auto logits = [&](std::shared_ptr<const CausalLM> m) {
+    auto be = registry.create("eager", m, BackendOptions("eager", {}));
+    be->prepare(1, 8);
+    const auto ids = at::tensor({3, 4, 5}, at::kLong).unsqueeze(0);
+    return be->prefill(StepInputs{ids, at::arange(3, at::kLong).unsqueeze(0), ids.ne(-1), {}});
+  };
+  const at::Tensor a = logits(target), b = logits(draft);
+  EXPECT_TRUE(b.isfinite().all().item<bool>());
+  EXPECT_GT((a - b).abs().max().item<float>(), 1e-3);
+  EXPECT_THAT(error_of([&] { early_exit_model(*target, 2); }), HasSubstr("expected 1 .. 1"));
+}
+
+TEST(EarlyExit, BadLayerCountsAndTwoCandidateSourcesAreRefusedByName) {
+  Engine engine("gpt2-tiny");  // 2 layers
+  const auto refusal = [&](const Json& g) {
+    return error_of([&] {
+      Json s = g;
+      s["max_new_tokens"] = 4;
+      engine.generate({{1, 2, 3}}, s);
+    });
+  };
+  EXPECT_THAT(refusal({{"assistant_early_exit", 2}}),
+              HasSubstr("early exit after 2 layer(s): expected 1 .. 1"));
+  EXPECT_THAT(refusal({{"assistant_early_exit", 0}}), HasSubstr("assistant_early_exit"));
+  EXPECT_THAT(refusal({{"assistant_early_exit", 1}, {"prompt_lookup_num_tokens", 3}}),
+              HasSubstr("each choose speculative decoding's candidates; give one"));
+  EXPECT_THAT(refusal({{"assistant_early_exit", 1}, {"num_beams", 2}}),
+              HasSubstr("assistant_early_exit) verifies the candidates of one sequence"));
+  EXPECT_THAT(refusal({{"candidate_generator", {{"name", "early_exit"}}}}),
+              HasSubstr("parameter 'layers': expected an integer >= 1"));
+  EXPECT_THAT(refusal({{"candidate_generator",
+                        {{"name", "early_exit"}, {"layers", 1}, {"model", "preset:gpt2-tiny"}}}}),
+              HasSubstr("unknown parameter 'model'"));
 }
 
 }  // namespace
