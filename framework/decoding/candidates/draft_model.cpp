@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -71,7 +72,8 @@ int64_t layer_of(const std::string& name) {
     const size_t end = std::min(name.find('.', start), name.size());
     const std::string part = name.substr(start, end - start);
     if (!part.empty() && part.find_first_not_of("0123456789") == std::string::npos) {
-      return std::stoll(part);
+      // A number too long for a layer index is past every layer.
+      return part.size() > 9 ? std::numeric_limits<int64_t>::max() : std::stoll(part);
     }
     start = end + 1;
   }
