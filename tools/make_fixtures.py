@@ -212,7 +212,7 @@ def generate(out_dir):
 SCORE_TOLERANCE = 1e-5
 
 
-def json_difference(x, y, path="$"):
+def json_difference(x, y, path="$", tolerance=SCORE_TOLERANCE):
     """The first difference between two JSON documents, floats compared within SCORE_TOLERANCE
     relative, absolute below 1 (as tests/parity/expect_outputs.h compares gengraph's scores with
     these files), or None; and the largest float difference seen. Before 2026-12-02 the floor was
@@ -225,7 +225,7 @@ def json_difference(x, y, path="$"):
         if isinstance(x, float) and isinstance(y, (float, int)) and not isinstance(y, bool):
             d = abs(x - y)
             worst[0] = max(worst[0], d)
-            return None if d <= SCORE_TOLERANCE * max(1.0, abs(y)) else f"{path}: {x} != {y}"
+            return None if d <= tolerance * max(1.0, abs(y)) else f"{path}: {x} != {y}"
         if type(x) is not type(y):
             return f"{path}: {x!r} != {y!r}"
         if isinstance(x, dict):

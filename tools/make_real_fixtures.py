@@ -14,7 +14,7 @@ The generation itself is make_fixtures.py's run_case. Never edit the output by h
     .venv/bin/python tools/make_real_fixtures.py --check    # regenerate in a temp dir and compare
 
 --check exits 1 when the committed file differs from what the pinned versions produce on the
-folder (beam scores within make_fixtures.py's SCORE_TOLERANCE, all else exactly). Both modes exit
+folder (scores within REAL_SCORE_TOLERANCE, below; all else exactly). Both modes exit
 77 (a skip for CTest) when the real model is not set up here, saying why.
 """
 import argparse
@@ -29,9 +29,17 @@ ROOT = os.path.dirname(TOOLS)
 sys.path.insert(0, TOOLS)
 
 # make_fixtures sets the environment (one thread, offline, quiet) before importing transformers.
-from make_fixtures import json_difference, load_for_oracle, run_case, SCORE_TOLERANCE  # noqa: E402
+from make_fixtures import json_difference, load_for_oracle, run_case  # noqa: E402
 
 import torch  # noqa: E402
+
+# The real model's scores are log-probabilities through 30 float32 layers, and another CPU's
+# kernels round them differently: on an AMD EPYC with AVX-512, transformers' own scores came out
+# up to 1.7e-5 apart from the committed file's (-0.25806218 against -0.25807294 for one token),
+# and a beam score 7.4e-6 apart on an AMD AVX2 one. The check holds
+# them within 5e-5 relative (absolute below 1): 10x tighter than the parity tests that read these
+# scores (5e-4, tests/parity/test_real_model.cpp); tokens and everything else exactly.
+REAL_SCORE_TOLERANCE = 5e-5
 import transformers  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
@@ -164,12 +172,12 @@ def main():
               f"the folder '{folder}' has {have}; regenerate with "
               ".venv/bin/python tools/make_real_fixtures.py")
         sys.exit(1)
-    found, worst = json_difference(fresh, committed)
+    found, worst = json_difference(fresh, committed, tolerance=REAL_SCORE_TOLERANCE)
     if found:
         print("real fixtures are NOT reproducible from tools/make_real_fixtures.py:", found, sep="\n  ")
         sys.exit(1)
     print(f"real fixtures reproducible: {len(fresh['cases'])} cases on {NAME} match "
-          f"(scores within {SCORE_TOLERANCE:g}, largest difference {worst:.2g})")
+          f"(scores within {REAL_SCORE_TOLERANCE:g}, largest difference {worst:.2g})")
 
 
 if __name__ == "__main__":

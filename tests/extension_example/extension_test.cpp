@@ -48,6 +48,18 @@ TEST(Extension, RecomputeBackendIsTokenIdenticalToEager) {
   EXPECT_EQ(tokens(eager.generate(kPrompts, beams)), tokens(recompute.generate(kPrompts, beams)));
 }
 
+// The checks the built-in backends pass, through the installed header: every strategy's tokens
+// and scores and the logits against eager; the recompute backend keeps no cache to rewind, so
+// the speculative check is skipped, and says why.
+TEST(Extension, RecomputeBackendPassesTheConformanceChecks) {
+  register_all();
+  const Json report = gengraph::check_backend_conformance("recompute", {});
+  EXPECT_TRUE(report["passed"].get<bool>()) << report.dump(2);
+  int skipped = 0;
+  for (const auto& c : report["checks"]) skipped += c["skipped"].get<bool>();
+  EXPECT_LE(skipped, 2);  // at most the speculative check, on each of the two models
+}
+
 TEST(Extension, BannedRangeIsNeverChosenAndAnUnusedRangeChangesNothing) {
   register_all();
   gengraph::Engine engine("gpt2-tiny");
