@@ -5,7 +5,7 @@
 //     StoppingCriterion or SearchStrategy (RowwiseSearch for one token per row), and add it to
 //     processor_registry(), stopping_registry() or strategy_registry() by name.
 // check_backend_conformance runs a registered backend beside eager through the checks the
-// built-ins pass (framework/backend/conformance.h).
+// built-ins pass (<gengraph/conformance.h>).
 // Registered parts are then chosen from YAML and from the Engine like built-ins. Register them at
 // start-up in a program of your own (then call gengraph::cli_main, <gengraph/cli.h>, to offer the
 // CLI's commands), or from a plug-in of the stock CLI (<gengraph/plugin.h>). docs/extending.md
@@ -17,10 +17,10 @@
 // at::Tensor): find_package(gengraph) finds them.
 #pragma once
 
+#include <gengraph/conformance.h>
 #include <gengraph/gengraph.h>
 
 #include "framework/backend/backend_registry.h"
-#include "framework/backend/conformance.h"
 #include "framework/backend/forward_backend.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/decoding/registry.h"

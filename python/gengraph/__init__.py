@@ -306,7 +306,7 @@ def register_backend(name, factory, *, description="", available=None, replace=F
 
 def check_backend(name, *, options=None, models=("gpt2-tiny", "llama-tiny"), seed=11,
                   max_new_tokens=12, raise_on_failure=True):
-    """Checks a registered backend against the eager backend (framework/backend/conformance.h):
+    """Checks a registered backend against the eager backend (<gengraph/conformance.h>):
     every strategy's tokens and scores, prefill and decode logits with a beam reorder, and
     verify/rewind with prompt lookup. Returns the report; raises gengraph.Error listing what
     failed unless raise_on_failure=False."""

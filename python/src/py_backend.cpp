@@ -12,8 +12,8 @@
 #include <mutex>
 #include <set>
 
+#include "engine/conformance.h"
 #include "framework/backend/backend_registry.h"
-#include "framework/backend/conformance.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/error.h"
 #include "python/src/convert.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/backend/conformance.h"
+#include "engine/conformance.h"
 #include "framework/decoding/generation_config.h"
 #include "framework/model/weights.h"
 
@@ -83,7 +83,7 @@ int run_quietly(const std::filesystem::path& config, const std::filesystem::path
 std::shared_ptr<const CausalLM> test_model(const std::string& which, uint64_t seed,
                                            const LoadOptions& load = {});
 
-// Every built-in strategy over the settings of `base` (framework/backend/conformance.h).
+// Every built-in strategy over the settings of `base` (engine/conformance.h).
 using gengraph::every_strategy;
 
 // The message of the gengraph::Error that `f` throws, or "<no error>".

@@ -1,23 +1,17 @@
 // The backend contract checked against the eager reference, for any registered backend: what the
 // test suite's conformance tests check for the built-ins (tests/backends/test_backend_conformance),
-// offered to a backend's author (gengraph.check_backend in Python, docs/python.md#backends).
+// offered to a backend's author (<gengraph/extension.h> includes it; gengraph.check_backend in
+// Python, docs/python.md#backends). It registers the built-in backends, eager among them. This
+// header does not pull in LibTorch's.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "framework/decoding/generation_config.h"
-
 namespace gengraph {
-
-// Every built-in strategy over the settings of `base`: greedy, seeded sampling (top_k 20), beam
-// search (3 beams, 2 returned), beam sampling (early_stopping true) and diverse beam search (4
-// beams in 2 groups), labelled.
-std::vector<std::pair<std::string, GenerationConfig>> every_strategy(const GenerationConfig& base);
 
 struct ConformanceOptions {
   // Presets (random weights from `seed`), or model folders; each is loaded once.
@@ -29,8 +23,8 @@ struct ConformanceOptions {
 };
 
 // Runs `backend` with `options` beside the eager backend (growing cache) on each model and checks:
-//   tokens     every strategy (every_strategy) gives eager's tokens and scores (sampling seeded
-//              the same), on three ragged prompts;
+//   tokens     greedy search, seeded sampling, beam search, beam sampling and diverse beam
+//              search give eager's tokens and scores, on three ragged prompts;
 //   logits     prefill logits of a left-padded batch, then one decode step with a beam reorder
 //              (both rows continue row 1), within rtol/atol of eager's;
 //   speculative  verify() of three positions equals three decode steps, rewind() then decode

@@ -1,10 +1,11 @@
-#include "framework/backend/conformance.h"
+#include "engine/conformance.h"
 
 #include <ATen/ATen.h>
 
 #include <functional>
 #include <sstream>
 
+#include "backends/register_builtin.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
@@ -105,6 +106,7 @@ std::string compare_generations(const Generation& a, const Generation& b, double
 nlohmann::json check_backend_conformance(const std::string& backend,
                                          const std::map<std::string, std::string>& options,
                                          const ConformanceOptions& how) {
+  register_builtin_backends();  // eager is the reference
   auto& registry = BackendRegistry::instance();
   const BackendOptions bo(backend, options);
   registry.validate(backend, bo, c10::Device(c10::kCPU));
