@@ -13,7 +13,13 @@ import atexit as _atexit
 import json as _json
 import os as _os
 
+import sys as _sys
+
 import torch as _torch  # LibTorch's Python bindings first: gengraph's module passes torch.Tensors
+
+# gengraph's Python tools (peers, the Python tokenizer, aoti exports, plots) run in this
+# interpreter unless GENGRAPH_PYTHON names another (`gengraph paths` says which).
+_os.environ.setdefault("GENGRAPH_PYTHON", _sys.executable)
 
 from . import _gengraph
 from ._gengraph import (Error, Generation, ModelInfo, Sequence, StreamedText, StreamedToken,
