@@ -1,6 +1,5 @@
 // Conversions the Python module shares: JSON documents to and from Python objects (through
-// Python's own json module, so that every JSON value maps as json.loads maps it), and the module's
-// one exception type.
+// Python's own json module, so that every JSON value maps as json.loads maps it).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -16,8 +15,5 @@ namespace py = pybind11;
 // is a gengraph::Error naming `what` and the Python type found.
 nlohmann::json to_json(const py::handle& value, const std::string& what);
 py::object from_json(const nlohmann::json& value);
-
-// gengraph.Error, the Python form of gengraph::Error (a RuntimeError subclass).
-py::object error_type();
 
 }  // namespace gengraph::python

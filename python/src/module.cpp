@@ -46,8 +46,6 @@ py::object from_json(const nlohmann::json& value) {
   return py::module_::import("json").attr("loads")(value.dump());
 }
 
-py::object error_type() { return py::module_::import("gengraph._gengraph").attr("Error"); }
-
 namespace {
 
 DType parse_dtype(const std::string& s) {

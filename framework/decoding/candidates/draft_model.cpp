@@ -153,6 +153,19 @@ DraftModelOptions read_early_exit_options(const nlohmann::json& p) {
 }
 
 std::shared_ptr<const CausalLM> early_exit_model(const CausalLM& target, int64_t layers) {
+  // The pipeline, and with it the draft, is built for every generation: the last truncated model
+  // is kept for the next one on the same target. The key holds one of the target's tensors, so
+  // that a later target at the same address cannot be mistaken for it (that storage stays alive);
+  // one slot, so that at most one target's tensors are kept past its life.
+  static std::mutex mutex;
+  static std::tuple<const CausalLM*, at::Tensor, int64_t> key;
+  static std::shared_ptr<const CausalLM> last;
+  const at::Tensor& first = target.weights().begin()->second;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (last && std::get<0>(key) == &target && std::get<1>(key).is_same(first) &&
+      std::get<2>(key) == layers) {
+    return last;
+  }
   const ModelConfig& tc = target.config();
   if (layers < 1 || layers >= tc.num_layers) {
     throw Error("early exit after " + std::to_string(layers) + " layer(s): expected 1 .. " +
@@ -166,7 +179,9 @@ std::shared_ptr<const CausalLM> early_exit_model(const CausalLM& target, int64_t
   for (const auto& [name, tensor] : target.weights()) {
     if (layer_of(name) < layers) weights.emplace(name, tensor);
   }
-  return ModelRegistry::instance().get(c.model_type, "early exit").build(c, std::move(weights));
+  last = ModelRegistry::instance().get(c.model_type, "early exit").build(c, std::move(weights));
+  key = {&target, first, layers};
+  return last;
 }
 
 DraftModel::DraftModel(DraftModelOptions options, const CausalLM* target, int64_t max_length)
