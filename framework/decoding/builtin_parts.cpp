@@ -387,8 +387,8 @@ void register_builtin_candidates(Registry<CandidateGeneratorInfo>& registry) {
   CandidateGeneratorInfo draft;
   draft.name = "draft_model";
   draft.description =
-      "a draft model's greedy continuation (transformers' assistant_model): model, weights, "
-      "backend, options, num_tokens, schedule";
+      "a draft model's greedy continuation, or when sampling its draws (transformers' "
+      "assistant_model): model, weights, backend, options, num_tokens, schedule, sampling";
   draft.check_params = [](const nlohmann::json& p) { read_draft_model_options(p); };
   draft.create = [](const nlohmann::json& p, const PartContext& x) {
     return std::make_unique<DraftModel>(read_draft_model_options(p), x.target, x.max_length);
@@ -399,7 +399,7 @@ void register_builtin_candidates(Registry<CandidateGeneratorInfo>& registry) {
   early.name = "early_exit";
   early.description =
       "the model's own first layers with its final norm and head (transformers' "
-      "assistant_early_exit): layers, backend, options, num_tokens, schedule";
+      "assistant_early_exit): layers, backend, options, num_tokens, schedule, sampling";
   early.keys = {"assistant_early_exit"};
   early.enabled = [](const GenerationConfig& c) { return c.assistant_early_exit.has_value(); };
   early.from_settings = [](const GenerationConfig& c, const PartContext& x) {

@@ -1,5 +1,6 @@
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <limits>
 
 #include "framework/decoding/candidates/candidate_generator.h"
@@ -55,6 +56,26 @@ at::Tensor checked_prompt_logits(at::Tensor logits) {
 // The logits as the parts read them: float32 (no operator when they already are).
 at::Tensor as_float(const at::Tensor& logits) {
   return logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat);
+}
+
+// Speculative sampling's choice at a candidate's position (Leviathan et al. 2023, algorithm 1;
+// transformers' _speculative_sampling). With p the target's distribution (the softmax of its
+// processed scores, [1, vocab]) and q the draft's ([vocab]), the candidate stays with probability
+// min(1, p(c) / q(c)); otherwise the token is drawn from max(p - q, 0), normalised. Kept or
+// replaced, the token is distributed as p. One uniform draw, and on rejection one multinomial
+// draw, from the default generator. Returns [1] int64.
+at::Tensor speculative_choice(const at::Tensor& scores, const at::Tensor& q, int64_t candidate) {
+  const at::Tensor p = at::softmax(scores.select(0, 0), -1);
+  const at::Tensor draft = q.to(p.device(), at::kFloat);
+  // In double, as transformers divides: p(c) / 0 keeps the candidate, 0 / 0 does not.
+  const double ratio = p[candidate].item<double>() / draft[candidate].item<double>();
+  if (at::rand({1}, p.options()).item<double>() <= ratio) {
+    return at::full({1}, candidate, p.options().dtype(at::kLong));
+  }
+  at::Tensor residual = at::clamp_min(p - draft, 0);
+  // A rejection needs q(c) > p(c), so some other token has p > q and the residual is positive.
+  if (!(residual.sum().item<double>() > 0)) residual = p;
+  return at::multinomial(residual, 1);
 }
 
 }  // namespace
@@ -290,8 +311,12 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
 // decision stands; the next position's logits are valid only while the decision equals the
 // candidate that was fed there, so the first difference (or the strategy stopping) ends the step
 // and the cache is rewound past the candidates that were not kept. Greedy search thus chooses
-// exactly the tokens it chooses without candidates; sampling draws each token from the same
-// distribution.
+// exactly the tokens it chooses without candidates, and sampling from candidates without a
+// distribution (prompt lookup, a draft with sampling: plain_draws) the draws it makes without
+// them. When the draft samples its candidates and says from which distribution
+// (CandidateGenerator::propose_sampled), each candidate is kept or replaced by speculative
+// sampling's rule (speculative_choice), which leaves every token distributed as plain sampling's
+// and keeps more candidates than equal draws would.
 void Generator::run_speculative(const std::vector<int64_t>& prompt, int64_t pad,
                                 const TokenStream& stream, Generation& out) {
   CandidateGenerator& candidates = *pipe_.candidates;
@@ -316,9 +341,13 @@ void Generator::run_speculative(const std::vector<int64_t>& prompt, int64_t pad,
                                                                   1})));
   bool go_on = true, running = true;
   int64_t steps = 0;
-  // One decision at the current length; its token joins the history.
-  const auto decide = [&](const at::Tensor& logits) {
-    const StepDecision d = strategy.step(logits, pipe_.processors, seqs_, pipe_.stopping);
+  // One decision at the current length, by the strategy's own rule or by `choose` (speculative
+  // sampling); its token joins the history.
+  const auto decide = [&](const at::Tensor& logits,
+                          const std::function<at::Tensor(const at::Tensor&)>& choose = {}) {
+    const StepDecision d =
+        choose ? strategy.step_choosing(logits, pipe_.processors, seqs_, pipe_.stopping, choose)
+               : strategy.step(logits, pipe_.processors, seqs_, pipe_.stopping);
     const int64_t token = d.next_tokens.item<int64_t>();
     history.push_back(token);
     if (stream) go_on = emit(stream, d, 1, steps) && go_on;
@@ -352,10 +381,34 @@ void Generator::run_speculative(const std::vector<int64_t>& prompt, int64_t pad,
     return c.size();
   };
 
+  // The processed scores of a [1, vocab] row of logits that follows the history and `drafted`
+  // (a draft's distribution for speculative sampling).
+  const auto process = [&](const std::vector<int64_t>& drafted, const at::Tensor& logits) {
+    const int64_t n = seqs_.length.known();
+    at::Tensor scratch = seqs_.buffer.clone();
+    const auto d = static_cast<int64_t>(drafted.size());
+    const int64_t fits = std::min(d, max_length_ - n);
+    if (fits > 0) {
+      scratch.select(0, 0)
+          .narrow(0, n, fits)
+          .copy_(
+              at::tensor(std::vector<int64_t>(drafted.begin(), drafted.begin() + fits), at::kLong));
+    }
+    return pipe_.processors.process(
+        Sequences{scratch, seqs_.prompt_valid, len, Length(std::min(n + d, max_length_))},
+        logits.to(at::kFloat));
+  };
+  // Speculative sampling when the strategy samples and the candidates come with the draft's
+  // distribution (docs/decoding.md#speculative-sampling).
+  const bool sampling = strategy.samples();
+
   while (go_on && running && seqs_.length.known() < max_length_) {
     const int64_t n = seqs_.length.known();  // the last chosen token, not yet in the cache, is n-1
     const auto p0 = Clock::now();
-    const std::vector<int64_t> c = candidates.propose(history, max_length_ - n - 1, allowed);
+    at::Tensor q;  // [m, vocab]: the draft's distribution of each candidate, when it has one
+    const std::vector<int64_t> c =
+        sampling ? candidates.propose_sampled(history, max_length_ - n - 1, allowed, process, q)
+                 : candidates.propose(history, max_length_ - n - 1, allowed);
     out.propose_s += since(p0);
     const auto m = static_cast<int64_t>(c.size());
     std::vector<int64_t> fed{history.back()};
@@ -368,10 +421,22 @@ void Generator::run_speculative(const std::vector<int64_t>& prompt, int64_t pad,
                                              {}}));  // [1, m + 1, vocab]
     if (sync_) sync_();
     out.verify_s += since(v0);
+    if (q.defined() && (q.dim() != 2 || q.size(0) != m || q.size(1) != vocab)) {
+      throw Error("candidate generator '" + candidates.name() + "': the draft's probabilities " +
+                  "are " + c10::str(q.sizes()) + ", expected [" + std::to_string(m) + ", " +
+                  std::to_string(vocab) + "] (a distribution per candidate)");
+    }
     int64_t i = 0, matched = 0;
     for (;; ++i) {
-      const int64_t token = decide(logits.select(1, i));
-      const bool same = i < m && token == c[static_cast<size_t>(i)];
+      bool same = false;
+      if (q.defined() && i < m) {
+        same = decide(logits.select(1, i), [&](const at::Tensor& scores) {
+                 return speculative_choice(scores, q.select(0, i), c[static_cast<size_t>(i)]);
+               }) == c[static_cast<size_t>(i)];
+      } else {
+        const int64_t token = decide(logits.select(1, i));
+        same = i < m && token == c[static_cast<size_t>(i)];
+      }
       matched += same;
       if (!same || !running || !go_on) break;
     }

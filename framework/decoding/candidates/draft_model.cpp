@@ -104,6 +104,11 @@ void read_run_params(const nlohmann::json& p, DraftModelOptions& o) {
     throw Error("'schedule': expected constant or heuristic, found '" + schedule + "'");
   }
   o.heuristic = schedule == "heuristic";
+  const std::string sampling = string_param(p, "sampling", "speculative");
+  if (sampling != "speculative" && sampling != "plain_draws") {
+    throw Error("'sampling': expected speculative or plain_draws, found '" + sampling + "'");
+  }
+  o.speculative_sampling = sampling == "speculative";
 }
 
 void check_known(const nlohmann::json& p, const std::vector<std::string>& known) {
@@ -127,7 +132,7 @@ at::Tensor row(const std::vector<int64_t>& tokens, size_t from, const c10::Devic
 }  // namespace
 
 DraftModelOptions read_draft_model_options(const nlohmann::json& p) {
-  check_known(p, {"model", "weights", "backend", "options", "num_tokens", "schedule"});
+  check_known(p, {"model", "weights", "backend", "options", "num_tokens", "schedule", "sampling"});
   DraftModelOptions o;
   if (!p.contains("model"))
     throw Error(
@@ -140,7 +145,7 @@ DraftModelOptions read_draft_model_options(const nlohmann::json& p) {
 }
 
 DraftModelOptions read_early_exit_options(const nlohmann::json& p) {
-  check_known(p, {"layers", "backend", "options", "num_tokens", "schedule"});
+  check_known(p, {"layers", "backend", "options", "num_tokens", "schedule", "sampling"});
   DraftModelOptions o;
   if (!p.contains("layers") || !p.at("layers").is_number_integer() ||
       p.at("layers").get<int64_t>() < 1) {
@@ -202,6 +207,24 @@ void DraftModel::begin() {
 std::vector<int64_t> DraftModel::propose(
     const std::vector<int64_t>& history, int64_t max,
     const std::function<size_t(const std::vector<int64_t>&)>&) {
+  return draft(history, max, nullptr, nullptr);
+}
+
+std::vector<int64_t> DraftModel::propose_sampled(
+    const std::vector<int64_t>& history, int64_t max,
+    const std::function<size_t(const std::vector<int64_t>&)>&, const Process& process,
+    at::Tensor& probabilities) {
+  probabilities = at::Tensor();
+  if (!options_.speculative_sampling) return draft(history, max, nullptr, nullptr);
+  std::vector<at::Tensor> rows;
+  std::vector<int64_t> out = draft(history, max, &process, &rows);
+  if (!out.empty()) probabilities = at::cat(rows);
+  return out;
+}
+
+std::vector<int64_t> DraftModel::draft(const std::vector<int64_t>& history, int64_t max,
+                                       const Process* process,
+                                       std::vector<at::Tensor>* probabilities) {
   const auto len = static_cast<int64_t>(history.size());
   const int64_t k = std::min(num_tokens_, max);
   history_ = len;
@@ -220,7 +243,14 @@ std::vector<int64_t> DraftModel::propose(
   }
   std::vector<int64_t> out;
   for (int64_t i = 0;; ++i) {
-    out.push_back(logits.argmax(-1).item<int64_t>());
+    if (process != nullptr) {
+      // A draw from the draft's processed distribution (the default generator), kept with it.
+      const at::Tensor q = at::softmax((*process)(out, logits.to(at::kFloat)), -1);  // [1, vocab]
+      out.push_back(at::multinomial(q, 1).item<int64_t>());
+      probabilities->push_back(q);
+    } else {
+      out.push_back(logits.argmax(-1).item<int64_t>());
+    }
     if (static_cast<int64_t>(out.size()) == k) break;
     const at::Tensor next = at::tensor({out.back()}, at::kLong).to(device).unsqueeze(0);
     logits = backend_->decode(StepInputs{next,

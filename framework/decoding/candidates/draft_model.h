@@ -1,7 +1,8 @@
 // A draft model as the candidate generator (transformers' assistant_model; with early exit,
 // assistant_early_exit, the target's own first layers): a smaller or cheaper
-// model with the target's vocabulary, on a backend of its own, proposes its greedy continuation;
-// the target verifies it. Chosen by name:
+// model with the target's vocabulary, on a backend of its own, proposes its greedy continuation
+// (when sampling, a continuation drawn from its distribution); the target verifies it. Chosen by
+// name:
 //   generation:
 //     candidate_generator: {name: draft_model, model: smollm2-135m, weights: int8,
 //                           backend: eager, num_tokens: 5, schedule: heuristic}
@@ -10,7 +11,8 @@
 // often); backend and options: any registered backend; num_tokens: candidates per step
 // (transformers' num_assistant_tokens, default 20); schedule: constant, or heuristic
 // (transformers' num_assistant_tokens_schedule: +2 after a step that kept every candidate, -1
-// otherwise, at least 1). The draft is loaded once per process and kept (same model, form,
+// otherwise, at least 1); sampling: speculative or plain_draws (DraftModelOptions). The draft is
+// loaded once per process and kept (same model, form,
 // dtype and device), on the target's device and dtype.
 #pragma once
 
@@ -39,6 +41,13 @@ struct DraftModelOptions {
   std::map<std::string, std::string> backend_options;
   int64_t num_tokens = 20;
   bool heuristic = false;
+  // When the generation samples (do_sample): true (sampling: speculative, the default, as
+  // transformers' assistant) draws the candidates from the draft's processed distribution and
+  // lets speculative sampling's rule keep or replace them, the output distributed as plain
+  // sampling's; false (sampling: plain_draws) proposes the draft's greedy continuation and keeps
+  // a candidate only when the target's own draw equals it: plain sampling's tokens for a seed,
+  // fewer candidates kept.
+  bool speculative_sampling = true;
 };
 
 // Reads the part's parameters (an Error names the bad one); no model is touched.
@@ -61,9 +70,17 @@ class DraftModel final : public CandidateGenerator {
   std::vector<int64_t> propose(
       const std::vector<int64_t>& history, int64_t max,
       const std::function<size_t(const std::vector<int64_t>&)>& allowed) override;
+  std::vector<int64_t> propose_sampled(
+      const std::vector<int64_t>& history, int64_t max,
+      const std::function<size_t(const std::vector<int64_t>&)>& allowed, const Process& process,
+      at::Tensor& probabilities) override;
   void update(int64_t proposed, int64_t accepted) override;
 
  private:
+  // Up to `max` candidates: the draft's greedy continuation, or with `process` drawn from its
+  // processed distribution, each one's distribution appended to `probabilities`.
+  std::vector<int64_t> draft(const std::vector<int64_t>& history, int64_t max,
+                             const Process* process, std::vector<at::Tensor>* probabilities);
   DraftModelOptions options_;
   int64_t max_length_;
   int64_t num_tokens_;

@@ -15,7 +15,18 @@ void RowwiseSearch::begin(const Sequences& seqs) {
 StepDecision RowwiseSearch::step(const at::Tensor& logits, const LogitsProcessor& processors,
                                  Sequences& seqs, const StoppingCriteria& stop) {
   const at::Tensor scores = processors.process(seqs, logits);
-  at::Tensor next = choose(scores);  // [rows]
+  return advance(scores, choose(scores), seqs, stop);
+}
+
+StepDecision RowwiseSearch::step_choosing(
+    const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
+    const StoppingCriteria& stop, const std::function<at::Tensor(const at::Tensor&)>& choose) {
+  const at::Tensor scores = processors.process(seqs, logits);
+  return advance(scores, choose(scores), seqs, stop);
+}
+
+StepDecision RowwiseSearch::advance(const at::Tensor& scores, at::Tensor next, Sequences& seqs,
+                                    const StoppingCriteria& stop) {
   at::Tensor token_scores;
   if (score_tokens_) {
     // The chosen token's log-probability under the processed distribution (transformers'

@@ -19,6 +19,9 @@ class RowwiseSearch : public SearchStrategy {
   void begin(const Sequences& seqs) override;
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
                     const StoppingCriteria& stop) override;
+  StepDecision step_choosing(const at::Tensor& logits, const LogitsProcessor& processors,
+                             Sequences& seqs, const StoppingCriteria& stop,
+                             const std::function<at::Tensor(const at::Tensor&)>& choose) override;
   std::vector<std::vector<Sequence>> finalize(const Sequences& seqs) override;
 
  protected:
@@ -27,6 +30,9 @@ class RowwiseSearch : public SearchStrategy {
   virtual at::Tensor choose(const at::Tensor& scores) = 0;
 
  private:
+  // The step after the choice: scores, padding, the column written, stopping.
+  StepDecision advance(const at::Tensor& scores, at::Tensor next, Sequences& seqs,
+                       const StoppingCriteria& stop);
   std::optional<int64_t> pad_token_id_;
   bool score_tokens_ = false;
   at::Tensor unfinished_;    // [rows] bool
@@ -53,6 +59,7 @@ class SampleSearch final : public RowwiseSearch {
       : RowwiseSearch(pad_token_id, score_tokens), per_input_(num_return_sequences) {}
   std::string name() const override { return "sample"; }
   std::string whole_step_blocker() const override { return ""; }
+  bool samples() const override { return true; }
   int64_t rows_per_input() const override { return per_input_; }
 
  protected:

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <ATen/Tensor.h>
+#include <gengraph/error.h>
 #include <gengraph/generation.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +60,19 @@ class SearchStrategy {
   // is false it must change nothing finalize() returns.
   virtual StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors,
                             Sequences& seqs, const StoppingCriteria& stop) = 0;
+  // True when step() draws each row's token from the softmax of the processed scores (plain
+  // multinomial sampling): speculative sampling may then choose the token by its own rule from
+  // the same distribution, through step_choosing().
+  virtual bool samples() const { return false; }
+  // step() with the next token of every row chosen by `choose` ([rows, vocab] processed scores ->
+  // [rows] int64) instead of by the strategy's own rule; the rest (scores, padding, stopping) as
+  // step() does it. Called only when samples() is true.
+  virtual StepDecision step_choosing(const at::Tensor& logits, const LogitsProcessor& processors,
+                                     Sequences& seqs, const StoppingCriteria& stop,
+                                     const std::function<at::Tensor(const at::Tensor&)>& choose) {
+    (void)logits, (void)processors, (void)seqs, (void)stop, (void)choose;
+    throw Error("internal: search strategy '" + name() + "' does not sample (samples() is false)");
+  }
   // The returned sequences for each input, best first.
   virtual std::vector<std::vector<Sequence>> finalize(const Sequences& seqs) = 0;
 

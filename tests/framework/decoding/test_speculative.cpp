@@ -164,11 +164,21 @@ TEST(DraftModel, ProposesItsGreedyContinuationAndChangesNoToken) {
       with_draft({{"model", "preset:gpt2-tiny"}, {"weights", "int8"}, {"num_tokens", 4}});
   EXPECT_EQ(int8.outputs[0][0].tokens, want);
   EXPECT_GT(int8.candidates_accepted, 0);
-  // Seeded sampling: the plain draws, whatever the draft proposes.
+  // Seeded sampling with sampling: plain_draws: the plain draws, whatever the draft proposes.
   engine.manual_seed(3);
   const auto sampled = engine.generate(prompt, Json{{"max_new_tokens", 24}, {"do_sample", true}});
-  const Generation drafted = with_draft({{"model", "preset:gpt2-tiny"}, {"num_tokens", 3}}, true);
+  const Generation drafted = with_draft({{"model", "preset:gpt2-tiny"},
+                                         {"weights", "int8"},
+                                         {"num_tokens", 3},
+                                         {"sampling", "plain_draws"}},
+                                        true);
   EXPECT_EQ(drafted.outputs[0][0].tokens, sampled.outputs[0][0].tokens);
+  EXPECT_GT(drafted.verify_steps, 0);
+  // By default the draft samples and speculative sampling decides (test_speculative_sampling.cpp
+  // checks the distribution): other draws from the same seed.
+  const Generation speculative =
+      with_draft({{"model", "preset:gpt2-tiny"}, {"weights", "int8"}, {"num_tokens", 3}}, true);
+  EXPECT_GT(speculative.candidates_accepted, drafted.candidates_accepted);
 }
 
 TEST(DraftModel, BadParametersAndAnotherVocabularyAreRefusedByName) {
@@ -183,6 +193,8 @@ TEST(DraftModel, BadParametersAndAnotherVocabularyAreRefusedByName) {
               HasSubstr("unknown parameter 'num_token' (did you mean 'num_tokens'?)"));
   EXPECT_THAT(refusal({{"name", "draft_model"}, {"model", "preset:gpt2-tiny"}, {"schedule", "x"}}),
               HasSubstr("'schedule': expected constant or heuristic"));
+  EXPECT_THAT(refusal({{"name", "draft_model"}, {"model", "preset:gpt2-tiny"}, {"sampling", "x"}}),
+              HasSubstr("'sampling': expected speculative or plain_draws, found 'x'"));
   EXPECT_THAT(
       refusal({{"name", "draft_model"}, {"model", "preset:gpt2-tiny"}, {"backend", "egaer"}}),
       HasSubstr("unknown backend 'egaer'"));
@@ -221,11 +233,13 @@ TEST(EarlyExit, TheFirstLayersDraftAndChangeNoToken) {
       const auto sampled =
           engine.generate(prompt, Json{{"max_new_tokens", 20}, {"do_sample", true}});
       engine.manual_seed(4);
-      const auto drafted = engine.generate(
-          prompt, Json{{"max_new_tokens", 20},
-                       {"do_sample", true},
-                       {"candidate_generator",
-                        {{"name", "early_exit"}, {"layers", 2}, {"num_tokens", 3}}}});
+      const auto drafted = engine.generate(prompt, Json{{"max_new_tokens", 20},
+                                                        {"do_sample", true},
+                                                        {"candidate_generator",
+                                                         {{"name", "early_exit"},
+                                                          {"layers", 2},
+                                                          {"num_tokens", 3},
+                                                          {"sampling", "plain_draws"}}}});
       EXPECT_EQ(drafted.outputs[0][0].tokens, sampled.outputs[0][0].tokens) << what;
       EXPECT_GT(drafted.verify_steps, 0) << what;
     }
