@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -38,6 +39,7 @@ class TraceBackend final : public ForwardBackend {
             {"warmup_seconds", warmup_s_},
             {"traces_built", double(built_)},
             {"traces_loaded", double(loaded_)},
+            {"verify_traces", double(verify_steps_.size())},
             {"freeze", s_.trace.freeze ? 1.0 : 0.0},
             {"optimize_for_inference", s_.trace.optimize_for_inference ? 1.0 : 0.0},
             {"profiling_runs", double(s_.trace.profiling_runs)},
@@ -71,7 +73,55 @@ class TraceBackend final : public ForwardBackend {
     return run();
   }
 
-  // Speculative decoding verifies one traced decode step per position (the base class's way).
+  // Speculative decoding: a trace made here verifies the last token and its candidates in one
+  // forward. Verify traces are made on first use, in this process (cache_dir keeps prefill and
+  // decode only), per bucket of positions: a power of two (capped by the room left), the
+  // positions past the asked ones filled with the last token, their logits dropped and their
+  // slots forgotten again (StaticCache::truncate), so that a prompt lookup proposing 1 to 10
+  // candidates needs five traces, not ten. One position is a decode step. A trace loaded from a
+  // file has prefill and decode only, and verifies one decode step per position (the base
+  // class's way).
+  bool verifies_at_once() const override { return s_.file.empty(); }
+  at::Tensor do_verify(const StepInputs& in, const at::Tensor& slots) override {
+    const int64_t t = in.input_ids.size(1);
+    if (t == 1) return do_decode(in, slots).unsqueeze(1);
+    int64_t bucket = 2;
+    while (bucket < t) bucket *= 2;
+    bucket = std::min(bucket, max_length() - length());
+    const auto key = std::make_tuple(rows(), bucket, max_length());
+    auto it = verify_steps_.find(key);
+    if (it == verify_steps_.end()) {
+      const auto t0 = Clock::now();
+      it = verify_steps_
+               .emplace(key, TracedStep::trace_verify(
+                                 model(), expected_meta(model(), rows(), bucket, max_length()),
+                                 bucket, s_.trace))
+               .first;
+      trace_s_ += since(t0);
+    }
+    at::Tensor ids = in.input_ids, positions = in.positions, valid = in.token_valid,
+               written = slots;
+    if (bucket > t) {
+      const int64_t extra = bucket - t;
+      const at::Tensor steps = at::arange(1, extra + 1, positions.options());
+      ids = at::cat({ids, ids.narrow(1, t - 1, 1).expand({rows(), extra})}, 1);
+      positions = at::cat({positions, positions.narrow(1, t - 1, 1) + steps}, 1);
+      valid = at::cat({valid, at::ones({rows(), extra}, valid.options())}, 1);
+      written = at::arange(length(), length() + bucket, slots.options());
+    }
+    auto run = [&] {
+      return it->second.verify(ids, positions, written, valid, cache_->validity(), cache_->keys(),
+                               cache_->values());
+    };
+    // Like prefill, a verify rewrites the same slots with the same values: warm-up is harmless.
+    if (warm_verify_.insert(&it->second).second) warm_up(run);
+    at::Tensor logits = run();
+    if (bucket > t) {
+      cache_->truncate(length() + t);  // the filler positions are not part of the history
+      logits = logits.narrow(1, 0, t);
+    }
+    return logits;
+  }
   void do_rewind(int64_t length) override { cache_->truncate(length); }
 
  private:
@@ -129,8 +179,10 @@ class TraceBackend final : public ForwardBackend {
   std::string fingerprint_;
   std::string file_fingerprint_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, TracedStep> steps_;  // (rows, prompt, max_length)
+  // Verify steps by (rows, positions, max_length).
+  std::map<std::tuple<int64_t, int64_t, int64_t>, TracedStep> verify_steps_;
   TracedStep* current_ = nullptr;
-  std::set<const TracedStep*> warm_prefill_, warm_decode_;
+  std::set<const TracedStep*> warm_prefill_, warm_decode_, warm_verify_;
   std::unique_ptr<StaticCache> cache_;  // what the traced steps read and write in place
   double trace_s_ = 0, warmup_s_ = 0;
   int64_t built_ = 0, loaded_ = 0;

@@ -33,14 +33,15 @@ std::string shape_str(at::IntArrayRef s) {
   return o.str();
 }
 
-// Traces one step (T tokens per row) of `model` into method `name` of `m`.
+// Traces one step (T tokens per row) of `model` into method `name` of `m`: the last position's
+// logits, or with `all_positions` every position's (a verify step).
 void trace_method(torch::jit::Module& m, const std::string& name, const CausalLM& model,
-                  std::vector<at::Tensor> args) {
+                  std::vector<at::Tensor> args, bool all_positions = false) {
   torch::jit::Stack inputs(args.begin(), args.end());
-  auto step = [&model](torch::jit::Stack in) -> torch::jit::Stack {
+  auto step = [&model, all_positions](torch::jit::Stack in) -> torch::jit::Stack {
     StaticCache cache(in[5].toTensor(), in[6].toTensor(), in[4].toTensor());
     at::Tensor logits = run_forward_step(model, cache, in[0].toTensor(), in[1].toTensor(),
-                                         in[2].toTensor(), in[3].toTensor());
+                                         in[2].toTensor(), in[3].toTensor(), all_positions);
     return {logits};
   };
   auto traced = torch::jit::tracer::trace(
@@ -200,6 +201,29 @@ TracedStep TracedStep::trace(const CausalLM& model, const TraceMeta& meta,
   return s;
 }
 
+TracedStep TracedStep::trace_verify(const CausalLM& model, const TraceMeta& meta, int64_t t,
+                                    const TraceOptions& options) {
+  at::AutoGradMode no_grad(false);
+  auto m =
+      std::make_shared<torch::jit::Module>(c10::QualifiedName("__torch__.gengraph.TracedVerify"));
+  m->register_attribute("training", c10::BoolType::get(), false);
+  trace_method(*m, "verify", model, example_args(model, meta, t), /*all_positions=*/true);
+  m->type()->addMethod(m->_ivalue()->compilation_unit()->create_function(
+      c10::QualifiedName(*m->type()->name(), "forward"),
+      torch::jit::toGraphFunction(m->get_method("verify").function()).graph()->copy()));
+  if (options.freeze || options.optimize_for_inference) {
+    *m = torch::jit::freeze(*m, std::vector<std::string>{"verify"}, true);
+  }
+  if (options.optimize_for_inference) *m = torch::jit::optimize_for_inference(*m, {"verify"});
+  TracedStep s;
+  s.module_ = std::move(m);
+  s.meta_ = meta;
+  s.options_ = options;
+  s.source_ = "traced in C++ (verify, " + std::to_string(t) + " positions)";
+  s.verify_positions_ = t;
+  return s;
+}
+
 TracedStep TracedStep::load(const std::filesystem::path& path, const c10::Device& device,
                             const TraceMeta& expected, const TraceOptions& options) {
   const std::string file = path.string();
@@ -283,9 +307,14 @@ at::Tensor TracedStep::call(const char* method, const std::vector<at::Tensor>& a
   }
   at::Tensor logits = out.toTensor();
   if (!checked) {  // the contract's output shape, checked on the first call of each method
-    if (logits.dim() != 2 || logits.size(0) != meta_.rows || logits.size(1) != meta_.vocab_size) {
+    const bool verify = verify_positions_ > 0;
+    const bool shape_ok = logits.dim() == (verify ? 3 : 2) && logits.size(0) == meta_.rows &&
+                          (!verify || logits.size(1) == verify_positions_) &&
+                          logits.size(-1) == meta_.vocab_size;
+    if (!shape_ok) {
       throw Error("trace '" + source_ + "' " + method + " returned " + shape_str(logits.sizes()) +
                   ", expected [" + std::to_string(meta_.rows) + ", " +
+                  (verify ? std::to_string(verify_positions_) + ", " : "") +
                   std::to_string(meta_.vocab_size) + "]");
     }
     if (!at::isFloatingType(logits.scalar_type())) {
@@ -309,6 +338,16 @@ at::Tensor TracedStep::decode(const at::Tensor& ids, const at::Tensor& pos, cons
                               const at::Tensor& tv, const at::Tensor& valid, const at::Tensor& keys,
                               const at::Tensor& values) {
   return call("decode", {ids, pos, slots, tv, valid, keys, values}, checked_decode_);
+}
+
+at::Tensor TracedStep::verify(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slots,
+                              const at::Tensor& tv, const at::Tensor& valid, const at::Tensor& keys,
+                              const at::Tensor& values) {
+  if (verify_positions_ == 0) {
+    throw Error("internal: trace '" + source_ +
+                "' has no verify method (TracedStep::trace_verify)");
+  }
+  return call("verify", {ids, pos, slots, tv, valid, keys, values}, checked_verify_);
 }
 
 namespace {

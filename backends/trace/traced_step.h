@@ -79,6 +79,11 @@ class TracedStep {
   // Traces prefill (T = meta.prompt_length) and decode from `model` over a static cache.
   static TracedStep trace(const CausalLM& model, const TraceMeta& meta,
                           const TraceOptions& options);
+  // Traces a verify step of `t` positions per row (speculative decoding: the last chosen token
+  // and t - 1 candidates written at `slots`), returning every position's logits [rows, t, vocab];
+  // the module's one method is verify, with the contract's arguments.
+  static TracedStep trace_verify(const CausalLM& model, const TraceMeta& meta, int64_t t,
+                                 const TraceOptions& options);
   // Loads a module following the contract; refuses, naming the file and the difference, one made
   // for another model, shape or dtype, or one without the methods.
   static TracedStep load(const std::filesystem::path& path, const c10::Device& device,
@@ -92,6 +97,10 @@ class TracedStep {
   at::Tensor decode(const at::Tensor& input_ids, const at::Tensor& positions,
                     const at::Tensor& slots, const at::Tensor& token_valid, const at::Tensor& valid,
                     const at::Tensor& keys, const at::Tensor& values);
+  // Only on a trace_verify() step.
+  at::Tensor verify(const at::Tensor& input_ids, const at::Tensor& positions,
+                    const at::Tensor& slots, const at::Tensor& token_valid, const at::Tensor& valid,
+                    const at::Tensor& keys, const at::Tensor& values);
   const TraceMeta& meta() const { return meta_; }
   const std::string& source() const { return source_; }
 
@@ -101,7 +110,8 @@ class TracedStep {
   TraceMeta meta_;
   TraceOptions options_;  // fuser and profiled runs apply to each call (LibTorch keeps them global)
   std::string source_;    // file path or "traced in C++"
-  bool checked_prefill_ = false, checked_decode_ = false;
+  bool checked_prefill_ = false, checked_decode_ = false, checked_verify_ = false;
+  int64_t verify_positions_ = 0;  // a trace_verify() step's positions; 0 for prefill/decode
 };
 
 }  // namespace gengraph
