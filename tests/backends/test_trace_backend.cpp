@@ -93,6 +93,50 @@ TEST(TraceBackend, ANewShapeIsTracedAgainAndOptionsWork) {
             Generator(greedy(5)).generate(*e, kPrompts).outputs[0][0].tokens);
 }
 
+// Speculative decoding's verify in one forward: positions are padded to a power-of-two bucket
+// (capped by the room left), and the filler positions leave nothing behind: the logits equal
+// eager's, and what follows sees only the positions asked for.
+TEST(TraceBackend, VerifiesInOneForwardPerBucketAndForgetsTheFiller) {
+  const auto m = tiny();
+  auto t = make("trace", m);
+  auto e = make("eager", m, {{"cache", "static"}});
+  const auto ids = [](std::vector<int64_t> v) { return at::tensor(v, at::kLong).unsqueeze(0); };
+  const auto inputs = [&](std::vector<int64_t> v, int64_t from) {
+    const at::Tensor x = ids(v);
+    return StepInputs{x, at::arange(from, from + x.size(1), at::kLong).unsqueeze(0), x.ne(-1), {}};
+  };
+  for (auto* b : {t.get(), e.get()}) {
+    b->prepare(1, 10);
+    b->prefill(inputs({1, 2, 3}, 0));
+  }
+  // 3 positions at length 3 (room 7): traced as 4, the fourth dropped.
+  const at::Tensor tv = t->verify(inputs({7, 8, 9}, 3)), ev = e->verify(inputs({7, 8, 9}, 3));
+  ASSERT_EQ(tv.sizes(), ev.sizes());
+  EXPECT_TRUE(at::allclose(tv, ev, 1e-4, 1e-5));
+  EXPECT_EQ(t->report().at("verify_traces"), 1.0);
+  t->rewind(1);
+  e->rewind(1);
+  // A decode at the dropped filler's slot sees only the kept history.
+  const at::Tensor td = t->decode(inputs({4}, 5)), ed = e->decode(inputs({4}, 5));
+  EXPECT_TRUE(at::allclose(td, ed, 1e-4, 1e-5));
+  // 3 positions with room for 4 (length 6 of 10): the bucket of 4 again, no filler.
+  EXPECT_TRUE(
+      at::allclose(t->verify(inputs({5, 6, 7}, 6)), e->verify(inputs({5, 6, 7}, 6)), 1e-4, 1e-5));
+  EXPECT_EQ(t->report().at("verify_traces"), 1.0);
+  // 3 positions with room for 3 only (length 7 after a rewind): capped, an exact trace of 3.
+  t->rewind(2);
+  e->rewind(2);
+  EXPECT_TRUE(
+      at::allclose(t->verify(inputs({1, 2, 3}, 7)), e->verify(inputs({1, 2, 3}, 7)), 1e-4, 1e-5));
+  EXPECT_EQ(t->report().at("verify_traces"), 2.0);
+  // One position is a decode step; none is left after it.
+  t->rewind(1);
+  e->rewind(1);
+  EXPECT_TRUE(at::allclose(t->verify(inputs({8}, 9)), e->verify(inputs({8}, 9)), 1e-4, 1e-5));
+  EXPECT_EQ(t->report().at("verify_traces"), 2.0);
+  EXPECT_THROW(t->verify(inputs({8}, 10)), Error);  // no room left
+}
+
 // LibTorch's fuser switches and profiled-run count are process-wide. A trace's options apply only
 // while its own step runs: two rows of one experiment with other settings do not change each other.
 TEST(TraceBackend, FuserAndProfilingOptionsDoNotLeakOutOfTheStep) {
