@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -121,6 +122,66 @@ void check_known(const nlohmann::json& p, const std::vector<std::string>& known)
   }
 }
 
+// Draft backends kept between generations. The pipeline, and with it the DraftModel, is built
+// for every generation; a trace draft would trace again each time and an aoti draft reload its
+// package. A DraftModel takes a backend for its model, backend and options from here when it is
+// built (or makes one) and gives it back when it ends, so two generations running at once (two
+// Engines on two threads) never share one. At most kKept are kept, the oldest given back dropped;
+// each entry holds its model, so a key's address is never another model's.
+class DraftBackends {
+ public:
+  static constexpr size_t kKept = 4;
+  using Key = std::tuple<const CausalLM*, std::string, std::map<std::string, std::string>>;
+
+  static std::unique_ptr<ForwardBackend> take(const std::shared_ptr<const CausalLM>& model,
+                                              const DraftModelOptions& o) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex());
+      auto& kept = entries();
+      const Key key{model.get(), o.backend, o.backend_options};
+      for (auto it = kept.begin(); it != kept.end(); ++it) {
+        if (it->key == key) {
+          auto backend = std::move(it->backend);
+          kept.erase(it);
+          return backend;
+        }
+      }
+    }
+    created().fetch_add(1);
+    return BackendRegistry::instance().create(o.backend, model,
+                                              BackendOptions(o.backend, o.backend_options));
+  }
+
+  static std::atomic<int64_t>& created() {
+    static std::atomic<int64_t> n{0};
+    return n;
+  }
+
+  static void give_back(const DraftModelOptions& o, std::unique_ptr<ForwardBackend> backend) {
+    if (!backend) return;
+    const std::lock_guard<std::mutex> lock(mutex());
+    auto& kept = entries();
+    const CausalLM* model = &backend->model();
+    kept.push_back(Entry{Key{model, o.backend, o.backend_options}, std::move(backend)});
+    if (kept.size() > kKept) kept.erase(kept.begin());
+  }
+
+ private:
+  struct Entry {
+    Key key;
+    std::unique_ptr<ForwardBackend> backend;  // holds its model (ForwardBackend::model())
+  };
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<Entry>& entries() {
+    // Never destroyed: backends must not outlive LibTorch's own statics at exit.
+    static auto* e = new std::vector<Entry>();
+    return *e;
+  }
+};
+
 at::Tensor row(const std::vector<int64_t>& tokens, size_t from, const c10::Device& device) {
   return at::tensor(
              std::vector<int64_t>(tokens.begin() + static_cast<std::ptrdiff_t>(from), tokens.end()),
@@ -192,11 +253,14 @@ std::shared_ptr<const CausalLM> early_exit_model(const CausalLM& target, int64_t
 DraftModel::DraftModel(DraftModelOptions options, const CausalLM* target, int64_t max_length)
     : options_(std::move(options)), max_length_(max_length), num_tokens_(options_.num_tokens) {
   if (target == nullptr) return;  // checked, not run
-  backend_ = BackendRegistry::instance().create(
-      options_.backend,
+  backend_ = DraftBackends::take(
       options_.layers ? early_exit_model(*target, options_.layers) : load_draft(options_, *target),
-      BackendOptions(options_.backend, options_.backend_options));
+      options_);
 }
+
+int64_t draft_backends_created() { return DraftBackends::created().load(); }
+
+DraftModel::~DraftModel() { DraftBackends::give_back(options_, std::move(backend_)); }
 
 void DraftModel::begin() {
   if (!backend_) throw Error("internal: draft_model run without its target model");

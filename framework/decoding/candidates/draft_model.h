@@ -60,11 +60,20 @@ DraftModelOptions read_early_exit_options(const nlohmann::json& params);
 // unless 1 <= layers < the target's layer count.
 std::shared_ptr<const CausalLM> early_exit_model(const CausalLM& target, int64_t layers);
 
+// How many draft backends this process has made: a draft's backend is kept for the next
+// generation with the same draft model, backend and options (at most four are kept), so a run of
+// many generations makes one.
+int64_t draft_backends_created();
+
 class DraftModel final : public CandidateGenerator {
  public:
   // `target`: the model being decoded (its device, dtype and vocabulary size); null when the
   // pipeline is only checked, and then nothing is loaded. `max_length`: the generation's.
   DraftModel(DraftModelOptions options, const CausalLM* target, int64_t max_length);
+  // Gives the draft's backend back for the next generation (a trace draft is not traced again).
+  ~DraftModel() override;
+  DraftModel(const DraftModel&) = delete;
+  DraftModel& operator=(const DraftModel&) = delete;
   std::string name() const override { return options_.layers ? "early_exit" : "draft_model"; }
   void begin() override;
   std::vector<int64_t> propose(

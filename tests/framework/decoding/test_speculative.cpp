@@ -181,6 +181,34 @@ TEST(DraftModel, ProposesItsGreedyContinuationAndChangesNoToken) {
   EXPECT_GT(speculative.candidates_accepted, drafted.candidates_accepted);
 }
 
+// The draft's backend is kept for the next generation: a trace draft is traced once for a run
+// of generations, not per generation. Drafts built at the same time get backends of their own.
+TEST(DraftModel, ItsBackendIsKeptForTheNextGenerationAndNeverShared) {
+  Engine engine("gpt2-tiny");
+  const std::vector<std::vector<int64_t>> prompt = {{11, 42, 7, 99, 3}};
+  const auto want = engine.generate(prompt, Json{{"max_new_tokens", 12}}).outputs[0][0].tokens;
+  const Json g = {{"max_new_tokens", 12},
+                  {"candidate_generator",
+                   {{"name", "draft_model"},
+                    {"model", "preset:gpt2-tiny"},
+                    {"backend", "trace"},
+                    {"num_tokens", 3}}}};
+  EXPECT_EQ(engine.generate(prompt, g).outputs[0][0].tokens, want);
+  const int64_t made = draft_backends_created();
+  EXPECT_EQ(engine.generate(prompt, g).outputs[0][0].tokens, want);
+  EXPECT_EQ(draft_backends_created(), made);
+
+  const DraftModelOptions o =
+      read_draft_model_options({{"model", "preset:gpt2-tiny"}, {"options", {{"cache", "static"}}}});
+  const auto target = testing::test_model("preset:gpt2-tiny", 0);
+  { DraftModel a(o, target.get(), 16), b(o, target.get(), 16); }
+  const int64_t two = draft_backends_created();
+  { DraftModel a(o, target.get(), 16), b(o, target.get(), 16); }  // both given back, both kept
+  EXPECT_EQ(draft_backends_created(), two);
+  { DraftModel a(o, target.get(), 16), b(o, target.get(), 16), c(o, target.get(), 16); }
+  EXPECT_EQ(draft_backends_created(), two + 1);
+}
+
 TEST(DraftModel, BadParametersAndAnotherVocabularyAreRefusedByName) {
   Engine engine("gpt2-tiny");
   const auto refusal = [&](const Json& draft) {
