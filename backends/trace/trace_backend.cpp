@@ -23,6 +23,7 @@ struct Settings {
   TraceOptions trace;
   std::string cache_dir;
   std::string file;
+  int64_t verify_bucket = 4;  // verify traces per multiple of this many positions
 };
 
 class TraceBackend final : public ForwardBackend {
@@ -75,19 +76,19 @@ class TraceBackend final : public ForwardBackend {
 
   // Speculative decoding: a trace made here verifies the last token and its candidates in one
   // forward. Verify traces are made on first use, in this process (cache_dir keeps prefill and
-  // decode only), per bucket of positions: a power of two (capped by the room left), the
-  // positions past the asked ones filled with the last token, their logits dropped and their
-  // slots forgotten again (StaticCache::truncate), so that a prompt lookup proposing 1 to 10
-  // candidates needs five traces, not ten. One position is a decode step. A trace loaded from a
-  // file has prefill and decode only, and verifies one decode step per position (the base
-  // class's way).
+  // decode only), per bucket of positions: the positions rounded up to a multiple of
+  // verify_bucket (default 4; capped by the room left), the positions past the asked ones filled
+  // with the last token, their logits dropped and their slots forgotten again
+  // (StaticCache::truncate), so that a prompt lookup proposing 1 to 10 candidates needs three
+  // traces, not ten; verify_bucket: 1 traces every count. One position is a decode step. A trace
+  // loaded from a file has prefill and decode only, and verifies one decode step per position (the
+  // base class's way).
   bool verifies_at_once() const override { return s_.file.empty(); }
   at::Tensor do_verify(const StepInputs& in, const at::Tensor& slots) override {
     const int64_t t = in.input_ids.size(1);
     if (t == 1) return do_decode(in, slots).unsqueeze(1);
-    int64_t bucket = 2;
-    while (bucket < t) bucket *= 2;
-    bucket = std::min(bucket, max_length() - length());
+    const int64_t b = s_.verify_bucket;
+    const int64_t bucket = std::min((t + b - 1) / b * b, max_length() - length());
     const auto key = std::make_tuple(rows(), bucket, max_length());
     auto it = verify_steps_.find(key);
     if (it == verify_steps_.end()) {
@@ -193,6 +194,7 @@ Settings read_settings(const BackendOptions& o) {
   read_step_options(o, s.trace);
   s.trace.optimize_for_inference = o.get_bool("optimize_for_inference", false);
   s.trace.profiling_runs = o.get_int("profiling_runs", 1, 0, 100);
+  s.verify_bucket = o.get_int("verify_bucket", 4, 1, 1024);
   s.cache_dir = expand_home(o.get_string("cache_dir", ""));
   s.file = expand_home(o.get_string("file", ""));
   if (!s.cache_dir.empty() && std::filesystem::exists(s.cache_dir) &&
@@ -217,7 +219,7 @@ BackendInfo trace_backend_info() {
   info.description =
       "TorchScript trace of the step over a static cache; options freeze, optimize_for_inference, "
       "fuser, "
-      "profiling_runs, cache_dir, file";
+      "profiling_runs, cache_dir, file, verify_bucket";
   info.check_options = [](const BackendOptions& o, const c10::Device&) { read_settings(o); };
   info.create = [](std::shared_ptr<const CausalLM> model, const BackendOptions& o) {
     return std::make_unique<TraceBackend>(std::move(model), read_settings(o));

@@ -93,9 +93,9 @@ TEST(TraceBackend, ANewShapeIsTracedAgainAndOptionsWork) {
             Generator(greedy(5)).generate(*e, kPrompts).outputs[0][0].tokens);
 }
 
-// Speculative decoding's verify in one forward: positions are padded to a power-of-two bucket
-// (capped by the room left), and the filler positions leave nothing behind: the logits equal
-// eager's, and what follows sees only the positions asked for.
+// Speculative decoding's verify in one forward: positions are padded to a bucket (a multiple of
+// verify_bucket, 4 by default, capped by the room left), and the filler positions leave nothing
+// behind: the logits equal eager's, and what follows sees only the positions asked for.
 TEST(TraceBackend, VerifiesInOneForwardPerBucketAndForgetsTheFiller) {
   const auto m = tiny();
   auto t = make("trace", m);
