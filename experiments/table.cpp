@@ -1,5 +1,6 @@
 #include "experiments/table.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <iomanip>
 #include <optional>
@@ -55,12 +56,16 @@ void point_table(std::ostringstream& o, const JsonAt& doc, const std::string& ba
   }
   const std::vector<double> base_total =
       base->has("error") ? std::vector<double>() : row_timing(*base, "total_ms").values;
-  o << std::left << std::setw(20) << "row" << std::setw(24) << "first token ms" << std::setw(24)
-    << "decode ms/token" << std::setw(24) << "total ms" << std::setw(24) << "tokens/s"
-    << std::setw(22) << "vs " + shown((*base)["label"]) << "same tokens\n";
+  // The label column fits the longest label, with two spaces before the next column.
+  int label_w = 20;
+  for (const auto& r : runs)
+    label_w = std::max(label_w, static_cast<int>(shown(r["label"]).size()) + 2);
+  o << std::left << std::setw(label_w) << "row" << std::setw(24) << "first token ms"
+    << std::setw(24) << "decode ms/token" << std::setw(24) << "total ms" << std::setw(24)
+    << "tokens/s" << std::setw(22) << "vs " + shown((*base)["label"]) << "same tokens\n";
   for (const auto& r : runs) {
     if (r.has("error")) {
-      o << std::left << std::setw(20) << shown(r["label"])
+      o << std::left << std::setw(label_w) << shown(r["label"])
         << "FAILED: " << terminal_text(r["error"].text()) << "\n";
       continue;
     }
@@ -74,7 +79,7 @@ void point_table(std::ostringstream& o, const JsonAt& doc, const std::string& ba
     ratio << std::fixed << std::setprecision(2) << v.value("median", 0.0) << "x";
     if (v.contains("low") && &r != base)
       ratio << " [" << v.at("low").get<double>() << "-" << v.at("high").get<double>() << "]";
-    o << std::left << std::setw(20) << shown(r["label"]) << std::setw(24)
+    o << std::left << std::setw(label_w) << shown(r["label"]) << std::setw(24)
       << cell(row_timing(r, "time_to_first_token_ms")) << std::setw(24)
       << cell(row_timing(r, "decode_ms_per_token")) << std::setw(24) << cell(total) << std::setw(24)
       << cell(row_timing(r, "tokens_per_second")) << std::setw(22) << ratio.str()
