@@ -123,6 +123,14 @@ ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
   src.load.weights.kind = parse_weight_kind(o.weights, "EngineOptions::weights");
   src.load.weights.group_size = o.group_size;
   src.load.weights.lm_head = o.quantize_head;
+  if (o.int8_activation_rows < 0 ||
+      (o.int8_activation_rows > 0 && src.load.weights.kind != WeightFormat::Kind::kInt8)) {
+    throw Error(
+        "EngineOptions::int8_activation_rows: expected 0, or a row count with weights "
+        "int8 (int8 activations multiply int8 weights); found " +
+        std::to_string(o.int8_activation_rows) + " with weights '" + o.weights + "'");
+  }
+  src.load.weights.int8_activation_rows = o.int8_activation_rows;
   return src;
 }
 

@@ -214,6 +214,11 @@ ModelSpec read_model(MapReader r, const std::string& file) {
     r.fail("group_size", "32, 64, 128 or 256");
   }
   m.quantize_head = r.scalar<bool>("quantize_head", true, "true or false");
+  m.int8_activation_rows = r.integer("int8_activation_rows", 0, 0, 1 << 20);
+  if (m.int8_activation_rows > 0 && m.weights != "int8") {
+    r.fail("int8_activation_rows",
+           "0 unless model.weights is int8 (int8 activations multiply int8 weights)");
+  }
   if (m.weights != "float" && !m.fused) {
     r.fail("weights",
            "float with model.fused: false (weights are quantized in the fused form's "

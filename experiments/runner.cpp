@@ -94,6 +94,7 @@ ModelOptions model_options(const ModelSpec& m) {
   o.weights = m.weights;
   o.group_size = m.group_size;
   o.quantize_head = m.quantize_head;
+  o.int8_activation_rows = m.int8_activation_rows;
   if (!m.preset.empty()) {
     o.model_config = m.config_overrides;
     o.weights_seed = m.seed;
@@ -124,6 +125,7 @@ WeightFormat weight_format(const ModelSpec& m) {
   f.kind = parse_weight_kind(m.weights, "model.weights");
   f.group_size = m.group_size;
   f.lm_head = m.quantize_head;
+  f.int8_activation_rows = m.int8_activation_rows;
   return f;
 }
 

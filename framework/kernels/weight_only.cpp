@@ -316,6 +316,22 @@ at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
   return stream_or_gemm<int8_t>(x, q, q.data_ptr<int8_t>(), scales);
 }
 
+// W8A8: each activation row quantized to int8 on the fly (symmetric, its absolute maximum / 127,
+// round half to even; a row of zeros gets scale 1), the integer product by LibTorch's _int_mm
+// (int32 sums, oneDNN's integer GEMM on x86), then scaled by the row's and the channel's scales.
+at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
+  TORCH_CHECK(q.dim() == 2 && q.scalar_type() == at::kChar && q.is_contiguous(),
+              "gengraph::linear_w8a8: weight must be a contiguous 2-D int8 tensor");
+  TORCH_CHECK(scales.dim() == 1 && scales.size(0) == q.size(0) &&
+                  scales.scalar_type() == at::kFloat && scales.is_contiguous(),
+              "gengraph::linear_w8a8: one float32 scale per output channel");
+  check_x(x, q.size(1), "gengraph::linear_w8a8");
+  const at::Tensor absmax = x.abs().amax(1, /*keepdim=*/true);
+  const at::Tensor row_scale = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
+  const at::Tensor xq = at::round(x / row_scale).to(at::kChar);
+  return at::_int_mm(xq, q.t()).to(at::kFloat).mul_(row_scale).mul_(scales);
+}
+
 at::Tensor linear_bf16_cpu(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kBFloat16 && w.is_contiguous(),
               "gengraph::linear_bf16: weight must be a contiguous 2-D bfloat16 tensor");
@@ -445,6 +461,14 @@ at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& q, const at::Tenso
   return int8_op().call(x, q, scales);
 }
 
+at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("gengraph::linear_w8a8", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  return op.call(x, q, scales);
+}
+
 at::Tensor linear_int4(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                        const at::Tensor& zeros, int64_t group) {
   static const auto op = c10::Dispatcher::singleton()
@@ -474,6 +498,7 @@ at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w) {
 // any registered operator) and a trace replays them.
 TORCH_LIBRARY_FRAGMENT(gengraph, m) {
   m.def("linear_int8(Tensor x, Tensor q, Tensor scales) -> Tensor");
+  m.def("linear_w8a8(Tensor x, Tensor q, Tensor scales) -> Tensor");
   m.def("linear_int4(Tensor x, Tensor packed, Tensor scales, Tensor zeros, int group) -> Tensor");
   m.def("linear_bf16(Tensor x, Tensor w) -> Tensor");
   m.def("linear_f32(Tensor x, Tensor w) -> Tensor");
@@ -481,6 +506,7 @@ TORCH_LIBRARY_FRAGMENT(gengraph, m) {
 
 TORCH_LIBRARY_IMPL(gengraph, CPU, m) {
   m.impl("linear_int8", &gengraph::kernels::linear_int8_cpu);
+  m.impl("linear_w8a8", &gengraph::kernels::linear_w8a8_cpu);
   m.impl("linear_int4", &gengraph::kernels::linear_int4_cpu);
   m.impl("linear_bf16", &gengraph::kernels::linear_bf16_cpu);
   m.impl("linear_f32", &gengraph::kernels::linear_f32_cpu);
@@ -518,6 +544,7 @@ at::Tensor linear_bf16_meta(const at::Tensor& x, const at::Tensor& w) {
 
 TORCH_LIBRARY_IMPL(gengraph, Meta, m) {
   m.impl("linear_int8", &gengraph::kernels::linear_int8_meta);
+  m.impl("linear_w8a8", &gengraph::kernels::linear_int8_meta);
   m.impl("linear_int4", &gengraph::kernels::linear_int4_meta);
   m.impl("linear_bf16", &gengraph::kernels::linear_bf16_meta);
 }

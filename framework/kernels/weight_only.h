@@ -22,6 +22,13 @@ namespace gengraph::kernels {
 //   x: [M, K] float32, contiguous; q: [N, K] int8; scales: [N] float32 -> [M, N] float32
 at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales);
 
+// The same product with the activations quantized too (W8A8): each row of x to int8 with its own
+// scale (absolute maximum / 127, round half to even), an integer GEMM with int32 sums (LibTorch's
+// _int_mm), then y[m, n] = sum * row_scale[m] * scales[n]. A change of arithmetic, opted into with
+// model.int8_activation_rows (docs/quantization.md#int8-activations).
+//   x: [M, K] float32; q: [N, K] int8; scales: [N] float32 -> [M, N] float32
+at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales);
+
 // The int4 layout these kernels read: per output row, K / 32 blocks of 16 bytes; byte i of block
 // b holds element 32 b + i in its low nibble and element 32 b + 16 + i in its high nibble.
 //   q: [N, K] integers 0..15 (K a multiple of 32) -> [N, K / 2] uint8

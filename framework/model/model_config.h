@@ -14,7 +14,8 @@ namespace gengraph {
 // Weight-only quantization of the linear layers (model.weights): the fused form's projections
 // (q/k/v, output, MLP, and the output head unless lm_head is false) hold their weights as
 //   int8      one int8 per weight, one float scale per output channel (absmax / 127), computed by
-//             at::_weight_int8pack_mm;
+//             gengraph's kernels on CPU (with int8_activation_rows, products of that many rows
+//             quantize their activations too) and at::_weight_int8pack_mm on CUDA;
 //   int4      4-bit values in groups of group_size input channels, a scale and an offset per group
 //             and output channel, packed for LibTorch's int4 kernels;
 //   bfloat16  bfloat16 weights with float32 activations (the product in bfloat16);
@@ -25,12 +26,16 @@ struct WeightFormat {
   Kind kind = Kind::kAsLoaded;
   int64_t group_size = 32;  // int4: input channels per scale (32, 64, 128 or 256)
   bool lm_head = true;      // quantize the output head too
+  // int8 on CPU: products of at least this many activation rows quantize the activations to int8
+  // too (W8A8, kernels::linear_w8a8); fewer rows stay weight-only. 0: never (the default).
+  int64_t int8_activation_rows = 0;
   bool quantized() const { return kind != Kind::kAsLoaded; }
   // "float" (as loaded), "int8", "int4" or "bfloat16"; describe() adds the group and the head.
   std::string name() const;
   std::string describe() const;
   bool operator==(const WeightFormat& o) const {
-    return kind == o.kind && group_size == o.group_size && lm_head == o.lm_head;
+    return kind == o.kind && group_size == o.group_size && lm_head == o.lm_head &&
+           int8_activation_rows == o.int8_activation_rows;
   }
   bool operator!=(const WeightFormat& o) const { return !(*this == o); }
 };

@@ -59,6 +59,9 @@ struct ModelOptions {
   std::string weights = "float";
   int64_t group_size = 32;
   bool quantize_head = true;
+  // int8 on CPU: products of at least this many activation rows quantize the activations to
+  // int8 too (W8A8, LibTorch's integer GEMM); 0 keeps every product weight-only.
+  int64_t int8_activation_rows = 0;
   // Presets only: config.json keys over the preset's (e.g. {"n_layer": 4}) and the seed of the
   // random weights.
   nlohmann::json model_config = nullptr;

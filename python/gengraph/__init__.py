@@ -33,7 +33,7 @@ __all__ = ["Engine", "Model", "Generation", "Sequence", "StreamedToken", "Stream
            "presets", "models", "register_backend", "unregister_backend", "check_backend"]
 
 _MODEL_KEYS = ("device", "dtype", "fused", "check_weights", "weights", "group_size",
-               "quantize_head", "model_config", "weights_seed")
+               "quantize_head", "int8_activation_rows", "model_config", "weights_seed")
 
 
 def _dtype_name(dtype):

@@ -80,6 +80,8 @@ ModelOptions model_options(const py::dict& o) {
       m.group_size = v.cast<int64_t>();
     } else if (key == "quantize_head") {
       m.quantize_head = v.cast<bool>();
+    } else if (key == "int8_activation_rows") {
+      m.int8_activation_rows = v.cast<int64_t>();
     } else if (key == "model_config") {
       m.model_config = to_json(v, "model_config");
     } else if (key == "weights_seed") {

@@ -177,6 +177,12 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
       onednn = onednn_gemm(weight);
       return;
     case WeightFormat::Kind::kInt8: {
+      if (format.int8_activation_rows > 0 && !weight.is_cpu()) {
+        throw Error(
+            "model.int8_activation_rows: int8 activations run on CPU only so far (LibTorch's "
+            "integer GEMM); set 0 on " +
+            weight.device().str());
+      }
       Int8Weight q = quantize_int8(weight);
       qweight = std::move(q.q);
       // gengraph's CPU kernel takes float32 scales; LibTorch's CUDA kernel the activations' dtype.
@@ -229,7 +235,9 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
       const at::Tensor xf = x2.scalar_type() == at::kFloat ? x2 : x2.to(at::kFloat);
       switch (format.kind) {
         case WeightFormat::Kind::kInt8:
-          y = kernels::linear_int8(xf, qweight, scales);
+          y = format.int8_activation_rows > 0 && xf.size(0) >= format.int8_activation_rows
+                  ? kernels::linear_w8a8(xf, qweight, scales)
+                  : kernels::linear_int8(xf, qweight, scales);
           break;
         case WeightFormat::Kind::kInt4:
           y = kernels::linear_int4(xf, qweight, scales, zeros, format.group_size);

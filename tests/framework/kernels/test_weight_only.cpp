@@ -58,6 +58,36 @@ TEST(WeightOnlyKernels, Int8MatchesTheWidenedWeight) {
   });
 }
 
+// W8A8: each activation row quantized to int8 with its own scale, integer sums, both scales
+// after. Checked against the same quantization with the sums in float64 (exact for these sizes),
+// and against the float product within the activations' quantization error.
+TEST(WeightOnlyKernels, W8A8QuantizesEachRowAndSumsExactly) {
+  at::manual_seed(2);
+  for (const int64_t K : {8, 29, 576}) {
+    const at::Tensor q = at::randint(-127, 128, {17, K}).to(at::kChar);
+    const at::Tensor scales = at::rand({17}) * 0.01 + 1e-3;
+    for (const int64_t M : {1, 3, 32, 40}) {
+      at::Tensor x = at::randn({M, K});
+      x[0].zero_();  // a row of zeros: scale 1, a product of zeros
+      const at::Tensor got = linear_w8a8(x, q, scales);
+      const at::Tensor absmax = x.abs().amax(1, true);
+      const at::Tensor s = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
+      const at::Tensor xq = at::round(x / s);
+      EXPECT_LE(xq.abs().max().item<float>(), 127);
+      const at::Tensor sums = at::linear(xq.to(at::kDouble), q.to(at::kDouble));
+      const at::Tensor want = sums * s.to(at::kDouble) * scales.to(at::kDouble);
+      ASSERT_EQ(got.sizes(), want.sizes());
+      EXPECT_TRUE(at::allclose(got.to(at::kDouble), want, 1e-6, 1e-9)) << M << " x " << K;
+      EXPECT_TRUE(got[0].eq(0).all().item<bool>());
+      // Within half a step of each activation row times the weights' absolute sums.
+      const at::Tensor w = q.to(at::kDouble) * scales.to(at::kDouble).unsqueeze(1);
+      const at::Tensor exact = at::linear(x.to(at::kDouble), w);
+      const at::Tensor bound = at::linear(s.to(at::kDouble).expand({M, K}) * 0.5, w.abs()) + 1e-6;
+      EXPECT_TRUE((got.to(at::kDouble) - exact).abs().le(bound).all().item<bool>());
+    }
+  }
+}
+
 TEST(WeightOnlyKernels, BFloat16MatchesTheWidenedWeight) {
   Paths paths;
   paths.each([] {

@@ -2,6 +2,7 @@
 // dequantized weights, every backend giving eager's tokens on a quantized model, and refusals.
 #include <ATen/ATen.h>
 #include <gengraph/cli.h>
+#include <gengraph/gengraph.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -175,6 +176,49 @@ TEST(Quantization, AotiRefusesAPackageOfAnotherWeightFormat) {
               HasSubstr("was made for model.weights 'int8', but this run needs 'float'"));
 }
 
+// int8 activations (model.int8_activation_rows): products of at least that many rows take the
+// W8A8 kernel, fewer stay weight-only; other weight formats, other devices and aoti refuse them
+// by name.
+TEST(Quantization, Int8ActivationsFromARowCountAndRefusedElsewhere) {
+  register_builtin_backends();
+  LoadOptions o;
+  o.weights.kind = WeightFormat::Kind::kInt8;
+  const auto weight_only = testing::test_model("llama-a", 3, o);
+  o.weights.int8_activation_rows = 3;
+  const auto from3 = testing::test_model("llama-a", 3, o);
+  EXPECT_EQ(from3->config().weights.describe(), "int8 (int8 activations from 3 rows)");
+  const auto logits = [](const std::shared_ptr<const CausalLM>& m, int64_t rows) {
+    auto b = BackendRegistry::instance().create("eager", m, BackendOptions("eager", {}));
+    b->prepare(rows, 8);
+    const at::Tensor ids = at::arange(5, 5 + rows, at::kLong).unsqueeze(1);
+    return b->prefill(StepInputs{ids, at::zeros({rows, 1}, at::kLong), ids.ne(-1), {}});
+  };
+  // Two rows: weight-only, the same logits bit for bit; four: the activations quantized.
+  EXPECT_TRUE(at::equal(logits(weight_only, 2), logits(from3, 2)));
+  const at::Tensor a = logits(weight_only, 4), b = logits(from3, 4);
+  EXPECT_FALSE(at::equal(a, b));
+  EXPECT_LT((a - b).abs().max().item<float>(), 0.05 * a.abs().max().item<float>());
+
+  EXPECT_THAT(testing::error_of([&] {
+                BackendRegistry::instance().create("aoti", from3, BackendOptions("aoti", {}));
+              }),
+              HasSubstr("model.int8_activation_rows is not exported yet"));
+  EngineOptions e;
+  e.weights = "int4";
+  e.int8_activation_rows = 1;
+  EXPECT_THAT(testing::error_of([&] { Engine("gpt2-tiny", e); }),
+              HasSubstr("EngineOptions::int8_activation_rows: expected 0, or a row count with "
+                        "weights int8"));
+  testing::TempDir dir;
+  testing::write_file(dir / "x.yaml",
+                      "name: x\nmodel: {preset: gpt2-tiny, weights: bfloat16, "
+                      "int8_activation_rows: 2}\ninputs: {prompts: [[1, 2]]}\n");
+  const auto [status, err] = testing::cli_stderr({"validate", (dir / "x.yaml").string()});
+  EXPECT_NE(status, 0);
+  EXPECT_THAT(err, HasSubstr("int8_activation_rows"));
+  EXPECT_THAT(err, HasSubstr("0 unless model.weights is int8"));
+}
+
 TEST(Quantization, QuantizedWeightsChangeTheLogitsButNotTheirShape) {
   LoadOptions o;
   const auto base = testing::test_model("llama-a", 3, o);
@@ -235,7 +279,9 @@ TEST_P(QuantizedBackends, GiveEagerTokensOnTheSameQuantizedModel) {
   register_builtin_backends();
   install_aoti_export_tool();  // aoti builds (or reuses from its cache) a package per case
   LoadOptions o;
-  o.weights.kind = parse_weight_kind(c.format, "test");
+  // w8a8: int8 weights with every product's activations quantized too.
+  o.weights.kind = parse_weight_kind(c.format == "w8a8" ? "int8" : c.format, "test");
+  if (c.format == "w8a8") o.weights.int8_activation_rows = 1;
   const auto model = testing::test_model(c.model, 11, o);
   auto reference = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
   auto backend =
@@ -278,7 +324,7 @@ std::vector<QuantCase> quant_cases() {
   std::vector<QuantCase> out;
   // int4 needs widths that its groups of 32 divide: the tiny presets (64 wide); the fixture
   // models (48 wide) for the others.
-  for (const std::string format : {"int8", "int4", "bfloat16"}) {
+  for (const std::string format : {"int8", "w8a8", "int4", "bfloat16"}) {
     const std::vector<std::string> models =
         format == "int4" ? std::vector<std::string>{"tiny", "preset:gptj-tiny", "preset:llama-tiny"}
                          : std::vector<std::string>{"tiny", "gptj-a", "llama-a"};
