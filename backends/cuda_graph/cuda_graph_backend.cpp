@@ -27,6 +27,7 @@ struct Settings {
   int64_t warmup = 3;
   bool capture = true;  // false: the same static-buffer step, run eagerly (debugging; any device)
   bool share_prefill = true;  // the eager and compiled steps run a shared prompt once per input
+  int64_t verify_bucket = 4;  // speculative decoding: verify graphs per multiple of this many
 };
 
 std::vector<int64_t> parse_buckets(const std::string& text) {
@@ -70,6 +71,14 @@ int64_t pool_bytes(const at::cuda::MempoolId_t& pool, const c10::Device& d) {
   return total;
 }
 
+// Speculative decoding's verify step for one count of positions: its static inputs, its output
+// and its graph.
+struct VerifyStep {
+  at::Tensor ids, positions, token_valid, slots;  // [rows, T] x3, [T]
+  at::Tensor logits;                              // [rows, T, vocab]
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+};
+
 // One bucket: static cache, static inputs, the captured decode step.
 struct Bucket {
   int64_t rows = 0;
@@ -79,6 +88,7 @@ struct Bucket {
   // The step without a reorder (greedy, sampling) and with one (beams): a step without beams
   // moves no cache bytes besides its own slot.
   std::unique_ptr<at::cuda::CUDAGraph> graph, graph_reorder;
+  std::map<int64_t, VerifyStep> verify;  // by positions, made on first use
 };
 
 class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
@@ -97,6 +107,7 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
     r.merge(BackendReport{{"capture_seconds", capture_s_},
                           {"buckets", double(buckets_.size())},
                           {"graphs", double(graphs_)},
+                          {"verify_graphs", double(verify_graphs_)},
                           {"graph_pool_bytes", double(pool_bytes_)},
                           {"capture_reserved_bytes", double(reserved_growth_)},
                           {"max_length", double(max_length_)},
@@ -195,8 +206,43 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
     return b.logits.narrow(0, 0, rows).clone();
   }
 
-  // Speculative decoding verifies one (captured) decode step per position (the base class's
-  // way); the bucket's cache forgets the positions that were not kept.
+  // Speculative decoding: with a step that verifies (eager, trace), the last token and its
+  // candidates in one forward, through a verify step per count of positions, rounded up to a
+  // multiple of verify_bucket (default 4; capped by the cache's room) and captured on its first
+  // use as a graph of its own. The filler positions repeat the last token; their logits are
+  // dropped and their slots forgotten at once. Padding rows are pure padding, as in prefill.
+  // Another step verifies one (captured) decode step per position (the base class's way).
+  bool verifies_at_once() const override { return step_->verifies(); }
+  at::Tensor do_verify(const StepInputs& in, const at::Tensor& slots) override {
+    Bucket& b = *bucket_;
+    const int64_t rows = in.input_ids.size(0), t = in.input_ids.size(1), vb = s_.verify_bucket;
+    const int64_t positions = std::min((t + vb - 1) / vb * vb, max_length_ - length());
+    VerifyStep& v = verify_for(b, positions);
+    v.ids.zero_();
+    v.positions.zero_();
+    v.token_valid.fill_(false);
+    v.ids.narrow(0, 0, rows).narrow(1, 0, t).copy_(in.input_ids);
+    v.positions.narrow(0, 0, rows).narrow(1, 0, t).copy_(in.positions);
+    v.token_valid.narrow(0, 0, rows).narrow(1, 0, t).copy_(in.token_valid);
+    if (positions > t) {
+      const int64_t extra = positions - t;
+      v.ids.narrow(0, 0, rows).narrow(1, t, extra).copy_(in.input_ids.narrow(1, t - 1, 1));
+      v.positions.narrow(0, 0, rows)
+          .narrow(1, t, extra)
+          .copy_(in.positions.narrow(1, t - 1, 1) +
+                 at::arange(1, extra + 1, in.positions.options()));
+      v.token_valid.narrow(0, 0, rows).narrow(1, t, extra).fill_(true);
+    }
+    v.slots.copy_(at::arange(length(), length() + positions, v.slots.options()));
+    if (s_.capture && !v.graph) capture_verify(b, v);
+    if (v.graph) {
+      v.graph->replay();
+    } else {
+      run_verify(b, v);
+    }
+    if (positions > t) b.cache->truncate(length() + t);  // the filler is not history
+    return v.logits.narrow(0, 0, rows).narrow(1, 0, t).clone();
+  }
   void do_rewind(int64_t length) override { bucket_->cache->truncate(length); }
 
  private:
@@ -219,6 +265,50 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
   void* current_stream() const {
     if (!model().device().is_cuda()) return nullptr;
     return c10::cuda::getCurrentCUDAStream(model().device().index()).stream();
+  }
+
+  void run_verify(Bucket& b, VerifyStep& v) {
+    v.logits.copy_(step_->verify(
+        StepArgs{v.ids, v.positions, v.slots, v.token_valid, b.cache.get(), current_stream()}));
+  }
+
+  VerifyStep& verify_for(Bucket& b, int64_t positions) {
+    auto found = b.verify.find(positions);
+    if (found != b.verify.end()) return found->second;
+    const auto f = at::TensorOptions().dtype(model().dtype()).device(model().device());
+    const auto l = f.dtype(at::kLong);
+    VerifyStep v;
+    v.ids = at::zeros({b.rows, positions}, l);
+    v.positions = at::zeros({b.rows, positions}, l);
+    v.token_valid = at::zeros({b.rows, positions}, f.dtype(at::kBool));
+    v.slots = at::zeros({positions}, l);
+    v.logits = at::zeros({b.rows, positions, model().config().vocab_size}, f);
+    return b.verify.emplace(positions, std::move(v)).first->second;
+  }
+
+  // Captured in the middle of a generation, with this verify's own inputs: the warm-up calls
+  // write the slots the verify writes, with the same values, so the cache stays as it would.
+  void capture_verify(Bucket& b, VerifyStep& v) {
+    const auto dev = model().device();
+    c10::cuda::CUDAGuard guard(dev);
+    const auto t0 = Clock::now();
+    const int64_t before = reserved_bytes(dev);
+    auto stream = c10::cuda::getStreamFromPool(false, dev.index());
+    synchronize(dev);
+    {
+      c10::cuda::CUDAStreamGuard sg(stream);
+      for (int64_t i = 0; i < s_.warmup; ++i) run_verify(b, v);
+      v.graph = std::make_unique<at::cuda::CUDAGraph>();
+      v.graph->capture_begin(pool_);
+      run_verify(b, v);
+      v.graph->capture_end();
+    }
+    synchronize(dev);
+    capture_s_ += since(t0);
+    reserved_growth_ += reserved_bytes(dev) - before;
+    pool_bytes_ = pool_bytes(pool_, dev);
+    graphs_ += 1;
+    ++verify_graphs_;
   }
 
   Bucket& bucket_for(int64_t rows) {
@@ -279,6 +369,7 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
   int64_t pool_bytes_ = 0;       // the shared graph pool, after the last capture
   int64_t reserved_growth_ = 0;  // growth of all reserved memory over warm-ups and captures
   int64_t graphs_ = 0;
+  int64_t verify_graphs_ = 0;  // of graphs_, the verify steps'
 };
 
 Settings read_settings(const BackendOptions& o) {
@@ -299,6 +390,7 @@ Settings read_settings(const BackendOptions& o) {
   s.warmup = o.get_int("warmup", 3, 1, 100);
   s.capture = o.get_bool("capture", true);
   s.share_prefill = read_share_prefill(o);
+  s.verify_bucket = o.get_int("verify_bucket", 4, 1, 1024);
   return s;
 }
 
@@ -315,7 +407,8 @@ BackendInfo cuda_graph_backend_info() {
       "max_rows for aoti), "
       "warmup, capture (true|false: false runs the same "
       "static-buffer step uncaptured, on any device), share_prefill (true: the eager and aoti "
-      "steps run the prompt of an input's beams once)";
+      "steps run the prompt of an input's beams once), verify_bucket (speculative decoding: "
+      "verify steps per multiple of this many positions, each captured)";
   info.unavailable_reason = [](const BackendOptions& o) -> std::string {
     if (cuda_available() || !o.get_bool("capture", true)) return "";
     return "capture needs a CUDA device, and none is visible here (capture: false runs the step "

@@ -87,6 +87,11 @@ class EagerStep final : public ModelStep {
   at::Tensor decode(const StepArgs& a) override {
     return run_forward_step(model_, *a.cache, a.input_ids, a.positions, a.slots, a.token_valid);
   }
+  bool verifies() const override { return true; }
+  at::Tensor verify(const StepArgs& a) override {
+    return run_forward_step(model_, *a.cache, a.input_ids, a.positions, a.slots, a.token_valid,
+                            /*all_positions=*/true);
+  }
 
  private:
   const CausalLM& model_;

@@ -365,8 +365,29 @@ class TraceModelStep final : public ModelStep {
   void prepare_rows(int64_t rows, int64_t max_length) override { get(rows, 1, max_length); }
   at::Tensor prefill(const StepArgs& a) override { return run(a, false); }
   at::Tensor decode(const StepArgs& a) override { return run(a, true); }
+  // A verify trace per (rows, positions, max_length), made on first use (a capture's warm-up
+  // calls come first, so it is never made inside a capture).
+  bool verifies() const override { return true; }
+  at::Tensor verify(const StepArgs& a) override {
+    const StaticCache& c = *a.cache;
+    const int64_t rows = a.input_ids.size(0), t = a.input_ids.size(1), max = c.keys().size(3);
+    const auto key = std::make_tuple(rows, t, max);
+    auto found = verifies_.find(key);
+    if (found == verifies_.end()) {
+      const auto t0 = Clock::now();
+      found = verifies_
+                  .emplace(key, TracedStep::trace_verify(
+                                    model_, expected_meta(model_, rows, t, max), t, options_))
+                  .first;
+      trace_s_ += since(t0);
+    }
+    return found->second.verify(a.input_ids, a.positions, a.slots, a.token_valid, c.validity(),
+                                c.keys(), c.values());
+  }
   BackendReport report() const override {
-    return {{"traces", double(traces_.size())}, {"trace_seconds", trace_s_}};
+    return {{"traces", double(traces_.size())},
+            {"verify_traces", double(verifies_.size())},
+            {"trace_seconds", trace_s_}};
   }
 
  private:
@@ -406,7 +427,8 @@ class TraceModelStep final : public ModelStep {
   const CausalLM& model_;
   TraceOptions options_;
   int64_t warmup_;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, Entry> traces_;  // (rows, T, max_length)
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Entry> traces_;         // (rows, T, max_length)
+  std::map<std::tuple<int64_t, int64_t, int64_t>, TracedStep> verifies_;  // the same keys
   double trace_s_ = 0;
 };
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <ATen/Tensor.h>
+#include <gengraph/error.h>
 
 #include <functional>
 #include <map>
@@ -52,6 +53,14 @@ class ModelStep {
   // One token per row -> [rows, vocab]. Reads only its arguments and the cache, never the host,
   // so that it can be captured.
   virtual at::Tensor decode(const StepArgs& args) = 0;
+  // Speculative decoding: T tokens per row written at args.slots -> every position's logits
+  // [rows, T, vocab]. Like decode it reads only its arguments and the cache, so that it can be
+  // captured (a graph per position count). Only when verifies() (the eager and trace steps do).
+  virtual bool verifies() const { return false; }
+  virtual at::Tensor verify(const StepArgs& args) {
+    (void)args;
+    throw Error("internal: the " + kind() + " model step does not verify (ModelStep::verifies)");
+  }
   // Whether prefill() takes fewer rows than the decode calls that follow (the prompt of an
   // input's beams run once, in the cache's first rows). A trace is made per row count: it does
   // not.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -305,13 +306,19 @@ at::Tensor widen_int8(const at::Tensor& q, const at::Tensor& scales) {
   return w;
 }
 
-at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
-  TORCH_CHECK(q.dim() == 2 && q.scalar_type() == at::kChar && q.is_contiguous(),
-              "gengraph::linear_int8: weight must be a contiguous 2-D int8 tensor");
+// An int8 weight with a float32 scale per output channel, and activations to match.
+void check_int8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
+                const std::string& op) {
+  TORCH_CHECK(q.dim() == 2 && q.scalar_type() == at::kChar && q.is_contiguous(), op,
+              ": weight must be a contiguous 2-D int8 tensor");
   TORCH_CHECK(scales.dim() == 1 && scales.size(0) == q.size(0) &&
                   scales.scalar_type() == at::kFloat && scales.is_contiguous(),
-              "gengraph::linear_int8: one float32 scale per output channel");
-  check_x(x, q.size(1), "gengraph::linear_int8");
+              op, ": one float32 scale per output channel");
+  check_x(x, q.size(1), op.c_str());
+}
+
+at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
+  check_int8(x, q, scales, "gengraph::linear_int8");
   if (x.size(0) >= kStreamRows) return at::linear(x, widen_int8(q, scales));
   return stream_or_gemm<int8_t>(x, q, q.data_ptr<int8_t>(), scales);
 }
@@ -320,12 +327,7 @@ at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
 // round half to even; a row of zeros gets scale 1), the integer product by LibTorch's _int_mm
 // (int32 sums, oneDNN's integer GEMM on x86), then scaled by the row's and the channel's scales.
 at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
-  TORCH_CHECK(q.dim() == 2 && q.scalar_type() == at::kChar && q.is_contiguous(),
-              "gengraph::linear_w8a8: weight must be a contiguous 2-D int8 tensor");
-  TORCH_CHECK(scales.dim() == 1 && scales.size(0) == q.size(0) &&
-                  scales.scalar_type() == at::kFloat && scales.is_contiguous(),
-              "gengraph::linear_w8a8: one float32 scale per output channel");
-  check_x(x, q.size(1), "gengraph::linear_w8a8");
+  check_int8(x, q, scales, "gengraph::linear_w8a8");
   const at::Tensor absmax = x.abs().amax(1, /*keepdim=*/true);
   const at::Tensor row_scale = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
   const at::Tensor xq = at::round(x / row_scale).to(at::kChar);

@@ -322,6 +322,69 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaGraphGpuModels,
                            return m;
                          });
 
+// Speculative decoding's verify in one forward through a verify step per bucket of positions,
+// uncaptured here on the CPU (eager and trace steps, a bucket with a padding row): the logits
+// equal eager's, the filler positions leave nothing behind, prompt lookup gives greedy's tokens.
+TEST(CudaGraphBackend, VerifiesInOneForwardPerBucketOfPositions) {
+  register_builtin_backends();
+  const auto m = model("tiny", at::kFloat, "cpu");
+  auto e = BackendRegistry::instance().create("eager", m,
+                                              BackendOptions("eager", {{"cache", "static"}}));
+  const auto inputs = [](std::vector<int64_t> v, int64_t from) {
+    const at::Tensor x = at::tensor(v, at::kLong).unsqueeze(0);
+    return StepInputs{x, at::arange(from, from + x.size(1), at::kLong).unsqueeze(0), x.ne(-1), {}};
+  };
+  for (const std::string step : {"eager", "trace"}) {
+    SCOPED_TRACE(step);
+    auto c = BackendRegistry::instance().create(
+        "cuda_graph", m,
+        BackendOptions(
+            "cuda_graph",
+            {{"capture", "false"}, {"buckets", "2"}, {"max_length", "32"}, {"step", step}}));
+    for (auto* b : {c.get(), e.get()}) {
+      b->prepare(1, 12);
+      b->prefill(inputs({1, 2, 3}, 0));
+    }
+    // 3 positions traced as 4, the filler dropped; then a decode where the filler was.
+    EXPECT_TRUE(
+        at::allclose(c->verify(inputs({7, 8, 9}, 3)), e->verify(inputs({7, 8, 9}, 3)), 1e-4, 1e-5));
+    c->rewind(1);
+    e->rewind(1);
+    EXPECT_TRUE(at::allclose(c->decode(inputs({4}, 5)), e->decode(inputs({4}, 5)), 1e-4, 1e-5));
+    GenerationConfig g;
+    g.max_new_tokens = 16;
+    const std::vector<std::vector<int64_t>> prompt = {{5, 6, 7, 8, 5, 6, 7, 8, 5, 6}};
+    const auto want = Generator(g).generate(*e, prompt).outputs[0][0].tokens;
+    g.prompt_lookup_num_tokens = 4;
+    const Generation got = Generator(g).generate(*c, prompt);
+    EXPECT_EQ(got.outputs[0][0].tokens, want);
+    EXPECT_GT(got.verify_steps, 0);
+  }
+}
+
+// On a GPU each verify bucket is captured as a graph of its own, in the middle of a generation:
+// prompt lookup still gives plain greedy's tokens, and the graphs are counted.
+TEST(CudaGraphGpu, SpeculativeVerifyGraphsGiveGreedysTokens) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  register_builtin_backends();
+  const auto m = model("tiny", at::kFloat, "cuda");
+  auto e = BackendRegistry::instance().create("eager", m, BackendOptions("eager", {}));
+  for (const std::string step : {"eager", "trace"}) {
+    SCOPED_TRACE(step);
+    auto c = BackendRegistry::instance().create(
+        "cuda_graph", m, BackendOptions("cuda_graph", {{"buckets", "1,2"}, {"step", step}}));
+    GenerationConfig g;
+    g.max_new_tokens = 24;
+    const std::vector<std::vector<int64_t>> prompt = {{5, 6, 7, 8, 5, 6, 7, 8, 5, 6}};
+    const auto want = Generator(g).generate(*e, prompt).outputs[0][0].tokens;
+    g.prompt_lookup_num_tokens = 6;
+    const Generation got = Generator(g).generate(*c, prompt);
+    EXPECT_EQ(got.outputs[0][0].tokens, want);
+    EXPECT_GT(got.verify_steps, 0);
+    EXPECT_GT(c->report().at("verify_graphs"), 0.0);
+  }
+}
+
 TEST(CudaGraphGpuErrors, BucketsAndLengthLimitsNameTheOption) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   register_builtin_backends();
