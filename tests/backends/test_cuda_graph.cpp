@@ -322,6 +322,19 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaGraphGpuModels,
                            return m;
                          });
 
+// Prompt lookup on `backend` gives `reference`'s plain greedy tokens, with at least one verify.
+void expect_lookup_gives_greedy(ForwardBackend& backend, ForwardBackend& reference,
+                                int64_t new_tokens, int64_t candidates) {
+  GenerationConfig g;
+  g.max_new_tokens = new_tokens;
+  const std::vector<std::vector<int64_t>> prompt = {{5, 6, 7, 8, 5, 6, 7, 8, 5, 6}};
+  const auto want = Generator(g).generate(reference, prompt).outputs[0][0].tokens;
+  g.prompt_lookup_num_tokens = candidates;
+  const Generation got = Generator(g).generate(backend, prompt);
+  EXPECT_EQ(got.outputs[0][0].tokens, want);
+  EXPECT_GT(got.verify_steps, 0);
+}
+
 // Speculative decoding's verify in one forward through a verify step per bucket of positions,
 // uncaptured here on the CPU (eager and trace steps, a bucket with a padding row): the logits
 // equal eager's, the filler positions leave nothing behind, prompt lookup gives greedy's tokens.
@@ -351,14 +364,7 @@ TEST(CudaGraphBackend, VerifiesInOneForwardPerBucketOfPositions) {
     c->rewind(1);
     e->rewind(1);
     EXPECT_TRUE(at::allclose(c->decode(inputs({4}, 5)), e->decode(inputs({4}, 5)), 1e-4, 1e-5));
-    GenerationConfig g;
-    g.max_new_tokens = 16;
-    const std::vector<std::vector<int64_t>> prompt = {{5, 6, 7, 8, 5, 6, 7, 8, 5, 6}};
-    const auto want = Generator(g).generate(*e, prompt).outputs[0][0].tokens;
-    g.prompt_lookup_num_tokens = 4;
-    const Generation got = Generator(g).generate(*c, prompt);
-    EXPECT_EQ(got.outputs[0][0].tokens, want);
-    EXPECT_GT(got.verify_steps, 0);
+    expect_lookup_gives_greedy(*c, *e, 16, 4);
   }
 }
 
@@ -373,14 +379,7 @@ TEST(CudaGraphGpu, SpeculativeVerifyGraphsGiveGreedysTokens) {
     SCOPED_TRACE(step);
     auto c = BackendRegistry::instance().create(
         "cuda_graph", m, BackendOptions("cuda_graph", {{"buckets", "1,2"}, {"step", step}}));
-    GenerationConfig g;
-    g.max_new_tokens = 24;
-    const std::vector<std::vector<int64_t>> prompt = {{5, 6, 7, 8, 5, 6, 7, 8, 5, 6}};
-    const auto want = Generator(g).generate(*e, prompt).outputs[0][0].tokens;
-    g.prompt_lookup_num_tokens = 6;
-    const Generation got = Generator(g).generate(*c, prompt);
-    EXPECT_EQ(got.outputs[0][0].tokens, want);
-    EXPECT_GT(got.verify_steps, 0);
+    expect_lookup_gives_greedy(*c, *e, 24, 6);
     EXPECT_GT(c->report().at("verify_graphs"), 0.0);
   }
 }
