@@ -22,8 +22,11 @@
 #            (model.weights, docs/quantization.md) beside the float rows, on eager, eager-static
 #            and cuda_graph (captured), one sweep; the int8 product is LibTorch's
 #            _weight_int8pack_mm on CUDA (240 s)
+#   spec     not in the default: speculative decoding (prompt lookup) on eager and cuda_graph,
+#            whose verify graphs (one per bucket of positions, captured on first use) have not
+#            run on a GPU yet, beside plain greedy; GPT-2-small shape, batch 1 (120 s)
 # A stage's limit can be changed for a rerun: T_TESTS, T_SEED, T_GPT2, T_BENCH, T_COMPILE, T_AOTI,
-# T_QUANT
+# T_QUANT, T_SPEC
 # (seconds).
 # With 15 device-minutes a session, the default pass leaves room for a rerun or for `compile`.
 # Everything lands in $OUT (at most 8 files come back): gpu_check.log and the results/PNGs.
@@ -114,7 +117,11 @@ for st in "${STAGES[@]}"; do
       --set 'peers=[]' --set baseline=eager --set 'sweep={model.weights: [float, int8, bfloat16]}' \
       --set run.warmup=1 --set run.repeats=3
     echo "quant exit: $?" ;;
-  *) echo "unknown stage '$st' (tests, seed, gpt2, bench, compile, aoti, quant)"; exit 2 ;;
+  spec)
+    stage "spec: speculative decoding, eager and cuda_graph verify graphs"
+    timeout "${T_SPEC:-120}" "$BIN/gengraph" run configs/gpu_speculative.yaml --output "$OUT/gpu_speculative.json"
+    echo "spec exit: $?" ;;
+  *) echo "unknown stage '$st' (tests, seed, gpt2, bench, compile, aoti, quant, spec)"; exit 2 ;;
   esac
 done
 stage "done"
