@@ -172,6 +172,15 @@ def open_session(req, variant, s):
                    {"cache": path, "cached": hit, "seconds": time.perf_counter() - t0, "format": fmt})
 
 
+def cpu_has_amx_int8():
+    """Whether this x86 CPU reports AMX-INT8 (Linux's /proc/cpuinfo flags)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " amx_int8" in line for line in f)
+    except OSError:
+        return False
+
+
 class Session:
     def __init__(self, L, path, s, dtype, conversion):
         self.L, self.s, self.conversion, self.path = L, s, conversion, path
@@ -179,6 +188,12 @@ class Session:
         self.kv_type = {"f32": 0, "f16": 1, "bf16": 30}[self.kv_name]  # ggml's enum ggml_type
         L.llama_backend_init()
         mp = L.llama_model_default_params()
+        # llama.cpp's AMX-INT8 weight buffers (an "extra buffer type") crash this version with a
+        # segmentation fault at the first evaluation of a Q8_0 or Q4_0 model on a Sapphire Rapids
+        # CPU (seen 2026-12-04; its float32 model runs). Where the CPU has AMX-INT8 the weights
+        # stay in the plain CPU buffers (its AVX-512 / VNNI kernels), and info() says so.
+        self.extra_buffer_types = not cpu_has_amx_int8()
+        mp.use_extra_bufts = self.extra_buffer_types
         self.model = L.llama_model_load_from_file(path.encode(), mp)
         if not self.model:
             raise ep.Refused(f"llama.cpp could not load '{path}'")
@@ -286,6 +301,7 @@ class Session:
     def info(self):
         return {"engine": "llama.cpp", "version": f"llama-cpp-python {VERSION}", "gguf": self.path,
                 "kv_cache_type": self.kv_name,
+                "extra_buffer_types": self.extra_buffer_types,
                 "flash_attention": {-1: "auto", 0: "off", 1: "on"}.get(getattr(self, "flash_attn", None)),
                 "conversion": self.conversion,
                 "note": "all prompts as sequences of one llama_batch; time to first token after the "
