@@ -68,7 +68,8 @@ class Model:
     model: a model folder (config.json + safetensors), a known real model ("smollm2-135m") or a
     preset ("gpt2-tiny"; "preset:NAME" always a preset). Keywords: device ("cpu", "cuda:0"),
     dtype ("float32", "bfloat16", "float16" or a torch.dtype), fused, check_weights, weights
-    ("float", "int8", "int4", "bfloat16"), group_size, quantize_head, model_config and
+    ("float", "int8", "int4", "bfloat16"), group_size, quantize_head, int8_activation_rows
+    (int8: products of this many rows quantize their activations too), model_config and
     weights_seed (presets).
     """
 
