@@ -219,6 +219,13 @@ ModelSpec read_model(MapReader r, const std::string& file) {
     r.fail("int8_activation_rows",
            "0 unless model.weights is int8 (int8 activations multiply int8 weights)");
   }
+  m.int8_activation_block = r.integer("int8_activation_block", 0, 0, 1 << 20);
+  if (m.int8_activation_block > 0 &&
+      (m.int8_activation_rows == 0 || m.int8_activation_block % 32 != 0)) {
+    r.fail("int8_activation_block",
+           "0, or a multiple of 32 with model.int8_activation_rows > 0 (the activation scales of "
+           "the products that int8_activation_rows quantizes)");
+  }
   if (m.weights != "float" && !m.fused) {
     r.fail("weights",
            "float with model.fused: false (weights are quantized in the fused form's "

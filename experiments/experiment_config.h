@@ -14,20 +14,23 @@
 namespace gengraph {
 
 struct ModelSpec {
-  std::string preset;                // built-in preset name, or
-  std::string path;                  // a Hugging Face model folder, or
-  std::string name;                  // a known real model (known_models.h); `path` is then its
-                                     // folder, resolved when the experiment is read
-  nlohmann::json config_overrides;   // config.json keys over the preset's (object or null)
-  uint64_t seed = 0;                 // random-weight seed (presets)
-  std::string dtype = "float32";     // float32 | bfloat16 | float16
-  std::string device = "cpu";        // cpu | cuda | cuda:N
-  bool fused = true;                 // fused projections (ModelConfig::fused); false: op by op
-  bool check_weights = true;         // refuse NaN/Inf in checkpoint tensors (LoadOptions)
-  std::string weights = "float";     // float | int8 | int4 | bfloat16 (LoadOptions::weights)
-  int64_t group_size = 32;           // int4: input channels per scale
-  bool quantize_head = true;         // the output head quantized too
-  int64_t int8_activation_rows = 0;  // int8: products of this many rows quantize activations too
+  std::string preset;               // built-in preset name, or
+  std::string path;                 // a Hugging Face model folder, or
+  std::string name;                 // a known real model (known_models.h); `path` is then its
+                                    // folder, resolved when the experiment is read
+  nlohmann::json config_overrides;  // config.json keys over the preset's (object or null)
+  uint64_t seed = 0;                // random-weight seed (presets)
+  std::string dtype = "float32";    // float32 | bfloat16 | float16
+  std::string device = "cpu";       // cpu | cuda | cuda:N
+  bool fused = true;                // fused projections (ModelConfig::fused); false: op by op
+  bool check_weights = true;        // refuse NaN/Inf in checkpoint tensors (LoadOptions)
+  std::string weights = "float";    // float | int8 | int4 | bfloat16 (LoadOptions::weights)
+  int64_t group_size = 32;          // int4: input channels per scale
+  bool quantize_head = true;        // the output head quantized too
+  int64_t int8_activation_rows = 0;
+  int64_t int8_activation_block =
+      0;  // their activation scales per block of channels (0: per row)  // int8: products of this
+          // many rows quantize activations too
 };
 
 struct BackendSpec {

@@ -108,9 +108,12 @@ nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log) {
                         {"formats", nlohmann::json::array()}};
   for (const auto& name : o.formats) {
     WeightFormat f;
-    // w8a8: int8 weights with every product's activations quantized to int8 too.
-    f.kind = parse_weight_kind(name == "w8a8" ? "int8" : name, "--weights");
-    if (name == "w8a8") f.int8_activation_rows = 1;
+    // w8a8: int8 weights with every product's activations quantized to int8 too, a scale per
+    // row; w8a8/B a scale per block of B channels.
+    const bool w8a8 = name == "w8a8" || name.rfind("w8a8/", 0) == 0;
+    f.kind = parse_weight_kind(w8a8 ? "int8" : name, "--weights");
+    if (w8a8) f.int8_activation_rows = 1;
+    if (name.rfind("w8a8/", 0) == 0) f.int8_activation_block = std::stoll(name.substr(5));
     f.group_size = o.group_size;
     f.lm_head = o.quantize_head;
     log << "format " << f.describe() << "\n";
@@ -157,17 +160,17 @@ std::string format_quality(const nlohmann::json& doc) {
     << " tokens), " << doc["windows"].get<int64_t>() << " windows of "
     << doc["window"].get<int64_t>() << " tokens, teacher-forced; greedy: " << doc["prompts"].size()
     << " prompts x " << doc["new_tokens"].get<int64_t>() << " tokens\n";
-  o << std::left << std::setw(38) << "weights" << std::setw(14) << "perplexity" << std::setw(12)
+  o << std::left << std::setw(50) << "weights" << std::setw(14) << "perplexity" << std::setw(12)
     << "vs float" << std::setw(14) << "KL (nats)" << std::setw(14) << "top-1 agree" << std::setw(16)
     << "greedy same"
     << "common prefix\n";
-  o << std::setw(38) << "float" << std::setw(14) << std::setprecision(3)
+  o << std::setw(50) << "float" << std::setw(14) << std::setprecision(3)
     << doc["float"]["perplexity"].get<double>() << "\n";
   for (const auto& f : doc["formats"]) {
     std::ostringstream vs;
     vs << std::showpos << std::fixed << std::setprecision(2)
        << 100.0 * f["perplexity_vs_float"].get<double>() << "%";
-    o << std::setw(38) << f["weights"].get<std::string>() << std::setw(14) << std::setprecision(3)
+    o << std::setw(50) << f["weights"].get<std::string>() << std::setw(14) << std::setprecision(3)
       << f["perplexity"].get<double>() << std::setw(12) << vs.str() << std::setw(14)
       << std::setprecision(5) << f["kl_divergence"].get<double>() << std::setw(14)
       << std::setprecision(4) << f["top1_agreement"].get<double>() << std::setw(16)

@@ -278,7 +278,7 @@ AotiStep::AotiStep(const CausalLM& model, const AotiStepOptions& o, const std::s
                 "run on CPU only); use eager, trace or cuda_graph (step: eager), or "
                 "model.weights: float");
   }
-  if (weights.int8_activation_rows > 0) {
+  if (weights.int8_activation_rows > 0) {  // (int8_activation_block needs rows > 0)
     throw Error("backend '" + backend +
                 "': model.int8_activation_rows is not exported yet (a package's projections "
                 "call the weight-only gengraph::linear_int8); use eager, trace or cuda_graph, or "

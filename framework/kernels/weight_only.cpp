@@ -6,14 +6,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define GENGRAPH_X86_AVX2 1
 #define GENGRAPH_AVX2_FN __attribute__((target("avx2,fma")))
+#define GENGRAPH_VNNI_FN __attribute__((target("avx512f,avx512bw,avx512vnni")))
 #endif
 
 namespace gengraph::kernels {
@@ -64,6 +67,64 @@ void int4_rows_plain(const float* x, int64_t M, int64_t K, const uint8_t* q, con
         y += p * scales[n * groups + g] + zeros[n * groups + g] * xsum[m * groups + g];
       }
       out[m * ldo + n] = y;
+    }
+  }
+}
+
+// ---- W8A8 with block scales: activations quantized per block of `block` channels. ----
+
+// The activation rows quantized for the integer products: per row m, q[m K + k] = round(x / s)
+// (half to even) with s the absolute maximum of k's block / 127 (1 for a block of zeros), and per
+// lane of four channels (an int32 lane of the vector kernels) the block's scale and -128 times the
+// lane's sum of levels (the VNNI path multiplies unsigned weights, w + 128: this takes the 128
+// back).
+struct BlockRows {
+  int64_t M = 0, K = 0;
+  std::vector<int8_t> q;           // [M, K]
+  std::vector<float> lane_scale;   // [M, K / 4]
+  std::vector<int32_t> lane_bias;  // [M, K / 4]
+};
+
+BlockRows quantize_blocks(const float* x, int64_t M, int64_t K, int64_t block) {
+  BlockRows r;
+  r.M = M;
+  r.K = K;
+  r.q.resize(static_cast<size_t>(M * K));
+  r.lane_scale.resize(static_cast<size_t>(M * K / 4));
+  r.lane_bias.resize(static_cast<size_t>(M * K / 4));
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t b0 = 0; b0 < K; b0 += block) {
+      const float* xb = x + m * K + b0;
+      float amax = 0.f;
+      for (int64_t i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float s = amax > 0.f ? amax / 127.0f : 1.0f;
+      int8_t* qb = r.q.data() + m * K + b0;
+      for (int64_t i = 0; i < block; ++i) qb[i] = static_cast<int8_t>(std::nearbyint(xb[i] / s));
+      for (int64_t l = 0; l < block / 4; ++l) {
+        const int64_t lane = m * (K / 4) + b0 / 4 + l;
+        r.lane_scale[lane] = s;
+        r.lane_bias[lane] = -128 * (qb[4 * l] + qb[4 * l + 1] + qb[4 * l + 2] + qb[4 * l + 3]);
+      }
+    }
+  }
+  return r;
+}
+
+// y[m, n] = scales[n] * sum over blocks of (the block's integer sum * its scale).
+void w8a8_blocks_plain(const BlockRows& a, int64_t block, const int8_t* w, const float* scales,
+                       int64_t n0, int64_t n1, float* out, int64_t ldo) {
+  const int64_t K = a.K;
+  for (int64_t n = n0; n < n1; ++n) {
+    const int8_t* wr = w + n * K;
+    for (int64_t m = 0; m < a.M; ++m) {
+      const int8_t* xr = a.q.data() + m * K;
+      float y = 0.f;
+      for (int64_t b0 = 0; b0 < K; b0 += block) {
+        int32_t s = 0;
+        for (int64_t k = b0; k < b0 + block; ++k) s += int32_t{xr[k]} * int32_t{wr[k]};
+        y += static_cast<float>(s) * a.lane_scale[m * (K / 4) + b0 / 4];
+      }
+      out[m * ldo + n] = y * scales[n];
     }
   }
 }
@@ -157,6 +218,41 @@ GENGRAPH_AVX2_FN void dot_rows_avx2(const float* x, int64_t M, int64_t K, const 
   }
 }
 
+// MB activation rows by NB weight rows of the block-scaled W8A8 product, 32 channels a step: the
+// weight's magnitudes (unsigned) times the activations with the weight's signs, in pairs to int16
+// (at most 2 * 128 * 127, no saturation) and fours to int32, then to float32 times the lane's
+// block scale.
+template <int MB, int NB>
+GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m0, const int8_t* w,
+                                            const float* scales, float* out, int64_t ldo) {
+  const int64_t K = a.K;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MB][NB];
+  for (int m = 0; m < MB; ++m)
+    for (int n = 0; n < NB; ++n) acc[m][n] = _mm256_setzero_ps();
+  const char* ahead = reinterpret_cast<const char*>(w) + kPrefetchBytes;
+  for (int64_t k = 0; k < K; k += 32) {
+    _mm_prefetch(ahead + k * NB, _MM_HINT_T0);
+    __m256i wv[NB];
+    for (int n = 0; n < NB; ++n) {
+      wv[n] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + n * K + k));
+    }
+    for (int m = 0; m < MB; ++m) {
+      const int64_t row = (m0 + m) * K;
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + row + k));
+      const __m256 sc = _mm256_loadu_ps(a.lane_scale.data() + row / 4 + k / 4);
+      for (int n = 0; n < NB; ++n) {
+        const __m256i pairs =
+            _mm256_maddubs_epi16(_mm256_abs_epi8(wv[n]), _mm256_sign_epi8(xv, wv[n]));
+        const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+        acc[m][n] = _mm256_fmadd_ps(lanes, sc, acc[m][n]);
+      }
+    }
+  }
+  for (int m = 0; m < MB; ++m)
+    for (int n = 0; n < NB; ++n) out[m * ldo + n] = hsum(acc[m][n]) * scales[n];
+}
+
 // One int4 weight row against one activation row. Per block of 32: the 16 bytes become four
 // vectors of 8 levels (0..15) as floats; per group the partial dot is scaled once, and the zeros
 // add one product with the group's activation sum (xsum).
@@ -240,14 +336,117 @@ GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const
     out[n] = int4_row(x, K, q + n * (K / 2), scales + n * groups, zeros + n * groups, xsum, group);
   }
 }
+
+// GCC 12 warns of its own headers' _mm512_undefined_* (a deliberately uninitialized register)
+// wherever they are inlined: not this code's.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The same tile with AVX-512 VNNI, 64 channels a step: the weights made unsigned (w + 128, by
+// flipping the sign bit), one vpdpbusd per 64 products starting from the lanes' -128 * sums.
+// A last step of fewer than 64 channels (K a multiple of 32) loads under a mask.
+template <int MB, int NB>
+GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m0, const int8_t* w,
+                                            const float* scales, float* out, int64_t ldo) {
+  const int64_t K = a.K;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[MB][NB];
+  for (int m = 0; m < MB; ++m)
+    for (int n = 0; n < NB; ++n) acc[m][n] = _mm512_setzero_ps();
+  const char* ahead = reinterpret_cast<const char*>(w) + kPrefetchBytes;
+  for (int64_t k = 0; k < K; k += 64) {
+    const int64_t left = K - k;
+    const __mmask64 bytes = left >= 64 ? ~__mmask64{0} : ((__mmask64{1} << left) - 1);
+    const __mmask16 lanes = left >= 64 ? static_cast<__mmask16>(0xFFFF)
+                                       : static_cast<__mmask16>((1u << (left / 4)) - 1);
+    for (int p = 0; p < NB; ++p) _mm_prefetch(ahead + k * NB + p * 64, _MM_HINT_T0);
+    __m512i wv[NB];
+    for (int n = 0; n < NB; ++n) {
+      wv[n] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, w + n * K + k), flip);
+    }
+    for (int m = 0; m < MB; ++m) {
+      const int64_t row = (m0 + m) * K;
+      const __m512i xv = _mm512_maskz_loadu_epi8(bytes, a.q.data() + row + k);
+      const __m512i bias = _mm512_maskz_loadu_epi32(lanes, a.lane_bias.data() + row / 4 + k / 4);
+      const __m512 sc = _mm512_maskz_loadu_ps(lanes, a.lane_scale.data() + row / 4 + k / 4);
+      for (int n = 0; n < NB; ++n) {
+        const __m512i sums = _mm512_dpbusd_epi32(bias, wv[n], xv);
+        acc[m][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), sc, acc[m][n]);
+      }
+    }
+  }
+  for (int m = 0; m < MB; ++m)
+    for (int n = 0; n < NB; ++n) out[m * ldo + n] = _mm512_reduce_add_ps(acc[m][n]) * scales[n];
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// Rows [n0, n1) of the product for every activation row: weight rows in passes of 16 (they stay
+// in L1 across the activation rows), activation rows in tiles of up to 4.
+template <bool kVnni>
+void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales, int64_t n0,
+                      int64_t n1, float* out, int64_t ldo) {
+  constexpr int64_t kRowsPerPass = 16;
+  const int64_t K = a.K;
+  auto tile = [&](auto mb, int64_t m, int64_t nb, int64_t ne) {
+    constexpr int MB = decltype(mb)::value;
+    int64_t n = nb;
+    float* o = out + m * ldo;
+    if constexpr (kVnni) {
+      for (; n + 4 <= ne; n += 4)
+        w8a8_blocks_vnni_tile<MB, 4>(a, m, w + n * K, scales + n, o + n, ldo);
+      for (; n < ne; ++n) w8a8_blocks_vnni_tile<MB, 1>(a, m, w + n * K, scales + n, o + n, ldo);
+    } else {
+      constexpr int NB = MB == 1 ? 4 : 2;
+      for (; n + NB <= ne; n += NB) {
+        w8a8_blocks_avx2_tile<MB, NB>(a, m, w + n * K, scales + n, o + n, ldo);
+      }
+      for (; n < ne; ++n) w8a8_blocks_avx2_tile<MB, 1>(a, m, w + n * K, scales + n, o + n, ldo);
+    }
+  };
+  for (int64_t nb = n0; nb < n1; nb += kRowsPerPass) {
+    const int64_t ne = std::min(n1, nb + kRowsPerPass);
+    for (int64_t m = 0; m < a.M; m += 4) {
+      switch (std::min<int64_t>(4, a.M - m)) {
+        case 1:
+          tile(std::integral_constant<int, 1>{}, m, nb, ne);
+          break;
+        case 2:
+          tile(std::integral_constant<int, 2>{}, m, nb, ne);
+          break;
+        case 3:
+          tile(std::integral_constant<int, 3>{}, m, nb, ne);
+          break;
+        default:
+          tile(std::integral_constant<int, 4>{}, m, nb, ne);
+          break;
+      }
+    }
+  }
+}
 #endif  // GENGRAPH_X86_AVX2
 
 std::atomic<bool> g_plain{false};
+std::atomic<bool> g_no_vnni{false};
 
 bool cpu_has_avx2() {
 #ifdef GENGRAPH_X86_AVX2
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has && !g_plain.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512_vnni() {
+#ifdef GENGRAPH_X86_AVX2
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return has && !g_plain.load(std::memory_order_relaxed) &&
+         !g_no_vnni.load(std::memory_order_relaxed);
 #else
   return false;
 #endif
@@ -326,8 +525,40 @@ at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
 // W8A8: each activation row quantized to int8 on the fly (symmetric, its absolute maximum / 127,
 // round half to even; a row of zeros gets scale 1), the integer product by LibTorch's _int_mm
 // (int32 sums, oneDNN's integer GEMM on x86), then scaled by the row's and the channel's scales.
-at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
+// With block > 0: each block of `block` channels of a row gets its own scale (quantize_blocks) and
+// gengraph's integer kernels take the product (AVX-512 VNNI, AVX2, or the plain loops).
+at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
+                              int64_t block) {
+  const int64_t M = x.size(0), K = x.size(1), N = q.size(0);
+  TORCH_CHECK(block % 32 == 0 && K % block == 0, "gengraph::linear_w8a8: block ", block,
+              " must be a multiple of 32 dividing the ", K, " input channels");
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return y;
+  const BlockRows a = quantize_blocks(x.data_ptr<float>(), M, K, block);
+  const int8_t* wp = q.data_ptr<int8_t>();
+  const float* sp = scales.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const bool vnni = cpu_has_avx512_vnni(), avx2 = cpu_has_avx2();
+  at::parallel_for(0, N, grain_rows(N, K), [&](int64_t n0, int64_t n1) {
+#ifdef GENGRAPH_X86_AVX2
+    if (vnni) return w8a8_blocks_rows<true>(a, wp, sp, n0, n1, yp, N);
+    if (avx2) return w8a8_blocks_rows<false>(a, wp, sp, n0, n1, yp, N);
+#endif
+    (void)vnni;
+    (void)avx2;
+    w8a8_blocks_plain(a, block, wp, sp, n0, n1, yp, N);
+  });
+  return y;
+}
+
+at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
+                           int64_t block) {
   check_int8(x, q, scales, "gengraph::linear_w8a8");
+  TORCH_CHECK(block >= 0,
+              "gengraph::linear_w8a8: block must be 0 (a scale per row) or a "
+              "multiple of 32, got ",
+              block);
+  if (block > 0) return linear_w8a8_blocks(x, q, scales, block);
   const at::Tensor absmax = x.abs().amax(1, /*keepdim=*/true);
   const at::Tensor row_scale = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
   const at::Tensor xq = at::round(x / row_scale).to(at::kChar);
@@ -442,6 +673,8 @@ bool vectorized() { return cpu_has_avx2(); }
 
 void use_plain_loops(bool plain) { g_plain.store(plain); }
 
+void allow_vnni(bool allowed) { g_no_vnni.store(!allowed); }
+
 at::Tensor pack_int4(const at::Tensor& q) {
   TORCH_CHECK(q.dim() == 2 && q.size(1) % 32 == 0, "pack_int4: [N, K] levels with K % 32 == 0");
   const int64_t N = q.size(0), K = q.size(1);
@@ -463,13 +696,16 @@ at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& q, const at::Tenso
   return int8_op().call(x, q, scales);
 }
 
-at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
+at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
+                       int64_t block) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("gengraph::linear_w8a8", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
-  return op.call(x, q, scales);
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t)>();
+  return op.call(x, q, scales, block);
 }
+
+bool integer_dot_vnni() { return cpu_has_avx512_vnni(); }
 
 at::Tensor linear_int4(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                        const at::Tensor& zeros, int64_t group) {
@@ -500,7 +736,7 @@ at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w) {
 // any registered operator) and a trace replays them.
 TORCH_LIBRARY_FRAGMENT(gengraph, m) {
   m.def("linear_int8(Tensor x, Tensor q, Tensor scales) -> Tensor");
-  m.def("linear_w8a8(Tensor x, Tensor q, Tensor scales) -> Tensor");
+  m.def("linear_w8a8(Tensor x, Tensor q, Tensor scales, int block=0) -> Tensor");
   m.def("linear_int4(Tensor x, Tensor packed, Tensor scales, Tensor zeros, int group) -> Tensor");
   m.def("linear_bf16(Tensor x, Tensor w) -> Tensor");
   m.def("linear_f32(Tensor x, Tensor w) -> Tensor");
@@ -530,6 +766,11 @@ at::Tensor linear_int8_meta(const at::Tensor& x, const at::Tensor& q, const at::
   return rows_by(x, q.sym_size(0), "gengraph::linear_int8");
 }
 
+at::Tensor linear_w8a8_meta(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
+                            int64_t block) {
+  return linear_int8_meta(x, q, scales);
+}
+
 at::Tensor linear_int4_meta(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                             const at::Tensor& zeros, int64_t group) {
   TORCH_CHECK(packed.dim() == 2, "gengraph::linear_int4: weight must be 2-D");
@@ -546,7 +787,7 @@ at::Tensor linear_bf16_meta(const at::Tensor& x, const at::Tensor& w) {
 
 TORCH_LIBRARY_IMPL(gengraph, Meta, m) {
   m.impl("linear_int8", &gengraph::kernels::linear_int8_meta);
-  m.impl("linear_w8a8", &gengraph::kernels::linear_int8_meta);
+  m.impl("linear_w8a8", &gengraph::kernels::linear_w8a8_meta);
   m.impl("linear_int4", &gengraph::kernels::linear_int4_meta);
   m.impl("linear_bf16", &gengraph::kernels::linear_bf16_meta);
 }

@@ -22,12 +22,22 @@ namespace gengraph::kernels {
 //   x: [M, K] float32, contiguous; q: [N, K] int8; scales: [N] float32 -> [M, N] float32
 at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales);
 
-// The same product with the activations quantized too (W8A8): each row of x to int8 with its own
-// scale (absolute maximum / 127, round half to even), an integer GEMM with int32 sums (LibTorch's
-// _int_mm), then y[m, n] = sum * row_scale[m] * scales[n]. A change of arithmetic, opted into with
-// model.int8_activation_rows (docs/quantization.md#int8-activations).
+// The same product with the activations quantized too (W8A8). A change of arithmetic, opted into
+// with model.int8_activation_rows (docs/quantization.md#int8-activations).
+//   block 0: each row of x to int8 with its own scale (absolute maximum / 127, round half to
+//     even), an integer GEMM with int32 sums (LibTorch's _int_mm), then
+//     y[m, n] = sum * row_scale[m] * scales[n].
+//   block B (a multiple of 32 dividing K; model.int8_activation_block): each block of B channels
+//     of a row gets its own scale the same way; per block the integer sum (exact in int32) times
+//     the block's scale, summed in float32, times scales[n]. gengraph's kernels compute it: AVX-512
+//     VNNI where the CPU has it, AVX2 otherwise, the plain loops elsewhere.
 //   x: [M, K] float32; q: [N, K] int8; scales: [N] float32 -> [M, N] float32
-at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales);
+at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
+                       int64_t block = 0);
+// Whether linear_w8a8's block kernels run AVX-512 VNNI on this CPU (false under use_plain_loops
+// or allow_vnni(false), which leaves them AVX2 where the CPU has it: for tests and benchmarks).
+bool integer_dot_vnni();
+void allow_vnni(bool allowed);
 
 // The int4 layout these kernels read: per output row, K / 32 blocks of 16 bytes; byte i of block
 // b holds element 32 b + i in its low nibble and element 32 b + 16 + i in its high nibble.

@@ -29,13 +29,18 @@ struct WeightFormat {
   // int8 on CPU: products of at least this many activation rows quantize the activations to int8
   // too (W8A8, kernels::linear_w8a8); fewer rows stay weight-only. 0: never (the default).
   int64_t int8_activation_rows = 0;
+  // Those products' activation scales: 0, one per row (LibTorch's integer GEMM); B, one per block
+  // of B input channels of each row (a multiple of 32 dividing every projection's input width;
+  // gengraph's VNNI / AVX2 kernels).
+  int64_t int8_activation_block = 0;
   bool quantized() const { return kind != Kind::kAsLoaded; }
   // "float" (as loaded), "int8", "int4" or "bfloat16"; describe() adds the group and the head.
   std::string name() const;
   std::string describe() const;
   bool operator==(const WeightFormat& o) const {
     return kind == o.kind && group_size == o.group_size && lm_head == o.lm_head &&
-           int8_activation_rows == o.int8_activation_rows;
+           int8_activation_rows == o.int8_activation_rows &&
+           int8_activation_block == o.int8_activation_block;
   }
   bool operator!=(const WeightFormat& o) const { return !(*this == o); }
 };

@@ -62,6 +62,9 @@ struct ModelOptions {
   // int8 on CPU: products of at least this many activation rows quantize the activations to
   // int8 too (W8A8, LibTorch's integer GEMM); 0 keeps every product weight-only.
   int64_t int8_activation_rows = 0;
+  // Those products' activation scales: 0 one per row; B one per block of B input channels (a
+  // multiple of 32 dividing the projections' widths), computed by gengraph's integer kernels.
+  int64_t int8_activation_block = 0;
   // Presets only: config.json keys over the preset's (e.g. {"n_layer": 4}) and the seed of the
   // random weights.
   nlohmann::json model_config = nullptr;

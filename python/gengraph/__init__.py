@@ -33,7 +33,8 @@ __all__ = ["Engine", "Model", "Generation", "Sequence", "StreamedToken", "Stream
            "presets", "models", "register_backend", "unregister_backend", "check_backend"]
 
 _MODEL_KEYS = ("device", "dtype", "fused", "check_weights", "weights", "group_size",
-               "quantize_head", "int8_activation_rows", "model_config", "weights_seed")
+               "quantize_head", "int8_activation_rows", "int8_activation_block", "model_config",
+               "weights_seed")
 
 
 def _dtype_name(dtype):
@@ -69,7 +70,8 @@ class Model:
     preset ("gpt2-tiny"; "preset:NAME" always a preset). Keywords: device ("cpu", "cuda:0"),
     dtype ("float32", "bfloat16", "float16" or a torch.dtype), fused, check_weights, weights
     ("float", "int8", "int4", "bfloat16"), group_size, quantize_head, int8_activation_rows
-    (int8: products of this many rows quantize their activations too), model_config and
+    (int8: products of this many rows quantize their activations too), int8_activation_block
+    (their activation scales per block of this many channels; 0: per row), model_config and
     weights_seed (presets).
     """
 

@@ -82,6 +82,8 @@ ModelOptions model_options(const py::dict& o) {
       m.quantize_head = v.cast<bool>();
     } else if (key == "int8_activation_rows") {
       m.int8_activation_rows = v.cast<int64_t>();
+    } else if (key == "int8_activation_block") {
+      m.int8_activation_block = v.cast<int64_t>();
     } else if (key == "model_config") {
       m.model_config = to_json(v, "model_config");
     } else if (key == "weights_seed") {

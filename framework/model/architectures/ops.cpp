@@ -183,6 +183,16 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
             "integer GEMM); set 0 on " +
             weight.device().str());
       }
+      const int64_t block = format.int8_activation_block;
+      if (block != 0 && (format.int8_activation_rows <= 0 || block < 0 || block % 32 != 0 ||
+                         weight.size(1) % block != 0)) {
+        throw Error(
+            "model.int8_activation_block: expected 0, or a multiple of 32 dividing every "
+            "projection's input channels with int8_activation_rows > 0; found " +
+            std::to_string(block) + " for a projection of " + std::to_string(weight.size(1)) +
+            " input channels (int8_activation_rows " + std::to_string(format.int8_activation_rows) +
+            ")");
+      }
       Int8Weight q = quantize_int8(weight);
       qweight = std::move(q.q);
       // gengraph's CPU kernel takes float32 scales; LibTorch's CUDA kernel the activations' dtype.
@@ -236,7 +246,7 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
       switch (format.kind) {
         case WeightFormat::Kind::kInt8:
           y = format.int8_activation_rows > 0 && xf.size(0) >= format.int8_activation_rows
-                  ? kernels::linear_w8a8(xf, qweight, scales)
+                  ? kernels::linear_w8a8(xf, qweight, scales, format.int8_activation_block)
                   : kernels::linear_int8(xf, qweight, scales);
           break;
         case WeightFormat::Kind::kInt4:

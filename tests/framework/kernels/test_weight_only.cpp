@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "framework/kernels/rms_norm.h"
 #include "framework/kernels/weight_only.h"
@@ -84,6 +86,80 @@ TEST(WeightOnlyKernels, W8A8QuantizesEachRowAndSumsExactly) {
       const at::Tensor exact = at::linear(x.to(at::kDouble), w);
       const at::Tensor bound = at::linear(s.to(at::kDouble).expand({M, K}) * 0.5, w.abs()) + 1e-6;
       EXPECT_TRUE((got.to(at::kDouble) - exact).abs().le(bound).all().item<bool>());
+    }
+  }
+}
+
+// W8A8 with block scales (model.int8_activation_block): each block of B channels of a row
+// quantized with its own scale, the integer sums per block, then the scales. Checked on every
+// path this CPU has (AVX-512 VNNI, AVX2, the plain loops) against the same quantization done here
+// with ATen ops and the sums in float64, over weights that use the whole int8 range (-128 too),
+// K with a tail of 32 after the 64-channel steps, and row counts on both sides of every tile.
+TEST(WeightOnlyKernels, W8A8BlocksQuantizeEachBlockOnEveryPath) {
+  struct Restore {
+    ~Restore() {
+      use_plain_loops(false);
+      allow_vnni(true);
+    }
+  } restore;
+  at::manual_seed(3);
+  for (const auto& [K, block] : std::vector<std::pair<int64_t, int64_t>>{
+           {32, 32}, {96, 32}, {96, 96}, {576, 64}, {768, 32}}) {
+    const at::Tensor q = at::randint(-128, 128, {19, K}).to(at::kChar);
+    const at::Tensor scales = at::rand({19}) * 0.01 + 1e-3;
+    for (const int64_t M : {1, 2, 3, 4, 5, 9, 33}) {
+      at::Tensor x = at::randn({M, K}) * at::rand({1, K}) * 4;  // channels of unequal range
+      x[0].narrow(0, 0, block).zero_();                         // a block of zeros: scale 1
+      const at::Tensor xb = x.view({M, K / block, block});
+      const at::Tensor absmax = xb.abs().amax(2, true);
+      const at::Tensor s = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
+      const at::Tensor xq = at::round(xb / s);
+      ASSERT_LE(xq.abs().max().item<float>(), 127);
+      // [M, blocks, N]: each block's integer sum, exact in float64.
+      const at::Tensor sums = at::einsum(
+          "mbk,nbk->mbn", {xq.to(at::kDouble), q.to(at::kDouble).view({19, K / block, block})});
+      const at::Tensor want = (sums * s.to(at::kDouble)).sum(1) * scales.to(at::kDouble);
+      // Float32 roundings of the partial sums: relative to the sum of the products' magnitudes.
+      const at::Tensor magnitudes = at::einsum(
+          "mbk,nbk->mbn",
+          {xq.abs().to(at::kDouble), q.to(at::kDouble).abs().view({19, K / block, block})});
+      const at::Tensor tol = (magnitudes * s.to(at::kDouble)).sum(1) * scales.to(at::kDouble);
+      for (const int path : {0, 1, 2}) {
+        use_plain_loops(path == 2);
+        allow_vnni(path == 0);
+        SCOPED_TRACE(std::string(path == 0   ? (integer_dot_vnni() ? "VNNI" : "no VNNI here")
+                                 : path == 1 ? (vectorized() ? "AVX2" : "no AVX2 here")
+                                             : "plain loops") +
+                     " K " + std::to_string(K) + " block " + std::to_string(block) + " M " +
+                     std::to_string(M));
+        const at::Tensor got = linear_w8a8(x, q, scales, block);
+        ASSERT_EQ(got.sizes(), want.sizes());
+        const at::Tensor err = (got.to(at::kDouble) - want).abs();
+        EXPECT_TRUE(err.le(tol * 1e-5 + 1e-9).all().item<bool>())
+            << "worst error " << err.max().item<double>();
+      }
+      use_plain_loops(false);
+      allow_vnni(true);
+      // One block per row is the per-row scheme (LibTorch's integer GEMM).
+      if (block == K) {
+        EXPECT_TRUE(
+            at::allclose(linear_w8a8(x, q, scales, block), linear_w8a8(x, q, scales), 1e-5, 1e-6));
+      }
+    }
+  }
+}
+
+TEST(WeightOnlyKernels, W8A8BlocksRefuseABlockThatDoesNotDivideTheRow) {
+  const at::Tensor q = at::zeros({4, 96}, at::kChar);
+  const at::Tensor scales = at::ones({4});
+  const at::Tensor x = at::randn({2, 96});
+  for (const int64_t block : {64, 48}) {
+    try {
+      linear_w8a8(x, q, scales, block);
+      ADD_FAILURE() << "block " << block << " was taken";
+    } catch (const c10::Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("block " + std::to_string(block) +
+                                      " must be a multiple of 32 dividing the 96 input channels"));
     }
   }
 }

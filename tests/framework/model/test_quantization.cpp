@@ -219,6 +219,50 @@ TEST(Quantization, Int8ActivationsFromARowCountAndRefusedElsewhere) {
   EXPECT_THAT(err, HasSubstr("0 unless model.weights is int8"));
 }
 
+// model.int8_activation_block: the W8A8 products' activation scales per block of channels; a
+// block that does not divide a projection's width, or one without int8_activation_rows, is
+// refused by name wherever it can be set.
+TEST(Quantization, Int8ActivationBlocksAreTheirOwnScalesAndCheckedByName) {
+  register_builtin_backends();
+  LoadOptions o;
+  o.weights.kind = WeightFormat::Kind::kInt8;
+  o.weights.int8_activation_rows = 1;
+  const auto per_row = testing::test_model("preset:llama-tiny", 3, o);
+  o.weights.int8_activation_block = 32;
+  const auto blocks = testing::test_model("preset:llama-tiny", 3, o);
+  EXPECT_EQ(blocks->config().weights.describe(),
+            "int8 (int8 activations from 1 row, blocks of 32)");
+  const auto logits = [](const std::shared_ptr<const CausalLM>& m) {
+    auto b = BackendRegistry::instance().create("eager", m, BackendOptions("eager", {}));
+    b->prepare(2, 8);
+    const at::Tensor ids = at::tensor({5, 9}, at::kLong).unsqueeze(1);
+    return b->prefill(StepInputs{ids, at::zeros({2, 1}, at::kLong), ids.ne(-1), {}});
+  };
+  const at::Tensor a = logits(per_row), b = logits(blocks);
+  EXPECT_FALSE(at::equal(a, b));
+  EXPECT_LT((a - b).abs().max().item<float>(), 0.05 * a.abs().max().item<float>());
+
+  o.weights.int8_activation_block = 48;
+  EXPECT_THAT(testing::error_of([&] { testing::test_model("preset:llama-tiny", 3, o); }),
+              HasSubstr("model.int8_activation_block: expected 0, or a multiple of 32 dividing "
+                        "every projection's input channels"));
+  EngineOptions e;
+  e.weights = "int8";
+  e.int8_activation_block = 32;
+  EXPECT_THAT(testing::error_of([&] { Engine("gpt2-tiny", e); }),
+              HasSubstr("EngineOptions::int8_activation_block: expected 0, or a multiple of 32 "
+                        "with int8_activation_rows > 0; found 32 with int8_activation_rows 0"));
+  testing::TempDir dir;
+  testing::write_file(dir / "x.yaml",
+                      "name: x\nmodel: {preset: gpt2-tiny, weights: int8, "
+                      "int8_activation_rows: 1, int8_activation_block: 40}\n"
+                      "inputs: {prompts: [[1, 2]]}\n");
+  const auto [status, err] = testing::cli_stderr({"validate", (dir / "x.yaml").string()});
+  EXPECT_NE(status, 0);
+  EXPECT_THAT(err, HasSubstr("int8_activation_block"));
+  EXPECT_THAT(err, HasSubstr("a multiple of 32 with model.int8_activation_rows > 0"));
+}
+
 TEST(Quantization, QuantizedWeightsChangeTheLogitsButNotTheirShape) {
   LoadOptions o;
   const auto base = testing::test_model("llama-a", 3, o);
@@ -280,8 +324,11 @@ TEST_P(QuantizedBackends, GiveEagerTokensOnTheSameQuantizedModel) {
   install_aoti_export_tool();  // aoti builds (or reuses from its cache) a package per case
   LoadOptions o;
   // w8a8: int8 weights with every product's activations quantized too.
-  o.weights.kind = parse_weight_kind(c.format == "w8a8" ? "int8" : c.format, "test");
-  if (c.format == "w8a8") o.weights.int8_activation_rows = 1;
+  // w8a8b32: the same with a scale per 32 activation channels.
+  const bool w8a8 = c.format == "w8a8" || c.format == "w8a8b32";
+  o.weights.kind = parse_weight_kind(w8a8 ? "int8" : c.format, "test");
+  if (w8a8) o.weights.int8_activation_rows = 1;
+  if (c.format == "w8a8b32") o.weights.int8_activation_block = 32;
   const auto model = testing::test_model(c.model, 11, o);
   auto reference = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
   auto backend =
@@ -324,9 +371,9 @@ std::vector<QuantCase> quant_cases() {
   std::vector<QuantCase> out;
   // int4 needs widths that its groups of 32 divide: the tiny presets (64 wide); the fixture
   // models (48 wide) for the others.
-  for (const std::string format : {"int8", "w8a8", "int4", "bfloat16"}) {
+  for (const std::string format : {"int8", "w8a8", "w8a8b32", "int4", "bfloat16"}) {
     const std::vector<std::string> models =
-        format == "int4" ? std::vector<std::string>{"tiny", "preset:gptj-tiny", "preset:llama-tiny"}
+        format == "int4" || format == "w8a8b32" ? std::vector<std::string>{"tiny", "preset:gptj-tiny", "preset:llama-tiny"}
                          : std::vector<std::string>{"tiny", "gptj-a", "llama-a"};
     for (const std::string& model : models) {
       out.push_back({format, "eager", {{"cache", "static"}}, model});
