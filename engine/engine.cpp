@@ -131,14 +131,11 @@ ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
         std::to_string(o.int8_activation_rows) + " with weights '" + o.weights + "'");
   }
   src.load.weights.int8_activation_rows = o.int8_activation_rows;
-  if (o.int8_activation_block < 0 ||
-      (o.int8_activation_block > 0 &&
-       (o.int8_activation_rows == 0 || o.int8_activation_block % 32 != 0))) {
+  if (o.int8_activation_block < 0 || o.int8_activation_block % 32 != 0) {
     throw Error(
-        "EngineOptions::int8_activation_block: expected 0, or a multiple of 32 with "
-        "int8_activation_rows > 0; found " +
-        std::to_string(o.int8_activation_block) + " with int8_activation_rows " +
-        std::to_string(o.int8_activation_rows));
+        "EngineOptions::int8_activation_block: expected 0 (a scale per row) or a multiple of 32 "
+        "(a scale per block of that many channels); found " +
+        std::to_string(o.int8_activation_block));
   }
   src.load.weights.int8_activation_block = o.int8_activation_block;
   return src;

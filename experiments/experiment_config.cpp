@@ -220,10 +220,9 @@ ModelSpec read_model(MapReader r, const std::string& file) {
            "0 unless model.weights is int8 (int8 activations multiply int8 weights)");
   }
   m.int8_activation_block = r.integer("int8_activation_block", 0, 0, 1 << 20);
-  if (m.int8_activation_block > 0 &&
-      (m.int8_activation_rows == 0 || m.int8_activation_block % 32 != 0)) {
+  if (m.int8_activation_block % 32 != 0) {
     r.fail("int8_activation_block",
-           "0, or a multiple of 32 with model.int8_activation_rows > 0 (the activation scales of "
+           "0 (a scale per row) or a multiple of 32 (a scale per block of that many channels of "
            "the products that int8_activation_rows quantizes)");
   }
   if (m.weights != "float" && !m.fused) {

@@ -31,7 +31,7 @@ struct WeightFormat {
   int64_t int8_activation_rows = 0;
   // Those products' activation scales: 0, one per row (LibTorch's integer GEMM); B, one per block
   // of B input channels of each row (a multiple of 32 dividing every projection's input width;
-  // gengraph's VNNI / AVX2 kernels).
+  // gengraph's VNNI / AVX2 kernels). No effect while int8_activation_rows is 0.
   int64_t int8_activation_block = 0;
   bool quantized() const { return kind != Kind::kAsLoaded; }
   // "float" (as loaded), "int8", "int4" or "bfloat16"; describe() adds the group and the head.

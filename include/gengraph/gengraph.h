@@ -64,6 +64,7 @@ struct ModelOptions {
   int64_t int8_activation_rows = 0;
   // Those products' activation scales: 0 one per row; B one per block of B input channels (a
   // multiple of 32 dividing the projections' widths), computed by gengraph's integer kernels.
+  // No effect while int8_activation_rows is 0.
   int64_t int8_activation_block = 0;
   // Presets only: config.json keys over the preset's (e.g. {"n_layer": 4}) and the seed of the
   // random weights.

@@ -184,14 +184,13 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
             weight.device().str());
       }
       const int64_t block = format.int8_activation_block;
-      if (block != 0 && (format.int8_activation_rows <= 0 || block < 0 || block % 32 != 0 ||
-                         weight.size(1) % block != 0)) {
+      if (block != 0 && (block < 0 || block % 32 != 0 ||
+                         (format.int8_activation_rows > 0 && weight.size(1) % block != 0))) {
         throw Error(
             "model.int8_activation_block: expected 0, or a multiple of 32 dividing every "
-            "projection's input channels with int8_activation_rows > 0; found " +
+            "projection's input channels; found " +
             std::to_string(block) + " for a projection of " + std::to_string(weight.size(1)) +
-            " input channels (int8_activation_rows " + std::to_string(format.int8_activation_rows) +
-            ")");
+            " input channels");
       }
       Int8Weight q = quantize_int8(weight);
       qweight = std::move(q.q);

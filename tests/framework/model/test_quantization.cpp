@@ -245,13 +245,21 @@ TEST(Quantization, Int8ActivationBlocksAreTheirOwnScalesAndCheckedByName) {
   o.weights.int8_activation_block = 48;
   EXPECT_THAT(testing::error_of([&] { testing::test_model("preset:llama-tiny", 3, o); }),
               HasSubstr("model.int8_activation_block: expected 0, or a multiple of 32 dividing "
-                        "every projection's input channels"));
+                        "every projection's input channels; found 48 for a projection of 64 "
+                        "input channels"));
+  // Without int8_activation_rows no product quantizes its activations: the block has no effect
+  // (so that a sweep can cross the two), and 48 still does not pass for one.
+  o.weights.int8_activation_rows = 0;
+  EXPECT_THAT(testing::error_of([&] { testing::test_model("preset:llama-tiny", 3, o); }),
+              HasSubstr("model.int8_activation_block: expected 0, or a multiple of 32"));
+  o.weights.int8_activation_block = 64;
+  EXPECT_EQ(testing::test_model("preset:llama-tiny", 3, o)->config().weights.describe(), "int8");
   EngineOptions e;
   e.weights = "int8";
-  e.int8_activation_block = 32;
+  e.int8_activation_block = 40;
   EXPECT_THAT(testing::error_of([&] { Engine("gpt2-tiny", e); }),
-              HasSubstr("EngineOptions::int8_activation_block: expected 0, or a multiple of 32 "
-                        "with int8_activation_rows > 0; found 32 with int8_activation_rows 0"));
+              HasSubstr("EngineOptions::int8_activation_block: expected 0 (a scale per row) or a "
+                        "multiple of 32 (a scale per block of that many channels); found 40"));
   testing::TempDir dir;
   testing::write_file(dir / "x.yaml",
                       "name: x\nmodel: {preset: gpt2-tiny, weights: int8, "
@@ -260,7 +268,7 @@ TEST(Quantization, Int8ActivationBlocksAreTheirOwnScalesAndCheckedByName) {
   const auto [status, err] = testing::cli_stderr({"validate", (dir / "x.yaml").string()});
   EXPECT_NE(status, 0);
   EXPECT_THAT(err, HasSubstr("int8_activation_block"));
-  EXPECT_THAT(err, HasSubstr("a multiple of 32 with model.int8_activation_rows > 0"));
+  EXPECT_THAT(err, HasSubstr("0 (a scale per row) or a multiple of 32"));
 }
 
 TEST(Quantization, QuantizedWeightsChangeTheLogitsButNotTheirShape) {
@@ -373,8 +381,9 @@ std::vector<QuantCase> quant_cases() {
   // models (48 wide) for the others.
   for (const std::string format : {"int8", "w8a8", "w8a8b32", "int4", "bfloat16"}) {
     const std::vector<std::string> models =
-        format == "int4" || format == "w8a8b32" ? std::vector<std::string>{"tiny", "preset:gptj-tiny", "preset:llama-tiny"}
-                         : std::vector<std::string>{"tiny", "gptj-a", "llama-a"};
+        format == "int4" || format == "w8a8b32"
+            ? std::vector<std::string>{"tiny", "preset:gptj-tiny", "preset:llama-tiny"}
+            : std::vector<std::string>{"tiny", "gptj-a", "llama-a"};
     for (const std::string& model : models) {
       out.push_back({format, "eager", {{"cache", "static"}}, model});
       out.push_back({format, "trace", {}, model});
