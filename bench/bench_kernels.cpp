@@ -1,8 +1,10 @@
 // kernels/<format>/<shape>/m<rows>: one projection of a decode step, x [rows, in] -> [rows, out],
 // through Projection as the models call it, for each weight format: float (oneDNN or MKL, as
 // gengraph runs float32), int8, int4 (groups of 32), bfloat16 (gengraph's weight-only kernels,
-// framework/kernels/weight_only.h), gengraph's streaming kernel on the float32 weight
-// (float_stream), and int8 on the plain loops (what a CPU without AVX2 runs).
+// framework/kernels/weight_only.h), int8 with int8 activations (w8a8_row: a scale per row through
+// LibTorch's _int_mm; w8a8_b32: a scale per 32 channels through gengraph's integer kernels),
+// gengraph's streaming kernel on the float32 weight (float_stream), and int8 on the plain loops
+// (what a CPU without AVX2 runs).
 // The shapes are SmolLM2-135M's and GPT-2-small's projections (fused as gengraph fuses them) and
 // their output heads. Counters: bytes = the stored weight's bytes read per call, so
 // bytes_per_second is the weight stream rate, to set against the machine's read bandwidth.
@@ -52,10 +54,9 @@ int64_t stored_bytes(WeightFormat::Kind kind, const Shape& s) {
   }
 }
 
-void run(benchmark::State& state, const Shape& s, WeightFormat::Kind kind, bool plain) {
+void run(benchmark::State& state, const Shape& s, WeightFormat f, bool plain) {
   at::manual_seed(0);
-  WeightFormat f;
-  f.kind = kind;
+  const WeightFormat::Kind kind = f.kind;
   f.group_size = 32;
   const Projection p(at::randn({s.out, s.in}) * 0.02, at::Tensor(), f);
   const at::Tensor x = at::randn({state.range(0), s.in});
@@ -140,19 +141,30 @@ void register_kernel_benchmarks() {
           ->Unit(benchmark::kMicrosecond);
     }
   }
-  const std::vector<std::pair<const char*, WeightFormat::Kind>> formats = {
-      {"float", WeightFormat::Kind::kAsLoaded},
-      {"int8", WeightFormat::Kind::kInt8},
-      {"int4", WeightFormat::Kind::kInt4},
-      {"bfloat16", WeightFormat::Kind::kBFloat16}};
+  const auto format = [](WeightFormat::Kind kind, int64_t activation_rows, int64_t block) {
+    WeightFormat f;
+    f.kind = kind;
+    f.int8_activation_rows = activation_rows;
+    f.int8_activation_block = block;
+    return f;
+  };
+  // w8a8_row / w8a8_b32: int8 weights with the activations quantized too, a scale per row
+  // (LibTorch's _int_mm) or per 32 channels (gengraph's VNNI / AVX2 kernels).
+  const std::vector<std::pair<const char*, WeightFormat>> formats = {
+      {"float", format(WeightFormat::Kind::kAsLoaded, 0, 0)},
+      {"int8", format(WeightFormat::Kind::kInt8, 0, 0)},
+      {"w8a8_row", format(WeightFormat::Kind::kInt8, 1, 0)},
+      {"w8a8_b32", format(WeightFormat::Kind::kInt8, 1, 32)},
+      {"int4", format(WeightFormat::Kind::kInt4, 0, 0)},
+      {"bfloat16", format(WeightFormat::Kind::kBFloat16, 0, 0)}};
   const std::vector<int64_t> rows =
       bench_smoke() ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 4, 8};
   for (const Shape& s : shapes()) {
     if (bench_smoke() && std::string(s.name) != "smollm2_o") continue;
-    for (const auto& [fname, kind] : formats) {
-      auto* b = benchmark::RegisterBenchmark(
-          ("kernels/" + std::string(fname) + "/" + s.name).c_str(),
-          [s, kind = kind](benchmark::State& st) { run(st, s, kind, false); });
+    for (const auto& [fname, f] : formats) {
+      auto* b =
+          benchmark::RegisterBenchmark(("kernels/" + std::string(fname) + "/" + s.name).c_str(),
+                                       [s, f = f](benchmark::State& st) { run(st, s, f, false); });
       for (const int64_t m : rows) b->Arg(m);
       b->ArgName("m")->Unit(benchmark::kMicrosecond)->UseRealTime();
     }
@@ -160,9 +172,10 @@ void register_kernel_benchmarks() {
                                            [s](benchmark::State& st) { run_f32_stream(st, s); });
     for (const int64_t m : rows) f->Arg(m);
     f->ArgName("m")->Unit(benchmark::kMicrosecond)->UseRealTime();
-    auto* b = benchmark::RegisterBenchmark(
-        ("kernels/int8_plain_loops/" + std::string(s.name)).c_str(),
-        [s](benchmark::State& st) { run(st, s, WeightFormat::Kind::kInt8, true); });
+    auto* b =
+        benchmark::RegisterBenchmark(("kernels/int8_plain_loops/" + std::string(s.name)).c_str(),
+                                     [s, f = format(WeightFormat::Kind::kInt8, 0, 0)](
+                                         benchmark::State& st) { run(st, s, f, true); });
     b->Arg(1)->ArgName("m")->Unit(benchmark::kMicrosecond)->UseRealTime();
   }
 }
