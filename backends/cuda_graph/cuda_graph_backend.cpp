@@ -215,24 +215,16 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
   bool verifies_at_once() const override { return step_->verifies(); }
   at::Tensor do_verify(const StepInputs& in, const at::Tensor& slots) override {
     Bucket& b = *bucket_;
-    const int64_t rows = in.input_ids.size(0), t = in.input_ids.size(1), vb = s_.verify_bucket;
-    const int64_t positions = std::min((t + vb - 1) / vb * vb, max_length_ - length());
+    const int64_t rows = in.input_ids.size(0), t = in.input_ids.size(1);
+    const int64_t positions = verify_positions(t, s_.verify_bucket, max_length_ - length());
     VerifyStep& v = verify_for(b, positions);
+    const StepInputs padded = pad_verify_inputs(in, positions);
     v.ids.zero_();
     v.positions.zero_();
     v.token_valid.fill_(false);
-    v.ids.narrow(0, 0, rows).narrow(1, 0, t).copy_(in.input_ids);
-    v.positions.narrow(0, 0, rows).narrow(1, 0, t).copy_(in.positions);
-    v.token_valid.narrow(0, 0, rows).narrow(1, 0, t).copy_(in.token_valid);
-    if (positions > t) {
-      const int64_t extra = positions - t;
-      v.ids.narrow(0, 0, rows).narrow(1, t, extra).copy_(in.input_ids.narrow(1, t - 1, 1));
-      v.positions.narrow(0, 0, rows)
-          .narrow(1, t, extra)
-          .copy_(in.positions.narrow(1, t - 1, 1) +
-                 at::arange(1, extra + 1, in.positions.options()));
-      v.token_valid.narrow(0, 0, rows).narrow(1, t, extra).fill_(true);
-    }
+    v.ids.narrow(0, 0, rows).copy_(padded.input_ids);
+    v.positions.narrow(0, 0, rows).copy_(padded.positions);
+    v.token_valid.narrow(0, 0, rows).copy_(padded.token_valid);
     v.slots.copy_(at::arange(length(), length() + positions, v.slots.options()));
     if (s_.capture && !v.graph) capture_verify(b, v);
     if (v.graph) {

@@ -87,8 +87,7 @@ class TraceBackend final : public ForwardBackend {
   at::Tensor do_verify(const StepInputs& in, const at::Tensor& slots) override {
     const int64_t t = in.input_ids.size(1);
     if (t == 1) return do_decode(in, slots).unsqueeze(1);
-    const int64_t b = s_.verify_bucket;
-    const int64_t bucket = std::min((t + b - 1) / b * b, max_length() - length());
+    const int64_t bucket = verify_positions(t, s_.verify_bucket, max_length() - length());
     const auto key = std::make_tuple(rows(), bucket, max_length());
     auto it = verify_steps_.find(key);
     if (it == verify_steps_.end()) {
@@ -100,19 +99,12 @@ class TraceBackend final : public ForwardBackend {
                .first;
       trace_s_ += since(t0);
     }
-    at::Tensor ids = in.input_ids, positions = in.positions, valid = in.token_valid,
-               written = slots;
-    if (bucket > t) {
-      const int64_t extra = bucket - t;
-      const at::Tensor steps = at::arange(1, extra + 1, positions.options());
-      ids = at::cat({ids, ids.narrow(1, t - 1, 1).expand({rows(), extra})}, 1);
-      positions = at::cat({positions, positions.narrow(1, t - 1, 1) + steps}, 1);
-      valid = at::cat({valid, at::ones({rows(), extra}, valid.options())}, 1);
-      written = at::arange(length(), length() + bucket, slots.options());
-    }
+    const StepInputs padded = pad_verify_inputs(in, bucket);
+    const at::Tensor written =
+        bucket > t ? at::arange(length(), length() + bucket, slots.options()) : slots;
     auto run = [&] {
-      return it->second.verify(ids, positions, written, valid, cache_->validity(), cache_->keys(),
-                               cache_->values());
+      return it->second.verify(padded.input_ids, padded.positions, written, padded.token_valid,
+                               cache_->validity(), cache_->keys(), cache_->values());
     };
     // Like prefill, a verify rewrites the same slots with the same values: warm-up is harmless.
     if (warm_verify_.insert(&it->second).second) warm_up(run);

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "framework/model/causal_lm.h"
@@ -123,6 +124,21 @@ void ForwardBackend::rewind(int64_t n) {
 
 at::Tensor ForwardBackend::do_verify(const StepInputs&, const at::Tensor&) {
   throw Error("internal: backend '" + name() + "' says it verifies at once but has no do_verify");
+}
+
+int64_t ForwardBackend::verify_positions(int64_t t, int64_t bucket, int64_t room) {
+  return std::min((t + bucket - 1) / bucket * bucket, room);
+}
+
+StepInputs ForwardBackend::pad_verify_inputs(const StepInputs& in, int64_t positions) {
+  const int64_t rows = in.input_ids.size(0), t = in.input_ids.size(1), extra = positions - t;
+  if (extra <= 0) return in;
+  const at::Tensor steps = at::arange(1, extra + 1, in.positions.options());
+  return StepInputs{
+      at::cat({in.input_ids, in.input_ids.narrow(1, t - 1, 1).expand({rows, extra})}, 1),
+      at::cat({in.positions, in.positions.narrow(1, t - 1, 1) + steps}, 1),
+      at::cat({in.token_valid, at::ones({rows, extra}, in.token_valid.options())}, 1),
+      {}};
 }
 
 void ForwardBackend::do_rewind(int64_t) {

@@ -105,6 +105,12 @@ class ForwardBackend {
   virtual at::Tensor do_decode(const StepInputs& in, const at::Tensor& slots) = 0;
   // With verifies_at_once(): T tokens per row at `slots` ([T]), every position's logits.
   virtual at::Tensor do_verify(const StepInputs& in, const at::Tensor& slots);
+  // For a do_verify that runs one forward per bucket of positions (trace, cuda_graph): T asked
+  // positions rounded up to a multiple of `bucket`, capped by the cache's room left.
+  static int64_t verify_positions(int64_t t, int64_t bucket, int64_t room);
+  // The inputs padded to `positions` with filler: the last token repeated at the positions after
+  // it, valid. The filler's logits are dropped and its slots truncated after the forward.
+  static StepInputs pad_verify_inputs(const StepInputs& in, int64_t positions);
   // The cache keeps its first `length` positions (KVCache::truncate); by default refused, naming
   // the backend (speculative decoding needs it).
   virtual void do_rewind(int64_t length);

@@ -137,6 +137,23 @@ TEST(TraceBackend, VerifiesInOneForwardPerBucketAndForgetsTheFiller) {
   EXPECT_THROW(t->verify(inputs({8}, 10)), Error);  // no room left
 }
 
+// verify_bucket is a count of positions from 1 to 1024, on both backends that verify in buckets;
+// anything else is refused naming the backend, the option and what was found.
+TEST(TraceBackend, VerifyBucketOutOfRangeIsRefusedByName) {
+  const auto m = tiny();
+  for (const std::string backend : {"trace", "cuda_graph"}) {
+    for (const std::string value : {"0", "1025", "four"}) {
+      std::map<std::string, std::string> options = {{"verify_bucket", value}};
+      if (backend == "cuda_graph") options["capture"] = "false";  // runs without a GPU
+      EXPECT_THAT(
+          error_of([&] { make(backend, m, options); }),
+          HasSubstr("backend '" + backend + "' option 'verify_bucket': " +
+                    (value == "1025" ? "too large (the most is 1024), found '1025'"
+                                     : "expected an integer in [1, 1024], found '" + value + "'")));
+    }
+  }
+}
+
 // LibTorch's fuser switches and profiled-run count are process-wide. A trace's options apply only
 // while its own step runs: two rows of one experiment with other settings do not change each other.
 TEST(TraceBackend, FuserAndProfilingOptionsDoNotLeakOutOfTheStep) {
