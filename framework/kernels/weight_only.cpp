@@ -221,15 +221,21 @@ GENGRAPH_AVX2_FN void dot_rows_avx2(const float* x, int64_t M, int64_t K, const 
 // MB activation rows by NB weight rows of the block-scaled W8A8 product, 32 channels a step: the
 // weight's magnitudes (unsigned) times the activations with the weight's signs, in pairs to int16
 // (at most 2 * 128 * 127, no saturation) and fours to int32, then to float32 times the lane's
-// block scale.
-template <int MB, int NB>
+// block scale. kWholeRow (one block a row): the int32 lanes summed whole, then
+// float(sum) * row scale * scales[n], LibTorch's _int_mm path's arithmetic to the bit.
+template <int MB, int NB, bool kWholeRow>
 GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m0, const int8_t* w,
                                             const float* scales, float* out, int64_t ldo) {
   const int64_t K = a.K;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[MB][NB];
-  for (int m = 0; m < MB; ++m)
-    for (int n = 0; n < NB; ++n) acc[m][n] = _mm256_setzero_ps();
+  __m256i sums[MB][NB];
+  for (int m = 0; m < MB; ++m) {
+    for (int n = 0; n < NB; ++n) {
+      acc[m][n] = _mm256_setzero_ps();
+      sums[m][n] = _mm256_setzero_si256();
+    }
+  }
   const char* ahead = reinterpret_cast<const char*>(w) + kPrefetchBytes;
   for (int64_t k = 0; k < K; k += 32) {
     _mm_prefetch(ahead + k * NB, _MM_HINT_T0);
@@ -244,13 +250,27 @@ GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m0, cons
       for (int n = 0; n < NB; ++n) {
         const __m256i pairs =
             _mm256_maddubs_epi16(_mm256_abs_epi8(wv[n]), _mm256_sign_epi8(xv, wv[n]));
-        const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-        acc[m][n] = _mm256_fmadd_ps(lanes, sc, acc[m][n]);
+        const __m256i fours = _mm256_madd_epi16(pairs, ones);
+        if constexpr (kWholeRow) {
+          sums[m][n] = _mm256_add_epi32(sums[m][n], fours);
+        } else {
+          acc[m][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fours), sc, acc[m][n]);
+        }
       }
     }
   }
-  for (int m = 0; m < MB; ++m)
-    for (int n = 0; n < NB; ++n) out[m * ldo + n] = hsum(acc[m][n]) * scales[n];
+  for (int m = 0; m < MB; ++m) {
+    for (int n = 0; n < NB; ++n) {
+      if constexpr (kWholeRow) {
+        alignas(32) int32_t l[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(l), sums[m][n]);
+        const int32_t total = l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
+        out[m * ldo + n] = static_cast<float>(total) * a.lane_scale[(m0 + m) * K / 4] * scales[n];
+      } else {
+        out[m * ldo + n] = hsum(acc[m][n]) * scales[n];
+      }
+    }
+  }
 }
 
 // One int4 weight row against one activation row. Per block of 32: the 16 bytes become four
@@ -347,14 +367,21 @@ GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const
 // The same tile with AVX-512 VNNI, 64 channels a step: the weights made unsigned (w + 128, by
 // flipping the sign bit), one vpdpbusd per 64 products starting from the lanes' -128 * sums.
 // A last step of fewer than 64 channels (K a multiple of 32) loads under a mask.
-template <int MB, int NB>
+// kWholeRow as for AVX2: int32 sums over the whole row (the lanes' -128 * sums added once).
+template <int MB, int NB, bool kWholeRow>
 GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m0, const int8_t* w,
                                             const float* scales, float* out, int64_t ldo) {
   const int64_t K = a.K;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[MB][NB];
-  for (int m = 0; m < MB; ++m)
-    for (int n = 0; n < NB; ++n) acc[m][n] = _mm512_setzero_ps();
+  __m512i sums[MB][NB], biases[MB];
+  for (int m = 0; m < MB; ++m) {
+    biases[m] = _mm512_setzero_si512();
+    for (int n = 0; n < NB; ++n) {
+      acc[m][n] = _mm512_setzero_ps();
+      sums[m][n] = _mm512_setzero_si512();
+    }
+  }
   const char* ahead = reinterpret_cast<const char*>(w) + kPrefetchBytes;
   for (int64_t k = 0; k < K; k += 64) {
     const int64_t left = K - k;
@@ -370,15 +397,28 @@ GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m0, cons
       const int64_t row = (m0 + m) * K;
       const __m512i xv = _mm512_maskz_loadu_epi8(bytes, a.q.data() + row + k);
       const __m512i bias = _mm512_maskz_loadu_epi32(lanes, a.lane_bias.data() + row / 4 + k / 4);
-      const __m512 sc = _mm512_maskz_loadu_ps(lanes, a.lane_scale.data() + row / 4 + k / 4);
-      for (int n = 0; n < NB; ++n) {
-        const __m512i sums = _mm512_dpbusd_epi32(bias, wv[n], xv);
-        acc[m][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), sc, acc[m][n]);
+      if constexpr (kWholeRow) {
+        biases[m] = _mm512_add_epi32(biases[m], bias);
+        for (int n = 0; n < NB; ++n) sums[m][n] = _mm512_dpbusd_epi32(sums[m][n], wv[n], xv);
+      } else {
+        const __m512 sc = _mm512_maskz_loadu_ps(lanes, a.lane_scale.data() + row / 4 + k / 4);
+        for (int n = 0; n < NB; ++n) {
+          const __m512i block_sums = _mm512_dpbusd_epi32(bias, wv[n], xv);
+          acc[m][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block_sums), sc, acc[m][n]);
+        }
       }
     }
   }
-  for (int m = 0; m < MB; ++m)
-    for (int n = 0; n < NB; ++n) out[m * ldo + n] = _mm512_reduce_add_ps(acc[m][n]) * scales[n];
+  for (int m = 0; m < MB; ++m) {
+    for (int n = 0; n < NB; ++n) {
+      if constexpr (kWholeRow) {
+        const int32_t total = _mm512_reduce_add_epi32(_mm512_add_epi32(sums[m][n], biases[m]));
+        out[m * ldo + n] = static_cast<float>(total) * a.lane_scale[(m0 + m) * K / 4] * scales[n];
+      } else {
+        out[m * ldo + n] = _mm512_reduce_add_ps(acc[m][n]) * scales[n];
+      }
+    }
+  }
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -386,7 +426,7 @@ GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m0, cons
 
 // Rows [n0, n1) of the product for every activation row: weight rows in passes of 16 (they stay
 // in L1 across the activation rows), activation rows in tiles of up to 4.
-template <bool kVnni>
+template <bool kVnni, bool kWholeRow>
 void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales, int64_t n0,
                       int64_t n1, float* out, int64_t ldo) {
   constexpr int64_t kRowsPerPass = 16;
@@ -397,14 +437,16 @@ void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales, 
     float* o = out + m * ldo;
     if constexpr (kVnni) {
       for (; n + 4 <= ne; n += 4)
-        w8a8_blocks_vnni_tile<MB, 4>(a, m, w + n * K, scales + n, o + n, ldo);
-      for (; n < ne; ++n) w8a8_blocks_vnni_tile<MB, 1>(a, m, w + n * K, scales + n, o + n, ldo);
+        w8a8_blocks_vnni_tile<MB, 4, kWholeRow>(a, m, w + n * K, scales + n, o + n, ldo);
+      for (; n < ne; ++n)
+        w8a8_blocks_vnni_tile<MB, 1, kWholeRow>(a, m, w + n * K, scales + n, o + n, ldo);
     } else {
       constexpr int NB = MB == 1 ? 4 : 2;
       for (; n + NB <= ne; n += NB) {
-        w8a8_blocks_avx2_tile<MB, NB>(a, m, w + n * K, scales + n, o + n, ldo);
+        w8a8_blocks_avx2_tile<MB, NB, kWholeRow>(a, m, w + n * K, scales + n, o + n, ldo);
       }
-      for (; n < ne; ++n) w8a8_blocks_avx2_tile<MB, 1>(a, m, w + n * K, scales + n, o + n, ldo);
+      for (; n < ne; ++n)
+        w8a8_blocks_avx2_tile<MB, 1, kWholeRow>(a, m, w + n * K, scales + n, o + n, ldo);
     }
   };
   for (int64_t nb = n0; nb < n1; nb += kRowsPerPass) {
@@ -538,11 +580,13 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
   const int8_t* wp = q.data_ptr<int8_t>();
   const float* sp = scales.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  const bool vnni = cpu_has_avx512_vnni(), avx2 = cpu_has_avx2();
+  const bool vnni = cpu_has_avx512_vnni(), avx2 = cpu_has_avx2(), whole = block == K;
   at::parallel_for(0, N, grain_rows(N, K), [&](int64_t n0, int64_t n1) {
 #ifdef GENGRAPH_X86_AVX2
-    if (vnni) return w8a8_blocks_rows<true>(a, wp, sp, n0, n1, yp, N);
-    if (avx2) return w8a8_blocks_rows<false>(a, wp, sp, n0, n1, yp, N);
+    if (vnni && whole) return w8a8_blocks_rows<true, true>(a, wp, sp, n0, n1, yp, N);
+    if (vnni) return w8a8_blocks_rows<true, false>(a, wp, sp, n0, n1, yp, N);
+    if (avx2 && whole) return w8a8_blocks_rows<false, true>(a, wp, sp, n0, n1, yp, N);
+    if (avx2) return w8a8_blocks_rows<false, false>(a, wp, sp, n0, n1, yp, N);
 #endif
     (void)vnni;
     (void)avx2;
@@ -559,6 +603,14 @@ at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
               "multiple of 32, got ",
               block);
   if (block > 0) return linear_w8a8_blocks(x, q, scales, block);
+  // A decode's few rows: gengraph's kernels with one block a row, the same arithmetic as below
+  // to the bit (int32 sums, float(sum) * row scale * channel scale) at a fraction of _int_mm's
+  // time for one row. The sums stay in int32 up to 2^16 channels.
+  const int64_t K = x.size(1);
+  if (x.size(0) < kStreamRows && K > 0 && K % 32 == 0 && K <= (int64_t{1} << 16) &&
+      (cpu_has_avx512_vnni() || cpu_has_avx2())) {
+    return linear_w8a8_blocks(x, q, scales, K);
+  }
   const at::Tensor absmax = x.abs().amax(1, /*keepdim=*/true);
   const at::Tensor row_scale = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
   const at::Tensor xq = at::round(x / row_scale).to(at::kChar);

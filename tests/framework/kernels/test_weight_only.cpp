@@ -149,6 +149,36 @@ TEST(WeightOnlyKernels, W8A8BlocksQuantizeEachBlockOnEveryPath) {
   }
 }
 
+// A scale per row at fewer than kStreamRows rows: gengraph's kernels with one block a row give
+// LibTorch's _int_mm path's floats to the bit (int32 sums, then the row's and the channel's
+// scales), on the VNNI and the AVX2 path, K with and without a 32-channel tail after the
+// 64-channel steps, weights over the whole int8 range.
+TEST(WeightOnlyKernels, W8A8PerRowDecodeEqualsTheIntegerGemmToTheBit) {
+  struct Restore {
+    ~Restore() { allow_vnni(true); }
+  } restore;
+  at::manual_seed(4);
+  for (const int64_t K : {32, 96, 768, 3072}) {
+    const at::Tensor q = at::randint(-128, 128, {21, K}).to(at::kChar);
+    const at::Tensor scales = at::rand({21}) * 0.01 + 1e-3;
+    for (const int64_t M : {1, 2, 5, 8, 31}) {
+      const at::Tensor x = at::randn({M, K}) * at::rand({1, K}) * 4;
+      const at::Tensor absmax = x.abs().amax(1, true);
+      const at::Tensor s = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
+      const at::Tensor xq = at::round(x / s).to(at::kChar);
+      const at::Tensor want = at::_int_mm(xq, q.t()).to(at::kFloat).mul_(s).mul_(scales);
+      for (const bool vnni : {true, false}) {
+        allow_vnni(vnni);
+        SCOPED_TRACE(std::string(integer_dot_vnni() ? "VNNI"
+                                 : vectorized()     ? "AVX2"
+                                                    : "plain") +
+                     " K " + std::to_string(K) + " M " + std::to_string(M));
+        EXPECT_TRUE(at::equal(linear_w8a8(x, q, scales), want));
+      }
+    }
+  }
+}
+
 TEST(WeightOnlyKernels, W8A8BlocksRefuseABlockThatDoesNotDivideTheRow) {
   const at::Tensor q = at::zeros({4, 96}, at::kChar);
   const at::Tensor scales = at::ones({4});
