@@ -136,6 +136,21 @@ def test_streaming_beams_is_an_error_raised_by_the_iterator():
             pass
 
 
+def test_int8_activations_per_block_from_python():
+    # The keyword reaches the model: blocks of 32 are not per-row scales, and both run trace too.
+    def tokens(backend, **kw):
+        model = gengraph.Model("gpt2-tiny", weights_seed=3, weights="int8",
+                               int8_activation_rows=1, **kw)
+        return gengraph.Engine(model, backend=backend).generate(
+            [[1, 2, 3]], max_new_tokens=8, output_scores=True)
+    per_row, blocks = tokens("eager"), tokens("eager", int8_activation_block=32)
+    assert blocks.tokens == tokens("trace", int8_activation_block=32).tokens
+    assert per_row.token_scores != blocks.token_scores
+    with pytest.raises(gengraph.Error, match="int8_activation_block: expected 0 .* found 40"):
+        gengraph.Model("gpt2-tiny", weights="int8", int8_activation_rows=1,
+                       int8_activation_block=40)
+
+
 def test_errors_are_gengraph_errors_naming_the_input():
     engine = gengraph.Engine("gpt2-tiny")
     with pytest.raises(gengraph.Error, match="max_new_tokens"):
