@@ -31,7 +31,7 @@ class EagerBackend final : public ForwardBackend {
  protected:
   void do_prepare(int64_t rows, int64_t max_length) override {
     if (!static_cache_) {
-      growing_ = std::make_unique<GrowingCache>(model().config().num_layers);
+      growing_ = std::make_unique<GrowingCache>(model().config().num_layers, max_length);
       cache_ = growing_.get();
       return;
     }

@@ -3,6 +3,11 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
+#include <string>
+
+#include "framework/util/error.h"
+
 namespace gengraph {
 
 at::Tensor KVCache::expand_prefill(const at::Tensor& logits, int64_t copies, int64_t written,
@@ -22,34 +27,65 @@ void GrowingCache::write_validity(const at::Tensor& /*slots*/, const at::Tensor&
   valid_ = valid_.defined() ? at::cat({valid_, token_valid}, 1) : token_valid.clone();
 }
 
+namespace {
+
+// `buffer`'s first `length` positions moved into a new buffer of `room` positions, shaped and
+// typed like `like` ([rows, heads, T, head_dim]).
+at::Tensor regrown(const at::Tensor& buffer, int64_t length, int64_t room, const at::Tensor& like) {
+  at::Tensor grown = at::empty({like.size(0), like.size(1), room, like.size(3)}, like.options());
+  if (length > 0) grown.narrow(2, 0, length).copy_(buffer.narrow(2, 0, length));
+  return grown;
+}
+
+}  // namespace
+
 std::pair<at::Tensor, at::Tensor> GrowingCache::update(int64_t layer, const at::Tensor& k_new,
                                                        const at::Tensor& v_new,
                                                        const at::Tensor& /*slots*/) {
   auto& k = keys_.at(layer);
   auto& v = values_.at(layer);
-  k = k.defined() ? at::cat({k, k_new}, 2) : k_new;
-  v = v.defined() ? at::cat({v, v_new}, 2) : v_new;
-  return {k, v};
+  int64_t& length = lengths_.at(layer);
+  const int64_t t = k_new.size(2);
+  if (k.defined() &&
+      (k.size(0) != k_new.size(0) || k.size(1) != k_new.size(1) || k.size(3) != k_new.size(3))) {
+    throw Error("GrowingCache: layer " + std::to_string(layer) + " holds rows x heads x head_dim " +
+                std::to_string(k.size(0)) + " x " + std::to_string(k.size(1)) + " x " +
+                std::to_string(k.size(3)) + ", a step wrote " + std::to_string(k_new.size(0)) +
+                " x " + std::to_string(k_new.size(1)) + " x " + std::to_string(k_new.size(3)));
+  }
+  if (!k.defined() || length + t > k.size(2)) {
+    const int64_t room = std::max(capacity_, 2 * (length + t));
+    k = regrown(k, length, room, k_new);
+    v = regrown(v, length, room, v_new);
+  }
+  k.narrow(2, length, t).copy_(k_new);
+  v.narrow(2, length, t).copy_(v_new);
+  length += t;
+  return {k.narrow(2, 0, length), v.narrow(2, 0, length)};
 }
 
 void GrowingCache::truncate(int64_t length) {
-  for (auto& k : keys_)
-    if (k.defined()) k = k.narrow(2, 0, length);
-  for (auto& v : values_)
-    if (v.defined()) v = v.narrow(2, 0, length);
-  if (valid_.defined()) valid_ = valid_.narrow(1, 0, length);
+  for (int64_t& l : lengths_) l = std::min(l, length);
+  if (valid_.defined()) valid_ = valid_.narrow(1, 0, std::min(length, valid_.size(1)));
 }
 
 void GrowingCache::reorder(const at::Tensor& parent_rows, int64_t /*written: all of it is*/) {
-  // A gather into new tensors: each byte read once and written once.
+  // A gather of the written positions into new buffers of the same room: each byte read once and
+  // written once.
   int64_t bytes = 0;
-  for (auto& k : keys_) {
-    k = k.index_select(0, parent_rows);
-    bytes += 2 * static_cast<int64_t>(k.nbytes());
-  }
-  for (auto& v : values_) {
-    v = v.index_select(0, parent_rows);
-    bytes += 2 * static_cast<int64_t>(v.nbytes());
+  for (size_t layer = 0; layer < keys_.size(); ++layer) {
+    for (at::Tensor* buffer : {&keys_[layer], &values_[layer]}) {
+      if (!buffer->defined()) continue;
+      const at::Tensor written = buffer->narrow(2, 0, lengths_[layer]);
+      at::Tensor moved =
+          at::empty({parent_rows.size(0), buffer->size(1), buffer->size(2), buffer->size(3)},
+                    buffer->options());
+      at::Tensor into = moved.narrow(2, 0, lengths_[layer]);
+      at::index_select_out(into, written, 0, parent_rows);
+      bytes += 2 * static_cast<int64_t>(written.numel() / written.size(0) * parent_rows.size(0) *
+                                        written.element_size());
+      *buffer = std::move(moved);
+    }
   }
   valid_ = valid_.index_select(0, parent_rows);
   count_reorder(bytes + 2 * static_cast<int64_t>(valid_.nbytes()));

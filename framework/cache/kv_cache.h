@@ -88,9 +88,15 @@ class KVCache {
   int64_t reorder_bytes_ = 0, reorders_ = 0;
 };
 
+// A growing cache keeps each layer's keys and values in a buffer with room along the sequence
+// axis: a step writes its new positions in place and attention reads a view of the written ones,
+// so a decode step copies one position, not the whole history (concatenating copied it all, every
+// layer, every step: 3.7 ms of a batch-8 GPT-2 step). The room is `capacity` positions (the
+// backend's max_length) when given, and doubles when a write does not fit.
 class GrowingCache final : public KVCache {
  public:
-  explicit GrowingCache(int64_t layers) : keys_(layers), values_(layers) {}
+  explicit GrowingCache(int64_t layers, int64_t capacity = 0)
+      : keys_(layers), values_(layers), lengths_(layers, 0), capacity_(capacity) {}
   void write_validity(const at::Tensor& slots, const at::Tensor& token_valid) override;
   std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k_new,
                                            const at::Tensor& v_new,
@@ -100,9 +106,11 @@ class GrowingCache final : public KVCache {
   void truncate(int64_t length) override;
 
  private:
-  std::vector<at::Tensor> keys_;    // per layer [rows, kv_heads, L, head_dim]
-  std::vector<at::Tensor> values_;  // per layer [rows, kv_heads, L, head_dim]
-  at::Tensor valid_;                // [rows, L] bool
+  std::vector<at::Tensor> keys_;    // per layer [rows, kv_heads, room, head_dim]
+  std::vector<at::Tensor> values_;  // per layer [rows, kv_heads, room, head_dim]
+  std::vector<int64_t> lengths_;    // per layer: positions written (L)
+  int64_t capacity_;
+  at::Tensor valid_;  // [rows, L] bool
 };
 
 // How a static cache reorders its rows for beam search:
