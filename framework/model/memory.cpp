@@ -83,8 +83,6 @@ MemoryEstimate estimate_generation_memory(const ModelConfig& c, c10::ScalarType 
   const double act = std::max(elem, 4.0);  // activations computed in float32 at least
   const double d = static_cast<double>(c.hidden_size);
   const double ffn = static_cast<double>(std::max<int64_t>(c.intermediate_size, c.hidden_size));
-  const double q_width = static_cast<double>(c.num_heads * c.head_dim);
-  const double kv_width = static_cast<double>(c.num_kv_heads * c.head_dim);
   const double vocab = static_cast<double>(c.vocab_size);
   const double rows = s.inputs * s.rows_per_input;
   const double t = s.prompt_length, max_len = std::max(s.max_length, s.prompt_length);
@@ -109,9 +107,6 @@ MemoryEstimate estimate_generation_memory(const ModelConfig& c, c10::ScalarType 
   m.prefill +=
       p * t * act *
       ((c.fused ? kPrefillWidthsFused : kPrefillWidthsUnfused) * ffn + kPrefillHiddenWidths * d);
-  // A growing cache keeps each layer's keys and values as views of the q/k/v projection until
-  // the first step: the queries' part stays alive with them.
-  if (!s.static_cache) m.prefill += kv_cache_bytes(c, dtype, p, t) * q_width / (2.0 * kv_width);
   m.prefill += p * vocab * (elem + 4.0);  // the last position's logits, and in float32
 
   // One decode step over every row: masks over max_len slots, activations, and the logits with
@@ -119,11 +114,10 @@ MemoryEstimate estimate_generation_memory(const ModelConfig& c, c10::ScalarType 
   m.decode = rows * max_len * (2.0 + elem * (1.0 + windowed)) +
              rows * act * (kStepWidths * ffn + kStepHiddenWidths * d) +
              rows * vocab * (elem + 4.0 * kScoreCopies);
-  // A growing cache is reallocated a layer at a time every step, the old and the new block alive
-  // together, and what malloc keeps of the old blocks adds up (about half the cache, measured); a
-  // static one's beam reorder gathers into a second buffer (swap) or a temporary (in place).
-  if (!s.static_cache) m.decode += 0.5 * m.kv_cache;
-  if (s.static_cache && s.beam_search) m.decode += m.kv_cache;
+  // A beam reorder gathers into a second buffer (a growing cache's new buffers, a static one's
+  // swap) or a temporary (in place). A growing cache writes in place otherwise: it has the room
+  // of max_len from the first write.
+  if (s.beam_search) m.decode += m.kv_cache;
 
   // The strategy's state: token histories ([rows, max_len] int64, and their copies as they
   // grow); beam search's candidates and finished hypotheses, and its ranking of every row's scores.
