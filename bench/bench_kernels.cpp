@@ -1,8 +1,9 @@
 // kernels/<format>/<shape>/m<rows>: one projection of a decode step, x [rows, in] -> [rows, out],
 // through Projection as the models call it, for each weight format: float (oneDNN or MKL, as
 // gengraph runs float32), int8, int4 (groups of 32), bfloat16 (gengraph's weight-only kernels,
-// framework/kernels/weight_only.h), int8 with int8 activations (w8a8_row: a scale per row through
-// LibTorch's _int_mm; w8a8_b32: a scale per 32 channels through gengraph's integer kernels),
+// framework/kernels/weight_only.h), int8 with int8 activations (w8a8_row: a scale per row,
+// gengraph's integer kernels below 32 rows and LibTorch's _int_mm from 32; w8a8_b32: a scale per
+// 32 channels, gengraph's integer kernels),
 // gengraph's streaming kernel on the float32 weight (float_stream), and int8 on the plain loops
 // (what a CPU without AVX2 runs).
 // The shapes are SmolLM2-135M's and GPT-2-small's projections (fused as gengraph fuses them) and
@@ -148,8 +149,8 @@ void register_kernel_benchmarks() {
     f.int8_activation_block = block;
     return f;
   };
-  // w8a8_row / w8a8_b32: int8 weights with the activations quantized too, a scale per row
-  // (LibTorch's _int_mm) or per 32 channels (gengraph's VNNI / AVX2 kernels).
+  // w8a8_row / w8a8_b32: int8 weights with the activations quantized too, a scale per row or per
+  // 32 channels (gengraph's VNNI / AVX2 kernels; per row from 32 rows, LibTorch's _int_mm).
   const std::vector<std::pair<const char*, WeightFormat>> formats = {
       {"float", format(WeightFormat::Kind::kAsLoaded, 0, 0)},
       {"int8", format(WeightFormat::Kind::kInt8, 0, 0)},

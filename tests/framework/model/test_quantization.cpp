@@ -176,6 +176,14 @@ TEST(Quantization, AotiRefusesAPackageOfAnotherWeightFormat) {
               HasSubstr("was made for model.weights 'int8', but this run needs 'float'"));
 }
 
+// `gengraph validate` on an experiment with this model mapping: its exit status and stderr.
+std::pair<int, std::string> validate_model(const std::string& model) {
+  testing::TempDir dir;
+  testing::write_file(dir / "x.yaml",
+                      "name: x\nmodel: " + model + "\ninputs: {prompts: [[1, 2]]}\n");
+  return testing::cli_stderr({"validate", (dir / "x.yaml").string()});
+}
+
 // int8 activations (model.int8_activation_rows): products of at least that many rows take the
 // W8A8 kernel, fewer stay weight-only; other weight formats, other devices and aoti refuse them
 // by name.
@@ -209,11 +217,8 @@ TEST(Quantization, Int8ActivationsFromARowCountAndRefusedElsewhere) {
   EXPECT_THAT(testing::error_of([&] { Engine("gpt2-tiny", e); }),
               HasSubstr("EngineOptions::int8_activation_rows: expected 0, or a row count with "
                         "weights int8"));
-  testing::TempDir dir;
-  testing::write_file(dir / "x.yaml",
-                      "name: x\nmodel: {preset: gpt2-tiny, weights: bfloat16, "
-                      "int8_activation_rows: 2}\ninputs: {prompts: [[1, 2]]}\n");
-  const auto [status, err] = testing::cli_stderr({"validate", (dir / "x.yaml").string()});
+  const auto [status, err] =
+      validate_model("{preset: gpt2-tiny, weights: bfloat16, int8_activation_rows: 2}");
   EXPECT_NE(status, 0);
   EXPECT_THAT(err, HasSubstr("int8_activation_rows"));
   EXPECT_THAT(err, HasSubstr("0 unless model.weights is int8"));
@@ -260,12 +265,8 @@ TEST(Quantization, Int8ActivationBlocksAreTheirOwnScalesAndCheckedByName) {
   EXPECT_THAT(testing::error_of([&] { Engine("gpt2-tiny", e); }),
               HasSubstr("EngineOptions::int8_activation_block: expected 0 (a scale per row) or a "
                         "multiple of 32 (a scale per block of that many channels); found 40"));
-  testing::TempDir dir;
-  testing::write_file(dir / "x.yaml",
-                      "name: x\nmodel: {preset: gpt2-tiny, weights: int8, "
-                      "int8_activation_rows: 1, int8_activation_block: 40}\n"
-                      "inputs: {prompts: [[1, 2]]}\n");
-  const auto [status, err] = testing::cli_stderr({"validate", (dir / "x.yaml").string()});
+  const auto [status, err] = validate_model(
+      "{preset: gpt2-tiny, weights: int8, int8_activation_rows: 1, int8_activation_block: 40}");
   EXPECT_NE(status, 0);
   EXPECT_THAT(err, HasSubstr("int8_activation_block"));
   EXPECT_THAT(err, HasSubstr("0 (a scale per row) or a multiple of 32"));
