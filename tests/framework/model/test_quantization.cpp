@@ -176,6 +176,15 @@ TEST(Quantization, AotiRefusesAPackageOfAnotherWeightFormat) {
               HasSubstr("was made for model.weights 'int8', but this run needs 'float'"));
 }
 
+// What an Engine on gpt2-tiny with these weights and int8 activation settings throws.
+std::string engine_error(const std::string& weights, int64_t rows, int64_t block) {
+  EngineOptions e;
+  e.weights = weights;
+  e.int8_activation_rows = rows;
+  e.int8_activation_block = block;
+  return testing::error_of([&] { Engine("gpt2-tiny", e); });
+}
+
 // `gengraph validate` on an experiment with this model mapping: its exit status and stderr.
 std::pair<int, std::string> validate_model(const std::string& model) {
   testing::TempDir dir;
@@ -211,10 +220,7 @@ TEST(Quantization, Int8ActivationsFromARowCountAndRefusedElsewhere) {
                 BackendRegistry::instance().create("aoti", from3, BackendOptions("aoti", {}));
               }),
               HasSubstr("model.int8_activation_rows is not exported yet"));
-  EngineOptions e;
-  e.weights = "int4";
-  e.int8_activation_rows = 1;
-  EXPECT_THAT(testing::error_of([&] { Engine("gpt2-tiny", e); }),
+  EXPECT_THAT(engine_error("int4", 1, 0),
               HasSubstr("EngineOptions::int8_activation_rows: expected 0, or a row count with "
                         "weights int8"));
   const auto [status, err] =
@@ -259,10 +265,7 @@ TEST(Quantization, Int8ActivationBlocksAreTheirOwnScalesAndCheckedByName) {
               HasSubstr("model.int8_activation_block: expected 0, or a multiple of 32"));
   o.weights.int8_activation_block = 64;
   EXPECT_EQ(testing::test_model("preset:llama-tiny", 3, o)->config().weights.describe(), "int8");
-  EngineOptions e;
-  e.weights = "int8";
-  e.int8_activation_block = 40;
-  EXPECT_THAT(testing::error_of([&] { Engine("gpt2-tiny", e); }),
+  EXPECT_THAT(engine_error("int8", 0, 40),
               HasSubstr("EngineOptions::int8_activation_block: expected 0 (a scale per row) or a "
                         "multiple of 32 (a scale per block of that many channels); found 40"));
   const auto [status, err] = validate_model(
