@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -96,13 +97,23 @@ BlockRows quantize_blocks(const float* x, int64_t M, int64_t K, int64_t block) {
     for (int64_t b0 = 0; b0 < K; b0 += block) {
       const float* xb = x + m * K + b0;
       float amax = 0.f;
-      for (int64_t i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      bool finite = true;
+      for (int64_t i = 0; i < block; ++i) {
+        amax = std::max(amax, std::fabs(xb[i]));
+        finite = finite && std::isfinite(xb[i]);
+      }
       const float s = amax > 0.f ? amax / 127.0f : 1.0f;
       int8_t* qb = r.q.data() + m * K + b0;
-      for (int64_t i = 0; i < block; ++i) qb[i] = static_cast<int8_t>(std::nearbyint(xb[i] / s));
+      for (int64_t i = 0; i < block; ++i) {
+        // Within [-127, 127] by construction for finite activations. A NaN or an infinity gets
+        // level 0 (no undefined conversion) and its block the scale NaN, so that the row's
+        // outputs are NaN, as the float product's would be.
+        const float v = std::nearbyint(xb[i] / s);
+        qb[i] = v >= -127.f && v <= 127.f ? static_cast<int8_t>(v) : int8_t{0};
+      }
       for (int64_t l = 0; l < block / 4; ++l) {
         const int64_t lane = m * (K / 4) + b0 / 4 + l;
-        r.lane_scale[lane] = s;
+        r.lane_scale[lane] = finite ? s : std::numeric_limits<float>::quiet_NaN();
         r.lane_bias[lane] = -128 * (qb[4 * l] + qb[4 * l + 1] + qb[4 * l + 2] + qb[4 * l + 3]);
       }
     }

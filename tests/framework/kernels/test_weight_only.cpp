@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -175,6 +176,35 @@ TEST(WeightOnlyKernels, W8A8PerRowDecodeEqualsTheIntegerGemmToTheBit) {
                      " K " + std::to_string(K) + " M " + std::to_string(M));
         EXPECT_TRUE(at::equal(linear_w8a8(x, q, scales), want));
       }
+    }
+  }
+}
+
+// A NaN or an infinity among a row's activations makes that row's outputs NaN (as the float
+// product's would be), on every path and with a scale per row or per block; the other rows keep
+// their values.
+TEST(WeightOnlyKernels, W8A8NonFiniteActivationsGiveNaNRows) {
+  struct Restore {
+    ~Restore() {
+      use_plain_loops(false);
+      allow_vnni(true);
+    }
+  } restore;
+  const at::Tensor q = at::randint(-127, 128, {5, 64}).to(at::kChar);
+  const at::Tensor scales = at::rand({5}) + 0.1;
+  at::Tensor x = at::randn({3, 64});
+  x[0][7] = std::numeric_limits<float>::quiet_NaN();
+  x[2][40] = std::numeric_limits<float>::infinity();
+  for (const int path : {0, 1, 2}) {
+    use_plain_loops(path == 2);
+    allow_vnni(path == 0);
+    for (const int64_t block : {0, 32}) {
+      SCOPED_TRACE("path " + std::to_string(path) + " block " + std::to_string(block));
+      const at::Tensor y = linear_w8a8(x, q, scales, block);
+      if (path == 2 && block == 0) continue;  // the plain loops leave a row scale to _int_mm
+      EXPECT_TRUE(y[0].isnan().all().item<bool>());
+      EXPECT_TRUE(y[2].isnan().all().item<bool>());
+      EXPECT_TRUE(y[1].isfinite().all().item<bool>());
     }
   }
 }
