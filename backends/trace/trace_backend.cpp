@@ -29,14 +29,14 @@ struct Settings {
 class TraceBackend final : public ForwardBackend {
  public:
   TraceBackend(std::shared_ptr<const CausalLM> model, Settings s)
-      : ForwardBackend(std::move(model)), s_(std::move(s)) {
+      : ForwardBackend(std::move(model)), s_(std::move(s)), verify_steps_(this->model(), s_.trace) {
     if (!s_.cache_dir.empty()) fingerprint_ = model_fingerprint(this->model());
   }
 
   std::string name() const override { return "trace"; }
 
   BackendReport report() const override {
-    return {{"trace_seconds", trace_s_},
+    return {{"trace_seconds", trace_s_ + verify_steps_.seconds()},
             {"warmup_seconds", warmup_s_},
             {"traces_built", double(built_)},
             {"traces_loaded", double(loaded_)},
@@ -88,26 +88,17 @@ class TraceBackend final : public ForwardBackend {
     const int64_t t = in.input_ids.size(1);
     if (t == 1) return do_decode(in, slots).unsqueeze(1);
     const int64_t bucket = verify_positions(t, s_.verify_bucket, max_length() - length());
-    const auto key = std::make_tuple(rows(), bucket, max_length());
-    auto it = verify_steps_.find(key);
-    if (it == verify_steps_.end()) {
-      const auto t0 = Clock::now();
-      it = verify_steps_
-               .emplace(key, TracedStep::trace_verify(
-                                 model(), expected_meta(model(), rows(), bucket, max_length()),
-                                 bucket, s_.trace))
-               .first;
-      trace_s_ += since(t0);
-    }
+    bool made = false;
+    TracedStep& step = verify_steps_.get(rows(), bucket, max_length(), &made);
     const StepInputs padded = pad_verify_inputs(in, bucket);
     const at::Tensor written =
         bucket > t ? at::arange(length(), length() + bucket, slots.options()) : slots;
     auto run = [&] {
-      return it->second.verify(padded.input_ids, padded.positions, written, padded.token_valid,
-                               cache_->validity(), cache_->keys(), cache_->values());
+      return step.verify(padded.input_ids, padded.positions, written, padded.token_valid,
+                         cache_->validity(), cache_->keys(), cache_->values());
     };
     // Like prefill, a verify rewrites the same slots with the same values: warm-up is harmless.
-    if (warm_verify_.insert(&it->second).second) warm_up(run);
+    if (made) warm_up(run);
     at::Tensor logits = run();
     if (bucket > t) {
       cache_->truncate(length() + t);  // the filler positions are not part of the history
@@ -172,10 +163,9 @@ class TraceBackend final : public ForwardBackend {
   std::string fingerprint_;
   std::string file_fingerprint_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, TracedStep> steps_;  // (rows, prompt, max_length)
-  // Verify steps by (rows, positions, max_length).
-  std::map<std::tuple<int64_t, int64_t, int64_t>, TracedStep> verify_steps_;
+  VerifyTraces verify_steps_;
   TracedStep* current_ = nullptr;
-  std::set<const TracedStep*> warm_prefill_, warm_decode_, warm_verify_;
+  std::set<const TracedStep*> warm_prefill_, warm_decode_;
   std::unique_ptr<StaticCache> cache_;  // what the traced steps read and write in place
   double trace_s_ = 0, warmup_s_ = 0;
   int64_t built_ = 0, loaded_ = 0;

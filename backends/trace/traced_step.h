@@ -18,10 +18,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 namespace torch::jit {
 struct Module;
@@ -112,6 +114,24 @@ class TracedStep {
   std::string source_;    // file path or "traced in C++"
   bool checked_prefill_ = false, checked_decode_ = false, checked_verify_ = false;
   int64_t verify_positions_ = 0;  // a trace_verify() step's positions; 0 for prefill/decode
+};
+
+// Speculative decoding's verify traces, one per (rows, positions, max_length), each made on first
+// use: what the trace backend and the trace model step (cuda_graph's step: trace) share.
+class VerifyTraces {
+ public:
+  VerifyTraces(const CausalLM& model, const TraceOptions& options)
+      : model_(model), options_(options) {}
+  // The trace for this shape; `made` (when given) says whether this call traced it.
+  TracedStep& get(int64_t rows, int64_t positions, int64_t max_length, bool* made = nullptr);
+  size_t size() const { return steps_.size(); }
+  double seconds() const { return seconds_; }  // spent tracing
+
+ private:
+  const CausalLM& model_;
+  TraceOptions options_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, TracedStep> steps_;
+  double seconds_ = 0;
 };
 
 }  // namespace gengraph
