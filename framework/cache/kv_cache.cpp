@@ -82,8 +82,7 @@ void GrowingCache::reorder(const at::Tensor& parent_rows, int64_t /*written: all
                     buffer->options());
       at::Tensor into = moved.narrow(2, 0, lengths_[layer]);
       at::index_select_out(into, written, 0, parent_rows);
-      bytes += 2 * static_cast<int64_t>(written.numel() / written.size(0) * parent_rows.size(0) *
-                                        written.element_size());
+      bytes += 2 * static_cast<int64_t>(into.numel() * into.element_size());
       *buffer = std::move(moved);
     }
   }

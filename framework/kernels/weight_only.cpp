@@ -257,7 +257,9 @@ GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m0, cons
     for (int m = 0; m < MB; ++m) {
       const int64_t row = (m0 + m) * K;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + row + k));
-      const __m256 sc = _mm256_loadu_ps(a.lane_scale.data() + row / 4 + k / 4);
+      // The lanes' block scales: read only where the sums are scaled a step at a time.
+      __m256 sc = _mm256_setzero_ps();
+      if constexpr (!kWholeRow) sc = _mm256_loadu_ps(a.lane_scale.data() + row / 4 + k / 4);
       for (int n = 0; n < NB; ++n) {
         const __m256i pairs =
             _mm256_maddubs_epi16(_mm256_abs_epi8(wv[n]), _mm256_sign_epi8(xv, wv[n]));
