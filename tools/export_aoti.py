@@ -5,12 +5,14 @@
     .venv/bin/python tools/export_aoti.py --model FOLDER --out model.pt2 \
         [--dtype float32] [--device cpu] [--freezing] [--fingerprint F] [--report report.json]
 
-One program serves prefill and decode. It follows the static-cache contract of tools/trace_hf.py
-(docs/tracing.md) with the cache passed per layer: (ids, positions, slots, token_valid, valid,
-keys_0, values_0, ..., keys_L-1, values_L-1) -> last logits, each [rows, kv_heads, max_length,
-head_dim] cache tensor written in place at `slots`. The rows, the step's token count and the cache
-length are dynamic, so one package serves every batch, prompt length and max_length up to the
-model's context. The package's metadata (gengraph.*) says what it was made for; gengraph refuses a package
+One program serves prefill, decode and speculative decoding's verify. It follows the static-cache
+contract of tools/trace_hf.py (docs/tracing.md) with the cache passed per layer and the positions
+whose logits are wanted: (ids, positions, slots, token_valid, valid, keep, keys_0, values_0, ...,
+keys_L-1, values_L-1) -> logits [rows, P, vocab] of the step's positions `keep` (int64 [P]: the
+last one for prefill and decode, every one for a verify), each [rows, kv_heads, max_length,
+head_dim] cache tensor written in place at `slots`. The rows, the step's token count, P and the
+cache length are dynamic, so one package serves every batch, prompt length, candidate count and
+max_length up to the model's context. The package's metadata (gengraph.*) says what it was made for; gengraph refuses a package
 made for other weights, dtype, device or torch version. The package also holds a manifest
 (gengraph/manifest.json: the SHA-256 of each of its files), which gengraph checks before it loads
 the package: a damaged program would take the loading process down. Exit status: 0 written, 2 bad
@@ -41,8 +43,9 @@ from trace_hf import DTYPES, SlotCache, Step  # noqa: E402
 
 # Bumped whenever the exported contract changes, so that cached packages of an older contract are
 # rebuilt rather than used (gengraph keys its package cache by it and checks it on load).
-# 2: the cache per layer (1 passed the stacked [layers, ...] tensors).
-EXPORT_FORMAT = 2
+# 2: the cache per layer (1 passed the stacked [layers, ...] tensors). 3: the `keep` input and
+# logits [rows, P, vocab] (2 returned the last position's, [rows, vocab]).
+EXPORT_FORMAT = 3
 
 
 class LayerCache(SlotCache):
@@ -71,18 +74,20 @@ class LayerCache(SlotCache):
 
 
 class LayerStep(Step):
-    """(ids, positions, slots, token_valid, valid, keys_0, values_0, ...) -> last logits."""
+    """(ids, positions, slots, token_valid, valid, keep, keys_0, values_0, ...) -> the logits of the
+    positions `keep`, [rows, P, vocab]."""
 
-    def forward(self, input_ids, positions, slots, token_valid, valid, *cache):
+    def forward(self, input_ids, positions, slots, token_valid, valid, keep, *cache):
         layer_cache = LayerCache(list(cache[0::2]), list(cache[1::2]), slots)
-        return self.run(input_ids, positions, slots, token_valid, valid, layer_cache)
+        return self.run(input_ids, positions, slots, token_valid, valid, layer_cache, keep)
 
 
 def example(rows, t, max_len, layers, kv, hd, dtype, device):
     cache = tuple(torch.zeros(rows, kv, max_len, hd, dtype=dtype, device=device) for _ in range(2 * layers))
     return (torch.zeros(rows, t, dtype=torch.long, device=device), torch.zeros(rows, t, dtype=torch.long, device=device),
             torch.arange(t, device=device), torch.ones(rows, t, dtype=torch.bool, device=device),
-            torch.zeros(rows, max_len, dtype=torch.bool, device=device)) + cache
+            torch.zeros(rows, max_len, dtype=torch.bool, device=device),
+            torch.arange(t - 2, t, device=device)) + cache
 
 
 MANIFEST = "gengraph/manifest.json"
@@ -407,8 +412,9 @@ def main():
     rows = torch.export.Dim("rows", min=1, max=a.max_rows)
     tokens = torch.export.Dim("tokens", min=1, max=context)
     length = torch.export.Dim("max_length", min=2, max=context)
+    keep = torch.export.Dim("keep", min=1, max=context)
     shapes = ({0: rows, 1: tokens}, {0: rows, 1: tokens}, {0: tokens}, {0: rows, 1: tokens},
-              {0: rows, 1: length}, tuple({0: rows, 2: length} for _ in range(2 * layers)))
+              {0: rows, 1: length}, {0: keep}, tuple({0: rows, 2: length} for _ in range(2 * layers)))
     ex_t, ex_len = min(5, context - 2), min(17, context)
     args = example(min(3, a.max_rows), ex_t, ex_len, layers, kv, hd, dtype, a.device)
 

@@ -81,8 +81,10 @@ class Step(torch.nn.Module):
     def forward(self, input_ids, positions, slots, token_valid, valid, keys, values):
         return self.run(input_ids, positions, slots, token_valid, valid, SlotCache(keys, values, slots))
 
-    def run(self, input_ids, positions, slots, token_valid, valid, cache):
-        """The step over any Cache object that writes at `slots` (tools/export_aoti.py has its own)."""
+    def run(self, input_ids, positions, slots, token_valid, valid, cache, keep=None):
+        """The step over any Cache object that writes at `slots` (tools/export_aoti.py has its own):
+        the last position's logits [rows, vocab], or with `keep` (int64 [P], positions of the step)
+        those positions' logits [rows, P, vocab]."""
         valid.index_copy_(1, slots, token_valid)
         key_index = torch.arange(valid.shape[1], device=valid.device)
         q = slots.unsqueeze(1)
@@ -93,8 +95,9 @@ class Step(torch.nn.Module):
         else:
             mask = self.ready(sliding)
         out = self.call(input_ids=input_ids, position_ids=positions, attention_mask=mask,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1, :]
+                         past_key_values=cache, use_cache=True,
+                         logits_to_keep=1 if keep is None else keep)
+        return out.logits[:, -1, :] if keep is None else out.logits
 
     def ready(self, mask):
         if not self.additive_mask:

@@ -53,7 +53,13 @@ class AotiBackend final : public ForwardBackend {
                      cache_->keys(), cache_->values());
   }
 
-  // Speculative decoding verifies one compiled decode step per position (the base class's way).
+  // Speculative decoding: the same program keeps every position's logits (its `keep` input), so
+  // the last token and its candidates are one forward of any length; no bucket, no second package.
+  bool verifies_at_once() const override { return true; }
+  at::Tensor do_verify(const StepInputs& in, const at::Tensor& slots) override {
+    return step_.run(in.input_ids, in.positions, slots, in.token_valid, cache_->validity(),
+                     cache_->keys(), cache_->values(), /*all_positions=*/true);
+  }
   void do_rewind(int64_t length) override { cache_->truncate(length); }
 
  private:

@@ -457,8 +457,8 @@ AotiStep::~AotiStep() = default;
 at::Tensor AotiStep::run(const at::Tensor& input_ids, const at::Tensor& positions,
                          const at::Tensor& slots, const at::Tensor& token_valid,
                          const at::Tensor& valid, const at::Tensor& keys, const at::Tensor& values,
-                         void* cuda_stream) {
-  const int64_t rows = input_ids.size(0), max_length = valid.size(1);
+                         bool all_positions, void* cuda_stream) {
+  const int64_t rows = input_ids.size(0), max_length = valid.size(1), t = input_ids.size(1);
   if (rows > meta_.max_rows) {
     throw Error("backend '" + backend_ + "': " + std::to_string(rows) +
                 " rows (batch x beams) exceed the package's bound " +
@@ -500,8 +500,18 @@ at::Tensor AotiStep::run(const at::Tensor& input_ids, const at::Tensor& position
     lv->values = values.data_ptr();
     lv->sizes = keys.sizes().vec();
   }
-  std::vector<at::Tensor> inputs = {input_ids.contiguous(), positions.contiguous(),
-                                    slots.contiguous(), token_valid.contiguous(), valid};
+  if (!positions_.defined() || positions_.device() != input_ids.device()) {
+    positions_ = at::arange(meta_.context, input_ids.options().dtype(at::kLong));
+  }
+  // t <= max_length <= context (checked above, and by the backend before).
+  const at::Tensor keep =
+      all_positions ? positions_.narrow(0, 0, t) : positions_.narrow(0, t - 1, 1);
+  std::vector<at::Tensor> inputs = {input_ids.contiguous(),
+                                    positions.contiguous(),
+                                    slots.contiguous(),
+                                    token_valid.contiguous(),
+                                    valid,
+                                    keep};
   inputs.insert(inputs.end(), lv->views.begin(), lv->views.end());
   std::vector<at::Tensor> out;
   try {
@@ -510,7 +520,13 @@ at::Tensor AotiStep::run(const at::Tensor& input_ids, const at::Tensor& position
     throw Error("backend '" + backend_ + "': the program of package '" + path_.string() +
                 "' failed: " + first_line(e.what()));
   }
-  return out.at(0);
+  at::Tensor logits = out.at(0);
+  if (logits.dim() != 3 || logits.size(0) != rows || logits.size(1) != keep.size(0)) {
+    throw Error("backend '" + backend_ + "': the program of package '" + path_.string() +
+                "' returned logits of shape " + c10::str(logits.sizes()) + ", expected [" +
+                std::to_string(rows) + ", " + std::to_string(keep.size(0)) + ", vocab]");
+  }
+  return all_positions ? logits : logits.select(1, 0);
 }
 
 std::map<std::string, double> AotiStep::report() const {
@@ -533,15 +549,19 @@ class AotiModelStep final : public ModelStep {
       : step_(model, o, backend) {}
   std::string kind() const override { return "aoti"; }
   bool runs_own_attention() const override { return false; }
-  at::Tensor prefill(const StepArgs& a) override { return decode(a); }
-  at::Tensor decode(const StepArgs& a) override {
-    const StaticCache& c = *a.cache;
-    return step_.run(a.input_ids, a.positions, a.slots, a.token_valid, c.validity(), c.keys(),
-                     c.values(), a.cuda_stream);
-  }
+  at::Tensor prefill(const StepArgs& a) override { return run(a, false); }
+  at::Tensor decode(const StepArgs& a) override { return run(a, false); }
+  // The same program with every position's logits kept: one forward over the candidates.
+  bool verifies() const override { return true; }
+  at::Tensor verify(const StepArgs& a) override { return run(a, true); }
   BackendReport report() const override { return step_.report(); }
 
  private:
+  at::Tensor run(const StepArgs& a, bool all_positions) {
+    const StaticCache& c = *a.cache;
+    return step_.run(a.input_ids, a.positions, a.slots, a.token_valid, c.validity(), c.keys(),
+                     c.values(), all_positions, a.cuda_stream);
+  }
   AotiStep step_;
 };
 

@@ -1,6 +1,7 @@
 // A model step compiled ahead of time by AOTInductor: a `.pt2` package made by
 // tools/export_aoti.py (torch.export of the step, compiled to C++/OpenMP kernels on CPU, Triton
-// on CUDA), loaded with LibTorch's AOTIModelPackageLoader. One program serves prefill and decode;
+// on CUDA), loaded with LibTorch's AOTIModelPackageLoader. One program serves prefill, decode and
+// speculative decoding's verify;
 // it follows the static-cache contract of backends/trace/traced_step.h with the cache passed per
 // layer (an input of its own is written by an in-place scatter; a view into one stacked input
 // would be copied whole every step), and the rows, the step's token count and the cache length
@@ -8,9 +9,10 @@
 //
 //   (input_ids int64 [rows, T], positions int64 [rows, T], slots int64 [T],
 //    token_valid bool [rows, T], valid bool [rows, max_length] (written in place),
+//    keep int64 [P] (the step's positions whose logits are wanted: the last, or all T),
 //    keys_0, values_0, ..., keys_L-1, values_L-1
 //        dtype [rows, kv_heads, max_length, head_dim] (written in place))
-//   -> logits of the last position [rows, vocab]
+//   -> logits of the positions `keep` [rows, P, vocab]
 //
 // The package's metadata (keys "gengraph.*", AotiMeta) says what it was made for; a package made
 // for other weights, dtype, device, export format or torch version is refused, by name.
@@ -44,7 +46,8 @@ ModelStepInfo aoti_step_info();
 
 // The exported contract's version: tools/export_aoti.py's EXPORT_FORMAT. Cached packages of
 // another format are rebuilt; given ones are refused.
-constexpr int kAotiExportFormat = 2;
+// 3: the `keep` input (2 returned the last position's logits only).
+constexpr int kAotiExportFormat = 3;
 
 struct AotiMeta {
   int format = 0;
@@ -142,14 +145,16 @@ class AotiStep {
   AotiStep(const AotiStep&) = delete;
   AotiStep& operator=(const AotiStep&) = delete;
 
-  // Runs the program; the cache tensors are written in place. Checks rows and cache length
-  // against the package's bounds. `keys` and `values` ([layers, rows, ...]) may be the first rows
-  // of larger buffers (narrowed on dim 1: each layer's slice is then still contiguous), as a
-  // shared prefill passes them. `cuda_stream`: the cudaStream_t to run on (nullptr: the
-  // current stream), so that a CUDA graph capturing on a side stream records the program.
+  // Runs the program; the cache tensors are written in place. Returns the last position's logits
+  // [rows, vocab], or with `all_positions` every position's [rows, T, vocab] (a verify). Checks
+  // rows and cache length against the package's bounds. `keys` and `values` ([layers, rows, ...])
+  // may be the first rows of larger buffers (narrowed on dim 1: each layer's slice is then still
+  // contiguous), as a shared prefill passes them. `cuda_stream`: the cudaStream_t to run on
+  // (nullptr: the current stream), so that a CUDA graph capturing on a side stream records the
+  // program.
   at::Tensor run(const at::Tensor& input_ids, const at::Tensor& positions, const at::Tensor& slots,
                  const at::Tensor& token_valid, const at::Tensor& valid, const at::Tensor& keys,
-                 const at::Tensor& values, void* cuda_stream = nullptr);
+                 const at::Tensor& values, bool all_positions = false, void* cuda_stream = nullptr);
 
   const AotiMeta& meta() const { return meta_; }
   const std::filesystem::path& path() const { return path_; }
@@ -176,6 +181,9 @@ class AotiStep {
   };
   LayerViews layer_views_[2];
   int next_views_ = 0;
+  // 0 .. context - 1 on the model's device: `keep` is a view of it (no allocation per step, none
+  // inside a CUDA graph capture).
+  at::Tensor positions_;
 };
 
 }  // namespace gengraph

@@ -184,6 +184,9 @@ TEST_P(BackendConformance, VerifyRewindAndPromptLookupChangeNoToken) {
     be->prepare(1, 26);  // what the generations below need (cuda_graph keeps its first size)
     be->prefill(StepInputs{ids, at::arange(5, at::kLong).unsqueeze(0), ids.ne(-1), {}});
   }
+  // Every built-in configuration scores the candidates in one forward (aoti through its program's
+  // `keep` input, cuda_graph through its step's verify), not one decode step per position.
+  EXPECT_TRUE(backend->verifies_at_once()) << variant.label;
   const auto fed = at::tensor({8, 9, 10, 11}, at::kLong).unsqueeze(0);
   const auto v = backend->verify(
       StepInputs{fed, at::arange(5, 9, at::kLong).unsqueeze(0), at::ones({1, 4}, at::kBool), {}});

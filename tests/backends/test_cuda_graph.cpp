@@ -1,6 +1,7 @@
 // The cuda_graph backend. Option and device errors are checked everywhere; the GPU suite (token
 // equality of eager, trace and cuda_graph on CUDA, float32 and bfloat16) skips without a GPU.
 #include <ATen/ATen.h>
+#include <gengraph/cli.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -336,7 +337,7 @@ void expect_lookup_gives_greedy(ForwardBackend& backend, ForwardBackend& referen
 }
 
 // Speculative decoding's verify in one forward through a verify step per bucket of positions,
-// uncaptured here on the CPU (eager and trace steps, a bucket with a padding row): the logits
+// uncaptured here on the CPU (eager, trace and aoti steps, a bucket with a padding row): the logits
 // equal eager's, the filler positions leave nothing behind, prompt lookup gives greedy's tokens.
 TEST(CudaGraphBackend, VerifiesInOneForwardPerBucketOfPositions) {
   register_builtin_backends();
@@ -347,7 +348,8 @@ TEST(CudaGraphBackend, VerifiesInOneForwardPerBucketOfPositions) {
     const at::Tensor x = at::tensor(v, at::kLong).unsqueeze(0);
     return StepInputs{x, at::arange(from, from + x.size(1), at::kLong).unsqueeze(0), x.ne(-1), {}};
   };
-  for (const std::string step : {"eager", "trace"}) {
+  install_aoti_export_tool();  // the aoti step builds (or reuses) a package for the model
+  for (const std::string step : {"eager", "trace", "aoti"}) {
     SCOPED_TRACE(step);
     auto c = BackendRegistry::instance().create(
         "cuda_graph", m,
