@@ -261,6 +261,12 @@ AotiBuildReport export_with_tool(const CausalLM& model, const AotiExportRequest&
                 {"--weights", request.weights.name(), "--group-size",
                  std::to_string(request.weights.group_size), "--ops-library", request.ops_library});
     if (!request.weights.lm_head) argv.push_back("--float-head");
+    if (request.weights.int8_activation_rows > 0) {  // W8A8 from that many rows
+      argv.insert(
+          argv.end(),
+          {"--int8-activation-rows", std::to_string(request.weights.int8_activation_rows),
+           "--int8-activation-block", std::to_string(request.weights.int8_activation_block)});
+    }
   }
   const CapturedCommand r = run_captured(argv);
   throw_if_interrupted();

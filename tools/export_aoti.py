@@ -197,14 +197,17 @@ PROJECTIONS["mistral"] = PROJECTIONS["qwen2"] = PROJECTIONS["llama"]
 JOINT_INPUTS = {"gptj": ("attn.out_proj", "mlp.fc_out")}
 
 
-def weights_tag(kind, group, head):
+def weights_tag(kind, group, head, act_rows=0, act_block=0):
     """What the package's metadata and gengraph's package cache call a format (aoti_weights_tag)."""
     if kind == "float":
         return "float"
-    return kind + (f"-g{group}" if kind == "int4" else "") + ("" if head else "-float-head")
+    tag = kind + (f"-g{group}" if kind == "int4" else "") + ("" if head else "-float-head")
+    if kind == "int8" and act_rows > 0:
+        tag += f"-a{act_rows}" + (f"-b{act_block}" if act_block > 0 else "")
+    return tag
 
 
-def load_operators(path):
+def load_operators(path, ops=("linear_int8", "linear_int4", "linear_bf16")):
     """Registers gengraph's operators (gengraph::linear_int8, ...) in this process."""
     if not path:
         path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build",
@@ -216,7 +219,7 @@ def load_operators(path):
         torch.ops.load_library(path)
     except Exception as e:  # noqa: BLE001
         fail(2, f"cannot load gengraph's operators from '{path}'", e)
-    for op in ("linear_int8", "linear_int4", "linear_bf16"):
+    for op in ops:
         if not hasattr(torch.ops.gengraph, op):
             fail(2, f"'{path}' does not register gengraph::{op}")
 
@@ -251,11 +254,15 @@ def quantize_int4(w, group):
 
 class WeightOnlyLinear(torch.nn.Module):
     """x W^T + b through gengraph's operator for the format, as Projection computes it on CPU:
-    float32 activations in, the result in the activations' dtype, then the bias."""
+    float32 activations in, the result in the activations' dtype, then the bias. int8 with
+    `act_rows` > 0 (model.int8_activation_rows): the operator quantizes the activations of a
+    product of at least that many rows too, with a scale per row or per `act_block` channels,
+    deciding at every call (the package's row count is dynamic)."""
 
-    def __init__(self, kind, group, tensors, bias):
+    def __init__(self, kind, group, tensors, bias, act_rows=0, act_block=0):
         super().__init__()
         self.kind, self.group = kind, group
+        self.act_rows, self.act_block = act_rows, act_block
         for name, t in tensors.items():
             self.register_buffer(name, t)
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
@@ -263,7 +270,9 @@ class WeightOnlyLinear(torch.nn.Module):
     def forward(self, x):
         rows = x.reshape(-1, x.shape[-1]).contiguous()
         xf = rows if rows.dtype == torch.float32 else rows.to(torch.float32)
-        if self.kind == "int8":
+        if self.kind == "int8" and self.act_rows > 0:
+            y = torch.ops.gengraph.linear_int8_act(xf, self.q, self.scales, self.act_rows, self.act_block)
+        elif self.kind == "int8":
             y = torch.ops.gengraph.linear_int8(xf, self.q, self.scales)
         elif self.kind == "int4":
             y = torch.ops.gengraph.linear_int4(xf, self.q, self.scales, self.zeros, self.group)
@@ -284,22 +293,23 @@ def weight_of(module):
     return (w.t() if isinstance(module, Conv1D) else w).contiguous()
 
 
-def quantized(kind, group, w, bias, scales_from=None):
+def quantized(kind, group, w, bias, scales_from=None, act=(0, 0)):
     """The WeightOnlyLinear for weight `w` ([out, in]); int8 takes (q, scales) from `scales_from`
-    when given."""
+    when given, and `act` = (int8_activation_rows, int8_activation_block)."""
     if kind == "int8":
         # scales_from: a part of a projection quantized over joined inputs (its values, its scales)
         q, scales = quantize_int8(w) if scales_from is None else scales_from
-        return WeightOnlyLinear(kind, group, {"q": q, "scales": scales}, bias)
+        return WeightOnlyLinear(kind, group, {"q": q, "scales": scales}, bias, *act)
     if kind == "int4":
         packed, scales, zeros = quantize_int4(w, group)
         return WeightOnlyLinear(kind, group, {"q": packed, "scales": scales, "zeros": zeros}, bias)
     return WeightOnlyLinear(kind, group, {"q": w.to(torch.bfloat16).contiguous()}, bias)
 
 
-def quantize_model(model, kind, group, head):
+def quantize_model(model, kind, group, head, act=(0, 0)):
     """Replaces the projections gengraph quantizes (and the output head when `head`) by
-    WeightOnlyLinear modules holding the same quantized weights as gengraph's model."""
+    WeightOnlyLinear modules holding the same quantized weights as gengraph's model; int8 with
+    `act` = (int8_activation_rows, int8_activation_block) quantizes activations as gengraph does."""
     from transformers.pytorch_utils import Conv1D
 
     mtype = model.config.model_type
@@ -332,6 +342,10 @@ def quantize_model(model, kind, group, head):
                 for w in ws:
                     edges.append(edges[-1] + w.shape[1])
                 joined = {p: (q[:, edges[i]:edges[i + 1]].contiguous(), scales) for i, p in enumerate(joint)}
+            if kind == "int8" and act[0] > 0 and act[1] == 0:
+                fail(2, f"--int8-activation-rows with a scale per row: gengraph scales {prefix}"
+                        f"{'+'.join(joint)}'s joined input row as one, the exported model runs them "
+                        "apart; give --int8-activation-block")
             elif kind == "int4" and any(w.shape[1] % group for w in ws):
                 fail(2, f"--weights int4: the parts of {prefix}{'+'.join(joint)} are not multiples of "
                         f"group_size {group}: gengraph's groups would straddle them")
@@ -340,18 +354,24 @@ def quantize_model(model, kind, group, head):
             if kind == "int4" and w.shape[1] % group:
                 fail(2, f"--weights int4: {prefix}{suffix}'s {w.shape[1]} input channels are not a "
                         f"multiple of group_size {group}")
+            if kind == "int8" and act[1] > 0 and w.shape[1] % act[1]:
+                fail(2, f"--int8-activation-block {act[1]}: {prefix}{suffix}'s {w.shape[1]} input "
+                        "channels are not a multiple of it")
             bias = module.bias.detach() if module.bias is not None else None
             parent = model.get_submodule((prefix + suffix).rsplit(".", 1)[0])
-            setattr(parent, suffix.split(".")[-1], quantized(kind, group, w, bias, joined.get(suffix)))
+            setattr(parent, suffix.split(".")[-1], quantized(kind, group, w, bias, joined.get(suffix), act))
             count += 1
     if head:
         w = lm.weight.detach().contiguous()
         if kind == "int4" and w.shape[1] % group:
             fail(2, f"--weights int4: the output head's {w.shape[1]} input channels are not a multiple "
                     f"of group_size {group}")
+        if kind == "int8" and act[1] > 0 and w.shape[1] % act[1]:
+            fail(2, f"--int8-activation-block {act[1]}: the output head's {w.shape[1]} input channels "
+                    "are not a multiple of it")
         bias = lm.bias.detach() if getattr(lm, "bias", None) is not None else None
         parent, _, attr = lm_name.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, attr, quantized(kind, group, w, bias))
+        setattr(model.get_submodule(parent) if parent else model, attr, quantized(kind, group, w, bias, None, act))
         count += 1
     return count
 
@@ -381,6 +401,12 @@ def main():
                     help="store the linear layers' weights as gengraph's model.weights does (docs/quantization.md)")
     ap.add_argument("--group-size", type=int, default=32, help="int4: input channels per scale (32, 64, 128, 256)")
     ap.add_argument("--float-head", action="store_true", help="keep the output head as loaded (quantize_head: false)")
+    ap.add_argument("--int8-activation-rows", type=int, default=0,
+                    help="int8: products of at least this many rows quantize their activations too "
+                         "(model.int8_activation_rows; 0: weight-only)")
+    ap.add_argument("--int8-activation-block", type=int, default=0,
+                    help="those activations' scales per block of this many channels (a multiple of 32; "
+                         "0: a scale per row)")
     ap.add_argument("--ops-library", default="",
                     help="the shared library with gengraph's operators (default: build/libgengraph_core.so)")
     a = ap.parse_args()
@@ -389,6 +415,11 @@ def main():
     if a.weights != "float" and a.device != "cpu":
         fail(2, f"--weights {a.weights} on {a.device}: not exported yet (the package would call gengraph's "
                 "weight-only operators, which have CPU kernels only)")
+    if a.int8_activation_rows < 0 or a.int8_activation_block < 0 or a.int8_activation_block % 32:
+        fail(2, "--int8-activation-rows must be 0 or more and --int8-activation-block 0 or a multiple "
+                f"of 32, got {a.int8_activation_rows} and {a.int8_activation_block}")
+    if a.int8_activation_rows and a.weights != "int8":
+        fail(2, f"--int8-activation-rows needs --weights int8, got --weights {a.weights}")
     if a.weights == "int4" and a.group_size not in (32, 64, 128, 256):
         fail(2, f"--group-size must be 32, 64, 128 or 256, got {a.group_size}")
     problem = compiler_problem(a.device)
@@ -404,8 +435,10 @@ def main():
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 4096
     if a.weights != "float":
-        load_operators(a.ops_library)
-        quantize_model(model, a.weights, a.group_size, not a.float_head)
+        act = (a.int8_activation_rows, a.int8_activation_block if a.int8_activation_rows else 0)
+        ops = ("linear_int8", "linear_int4", "linear_bf16") + (("linear_int8_act",) if act[0] else ())
+        load_operators(a.ops_library, ops)
+        quantize_model(model, a.weights, a.group_size, not a.float_head, act)
     step = LayerStep(model).eval()
 
     # Example shapes away from 0/1 (export specialises on those), ranges from 1 upwards.
@@ -434,7 +467,8 @@ def main():
     meta = {"format": EXPORT_FORMAT, "model_type": model.config.model_type, "model_fingerprint": a.fingerprint,
             "layers": layers, "kv_heads": kv, "head_dim": hd, "vocab_size": cfg.vocab_size, "dtype": a.dtype,
             "device": a.device, "max_rows": a.max_rows, "context": context, "freezing": a.freezing,
-            "weights": weights_tag(a.weights, a.group_size, not a.float_head),
+            "weights": weights_tag(a.weights, a.group_size, not a.float_head, a.int8_activation_rows,
+                                   a.int8_activation_block if a.int8_activation_rows else 0),
             "torch_version": torch.__version__.split("+")[0],
             "made_by": "tools/export_aoti.py (transformers %s)" % __import__("transformers").__version__}
     configs = {"aot_inductor.metadata": {"gengraph." + k: str(v) for k, v in meta.items()}}

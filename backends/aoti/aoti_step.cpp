@@ -234,6 +234,10 @@ std::string aoti_weights_tag(const WeightFormat& f) {
   std::string tag = f.name();
   if (f.kind == WeightFormat::Kind::kInt4) tag += "-g" + std::to_string(f.group_size);
   if (!f.lm_head) tag += "-float-head";
+  if (f.kind == WeightFormat::Kind::kInt8 && f.int8_activation_rows > 0) {
+    tag += "-a" + std::to_string(f.int8_activation_rows);
+    if (f.int8_activation_block > 0) tag += "-b" + std::to_string(f.int8_activation_block);
+  }
   return tag;
 }
 
@@ -278,11 +282,16 @@ AotiStep::AotiStep(const CausalLM& model, const AotiStepOptions& o, const std::s
                 "run on CPU only); use eager, trace or cuda_graph (step: eager), or "
                 "model.weights: float");
   }
-  if (weights.int8_activation_rows > 0) {  // (int8_activation_block needs rows > 0)
+  if (weights.int8_activation_rows > 0 && weights.int8_activation_block == 0 &&
+      model.config().model_type == "gptj") {
+    // gengraph's GPT-J runs out_proj and fc_out as one product over their joined inputs, one
+    // activation scale per joined row; transformers' modules, which the package is exported
+    // from, run them apart (blocks fall inside one part or the other, so blocks give the same).
     throw Error("backend '" + backend +
-                "': model.int8_activation_rows is not exported yet (a package's projections "
-                "call the weight-only gengraph::linear_int8); use eager, trace or cuda_graph, or "
-                "set model.int8_activation_rows: 0");
+                "': model.int8_activation_rows with a scale per row (int8_activation_block: 0) "
+                "is not exported for gptj (gengraph scales out_proj and fc_out's joined input "
+                "row as one; the exported model runs them apart); set model."
+                "int8_activation_block (e.g. 32), or use eager, trace or cuda_graph");
   }
   const AotiMeta want = expected_aoti_meta(model, o.freezing);
   PackageLayout layout;  // what the checks found in the package, before it is loaded

@@ -109,12 +109,18 @@ TEST(Quantization, AotiBuildsAPackagePerWeightFormat) {
         throw Error("recorded, not built");
       },
       "recording");
-  std::vector<WeightFormat> formats(5);
+  std::vector<WeightFormat> formats(7);
   formats[1].kind = WeightFormat::Kind::kInt8;
   formats[2].kind = WeightFormat::Kind::kInt4;
   formats[3].kind = WeightFormat::Kind::kBFloat16;
   formats[4].kind = WeightFormat::Kind::kInt8;
   formats[4].lm_head = false;
+  // int8 activations: each row count and block is a package of its own.
+  formats[5].kind = WeightFormat::Kind::kInt8;
+  formats[5].int8_activation_rows = 3;
+  formats[5].int8_activation_block = 32;
+  formats[6].kind = WeightFormat::Kind::kInt8;
+  formats[6].int8_activation_rows = 1;
   for (const WeightFormat& f : formats) {
     LoadOptions o;
     o.weights = f;
@@ -146,6 +152,42 @@ TEST(Quantization, AotiBuildsAPackagePerWeightFormat) {
   EXPECT_EQ(names.size(), formats.size());
   EXPECT_EQ(aoti_weights_tag(formats[2]), "int4-g32");
   EXPECT_EQ(aoti_weights_tag(formats[4]), "int8-float-head");
+  EXPECT_EQ(aoti_weights_tag(formats[5]), "int8-a3-b32");
+  EXPECT_EQ(aoti_weights_tag(formats[6]), "int8-a1");
+}
+
+// An aoti package of a model with int8 activations decides per call, as Projection does: a
+// product of fewer rows than int8_activation_rows is weight-only (the int8 package's logits), one
+// of more quantizes its activations (eager's W8A8 logits, not the weight-only ones).
+TEST(Quantization, AotiRunsInt8ActivationsFromTheirRowCount) {
+  register_builtin_backends();
+  install_aoti_export_tool();
+  LoadOptions o;
+  o.weights.kind = WeightFormat::Kind::kInt8;
+  const auto weight_only = testing::test_model("preset:llama-tiny", 11, o);
+  o.weights.int8_activation_rows = 4;
+  o.weights.int8_activation_block = 32;
+  const auto w8a8 = testing::test_model("preset:llama-tiny", 11, o);
+  const auto logits = [](ForwardBackend& b, int64_t rows) {
+    b.prepare(rows, 8);
+    const at::Tensor ids = at::arange(5, 5 + rows, at::kLong).unsqueeze(1);
+    return b.prefill(StepInputs{ids, at::zeros({rows, 1}, at::kLong), ids.ne(-1), {}});
+  };
+  auto eager_int8 =
+      BackendRegistry::instance().create("eager", weight_only, BackendOptions("eager", {}));
+  auto eager_w8a8 = BackendRegistry::instance().create("eager", w8a8, BackendOptions("eager", {}));
+  auto aoti = BackendRegistry::instance().create("aoti", w8a8, BackendOptions("aoti", {}));
+  EXPECT_EQ(aoti->report().count("aoti_package_bytes"), 1u);
+  // Three rows: below the count, weight-only.
+  const at::Tensor few = logits(*aoti, 3);
+  EXPECT_TRUE(at::allclose(few, logits(*eager_int8, 3), 1e-4, 1e-5));
+  // Six rows: the activations quantized.
+  const at::Tensor many = logits(*aoti, 6), want = logits(*eager_w8a8, 6),
+                   other = logits(*eager_int8, 6);
+  const float to_w8a8 = (many - want).abs().max().item<float>();
+  const float to_int8 = (many - other).abs().max().item<float>();
+  EXPECT_LT(to_w8a8, 1e-4) << to_int8;
+  EXPECT_GT(to_int8, 10 * to_w8a8 + 1e-4) << to_w8a8;
 }
 
 // A package holds one weight format: given to a model of another, it is refused by name.
@@ -194,8 +236,8 @@ std::pair<int, std::string> validate_model(const std::string& model) {
 }
 
 // int8 activations (model.int8_activation_rows): products of at least that many rows take the
-// W8A8 kernel, fewer stay weight-only; other weight formats, other devices and aoti refuse them
-// by name.
+// W8A8 kernel, fewer stay weight-only; other weight formats, other devices and aoti on GPT-J with
+// a scale per row refuse them by name.
 TEST(Quantization, Int8ActivationsFromARowCountAndRefusedElsewhere) {
   register_builtin_backends();
   LoadOptions o;
@@ -216,10 +258,15 @@ TEST(Quantization, Int8ActivationsFromARowCountAndRefusedElsewhere) {
   EXPECT_FALSE(at::equal(a, b));
   EXPECT_LT((a - b).abs().max().item<float>(), 0.05 * a.abs().max().item<float>());
 
+  // aoti exports it (Quantization.AotiRunsInt8ActivationsFromTheirRowCount), except GPT-J's
+  // joined projection with a scale per row, which the exported modules run apart.
+  LoadOptions j = o;
+  j.weights.int8_activation_rows = 1;
+  const auto gptj = testing::test_model("gptj-a", 3, j);
   EXPECT_THAT(testing::error_of([&] {
-                BackendRegistry::instance().create("aoti", from3, BackendOptions("aoti", {}));
+                BackendRegistry::instance().create("aoti", gptj, BackendOptions("aoti", {}));
               }),
-              HasSubstr("model.int8_activation_rows is not exported yet"));
+              HasSubstr("is not exported for gptj"));
   EXPECT_THAT(engine_error("int4", 1, 0),
               HasSubstr("EngineOptions::int8_activation_rows: expected 0, or a row count with "
                         "weights int8"));
@@ -401,6 +448,10 @@ std::vector<QuantCase> quant_cases() {
   out.push_back({"int8", "aoti", {}, "gptj-a"});
   out.push_back({"int4", "aoti", {}, "preset:llama-tiny"});
   out.push_back({"bfloat16", "aoti", {}, "tiny"});
+  // int8 activations: per row, and per block on GPT-J (its joined projection run apart, the
+  // blocks falling inside one part or the other).
+  out.push_back({"w8a8", "aoti", {}, "tiny"});
+  out.push_back({"w8a8b32", "aoti", {}, "preset:gptj-tiny"});
   // cuda_graph's aoti step (uncaptured on CPU) takes the same package as aoti.
   out.push_back({"int8", "cuda_graph", {{"capture", "false"}, {"step", "aoti"}}, "tiny"});
   return out;
