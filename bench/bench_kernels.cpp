@@ -3,7 +3,7 @@
 // gengraph runs float32), int8, int4 (groups of 32), bfloat16 (gengraph's weight-only kernels,
 // framework/kernels/weight_only.h), int8 with int8 activations (w8a8_row: a scale per row,
 // gengraph's integer kernels below 32 rows and LibTorch's _int_mm from 32; w8a8_b32: a scale per
-// 32 channels, gengraph's integer kernels),
+// 32 channels, gengraph's integer kernels; these two also at 256 rows, a batch-8 prefill),
 // gengraph's streaming kernel on the float32 weight (float_stream), and int8 on the plain loops
 // (what a CPU without AVX2 runs).
 // The shapes are SmolLM2-135M's and GPT-2-small's projections (fused as gengraph fuses them) and
@@ -167,6 +167,9 @@ void register_kernel_benchmarks() {
           benchmark::RegisterBenchmark(("kernels/" + std::string(fname) + "/" + s.name).c_str(),
                                        [s, f = f](benchmark::State& st) { run(st, s, f, false); });
       for (const int64_t m : rows) b->Arg(m);
+      // A prefill's 256 rows (8 prompts of 32) where the activations are quantized: the
+      // quantization itself and the block kernels over many rows.
+      if (!bench_smoke() && f.int8_activation_rows > 0) b->Arg(256);
       b->ArgName("m")->Unit(benchmark::kMicrosecond)->UseRealTime();
     }
     auto* f = benchmark::RegisterBenchmark(("kernels/float_stream/" + std::string(s.name)).c_str(),

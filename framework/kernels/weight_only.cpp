@@ -86,39 +86,114 @@ struct BlockRows {
   std::vector<int32_t> lane_bias;  // [M, K / 4]
 };
 
-BlockRows quantize_blocks(const float* x, int64_t M, int64_t K, int64_t block) {
-  BlockRows r;
+// One block of `block` channels (a multiple of 32) of one row, with the plain loops.
+void quantize_block_plain(const float* xb, int64_t block, int8_t* qb, float* lane_scale,
+                          int32_t* lane_bias) {
+  float amax = 0.f;
+  bool finite = true;
+  for (int64_t i = 0; i < block; ++i) {
+    amax = std::max(amax, std::fabs(xb[i]));
+    finite = finite && std::isfinite(xb[i]);
+  }
+  const float s = amax > 0.f ? amax / 127.0f : 1.0f;
+  for (int64_t i = 0; i < block; ++i) {
+    // Within [-127, 127] by construction for finite activations. A NaN or an infinity gets
+    // level 0 (no undefined conversion) and its block the scale NaN, so that the row's
+    // outputs are NaN, as the float product's would be.
+    const float v = std::nearbyint(xb[i] / s);
+    qb[i] = v >= -127.f && v <= 127.f ? static_cast<int8_t>(v) : int8_t{0};
+  }
+  for (int64_t l = 0; l < block / 4; ++l) {
+    lane_scale[l] = finite ? s : std::numeric_limits<float>::quiet_NaN();
+    lane_bias[l] = -128 * (qb[4 * l] + qb[4 * l + 1] + qb[4 * l + 2] + qb[4 * l + 3]);
+  }
+}
+
+#ifdef GENGRAPH_X86_AVX2
+// Eight activations' levels: x / s rounded half to even, as int32.
+GENGRAPH_AVX2_FN inline __m256i levels8(const float* p, __m256 sv) {
+  return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(p), sv),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// The same with AVX2, the same values: the absolute maximum (exact in any order), the scale
+// divided in scalar as above, each level x / s (an IEEE division, as the scalar one) rounded half
+// to even. A block with a NaN or an infinity gets the scale NaN and levels 0.
+GENGRAPH_AVX2_FN void quantize_block_avx2(const float* xb, int64_t block, int8_t* qb,
+                                          float* lane_scale, int32_t* lane_bias) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 amax = zero, bad = zero;
+  for (int64_t i = 0; i < block; i += 8) {
+    const __m256 v = _mm256_loadu_ps(xb + i);
+    amax = _mm256_max_ps(amax, _mm256_and_ps(v, abs_mask));
+    const __m256 z = _mm256_mul_ps(v, zero);  // NaN exactly where v is not finite
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(z, z, _CMP_UNORD_Q));
+  }
+  if (_mm256_movemask_ps(bad) != 0) {
+    std::memset(qb, 0, static_cast<size_t>(block));
+    for (int64_t l = 0; l < block / 4; ++l) {
+      lane_scale[l] = std::numeric_limits<float>::quiet_NaN();
+      lane_bias[l] = 0;
+    }
+    return;
+  }
+  alignas(32) float m8[8];
+  _mm256_store_ps(m8, amax);
+  float a = 0.f;
+  for (float v : m8) a = std::max(a, v);
+  const float s = a > 0.f ? a / 127.0f : 1.0f;
+  const __m256 sv = _mm256_set1_ps(s);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < block; i += 32) {
+    const __m256i lo = _mm256_packs_epi32(levels8(xb + i, sv), levels8(xb + i + 8, sv));
+    const __m256i hi = _mm256_packs_epi32(levels8(xb + i + 16, sv), levels8(xb + i + 24, sv));
+    const __m256i q = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(lo, hi), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + i), q);
+    // Each lane's sum of its four levels (bytes 4l..4l+3), times -128.
+    const __m256i fours = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lane_bias + i / 4),
+                        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(fours, 7)));
+    _mm256_storeu_ps(lane_scale + i / 4, sv);
+  }
+}
+#endif
+
+bool quantize_vectorized();  // AVX2 here, and not under use_plain_loops (below)
+
+// Fills `r` (its buffers grown as needed, never shrunk: a thread's buffers serve its next call)
+// for M rows of K channels, rows in parallel when there are many.
+void quantize_blocks(const float* x, int64_t M, int64_t K, int64_t block, BlockRows& r) {
   r.M = M;
   r.K = K;
-  r.q.resize(static_cast<size_t>(M * K));
-  r.lane_scale.resize(static_cast<size_t>(M * K / 4));
-  r.lane_bias.resize(static_cast<size_t>(M * K / 4));
-  for (int64_t m = 0; m < M; ++m) {
-    for (int64_t b0 = 0; b0 < K; b0 += block) {
-      const float* xb = x + m * K + b0;
-      float amax = 0.f;
-      bool finite = true;
-      for (int64_t i = 0; i < block; ++i) {
-        amax = std::max(amax, std::fabs(xb[i]));
-        finite = finite && std::isfinite(xb[i]);
-      }
-      const float s = amax > 0.f ? amax / 127.0f : 1.0f;
-      int8_t* qb = r.q.data() + m * K + b0;
-      for (int64_t i = 0; i < block; ++i) {
-        // Within [-127, 127] by construction for finite activations. A NaN or an infinity gets
-        // level 0 (no undefined conversion) and its block the scale NaN, so that the row's
-        // outputs are NaN, as the float product's would be.
-        const float v = std::nearbyint(xb[i] / s);
-        qb[i] = v >= -127.f && v <= 127.f ? static_cast<int8_t>(v) : int8_t{0};
-      }
-      for (int64_t l = 0; l < block / 4; ++l) {
-        const int64_t lane = m * (K / 4) + b0 / 4 + l;
-        r.lane_scale[lane] = finite ? s : std::numeric_limits<float>::quiet_NaN();
-        r.lane_bias[lane] = -128 * (qb[4 * l] + qb[4 * l + 1] + qb[4 * l + 2] + qb[4 * l + 3]);
+  const auto grow = [](auto& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  };
+  grow(r.q, M * K);
+  grow(r.lane_scale, M * K / 4);
+  grow(r.lane_bias, M * K / 4);
+  const bool vec = quantize_vectorized();
+  int8_t* q = r.q.data();
+  float* ls = r.lane_scale.data();
+  int32_t* lb = r.lane_bias.data();
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, K));
+  at::parallel_for(0, M, grain, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      for (int64_t b0 = 0; b0 < K; b0 += block) {
+        const int64_t at = m * K + b0;
+#ifdef GENGRAPH_X86_AVX2
+        if (vec) {
+          quantize_block_avx2(x + at, block, q + at, ls + at / 4, lb + at / 4);
+          continue;
+        }
+#endif
+        (void)vec;
+        quantize_block_plain(x + at, block, q + at, ls + at / 4, lb + at / 4);
       }
     }
-  }
-  return r;
+  });
 }
 
 // y[m, n] = scales[n] * sum over blocks of (the block's integer sum * its scale).
@@ -496,6 +571,8 @@ bool cpu_has_avx2() {
 #endif
 }
 
+bool quantize_vectorized() { return cpu_has_avx2(); }
+
 bool cpu_has_avx512_vnni() {
 #ifdef GENGRAPH_X86_AVX2
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -589,7 +666,12 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
               " must be a multiple of 32 dividing the ", K, " input channels");
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
-  const BlockRows a = quantize_blocks(x.data_ptr<float>(), M, K, block);
+  // A thread's quantized rows are kept for its next call (no allocation per decode step). The
+  // workers below read the caller's through `a` (a lambda names a thread_local directly: each
+  // thread would see its own).
+  static thread_local BlockRows rows;
+  quantize_blocks(x.data_ptr<float>(), M, K, block, rows);
+  const BlockRows& a = rows;
   const int8_t* wp = q.data_ptr<int8_t>();
   const float* sp = scales.data_ptr<float>();
   float* yp = y.data_ptr<float>();

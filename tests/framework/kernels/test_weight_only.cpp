@@ -108,7 +108,8 @@ TEST(WeightOnlyKernels, W8A8BlocksQuantizeEachBlockOnEveryPath) {
            {32, 32}, {96, 32}, {96, 96}, {576, 64}, {768, 32}}) {
     const at::Tensor q = at::randint(-128, 128, {19, K}).to(at::kChar);
     const at::Tensor scales = at::rand({19}) * 0.01 + 1e-3;
-    for (const int64_t M : {1, 2, 3, 4, 5, 9, 33}) {
+    // 700 rows: a prefill's, quantized by several threads at once (rows split in chunks).
+    for (const int64_t M : {1, 2, 3, 4, 5, 9, 33, 700}) {
       at::Tensor x = at::randn({M, K}) * at::rand({1, K}) * 4;  // channels of unequal range
       x[0].narrow(0, 0, block).zero_();                         // a block of zeros: scale 1
       const at::Tensor xb = x.view({M, K / block, block});
