@@ -14,8 +14,12 @@
 #include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define GENGRAPH_X86_AVX2 1
+#define GENGRAPH_AMX_FN __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw")))
 #define GENGRAPH_AVX2_FN __attribute__((target("avx2,fma")))
 #define GENGRAPH_VNNI_FN __attribute__((target("avx512f,avx512bw,avx512vnni")))
 #endif
@@ -557,10 +561,147 @@ void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales, 
     }
   }
 }
+
+// ---- W8A8 with a scale per row on AMX tiles (AMX-INT8) ----
+//
+// C[n, m] += A[n, k] B[k, m] with tdpbssd (signed int8 by signed int8, int32 sums): A a tile of
+// 16 weight rows by `kstep` channels loaded straight from the row-major weight, B the activation
+// rows' levels packed four channels to a 32-bit element, [k / 4][m] (pack_amx). Four C tiles (64
+// weight rows) share each B tile. The sums are exact, so float(sum) * row scale * scales[n] gives
+// the VNNI path's and _int_mm's floats to the bit.
+
+// A tile row holds at most 64 bytes and the sums stay in int32: the whole-row path takes K up to
+// 2^16 channels, as the VNNI one.
+constexpr int64_t kAmxMaxK = int64_t{1} << 16;
+// From this many activation rows AMX beats the VNNI tile (kernels/w8a8_row: 1.3-2.4x at 4 rows and
+// 2-3.4x at 8 on SmolLM2's and GPT-2's projections; 0.7-1.2x at one row, where both stream the
+// weight). From kStreamRows (a prefill) _int_mm takes the product, as before: AMX here was
+// 0.5-1.7x of it at 256 rows, depending on the shape.
+constexpr int64_t kAmxMinRows = 4;
+
+// The tile configuration's memory layout (palette 1).
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// The levels of `mt` (<= 16) activation rows from row m0, [K / 4][16] 32-bit elements (the
+// columns past mt zero): each element four consecutive channels of one row.
+void pack_amx(const BlockRows& a, int64_t m0, int64_t mt, int32_t* out) {
+  const int64_t K = a.K;
+  std::memset(out, 0, static_cast<size_t>(K / 4 * 16) * sizeof(int32_t));
+  for (int64_t m = 0; m < mt; ++m) {
+    const int8_t* row = a.q.data() + (m0 + m) * K;
+    for (int64_t r = 0; r < K / 4; ++r) std::memcpy(out + r * 16 + m, row + 4 * r, 4);
+  }
+}
+
+// The tile configuration for `mt` activation rows and `kstep` channels a step: C tiles 0, 3, 6, 7
+// (16 weight rows by mt int32), A tiles 1 and 4 (16 weight rows by kstep bytes), B tile 2 (kstep
+// / 4 rows of mt 32-bit elements). Loading it zeroes every tile.
+GENGRAPH_AMX_FN void amx_configure(int64_t mt, int64_t kstep) {
+  AmxConfig cfg;
+  for (const int t : {0, 3, 6, 7}) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = static_cast<uint16_t>(mt * 4);
+  }
+  for (const int t : {1, 4}) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = static_cast<uint16_t>(kstep);
+  }
+  cfg.rows[2] = static_cast<uint8_t>(kstep / 4);
+  cfg.colsb[2] = static_cast<uint16_t>(mt * 4);
+  _tile_loadconfig(&cfg);
+}
+
+// Weight rows [n0, n1) (multiples of 16) for every activation row, from their levels packed per
+// tile of 16 rows (pack_amx; tile i at b + i * K / 4 * 16), into y (row stride ldo). Each 64 (then
+// 16) weight rows are loaded once for all the activation tiles.
+GENGRAPH_AMX_FN void w8a8_amx_rows(const BlockRows& a, const int32_t* b, const int8_t* w,
+                                   const float* scales, int64_t n0, int64_t n1, float* y,
+                                   int64_t ldo) {
+  const int64_t K = a.K, M = a.M;
+  const int64_t kstep = K % 64 == 0 ? 64 : 32;
+  int64_t configured = 0;  // the mt the tiles are configured for
+  alignas(64) int32_t c[4][16 * 16];
+  // float(sum) * row scale * channel scale, as the VNNI path and _int_mm's path.
+  const auto finish = [&](int64_t n, int tiles, int64_t m0, int64_t mt) {
+    for (int t = 0; t < tiles; ++t) {
+      for (int64_t i = 0; i < 16; ++i) {
+        const float s = scales[n + 16 * t + i];
+        for (int64_t m = 0; m < mt; ++m) {
+          y[(m0 + m) * ldo + n + 16 * t + i] =
+              static_cast<float>(c[t][i * mt + m]) * a.lane_scale[(m0 + m) * K / 4] * s;
+        }
+      }
+    }
+  };
+  for (int64_t n = n0; n < n1;) {
+    const bool four = n + 64 <= n1;
+    const int8_t* wn = w + n * K;
+    for (int64_t m0 = 0; m0 < M; m0 += 16) {
+      const int64_t mt = std::min<int64_t>(16, M - m0);
+      if (mt != configured) {
+        amx_configure(mt, kstep);
+        configured = mt;
+      }
+      const int32_t* bt = b + (m0 / 16) * (K / 4) * 16;
+      _tile_zero(0);
+      if (four) {
+        _tile_zero(3);
+        _tile_zero(6);
+        _tile_zero(7);
+        for (int64_t k = 0; k < K; k += kstep) {
+          _tile_loadd(2, bt + (k / 4) * 16, 64);
+          _tile_loadd(1, wn + k, K);
+          _tile_dpbssd(0, 1, 2);
+          _tile_loadd(4, wn + 16 * K + k, K);
+          _tile_dpbssd(3, 4, 2);
+          _tile_loadd(1, wn + 32 * K + k, K);
+          _tile_dpbssd(6, 1, 2);
+          _tile_loadd(4, wn + 48 * K + k, K);
+          _tile_dpbssd(7, 4, 2);
+        }
+        _tile_stored(0, c[0], mt * 4);
+        _tile_stored(3, c[1], mt * 4);
+        _tile_stored(6, c[2], mt * 4);
+        _tile_stored(7, c[3], mt * 4);
+        finish(n, 4, m0, mt);
+      } else {
+        for (int64_t k = 0; k < K; k += kstep) {
+          _tile_loadd(2, bt + (k / 4) * 16, 64);
+          _tile_loadd(1, wn + k, K);
+          _tile_dpbssd(0, 1, 2);
+        }
+        _tile_stored(0, c[0], mt * 4);
+        finish(n, 1, m0, mt);
+      }
+    }
+    n += four ? 64 : 16;
+  }
+  if (configured) _tile_release();
+}
+
+// Whether this CPU has AMX-INT8 and Linux gave this process the tile data state (asked once).
+bool amx_granted() {
+  static const bool granted = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool tile = (edx >> 24) & 1u, int8 = (edx >> 25) & 1u;
+    if (!tile || !int8 || !__builtin_cpu_supports("avx512bw")) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;  // <asm/prctl.h>
+    return ::syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+}
 #endif  // GENGRAPH_X86_AVX2
 
 std::atomic<bool> g_plain{false};
 std::atomic<bool> g_no_vnni{false};
+std::atomic<bool> g_no_amx{false};
 
 bool cpu_has_avx2() {
 #ifdef GENGRAPH_X86_AVX2
@@ -579,6 +720,14 @@ bool cpu_has_avx512_vnni() {
                           __builtin_cpu_supports("avx512vnni");
   return has && !g_plain.load(std::memory_order_relaxed) &&
          !g_no_vnni.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_amx() {
+#ifdef GENGRAPH_X86_AVX2
+  return cpu_has_avx512_vnni() && !g_no_amx.load(std::memory_order_relaxed) && amx_granted();
 #else
   return false;
 #endif
@@ -676,6 +825,25 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
   const float* sp = scales.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const bool vnni = cpu_has_avx512_vnni(), avx2 = cpu_has_avx2(), whole = block == K;
+#ifdef GENGRAPH_X86_AVX2
+  if (whole && M >= kAmxMinRows && K <= kAmxMaxK && cpu_has_amx()) {
+    // AMX tiles for the weight rows in whole 16s, the VNNI tile for the rest.
+    const int64_t tiles = (M + 15) / 16;
+    static thread_local std::vector<int32_t> packed;
+    if (packed.size() < static_cast<size_t>(tiles * K / 4 * 16))
+      packed.resize(static_cast<size_t>(tiles * K / 4 * 16));
+    for (int64_t t = 0; t < tiles; ++t) {
+      pack_amx(a, 16 * t, std::min<int64_t>(16, M - 16 * t), packed.data() + t * (K / 4) * 16);
+    }
+    const int32_t* bp = packed.data();
+    const int64_t groups = N / 16;
+    at::parallel_for(0, groups, 4, [&](int64_t g0, int64_t g1) {
+      w8a8_amx_rows(a, bp, wp, sp, 16 * g0, 16 * g1, yp, N);
+    });
+    if (groups * 16 < N) w8a8_blocks_rows<true, true>(a, wp, sp, groups * 16, N, yp, N);
+    return y;
+  }
+#endif
   at::parallel_for(0, N, grain_rows(N, K), [&](int64_t n0, int64_t n1) {
 #ifdef GENGRAPH_X86_AVX2
     if (vnni && whole) return w8a8_blocks_rows<true, true>(a, wp, sp, n0, n1, yp, N);
@@ -821,6 +989,7 @@ bool vectorized() { return cpu_has_avx2(); }
 void use_plain_loops(bool plain) { g_plain.store(plain); }
 
 void allow_vnni(bool allowed) { g_no_vnni.store(!allowed); }
+void allow_amx(bool allowed) { g_no_amx.store(!allowed); }
 
 at::Tensor pack_int4(const at::Tensor& q) {
   TORCH_CHECK(q.dim() == 2 && q.size(1) % 32 == 0, "pack_int4: [N, K] levels with K % 32 == 0");
@@ -853,6 +1022,7 @@ at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& q, const at::Tenso
 }
 
 bool integer_dot_vnni() { return cpu_has_avx512_vnni(); }
+bool integer_dot_amx() { return cpu_has_amx(); }
 
 at::Tensor linear_int4(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                        const at::Tensor& zeros, int64_t group) {

@@ -38,6 +38,12 @@ at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& q, const at::Tenso
 // or allow_vnni(false), which leaves them AVX2 where the CPU has it: for tests and benchmarks).
 bool integer_dot_vnni();
 void allow_vnni(bool allowed);
+// Whether linear_w8a8 with a scale per row takes the integer sums with AMX tiles (Intel AMX-INT8,
+// Sapphire Rapids on: signed int8 by signed int8, int32 sums, the same floats to the bit as the
+// VNNI path and _int_mm's), where the CPU has it and Linux grants the process its tile state;
+// false under use_plain_loops, allow_vnni(false) or allow_amx(false).
+bool integer_dot_amx();
+void allow_amx(bool allowed);
 
 // The int4 layout these kernels read: per output row, K / 32 blocks of 16 bytes; byte i of block
 // b holds element 32 b + i in its low nibble and element 32 b + 16 + i in its high nibble.

@@ -153,28 +153,36 @@ TEST(WeightOnlyKernels, W8A8BlocksQuantizeEachBlockOnEveryPath) {
 
 // A scale per row at fewer than kStreamRows rows: gengraph's kernels with one block a row give
 // LibTorch's _int_mm path's floats to the bit (int32 sums, then the row's and the channel's
-// scales), on the VNNI and the AVX2 path, K with and without a 32-channel tail after the
-// 64-channel steps, weights over the whole int8 range.
+// scales), on the AMX, the VNNI and the AVX2 path, K with and without a 32-channel tail after the
+// 64-channel steps, weights over the whole int8 range. 85 weight rows: AMX (from 4 activation
+// rows) takes 64 of them four tiles at a time, 16 in one tile, and leaves 5 to the VNNI tile; 16
+// and 31 activation rows are one tile, full and partial.
 TEST(WeightOnlyKernels, W8A8PerRowDecodeEqualsTheIntegerGemmToTheBit) {
   struct Restore {
-    ~Restore() { allow_vnni(true); }
+    ~Restore() {
+      allow_vnni(true);
+      allow_amx(true);
+    }
   } restore;
   at::manual_seed(4);
   for (const int64_t K : {32, 96, 768, 3072}) {
-    const at::Tensor q = at::randint(-128, 128, {21, K}).to(at::kChar);
-    const at::Tensor scales = at::rand({21}) * 0.01 + 1e-3;
-    for (const int64_t M : {1, 2, 5, 8, 31}) {
+    const at::Tensor q = at::randint(-128, 128, {85, K}).to(at::kChar);
+    const at::Tensor scales = at::rand({85}) * 0.01 + 1e-3;
+    for (const int64_t M : {1, 2, 5, 8, 16, 31}) {
       const at::Tensor x = at::randn({M, K}) * at::rand({1, K}) * 4;
       const at::Tensor absmax = x.abs().amax(1, true);
       const at::Tensor s = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
       const at::Tensor xq = at::round(x / s).to(at::kChar);
       const at::Tensor want = at::_int_mm(xq, q.t()).to(at::kFloat).mul_(s).mul_(scales);
-      for (const bool vnni : {true, false}) {
-        allow_vnni(vnni);
-        SCOPED_TRACE(std::string(integer_dot_vnni() ? "VNNI"
-                                 : vectorized()     ? "AVX2"
-                                                    : "plain") +
-                     " K " + std::to_string(K) + " M " + std::to_string(M));
+      for (const int path : {0, 1, 2}) {
+        allow_amx(path == 0);
+        allow_vnni(path <= 1);
+        SCOPED_TRACE(std::string(integer_dot_amx()    ? "AMX"
+                                 : integer_dot_vnni() ? "VNNI"
+                                 : vectorized()       ? "AVX2"
+                                                      : "plain") +
+                     " path " + std::to_string(path) + " K " + std::to_string(K) + " M " +
+                     std::to_string(M));
         EXPECT_TRUE(at::equal(linear_w8a8(x, q, scales), want));
       }
     }
@@ -191,9 +199,10 @@ TEST(WeightOnlyKernels, W8A8NonFiniteActivationsGiveNaNRows) {
       allow_vnni(true);
     }
   } restore;
-  const at::Tensor q = at::randint(-127, 128, {5, 64}).to(at::kChar);
-  const at::Tensor scales = at::rand({5}) + 0.1;
-  at::Tensor x = at::randn({3, 64});
+  // 20 weight rows and 4 activation rows: the AMX path (where the CPU has it) takes 16 of them.
+  const at::Tensor q = at::randint(-127, 128, {20, 64}).to(at::kChar);
+  const at::Tensor scales = at::rand({20}) + 0.1;
+  at::Tensor x = at::randn({4, 64});
   x[0][7] = std::numeric_limits<float>::quiet_NaN();
   x[2][40] = std::numeric_limits<float>::infinity();
   for (const int path : {0, 1, 2}) {
@@ -206,6 +215,7 @@ TEST(WeightOnlyKernels, W8A8NonFiniteActivationsGiveNaNRows) {
       EXPECT_TRUE(y[0].isnan().all().item<bool>());
       EXPECT_TRUE(y[2].isnan().all().item<bool>());
       EXPECT_TRUE(y[1].isfinite().all().item<bool>());
+      EXPECT_TRUE(y[3].isfinite().all().item<bool>());
     }
   }
 }
