@@ -575,8 +575,8 @@ void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales, 
 constexpr int64_t kAmxMaxK = int64_t{1} << 16;
 // From this many activation rows AMX beats the VNNI tile (kernels/w8a8_row: 1.3-2.4x at 4 rows and
 // 2-3.4x at 8 on SmolLM2's and GPT-2's projections; 0.7-1.2x at one row, where both stream the
-// weight). From kStreamRows (a prefill) _int_mm takes the product, as before: AMX here was
-// 0.5-1.7x of it at 256 rows, depending on the shape.
+// weight), and at a prefill's 256 rows it is 1.2-1.7x _int_mm
+// (docs/results/w8a8_kernels_bench_cpu.txt).
 constexpr int64_t kAmxMinRows = 4;
 
 // The tile configuration's memory layout (palette 1).
@@ -627,16 +627,23 @@ GENGRAPH_AMX_FN void w8a8_amx_rows(const BlockRows& a, const int32_t* b, const i
   const int64_t kstep = K % 64 == 0 ? 64 : 32;
   int64_t configured = 0;  // the mt the tiles are configured for
   alignas(64) int32_t c[4][16 * 16];
-  // float(sum) * row scale * channel scale, as the VNNI path and _int_mm's path.
+  alignas(64) float staged[16][64];
+  // float(sum) * row scale * channel scale, as the VNNI path and _int_mm's path. Staged per
+  // activation row, then written as one run of y's row: y's rows are N floats apart, often a
+  // multiple of 4 KB, so writing down a column would keep evicting the same cache set.
   const auto finish = [&](int64_t n, int tiles, int64_t m0, int64_t mt) {
     for (int t = 0; t < tiles; ++t) {
       for (int64_t i = 0; i < 16; ++i) {
         const float s = scales[n + 16 * t + i];
         for (int64_t m = 0; m < mt; ++m) {
-          y[(m0 + m) * ldo + n + 16 * t + i] =
+          staged[m][16 * t + i] =
               static_cast<float>(c[t][i * mt + m]) * a.lane_scale[(m0 + m) * K / 4] * s;
         }
       }
+    }
+    for (int64_t m = 0; m < mt; ++m) {
+      std::memcpy(y + (m0 + m) * ldo + n, staged[m],
+                  static_cast<size_t>(16 * tiles) * sizeof(float));
     }
   };
   for (int64_t n = n0; n < n1;) {
@@ -870,8 +877,9 @@ at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
   // to the bit (int32 sums, float(sum) * row scale * channel scale) at a fraction of _int_mm's
   // time for one row. The sums stay in int32 up to 2^16 channels.
   const int64_t K = x.size(1);
-  if (x.size(0) < kStreamRows && K > 0 && K % 32 == 0 && K <= (int64_t{1} << 16) &&
-      (cpu_has_avx512_vnni() || cpu_has_avx2())) {
+  // With AMX (from kAmxMinRows rows) a prefill's many rows too: 1.2-1.7x _int_mm at 256 rows.
+  if ((x.size(0) < kStreamRows || cpu_has_amx()) && K > 0 && K % 32 == 0 &&
+      K <= (int64_t{1} << 16) && (cpu_has_avx512_vnni() || cpu_has_avx2())) {
     return linear_w8a8_blocks(x, q, scales, K);
   }
   const at::Tensor absmax = x.abs().amax(1, /*keepdim=*/true);

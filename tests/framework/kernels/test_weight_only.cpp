@@ -156,7 +156,8 @@ TEST(WeightOnlyKernels, W8A8BlocksQuantizeEachBlockOnEveryPath) {
 // scales), on the AMX, the VNNI and the AVX2 path, K with and without a 32-channel tail after the
 // 64-channel steps, weights over the whole int8 range. 85 weight rows: AMX (from 4 activation
 // rows) takes 64 of them four tiles at a time, 16 in one tile, and leaves 5 to the VNNI tile; 16
-// and 31 activation rows are one tile, full and partial.
+// and 31 activation rows are one tile, full and partial, 40 three (AMX takes 32 rows and more
+// too, which the other paths leave to _int_mm).
 TEST(WeightOnlyKernels, W8A8PerRowDecodeEqualsTheIntegerGemmToTheBit) {
   struct Restore {
     ~Restore() {
@@ -168,7 +169,7 @@ TEST(WeightOnlyKernels, W8A8PerRowDecodeEqualsTheIntegerGemmToTheBit) {
   for (const int64_t K : {32, 96, 768, 3072}) {
     const at::Tensor q = at::randint(-128, 128, {85, K}).to(at::kChar);
     const at::Tensor scales = at::rand({85}) * 0.01 + 1e-3;
-    for (const int64_t M : {1, 2, 5, 8, 16, 31}) {
+    for (const int64_t M : {1, 2, 5, 8, 16, 31, 40}) {
       const at::Tensor x = at::randn({M, K}) * at::rand({1, K}) * 4;
       const at::Tensor absmax = x.abs().amax(1, true);
       const at::Tensor s = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
