@@ -25,8 +25,9 @@ at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& q, const at::Tenso
 // The same product with the activations quantized too (W8A8). A change of arithmetic, opted into
 // with model.int8_activation_rows (docs/quantization.md#int8-activations).
 //   block 0: each row of x to int8 with its own scale (absolute maximum / 127, round half to
-//     even), an integer GEMM with int32 sums (LibTorch's _int_mm), then
-//     y[m, n] = sum * row_scale[m] * scales[n].
+//     even), an integer GEMM with int32 sums, then y[m, n] = sum * row_scale[m] * scales[n]:
+//     AMX tiles from 4 rows where the CPU has AMX-INT8, gengraph's VNNI / AVX2 tiles below 32
+//     rows, LibTorch's _int_mm otherwise; the same floats to the bit on every path.
 //   block B (a multiple of 32 dividing K; model.int8_activation_block): each block of B channels
 //     of a row gets its own scale the same way; per block the integer sum (exact in int32) times
 //     the block's scale, summed in float32, times scales[n]. gengraph's kernels compute it: AVX-512
