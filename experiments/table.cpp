@@ -135,11 +135,13 @@ void point_table(std::ostringstream& o, const JsonAt& doc, const std::string& ba
         << std::setprecision(2) << amount((*spec)["tokens_per_verify"])
         << " tokens per verify forward over " << spec->integer_or("verify_steps", 0) << "\n";
     }
-    // The attention kernel LibTorch picks for gengraph's own decode step (at::SDPBackend).
+    // The attention kernel of gengraph's own decode step: LibTorch's (at::SDPBackend's numbers),
+    // or 5, gengraph's decode kernel (CausalLM::kGengraphDecodeAttention).
     if (report && report->has("sdpa_kernel")) {
-      static const char* kNames[] = {"math", "flash", "memory-efficient", "cuDNN", "overrideable"};
+      static const char* kNames[] = {"math",  "flash",        "memory-efficient",
+                                     "cuDNN", "overrideable", "gengraph decode"};
       const double k = (*report)["sdpa_kernel"].number();
-      if (k >= 0 && k < 5) o << "    attention kernel: " << kNames[static_cast<int>(k)] << "\n";
+      if (k >= 0 && k < 6) o << "    attention kernel: " << kNames[static_cast<int>(k)] << "\n";
     }
   }
 }

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
 
 #include "framework/kernels/weight_only.h"
 
@@ -15,6 +18,9 @@ namespace gengraph::kernels {
 #define GENGRAPH_LAYER_OPS_AVX2 1
 // The AVX2 body of silu_mul (layer_ops_avx2.cpp, compiled for AVX2 on x86-64 only).
 void silu_mul_row_avx2(const float* g, const float* u, float* out, int64_t n);
+float dot_avx2(const float* a, const float* b, int64_t n);
+float exp_shifted_avx2(float* s, int64_t n, float max);
+void axpy_avx2(float p, const float* v, float* out, int64_t n);
 constexpr bool kHaveAvx2Unit = true;
 #else
 constexpr bool kHaveAvx2Unit = false;
@@ -184,7 +190,124 @@ at::Tensor silu_mul_cpu(const at::Tensor& gate_up) {
   return out;
 }
 
+// One row and head of decode_attention: scores into s[L], the output into out[hd].
+template <bool kAvx2>
+void attend_one(const float* q, const float* k, int64_t ks, const float* v, int64_t vs, int64_t L,
+                int64_t hd, const float* add, const bool* allowed, int64_t ms, float scale,
+                float* s, float* out) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t l = 0; l < L; ++l) {
+    float d;
+#ifdef GENGRAPH_LAYER_OPS_AVX2
+    if constexpr (kAvx2) {
+      d = dot_avx2(q, k + l * ks, hd);
+    } else
+#endif
+    {
+      d = 0.f;
+      for (int64_t i = 0; i < hd; ++i) d += q[i] * k[l * ks + i];
+    }
+    float x = d * scale;
+    if (add) x += add[l * ms];
+    if (allowed && !allowed[l * ms]) x = -std::numeric_limits<float>::infinity();
+    s[l] = x;
+    max = std::max(max, x);
+  }
+  float sum = 0.f;
+#ifdef GENGRAPH_LAYER_OPS_AVX2
+  if constexpr (kAvx2) {
+    sum = exp_shifted_avx2(s, L, max);
+  } else
+#endif
+  {
+    for (int64_t l = 0; l < L; ++l) {
+      s[l] = std::exp(s[l] - max);
+      sum += s[l];
+    }
+  }
+  std::fill(out, out + hd, 0.f);
+  for (int64_t l = 0; l < L; ++l) {
+    if (s[l] == 0.f) continue;  // masked, or too small to count
+#ifdef GENGRAPH_LAYER_OPS_AVX2
+    if constexpr (kAvx2) {
+      axpy_avx2(s[l], v + l * vs, out, hd);
+      continue;
+    }
+#endif
+    for (int64_t i = 0; i < hd; ++i) out[i] += s[l] * v[l * vs + i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < hd; ++i) out[i] *= inv;
+}
+
+at::Tensor decode_attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const std::optional<at::Tensor>& mask_opt, double scale) {
+  const at::Tensor mask = mask_opt.has_value() ? *mask_opt : at::Tensor();
+  TORCH_CHECK(decode_attention_applies(q, k, v, mask),
+              "gengraph::decode_attention: expected float32 CPU q [rows, heads, 1, hd], k and v "
+              "[rows, kv_heads, L, hd] with a contiguous last dimension and a mask [rows | 1, 1, "
+              "1, L], got q ",
+              q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
+  const int64_t rows = q.size(0), heads = q.size(1), hd = q.size(3);
+  const int64_t kv_heads = k.size(1), L = k.size(2), group = heads / kv_heads;
+  at::Tensor out = at::empty({rows, 1, heads * hd}, q.options());
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const bool is_bool = mask.defined() && mask.scalar_type() == at::kBool;
+  const float* add = mask.defined() && !is_bool ? mask.data_ptr<float>() : nullptr;
+  const bool* allowed = is_bool ? mask.data_ptr<bool>() : nullptr;
+  const int64_t mrow = mask.defined() && mask.size(0) > 1 ? mask.stride(0) : 0;
+  const int64_t ml = mask.defined() ? mask.stride(3) : 0;
+  const bool avx2 = kHaveAvx2Unit && vectorized();
+  const float sc = static_cast<float>(scale);
+  at::parallel_for(0, rows * heads,
+                   std::max<int64_t>(1, kGrainValues / std::max<int64_t>(1, L * hd)),
+                   [&](int64_t b, int64_t e) {
+                     std::vector<float> s(static_cast<size_t>(L));
+                     for (int64_t t = b; t < e; ++t) {
+                       const int64_t r = t / heads, h = t % heads, kh = h / group;
+                       const float* qr = qp + r * q.stride(0) + h * q.stride(1);
+                       const float* kr = kp + r * k.stride(0) + kh * k.stride(1);
+                       const float* vr = vp + r * v.stride(0) + kh * v.stride(1);
+                       const float* a = add ? add + r * mrow : nullptr;
+                       const bool* al = allowed ? allowed + r * mrow : nullptr;
+                       float* o = op + (r * heads + h) * hd;
+#ifdef GENGRAPH_LAYER_OPS_AVX2
+                       if (avx2) {
+                         attend_one<true>(qr, kr, k.stride(2), vr, v.stride(2), L, hd, a, al, ml,
+                                          sc, s.data(), o);
+                         continue;
+                       }
+#endif
+                       attend_one<false>(qr, kr, k.stride(2), vr, v.stride(2), L, hd, a, al, ml, sc,
+                                         s.data(), o);
+                     }
+                   });
+  return out;
+}
+
 }  // namespace
+
+bool decode_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const at::Tensor& mask) {
+  const auto f32_cpu = [](const at::Tensor& t) {
+    return t.defined() && t.is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 4 &&
+           t.stride(3) == 1;
+  };
+  if (!f32_cpu(q) || !f32_cpu(k) || !f32_cpu(v) || q.size(2) != 1) return false;
+  const int64_t rows = q.size(0), heads = q.size(1), hd = q.size(3);
+  if (k.sizes() != v.sizes() || k.size(0) != rows || k.size(3) != hd || k.size(1) <= 0 ||
+      heads % k.size(1) != 0 || k.size(2) <= 0) {
+    return false;
+  }
+  if (!mask.defined()) return true;
+  return mask.is_cpu() && mask.dim() == 4 &&
+         (mask.scalar_type() == at::kBool || mask.scalar_type() == at::kFloat) &&
+         (mask.size(0) == rows || mask.size(0) == 1) && mask.size(1) == 1 && mask.size(2) == 1 &&
+         mask.size(3) == k.size(2);
+}
 
 bool rotary_qkv_applies(const at::Tensor& y, const at::Tensor& cos, int64_t heads,
                         int64_t kv_heads) {
@@ -232,6 +355,16 @@ at::Tensor rotary_qkv_into(const at::Tensor& y, const at::Tensor& cos, const at:
                  values, slots);
 }
 
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& mask, double scale) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("gengraph::decode_attention", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const std::optional<at::Tensor>&, double)>();
+  return op.call(q, k, v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt, scale);
+}
+
 at::Tensor silu_mul(const at::Tensor& gate_up) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("gengraph::silu_mul", "")
@@ -249,10 +382,12 @@ TORCH_LIBRARY_FRAGMENT(gengraph, m) {
       "rotary_qkv_into(Tensor y, Tensor cos, Tensor sin_signed, int heads, int kv_heads, "
       "bool neighbours, Tensor(a!) keys, Tensor(b!) values, Tensor slots) -> Tensor");
   m.def("silu_mul(Tensor gate_up) -> Tensor");
+  m.def("decode_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(gengraph, CPU, m) {
   m.impl("rotary_qkv", &gengraph::kernels::rotary_qkv_cpu);
   m.impl("rotary_qkv_into", &gengraph::kernels::rotary_qkv_into_cpu);
   m.impl("silu_mul", &gengraph::kernels::silu_mul_cpu);
+  m.impl("decode_attention", &gengraph::kernels::decode_attention_cpu);
 }

@@ -57,6 +57,22 @@ at::Tensor silu_mul(const at::Tensor& gate_up);
 
 bool silu_mul_applies(const at::Tensor& gate_up);
 
+// Attention of a decode step, one query per row, over the cache, as one CPU kernel (registered as
+// gengraph::decode_attention): per row and head, the scores q . k_l * scale plus the mask (an
+// additive float mask as it is, a boolean one as 0 or -inf), their softmax (the maximum taken off
+// before the exponentials) and the weighted sum of the values, divided by the exponentials' sum.
+// LibTorch's CPU flash kernel runs two small GEMMs per row and head through MKL, whose per-call
+// cost dominated a batch-8 decode step's attention. The sums run in another order than LibTorch's,
+// so the values may differ from at::scaled_dot_product_attention's in the last bits.
+//   q: [rows, heads, 1, hd]; k, v: [rows, kv_heads, L, hd] (heads a multiple of kv_heads, the
+//   last dimension contiguous: views of a cache are fine); mask: undefined or [rows | 1, 1, 1, L]
+//   bool or float32 -> [rows, 1, heads * hd]
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& mask, double scale);
+// Whether decode_attention takes these tensors: float32 CPU, the shapes above.
+bool decode_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const at::Tensor& mask);
+
 // For tests: whether the AVX2 form of silu_mul runs on this CPU (and is not switched off by
 // kernels::use_plain_loops).
 bool silu_mul_vectorized();

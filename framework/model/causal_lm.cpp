@@ -5,6 +5,7 @@
 #include <functional>
 #include <sstream>
 
+#include "framework/kernels/layer_ops.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -49,6 +50,7 @@ int64_t CausalLM::decode_attention_kernel(int64_t rows, int64_t max_len) const {
   const auto kv = at::empty({rows, c.num_kv_heads, max_len, c.head_dim}, f);
   // The fused form passes an additive mask in the compute dtype, the unfused one a boolean mask.
   const auto mask = at::empty({rows, 1, 1, max_len}, c.fused ? f : f.dtype(at::kBool));
+  if (kernels::decode_attention_applies(q, kv, kv, mask)) return kGengraphDecodeAttention;
   return at::_fused_sdp_choice(q, kv, kv, mask, 0.0, false, std::nullopt,
                                c.num_kv_heads != c.num_heads);
 }

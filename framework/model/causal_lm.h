@@ -44,7 +44,10 @@ class CausalLM {
   CacheShape cache_shape(int64_t rows, int64_t max_len) const;
   // The scaled-dot-product-attention kernel LibTorch picks for this model's decode step (one query
   // per row over max_len cache slots, the mask this form passes) on its device and dtype, as
-  // at::SDPBackend numbers it: 0 math, 1 flash, 2 memory-efficient, 3 cuDNN, -1 none.
+  // at::SDPBackend numbers it: 0 math, 1 flash, 2 memory-efficient, 3 cuDNN, -1 none; or
+  // kGengraphDecodeAttention where gengraph's own kernel takes it (kernels::decode_attention:
+  // float32 on CPU).
+  static constexpr int64_t kGengraphDecodeAttention = 5;
   int64_t decode_attention_kernel(int64_t rows, int64_t max_len) const;
 
   // Runs the decoder over `batch`, writing its keys/values into `cache` (the caller has already

@@ -67,6 +67,11 @@ bool gpt2_family_ignorable(const std::string& key) {
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& mask, double scale) {
   const int64_t rows = q.size(0), heads = q.size(1), t = q.size(2), hd = q.size(3);
+  // A decode step on CPU in float32: gengraph's kernel, one task per row and head, instead of
+  // LibTorch's flash kernel's two MKL calls per row and head.
+  if (kernels::decode_attention_applies(q, k, v, mask)) {
+    return kernels::decode_attention(q, k, v, mask, scale);
+  }
   at::Tensor out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale,
                                                     /*enable_gqa=*/k.size(1) != heads);
   return out.transpose(1, 2).reshape({rows, t, heads * hd});

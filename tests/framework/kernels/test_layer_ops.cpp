@@ -8,7 +8,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "framework/kernels/layer_ops.h"
 #include "framework/kernels/weight_only.h"
@@ -156,6 +159,58 @@ TEST(LayerOpsKernels, SiluMulMatchesSiluTimesUp) {
                 silu_mul(at::zeros({2, 3}));
               }),
               HasSubstr("gengraph::silu_mul: float32 CPU [..., 2 * inner]"));
+}
+
+// The decode step's attention kernel against LibTorch's scaled_dot_product_attention: grouped
+// heads, cache views (narrowed from longer buffers), a boolean mask, an additive one (with -inf), a
+// mask shared by every row, none; head sizes with and without a tail past the vector width; the
+// AVX2 and the plain path. Then attend() takes it for a decode step and leaves a prefill to SDPA.
+TEST(LayerOpsKernels, DecodeAttentionMatchesScaledDotProductAttention) {
+  struct Restore {
+    ~Restore() { use_plain_loops(false); }
+  } restore;
+  at::manual_seed(9);
+  for (const int64_t hd : {64, 20}) {
+    for (const int64_t L : {1, 7, 33}) {
+      const int64_t rows = 3, heads = 4, kv_heads = 2;
+      const at::Tensor q = at::randn({rows, 1, heads, hd}).transpose(1, 2);  // as the models' view
+      const at::Tensor kbuf = at::randn({rows, kv_heads, L + 5, hd});
+      const at::Tensor vbuf = at::randn({rows, kv_heads, L + 5, hd});
+      const at::Tensor k = kbuf.narrow(2, 0, L), v = vbuf.narrow(2, 0, L);
+      at::Tensor allowed = at::rand({rows, 1, 1, L}).gt(0.3);
+      allowed.select(3, L - 1).fill_(true);  // every row reads at least itself
+      const at::Tensor additive =
+          at::zeros({rows, 1, 1, L}).masked_fill_(allowed.logical_not(), -INFINITY);
+      const at::Tensor shared = allowed.narrow(0, 0, 1);
+      for (const int path : {0, 1}) {
+        use_plain_loops(path == 1);
+        for (const auto& [what, mask] : std::vector<std::pair<std::string, at::Tensor>>{
+                 {"bool", allowed}, {"additive", additive}, {"shared", shared}, {"none", {}}}) {
+          SCOPED_TRACE(what + " hd " + std::to_string(hd) + " L " + std::to_string(L) +
+                       (path == 0 ? " vectorized" : " plain"));
+          ASSERT_TRUE(decode_attention_applies(q, k, v, mask));
+          const at::Tensor got = decode_attention(q, k, v, mask, 0.125);
+          const at::Tensor want =
+              at::scaled_dot_product_attention(
+                  q, k, v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt, 0.0,
+                  false, 0.125, true)
+                  .transpose(1, 2)
+                  .reshape({rows, 1, heads * hd});
+          EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-6)) << (got - want).abs().max();
+        }
+      }
+    }
+  }
+  use_plain_loops(false);
+  // attend(): a decode step through the kernel (the same values), a prefill through SDPA.
+  const at::Tensor q1 = at::randn({2, 4, 1, 16}), k1 = at::randn({2, 4, 9, 16}),
+                   v1 = at::randn({2, 4, 9, 16});
+  const at::Tensor m1 = at::ones({2, 1, 1, 9}, at::kBool);
+  EXPECT_TRUE(at::equal(attend(q1, k1, v1, m1, 0.25), decode_attention(q1, k1, v1, m1, 0.25)));
+  const at::Tensor q3 = at::randn({2, 4, 3, 16});
+  EXPECT_FALSE(decode_attention_applies(q3, k1, v1, at::ones({2, 1, 3, 9}, at::kBool)));
+  EXPECT_FALSE(decode_attention_applies(q1.to(at::kDouble), k1, v1, m1));
+  EXPECT_FALSE(decode_attention_applies(q1, k1.narrow(1, 0, 3), v1.narrow(1, 0, 3), m1));
 }
 
 }  // namespace
