@@ -306,6 +306,13 @@ def quantized(kind, group, w, bias, scales_from=None, act=(0, 0)):
     return WeightOnlyLinear(kind, group, {"q": w.to(torch.bfloat16).contiguous()}, bias)
 
 
+def check_activation_block(act, w, what):
+    """Refuses an --int8-activation-block that does not divide weight `w`'s input channels."""
+    if act[1] > 0 and w.shape[1] % act[1]:
+        fail(2, f"--int8-activation-block {act[1]}: {what} {w.shape[1]} input channels are not a "
+                "multiple of it")
+
+
 def quantize_model(model, kind, group, head, act=(0, 0)):
     """Replaces the projections gengraph quantizes (and the output head when `head`) by
     WeightOnlyLinear modules holding the same quantized weights as gengraph's model; int8 with
@@ -354,9 +361,7 @@ def quantize_model(model, kind, group, head, act=(0, 0)):
             if kind == "int4" and w.shape[1] % group:
                 fail(2, f"--weights int4: {prefix}{suffix}'s {w.shape[1]} input channels are not a "
                         f"multiple of group_size {group}")
-            if kind == "int8" and act[1] > 0 and w.shape[1] % act[1]:
-                fail(2, f"--int8-activation-block {act[1]}: {prefix}{suffix}'s {w.shape[1]} input "
-                        "channels are not a multiple of it")
+            check_activation_block(act, w, f"{prefix}{suffix}'s")
             bias = module.bias.detach() if module.bias is not None else None
             parent = model.get_submodule((prefix + suffix).rsplit(".", 1)[0])
             setattr(parent, suffix.split(".")[-1], quantized(kind, group, w, bias, joined.get(suffix), act))
@@ -366,9 +371,7 @@ def quantize_model(model, kind, group, head, act=(0, 0)):
         if kind == "int4" and w.shape[1] % group:
             fail(2, f"--weights int4: the output head's {w.shape[1]} input channels are not a multiple "
                     f"of group_size {group}")
-        if kind == "int8" and act[1] > 0 and w.shape[1] % act[1]:
-            fail(2, f"--int8-activation-block {act[1]}: the output head's {w.shape[1]} input channels "
-                    "are not a multiple of it")
+        check_activation_block(act, w, "the output head's")
         bias = lm.bias.detach() if getattr(lm, "bias", None) is not None else None
         parent, _, attr = lm_name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, attr, quantized(kind, group, w, bias, None, act))
@@ -434,8 +437,9 @@ def main():
     kv = getattr(cfg, "num_key_value_heads", None) or heads
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 4096
+    # (int8_activation_rows, int8_activation_block): the block means nothing without the rows.
+    act = (a.int8_activation_rows, a.int8_activation_block if a.int8_activation_rows else 0)
     if a.weights != "float":
-        act = (a.int8_activation_rows, a.int8_activation_block if a.int8_activation_rows else 0)
         ops = ("linear_int8", "linear_int4", "linear_bf16") + (("linear_int8_act",) if act[0] else ())
         load_operators(a.ops_library, ops)
         quantize_model(model, a.weights, a.group_size, not a.float_head, act)
@@ -467,8 +471,7 @@ def main():
     meta = {"format": EXPORT_FORMAT, "model_type": model.config.model_type, "model_fingerprint": a.fingerprint,
             "layers": layers, "kv_heads": kv, "head_dim": hd, "vocab_size": cfg.vocab_size, "dtype": a.dtype,
             "device": a.device, "max_rows": a.max_rows, "context": context, "freezing": a.freezing,
-            "weights": weights_tag(a.weights, a.group_size, not a.float_head, a.int8_activation_rows,
-                                   a.int8_activation_block if a.int8_activation_rows else 0),
+            "weights": weights_tag(a.weights, a.group_size, not a.float_head, *act),
             "torch_version": torch.__version__.split("+")[0],
             "made_by": "tools/export_aoti.py (transformers %s)" % __import__("transformers").__version__}
     configs = {"aot_inductor.metadata": {"gengraph." + k: str(v) for k, v in meta.items()}}

@@ -90,6 +90,10 @@ struct BlockRows {
   std::vector<int32_t> lane_bias;  // [M, K / 4]
 };
 
+// The whole-row (scale per row) kernels, VNNI and AMX, sum a row's products in int32: up to 2^16
+// channels they cannot overflow (|sum| <= 127 * 128 * K).
+constexpr int64_t kWholeRowMaxK = int64_t{1} << 16;
+
 // One block of `block` channels (a multiple of 32) of one row, with the plain loops.
 void quantize_block_plain(const float* xb, int64_t block, int8_t* qb, float* lane_scale,
                           int32_t* lane_bias) {
@@ -165,7 +169,7 @@ GENGRAPH_AVX2_FN void quantize_block_avx2(const float* xb, int64_t block, int8_t
 }
 #endif
 
-bool quantize_vectorized();  // AVX2 here, and not under use_plain_loops (below)
+bool cpu_has_avx2();  // and not under use_plain_loops (below)
 
 // Fills `r` (its buffers grown as needed, never shrunk: a thread's buffers serve its next call)
 // for M rows of K channels, rows in parallel when there are many.
@@ -178,7 +182,7 @@ void quantize_blocks(const float* x, int64_t M, int64_t K, int64_t block, BlockR
   grow(r.q, M * K);
   grow(r.lane_scale, M * K / 4);
   grow(r.lane_bias, M * K / 4);
-  const bool vec = quantize_vectorized();
+  const bool vec = cpu_has_avx2();
   int8_t* q = r.q.data();
   float* ls = r.lane_scale.data();
   int32_t* lb = r.lane_bias.data();
@@ -570,9 +574,6 @@ void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales, 
 // weight rows) share each B tile. The sums are exact, so float(sum) * row scale * scales[n] gives
 // the VNNI path's and _int_mm's floats to the bit.
 
-// A tile row holds at most 64 bytes and the sums stay in int32: the whole-row path takes K up to
-// 2^16 channels, as the VNNI one.
-constexpr int64_t kAmxMaxK = int64_t{1} << 16;
 // From this many activation rows AMX beats the VNNI tile (kernels/w8a8_row: 1.3-2.4x at 4 rows and
 // 2-3.4x at 8 on SmolLM2's and GPT-2's projections; 0.7-1.2x at one row, where both stream the
 // weight), and at a prefill's 256 rows it is 1.2-1.7x _int_mm
@@ -719,8 +720,6 @@ bool cpu_has_avx2() {
 #endif
 }
 
-bool quantize_vectorized() { return cpu_has_avx2(); }
-
 bool cpu_has_avx512_vnni() {
 #ifdef GENGRAPH_X86_AVX2
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -833,7 +832,7 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
   float* yp = y.data_ptr<float>();
   const bool vnni = cpu_has_avx512_vnni(), avx2 = cpu_has_avx2(), whole = block == K;
 #ifdef GENGRAPH_X86_AVX2
-  if (whole && M >= kAmxMinRows && K <= kAmxMaxK && cpu_has_amx()) {
+  if (whole && M >= kAmxMinRows && K <= kWholeRowMaxK && cpu_has_amx()) {
     // AMX tiles for the weight rows in whole 16s, the VNNI tile for the rest.
     const int64_t tiles = (M + 15) / 16;
     static thread_local std::vector<int32_t> packed;
@@ -878,8 +877,8 @@ at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
   // time for one row. The sums stay in int32 up to 2^16 channels.
   const int64_t K = x.size(1);
   // With AMX (from kAmxMinRows rows) a prefill's many rows too: 1.2-1.7x _int_mm at 256 rows.
-  if ((x.size(0) < kStreamRows || cpu_has_amx()) && K > 0 && K % 32 == 0 &&
-      K <= (int64_t{1} << 16) && (cpu_has_avx512_vnni() || cpu_has_avx2())) {
+  if ((x.size(0) < kStreamRows || cpu_has_amx()) && K > 0 && K % 32 == 0 && K <= kWholeRowMaxK &&
+      (cpu_has_avx512_vnni() || cpu_has_avx2())) {
     return linear_w8a8_blocks(x, q, scales, K);
   }
   const at::Tensor absmax = x.abs().amax(1, /*keepdim=*/true);
