@@ -197,14 +197,18 @@ TEST(Quantization, AotiRefusesAPackageOfAnotherWeightFormat) {
   LoadOptions o;
   o.weights.kind = WeightFormat::Kind::kInt8;
   const auto q8 = testing::test_model("tiny", 11, o);
-  // The package the int8 cases below use (built here when missing), found in the cache by name.
+  // The package the int8 cases below use (built here when missing), found in the cache by name:
+  // weights "int8" and nothing after it but the builder's identity, so that a package of int8
+  // activations ("-wint8-a1-b...") in the same cache is not taken for it.
   BackendRegistry::instance().create("aoti", q8, BackendOptions("aoti", {}));
   const std::string start = q8->config().model_type + "-" + model_fingerprint(*q8) + "-";
   std::filesystem::path package;
   for (const auto& e : std::filesystem::directory_iterator(default_aoti_cache_dir())) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(start, 0) == 0 && name.find("-wint8-") != std::string::npos &&
-        e.path().extension() == ".pt2") {
+    if (name.rfind(start, 0) == 0 && e.path().extension() == ".pt2" &&
+        name.find("-f" + std::to_string(kAotiExportFormat) + "-") != std::string::npos &&
+        (name.find("-wint8-b") != std::string::npos ||
+         name.size() > 10 && name.compare(name.size() - 10, 10, "-wint8.pt2") == 0)) {
       package = e.path();
     }
   }
