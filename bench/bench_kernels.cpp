@@ -16,6 +16,7 @@
 #include <benchmark/benchmark.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench/bench_common.h"
@@ -65,6 +66,34 @@ void run(benchmark::State& state, const Shape& s, WeightFormat f, bool plain) {
   for (auto _ : state) benchmark::DoNotOptimize(p(x));
   kernels::use_plain_loops(false);
   state.SetBytesProcessed(state.iterations() * stored_bytes(kind, s));
+  state.counters["threads"] = at::get_num_threads();
+}
+
+// kernels/<format>/<model>_step/m<rows>: every projection of one decode step, each layer's with
+// weights of its own (GPT-2 small: 12 layers of attn, proj, fc, mlp_proj, then the head; SmolLM2:
+// 30 layers of qkv, o, gate_up, down, then the head), so that each weight is read once a call as a
+// real step reads it, from wherever the cache hierarchy holds it then (a single projection's
+// benchmark repeats one weight, which may stay in L2). bytes = the step's stored weight bytes.
+void run_step(benchmark::State& state, const std::vector<Shape>& layer, int64_t layers,
+              const Shape& head, WeightFormat f) {
+  at::manual_seed(0);
+  const WeightFormat::Kind kind = f.kind;
+  f.group_size = 32;
+  std::vector<Projection> ps;
+  std::vector<at::Tensor> xs;
+  int64_t bytes = 0;
+  const int64_t rows = state.range(0);
+  for (int64_t l = 0; l <= layers; ++l) {
+    for (const Shape& s : l < layers ? layer : std::vector<Shape>{head}) {
+      ps.emplace_back(at::randn({s.out, s.in}) * 0.02, at::Tensor(), f);
+      xs.push_back(at::randn({rows, s.in}));
+      bytes += stored_bytes(kind, s);
+    }
+  }
+  for (auto _ : state) {
+    for (size_t i = 0; i < ps.size(); ++i) benchmark::DoNotOptimize(ps[i](xs[i]));
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
   state.counters["threads"] = at::get_num_threads();
 }
 
@@ -126,11 +155,33 @@ void run_silu_mul(benchmark::State& state, bool kernel) {
   }
 }
 
+// layer_ops/decode_attention/<form>/rows:N: one GPT-2 layer's attention of a decode step (12
+// heads of 64, 96 cached positions, an additive mask) with gengraph's kernel
+// (kernels::decode_attention) against LibTorch's scaled_dot_product_attention.
+void run_decode_attention(benchmark::State& state, bool kernel) {
+  constexpr int64_t heads = 12, hd = 64, length = 96;
+  const int64_t rows = state.range(0);
+  at::manual_seed(0);
+  const at::Tensor q = at::randn({rows, heads, 1, hd});
+  const at::Tensor k = at::randn({rows, heads, length, hd}), v = at::randn_like(k);
+  const at::Tensor mask = at::zeros({rows, 1, 1, length});
+  const double scale = 1.0 / 8.0;
+  for (auto _ : state) {
+    if (kernel) {
+      benchmark::DoNotOptimize(kernels::decode_attention(q, k, v, mask, scale));
+    } else {
+      benchmark::DoNotOptimize(at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale));
+    }
+  }
+}
+
 }  // namespace
 
 void register_kernel_benchmarks() {
   const std::vector<std::pair<const char*, void (*)(benchmark::State&, bool)>> layer_ops = {
-      {"rotary", run_rotary}, {"silu_mul", run_silu_mul}};
+      {"rotary", run_rotary},
+      {"silu_mul", run_silu_mul},
+      {"decode_attention", run_decode_attention}};
   for (const auto& [name, fn] : layer_ops) {
     for (const bool kernel : {true, false}) {
       benchmark::RegisterBenchmark(
@@ -181,6 +232,28 @@ void register_kernel_benchmarks() {
                                      [s, f = format(WeightFormat::Kind::kInt8, 0, 0)](
                                          benchmark::State& st) { run(st, s, f, true); });
     b->Arg(1)->ArgName("m")->Unit(benchmark::kMicrosecond)->UseRealTime();
+  }
+  if (bench_smoke()) return;
+  const auto& all = shapes();
+  const std::vector<Shape> smollm2(all.begin(), all.begin() + 4),
+      gpt2(all.begin() + 5, all.begin() + 9);
+  for (const auto& [fname, f] : formats) {
+    if (f.kind == WeightFormat::Kind::kAsLoaded || f.kind == WeightFormat::Kind::kBFloat16)
+      continue;
+    for (const auto& [model, layer, layers, head] :
+         {std::tuple{"gpt2_step", gpt2, int64_t{12}, all[9]},
+          std::tuple{"smollm2_step", smollm2, int64_t{30}, all[4]}}) {
+      benchmark::RegisterBenchmark(
+          ("kernels/" + std::string(fname) + "/" + model).c_str(),
+          [layer = layer, layers = layers, head = head, f = f](benchmark::State& st) {
+            run_step(st, layer, layers, head, f);
+          })
+          ->Arg(1)
+          ->Arg(8)
+          ->ArgName("m")
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
   }
 }
 

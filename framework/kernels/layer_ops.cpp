@@ -18,9 +18,11 @@ namespace gengraph::kernels {
 #define GENGRAPH_LAYER_OPS_AVX2 1
 // The AVX2 body of silu_mul (layer_ops_avx2.cpp, compiled for AVX2 on x86-64 only).
 void silu_mul_row_avx2(const float* g, const float* u, float* out, int64_t n);
-float dot_avx2(const float* a, const float* b, int64_t n);
+void dots_avx2(const float* q, const float* k, int64_t ks, int64_t L, int64_t n, float* s,
+               const float* v, int64_t vs);
 float exp_shifted_avx2(float* s, int64_t n, float max);
-void axpy_avx2(float p, const float* v, float* out, int64_t n);
+void weighted_sum_avx2(const float* p, const float* v, int64_t vs, int64_t L, int64_t n,
+                       float* out);
 constexpr bool kHaveAvx2Unit = true;
 #else
 constexpr bool kHaveAvx2Unit = false;
@@ -196,14 +198,14 @@ void attend_one(const float* q, const float* k, int64_t ks, const float* v, int6
                 int64_t hd, const float* add, const bool* allowed, int64_t ms, float scale,
                 float* s, float* out) {
   float max = -std::numeric_limits<float>::infinity();
+#ifdef GENGRAPH_LAYER_OPS_AVX2
+  if constexpr (kAvx2) dots_avx2(q, k, ks, L, hd, s, v, vs);
+#endif
   for (int64_t l = 0; l < L; ++l) {
     float d;
-#ifdef GENGRAPH_LAYER_OPS_AVX2
     if constexpr (kAvx2) {
-      d = dot_avx2(q, k + l * ks, hd);
-    } else
-#endif
-    {
+      d = s[l];
+    } else {
       d = 0.f;
       for (int64_t i = 0; i < hd; ++i) d += q[i] * k[l * ks + i];
     }
@@ -217,6 +219,7 @@ void attend_one(const float* q, const float* k, int64_t ks, const float* v, int6
 #ifdef GENGRAPH_LAYER_OPS_AVX2
   if constexpr (kAvx2) {
     sum = exp_shifted_avx2(s, L, max);
+    weighted_sum_avx2(s, v, vs, L, hd, out);
   } else
 #endif
   {
@@ -224,17 +227,11 @@ void attend_one(const float* q, const float* k, int64_t ks, const float* v, int6
       s[l] = std::exp(s[l] - max);
       sum += s[l];
     }
-  }
-  std::fill(out, out + hd, 0.f);
-  for (int64_t l = 0; l < L; ++l) {
-    if (s[l] == 0.f) continue;  // masked, or too small to count
-#ifdef GENGRAPH_LAYER_OPS_AVX2
-    if constexpr (kAvx2) {
-      axpy_avx2(s[l], v + l * vs, out, hd);
-      continue;
+    std::fill(out, out + hd, 0.f);
+    for (int64_t l = 0; l < L; ++l) {
+      if (s[l] == 0.f) continue;  // masked, or too small to count
+      for (int64_t i = 0; i < hd; ++i) out[i] += s[l] * v[l * vs + i];
     }
-#endif
-    for (int64_t i = 0; i < hd; ++i) out[i] += s[l] * v[l * vs + i];
   }
   const float inv = 1.0f / sum;
   for (int64_t i = 0; i < hd; ++i) out[i] *= inv;

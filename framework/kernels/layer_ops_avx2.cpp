@@ -24,17 +24,57 @@ void silu_mul_row_avx2(const float* g, const float* u, float* out, int64_t n) {
   silu_mul_row_plain(g + i, u + i, out + i, n - i);
 }
 
-// decode_attention's dot products and exponentials for one row and head (layer_ops.cpp has the
-// plain form and the rest).
-float dot_avx2(const float* a, const float* b, int64_t n) {
+// decode_attention's dot products, exponentials and weighted sum for one row and head
+// (layer_ops.cpp has the plain form and the rest).
+
+// s[l] = q . k[l] (k[l] at k + l * ks) for every l. Each key's sum is one 8-lane accumulator of
+// fused multiply-adds over q's whole vectors, reduced, then the tail added in order: four keys
+// are summed side by side (independent chains, one load of q for four), each exactly as it would
+// be alone.
+void dots_avx2(const float* q, const float* k, int64_t ks, int64_t L, int64_t n, float* s,
+               const float* v, int64_t vs) {
   using Vec = at::vec::Vectorized<float>;
-  Vec acc(0.0f);
-  int64_t i = 0;
-  for (; i + Vec::size() <= n; i += Vec::size())
-    acc = at::vec::fmadd(Vec::loadu(a + i), Vec::loadu(b + i), acc);
-  float s = at::vec::vec_reduce_all<float>([](Vec x, Vec y) { return x + y; }, acc);
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
+  const auto add = [](Vec x, Vec y) { return x + y; };
+  const int64_t whole = n - n % Vec::size();
+  const auto tail = [&](const float* key, float sum) {
+    for (int64_t i = whole; i < n; ++i) sum += q[i] * key[i];
+    return sum;
+  };
+  int64_t l = 0;
+  for (; l + 4 <= L; l += 4) {
+    const float* k0 = k + l * ks;
+    const float* k1 = k0 + ks;
+    const float* k2 = k1 + ks;
+    const float* k3 = k2 + ks;
+    Vec a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f);
+    // Ask for what comes next while these keys are summed: the keys 8 on, and these keys'
+    // values, which the weighted sum reads next (a row and head's cache is a few KB, too short a
+    // run for the hardware prefetcher to be ahead of).
+    for (int64_t j = 0; j < 4; ++j) {
+      if (l + 8 + j < L) {
+        for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(k + (l + 8 + j) * ks + i);
+      }
+      for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(v + (l + j) * vs + i);
+    }
+    for (int64_t i = 0; i < whole; i += Vec::size()) {
+      const Vec qv = Vec::loadu(q + i);
+      a0 = at::vec::fmadd(qv, Vec::loadu(k0 + i), a0);
+      a1 = at::vec::fmadd(qv, Vec::loadu(k1 + i), a1);
+      a2 = at::vec::fmadd(qv, Vec::loadu(k2 + i), a2);
+      a3 = at::vec::fmadd(qv, Vec::loadu(k3 + i), a3);
+    }
+    s[l] = tail(k0, at::vec::vec_reduce_all<float>(add, a0));
+    s[l + 1] = tail(k1, at::vec::vec_reduce_all<float>(add, a1));
+    s[l + 2] = tail(k2, at::vec::vec_reduce_all<float>(add, a2));
+    s[l + 3] = tail(k3, at::vec::vec_reduce_all<float>(add, a3));
+  }
+  for (; l < L; ++l) {
+    const float* key = k + l * ks;
+    Vec acc(0.0f);
+    for (int64_t i = 0; i < whole; i += Vec::size())
+      acc = at::vec::fmadd(Vec::loadu(q + i), Vec::loadu(key + i), acc);
+    s[l] = tail(key, at::vec::vec_reduce_all<float>(add, acc));
+  }
 }
 
 // s[l] = exp(s[l] - max) in place; returns their sum.
@@ -56,14 +96,41 @@ float exp_shifted_avx2(float* s, int64_t n, float max) {
   return sum;
 }
 
-// out[d] += p * v[d]
-void axpy_avx2(float p, const float* v, float* out, int64_t n) {
+// out[d] = sum over l of p[l] * v[l][d] (v[l] at v + l * vs), the l with p[l] == 0 skipped (masked,
+// or too small to count), each element's terms added in the order of l by one fused multiply-add
+// each from 0: 64 channels at a time stay in registers across every l instead of going through
+// memory per term (the same roundings, so the same floats).
+void weighted_sum_avx2(const float* p, const float* v, int64_t vs, int64_t L, int64_t n,
+                       float* out) {
   using Vec = at::vec::Vectorized<float>;
-  const Vec pv(p);
+  constexpr int64_t kVecs = 8;
   int64_t i = 0;
-  for (; i + Vec::size() <= n; i += Vec::size())
-    at::vec::fmadd(pv, Vec::loadu(v + i), Vec::loadu(out + i)).store(out + i);
-  for (; i < n; ++i) out[i] += p * v[i];
+  for (; i + kVecs * Vec::size() <= n; i += kVecs * Vec::size()) {
+    Vec acc[kVecs];
+    for (int64_t j = 0; j < kVecs; ++j) acc[j] = Vec(0.0f);
+    for (int64_t l = 0; l < L; ++l) {
+      if (p[l] == 0.f) continue;
+      const Vec pv(p[l]);
+      const float* row = v + l * vs + i;
+      for (int64_t j = 0; j < kVecs; ++j)
+        acc[j] = at::vec::fmadd(pv, Vec::loadu(row + j * Vec::size()), acc[j]);
+    }
+    for (int64_t j = 0; j < kVecs; ++j) acc[j].store(out + i + j * Vec::size());
+  }
+  for (; i + Vec::size() <= n; i += Vec::size()) {
+    Vec acc(0.0f);
+    for (int64_t l = 0; l < L; ++l) {
+      if (p[l] != 0.f) acc = at::vec::fmadd(Vec(p[l]), Vec::loadu(v + l * vs + i), acc);
+    }
+    acc.store(out + i);
+  }
+  for (; i < n; ++i) {
+    float o = 0.f;
+    for (int64_t l = 0; l < L; ++l) {
+      if (p[l] != 0.f) o += p[l] * v[l * vs + i];
+    }
+    out[i] = o;
+  }
 }
 
 }  // namespace gengraph::kernels

@@ -243,7 +243,7 @@ GENGRAPH_AVX2_FN inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-constexpr int64_t kPrefetchBytes = 4096;
+constexpr int64_t kPrefetchBytes = 8192;
 
 // MB activation rows by NB weight rows: each weight vector is widened once and used MB times.
 template <typename W, int MB, int NB>

@@ -170,7 +170,7 @@ TEST(LayerOpsKernels, DecodeAttentionMatchesScaledDotProductAttention) {
     ~Restore() { use_plain_loops(false); }
   } restore;
   at::manual_seed(9);
-  for (const int64_t hd : {64, 20}) {
+  for (const int64_t hd : {64, 20, 72, 136}) {
     for (const int64_t L : {1, 7, 33}) {
       const int64_t rows = 3, heads = 4, kv_heads = 2;
       const at::Tensor q = at::randn({rows, 1, heads, hd}).transpose(1, 2);  // as the models' view
