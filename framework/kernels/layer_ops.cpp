@@ -23,6 +23,7 @@ void dots_avx2(const float* q, const float* k, int64_t ks, int64_t L, int64_t n,
 float exp_shifted_avx2(float* s, int64_t n, float max);
 void weighted_sum_avx2(const float* p, const float* v, int64_t vs, int64_t L, int64_t n,
                        float* out);
+int64_t argmax_avx2(const float* x, int64_t n);
 constexpr bool kHaveAvx2Unit = true;
 #else
 constexpr bool kHaveAvx2Unit = false;
@@ -286,6 +287,42 @@ at::Tensor decode_attention_cpu(const at::Tensor& q, const at::Tensor& k, const 
 }
 
 }  // namespace
+
+namespace {
+// The plain form of argmax_avx2: the first maximum, or the first NaN.
+int64_t argmax_plain(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) return i;
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+}  // namespace
+
+at::Tensor argmax_rows(const at::Tensor& x) {
+  if (!x.defined() || !x.is_cpu() || x.scalar_type() != at::kFloat || x.dim() != 2 ||
+      !x.is_contiguous() || x.size(1) == 0) {
+    return x.argmax(-1);
+  }
+  const int64_t rows = x.size(0), n = x.size(1);
+  at::Tensor out = at::empty({rows}, x.options().dtype(at::kLong));
+  const float* xp = x.data_ptr<float>();
+  int64_t* op = out.data_ptr<int64_t>();
+  const bool avx2 = kHaveAvx2Unit && vectorized();
+  at::parallel_for(0, rows, std::max<int64_t>(1, kGrainValues / n), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+#ifdef GENGRAPH_LAYER_OPS_AVX2
+      if (avx2) {
+        op[r] = argmax_avx2(xp + r * n, n);
+        continue;
+      }
+#endif
+      op[r] = argmax_plain(xp + r * n, n);
+    }
+  });
+  return out;
+}
 
 bool decode_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const at::Tensor& mask) {

@@ -3,9 +3,11 @@
 // Sleef_expf8_u10, the function LibTorch's own AVX2 silu kernel calls (LibTorch exports it), and
 // the expression is that kernel's, so the values over whole vectors are the same.
 #include <ATen/cpu/vec/vec.h>
+#include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace gengraph::kernels {
 
@@ -131,6 +133,43 @@ void weighted_sum_avx2(const float* p, const float* v, int64_t vs, int64_t L, in
     }
     out[i] = o;
   }
+}
+
+// The index of the first maximum of x[0, n), or of the first NaN where there is one. One pass
+// takes the maximum and notes any NaN 8 lanes at a time; a second finds the first element equal
+// to it (+0 and -0 are equal, so the first of them, as an element-by-element scan gives).
+int64_t argmax_avx2(const float* x, int64_t n) {
+  const int64_t whole = n - n % 8;
+  __m256 top = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 unordered = _mm256_setzero_ps();
+  for (int64_t i = 0; i < whole; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    top = _mm256_max_ps(top, v);
+  }
+  bool nan = _mm256_movemask_ps(unordered) != 0;
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, top);
+  float max = lanes[0];
+  for (int j = 1; j < 8; ++j) max = std::max(max, lanes[j]);
+  for (int64_t i = whole; i < n; ++i) {
+    nan = nan || std::isnan(x[i]);
+    max = std::max(max, x[i]);
+  }
+  if (nan) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isnan(x[i])) return i;
+    }
+  }
+  const __m256 want = _mm256_set1_ps(max);
+  for (int64_t i = 0; i < whole; i += 8) {
+    const int hits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), want, _CMP_EQ_OQ));
+    if (hits != 0) return i + __builtin_ctz(static_cast<unsigned>(hits));
+  }
+  for (int64_t i = whole; i < n; ++i) {
+    if (x[i] == max) return i;
+  }
+  return 0;  // not reached: the maximum is one of the elements
 }
 
 }  // namespace gengraph::kernels

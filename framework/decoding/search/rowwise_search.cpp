@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "framework/kernels/layer_ops.h"
+
 namespace gengraph {
 
 void RowwiseSearch::begin(const Sequences& seqs) {
@@ -76,12 +78,12 @@ std::vector<std::vector<Sequence>> RowwiseSearch::finalize(const Sequences& seqs
   return out;
 }
 
-at::Tensor GreedySearch::choose(const at::Tensor& scores) { return scores.argmax(-1); }
+at::Tensor GreedySearch::choose(const at::Tensor& scores) { return kernels::argmax_rows(scores); }
 
 at::Tensor SampleSearch::choose(const at::Tensor& scores) {
   const at::Tensor probs = at::softmax(scores, -1);
   const at::Tensor noise = at::empty_like(probs).exponential_(1);
-  return probs.div(noise).argmax(-1);
+  return kernels::argmax_rows(probs.div(noise));
 }
 
 }  // namespace gengraph

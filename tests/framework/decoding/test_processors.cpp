@@ -190,6 +190,15 @@ INSTANTIATE_TEST_SUITE_P(
             2,
             {3, 1, 1},
             {-kInf, 1, 1}},
+        // An EOS id past the vocabulary blocks nothing (transformers' isin over the vocabulary).
+        Row{"min_new_tokens_eos_outside_vocab",
+            [] {
+              return std::make_unique<MinLength>(2, std::vector<int64_t>{7, 2}, true);
+            },
+            {1, 1, 1},
+            2,
+            {3, 1, 1},
+            {3, 1, -kInf}},
         Row{"min_new_tokens_reached",
             [] { return std::make_unique<MinLength>(1, std::vector<int64_t>{0}, true); },
             {1, 1, 1},

@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -211,6 +212,51 @@ TEST(LayerOpsKernels, DecodeAttentionMatchesScaledDotProductAttention) {
   EXPECT_FALSE(decode_attention_applies(q3, k1, v1, at::ones({2, 1, 3, 9}, at::kBool)));
   EXPECT_FALSE(decode_attention_applies(q1.to(at::kDouble), k1, v1, m1));
   EXPECT_FALSE(decode_attention_applies(q1, k1.narrow(1, 0, 3), v1.narrow(1, 0, 3), m1));
+}
+
+// argmax_rows gives at::argmax's index on both paths: the first of tied maxima (across a vector's
+// lanes, across vectors and in the tail), the first NaN where a row has any, +0 and -0 as equals.
+TEST(LayerOpsKernels, ArgmaxRowsIsTheFirstMaximumAsAtArgmax) {
+  struct Restore {
+    ~Restore() { use_plain_loops(false); }
+  } restore;
+  at::manual_seed(4);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  for (const int64_t n : {1, 7, 8, 9, 37, 50257}) {
+    std::vector<at::Tensor> rows;
+    const at::Tensor base = at::randn({n});
+    rows.push_back(base);
+    for (const auto& places : std::vector<std::vector<int64_t>>{
+             {n - 1}, {0, n - 1}, {n / 2, n / 3, n - 1}, {std::min<int64_t>(n - 1, 8), n - 1}}) {
+      at::Tensor r = base.clone();
+      for (const int64_t i : places) r[i] = 9.0f;  // tied maxima
+      rows.push_back(r);
+      at::Tensor withnan = r.clone();
+      for (const int64_t i : places) withnan[i] = nan;
+      rows.push_back(withnan);
+    }
+    rows.push_back(at::full({n}, -inf));
+    at::Tensor zeros = at::zeros({n});
+    zeros[0] = -0.0f;
+    rows.push_back(zeros);
+    at::Tensor big = base.clone();
+    big[n - 1] = inf;
+    rows.push_back(big);
+    const at::Tensor x = at::stack(rows);
+    for (const int path : {0, 1}) {
+      use_plain_loops(path == 1);
+      SCOPED_TRACE("n " + std::to_string(n) + (path == 0 ? " vectorized" : " plain"));
+      const at::Tensor got = argmax_rows(x);
+      ASSERT_EQ(got.scalar_type(), at::kLong);
+      EXPECT_TRUE(at::equal(got, x.argmax(-1))) << got << x.argmax(-1);
+    }
+  }
+  use_plain_loops(false);
+  // Other layouts and types go to at::argmax.
+  const at::Tensor t = at::randn({5, 9}).t();
+  EXPECT_TRUE(at::equal(argmax_rows(t), t.argmax(-1)));
+  const at::Tensor d = at::randn({3, 11}, at::kDouble);
+  EXPECT_TRUE(at::equal(argmax_rows(d), d.argmax(-1)));
 }
 
 }  // namespace
