@@ -266,12 +266,14 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
     } else {
       y = at::linear(x2.to(at::kBFloat16), qweight).to(x.scalar_type());
     }
-    if (bias.defined()) y = y + bias;
+    // y is this call's own: the bias added in place (the same sums as y + bias, without a second
+    // output to allocate, whose fresh pages cost more than the additions at a prefill's rows).
+    if (bias.defined()) y.add_(bias);
     return shaped(y, x);
   }
   if (streams(x)) {
     at::Tensor y = kernels::linear_f32(rows_of(x).contiguous(), weight);
-    if (bias.defined()) y = y + bias;
+    if (bias.defined()) y.add_(bias);
     return shaped(y, x);
   }
   if (onednn && !tracing()) {
@@ -283,7 +285,15 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
 }
 
 at::Tensor Projection::add_to(const at::Tensor& residual, const at::Tensor& x) const {
-  if (format.quantized() || streams(x)) return residual + (*this)(x);
+  if (format.quantized() || streams(x)) {
+    // The product is this call's own: the residual added into it (a + b and b + a are the same
+    // float) where the two agree in shape and type, as they do in the models.
+    at::Tensor y = (*this)(x);
+    if (y.sizes() == residual.sizes() && y.scalar_type() == residual.scalar_type()) {
+      return y.add_(residual);
+    }
+    return residual + y;
+  }
   if (onednn && !tracing()) {
     return shaped(
         onednn_linear_add().call(rows_of(x), rows_of(residual), weight, optional(bias), "add"),
