@@ -238,8 +238,7 @@ void register_kernel_benchmarks() {
   const std::vector<Shape> smollm2(all.begin(), all.begin() + 4),
       gpt2(all.begin() + 5, all.begin() + 9);
   for (const auto& [fname, f] : formats) {
-    if (f.kind == WeightFormat::Kind::kAsLoaded || f.kind == WeightFormat::Kind::kBFloat16)
-      continue;
+    if (f.kind == WeightFormat::Kind::kBFloat16) continue;
     for (const auto& [model, layer, layers, head] :
          {std::tuple{"gpt2_step", gpt2, int64_t{12}, all[9]},
           std::tuple{"smollm2_step", smollm2, int64_t{30}, all[4]}}) {
