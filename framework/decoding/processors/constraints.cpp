@@ -39,13 +39,17 @@ const at::Tensor& cached_vocab_mask(at::Tensor& cache, const std::vector<int64_t
   return cache;
 }
 
-// scores with -inf in every row at `ids` (those inside the vocabulary), as at::where(mask of
-// ids, -inf, scores) gives. On CPU a copy with those columns filled instead: at::where broadcasting
-// a [vocab] mask over the rows ran at a few GB/s there (186 us a decode step for 8 rows of GPT-2's
-// 50257 on the machine of 2026-12-05), where the copy runs at memory speed.
+// scores with -inf at `ids` (`mask` over the vocabulary) in the rows where `flag` holds, as
+// at::where(and_flag(mask, flag), -inf, scores) gives. When every row takes it on CPU, a copy with
+// those columns filled instead: at::where broadcasting a [vocab] mask over the rows ran at a few
+// GB/s there (186 us a decode step for 8 rows of GPT-2's 50257 on the machine of 2026-12-05),
+// where the copy runs at memory speed.
 at::Tensor fill_columns(const at::Tensor& scores, const std::vector<int64_t>& ids,
-                        const at::Tensor& mask) {
-  if (!scores.is_cpu() || scores.dim() != 2) return at::where(mask, -kInf, scores);
+                        const at::Tensor& mask, const Flag& flag) {
+  if (flag.never()) return scores;
+  if (!flag.always() || !scores.is_cpu() || scores.dim() != 2) {
+    return at::where(and_flag(mask, flag), -kInf, scores);
+  }
   std::vector<int64_t> inside;
   for (const int64_t id : ids) {
     if (id >= 0 && id < scores.size(1)) inside.push_back(id);
@@ -141,12 +145,9 @@ at::Tensor SuppressTokens::process(const Sequences& seqs, at::Tensor scores) con
   const at::Tensor& mask = cached_vocab_mask(mask_, tokens_, scores);
   if (at_length_) {
     const int64_t trigger = *at_length_ + (relative_ ? seqs.prompt_length : 0);
-    const Flag now = seqs.length.eq(trigger);
-    if (now.never()) return scores;
-    if (now.always()) return fill_columns(scores, tokens_, mask);
-    return at::where(and_flag(mask, now), -kInf, scores);
+    return fill_columns(scores, tokens_, mask, seqs.length.eq(trigger));
   }
-  return fill_columns(scores, tokens_, mask);
+  return fill_columns(scores, tokens_, mask, true);
 }
 
 ForceTokens::ForceTokens(std::string name, std::vector<int64_t> tokens, int64_t at_length)
@@ -171,9 +172,7 @@ MinLength::MinLength(int64_t min, std::vector<int64_t> eos, bool new_only)
 at::Tensor MinLength::process(const Sequences& seqs, at::Tensor scores) const {
   const at::Tensor& mask = cached_vocab_mask(mask_, eos_, scores);
   const Flag too_short = seqs.length.lt(new_only_ ? min_ + seqs.prompt_length : min_);
-  if (too_short.never()) return scores;
-  if (too_short.always()) return fill_columns(scores, eos_, mask);
-  return at::where(and_flag(mask, too_short), -kInf, scores);
+  return fill_columns(scores, eos_, mask, too_short);
 }
 
 }  // namespace gengraph
