@@ -79,23 +79,30 @@ void int4_rows_plain(const float* x, int64_t M, int64_t K, const uint8_t* q, con
 // ---- W8A8 with block scales: activations quantized per block of `block` channels. ----
 
 // The activation rows quantized for the integer products: per row m, q[m K + k] = round(x / s)
-// (half to even) with s the absolute maximum of k's block / 127 (1 for a block of zeros), and per
-// lane of four channels (an int32 lane of the vector kernels) the block's scale and -128 times the
-// lane's sum of levels (the VNNI path multiplies unsigned weights, w + 128: this takes the 128
-// back).
+// (half to even) with s the absolute maximum of k's block / 127 (1 for a block of zeros), each
+// block's scale (one block a row: the row's scale), and -128 times the sum of levels per lane of
+// four channels (an int32 lane of the vector kernels) and per block (the VNNI path multiplies
+// unsigned weights, w + 128: this takes the 128 back).
 struct BlockRows {
-  int64_t M = 0, K = 0;
-  std::vector<int8_t> q;           // [M, K]
-  std::vector<float> lane_scale;   // [M, K / 4]
-  std::vector<int32_t> lane_bias;  // [M, K / 4]
+  int64_t M = 0, K = 0, block = 0;
+  std::vector<int8_t> q;            // [M, K]
+  std::vector<float> block_scale;   // [M, K / block]
+  std::vector<int32_t> lane_bias;   // [M, K / 4]
+  std::vector<int32_t> block_bias;  // [M, K / block]
 };
+
+// With blocks (fewer than the whole row), every path (AMX, AVX-512 VNNI, AVX2, the plain loops)
+// gives the same floats to the bit, whatever the number of rows in the call: each block's integer
+// sum S_b is exact in int32, and the blocks are taken in order,
+//   acc = fma(float(S_b), s_b, acc)   for b = 0, 1, ..., then y = acc * scales[n].
+// A row's outputs do not depend on the path or on the rows beside it.
 
 // The whole-row (scale per row) kernels, VNNI and AMX, sum a row's products in int32: up to 2^16
 // channels they cannot overflow (|sum| <= 127 * 128 * K).
 constexpr int64_t kWholeRowMaxK = int64_t{1} << 16;
 
 // One block of `block` channels (a multiple of 32) of one row, with the plain loops.
-void quantize_block_plain(const float* xb, int64_t block, int8_t* qb, float* lane_scale,
+void quantize_block_plain(const float* xb, int64_t block, int8_t* qb, float* scale,
                           int32_t* lane_bias) {
   float amax = 0.f;
   bool finite = true;
@@ -111,8 +118,8 @@ void quantize_block_plain(const float* xb, int64_t block, int8_t* qb, float* lan
     const float v = std::nearbyint(xb[i] / s);
     qb[i] = v >= -127.f && v <= 127.f ? static_cast<int8_t>(v) : int8_t{0};
   }
+  *scale = finite ? s : std::numeric_limits<float>::quiet_NaN();
   for (int64_t l = 0; l < block / 4; ++l) {
-    lane_scale[l] = finite ? s : std::numeric_limits<float>::quiet_NaN();
     lane_bias[l] = -128 * (qb[4 * l] + qb[4 * l + 1] + qb[4 * l + 2] + qb[4 * l + 3]);
   }
 }
@@ -127,8 +134,8 @@ GENGRAPH_AVX2_FN inline __m256i levels8(const float* p, __m256 sv) {
 // The same with AVX2, the same values: the absolute maximum (exact in any order), the scale
 // divided in scalar as above, each level x / s (an IEEE division, as the scalar one) rounded half
 // to even. A block with a NaN or an infinity gets the scale NaN and levels 0.
-GENGRAPH_AVX2_FN void quantize_block_avx2(const float* xb, int64_t block, int8_t* qb,
-                                          float* lane_scale, int32_t* lane_bias) {
+GENGRAPH_AVX2_FN void quantize_block_avx2(const float* xb, int64_t block, int8_t* qb, float* scale,
+                                          int32_t* lane_bias) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256 zero = _mm256_setzero_ps();
   __m256 amax = zero, bad = zero;
@@ -140,10 +147,8 @@ GENGRAPH_AVX2_FN void quantize_block_avx2(const float* xb, int64_t block, int8_t
   }
   if (_mm256_movemask_ps(bad) != 0) {
     std::memset(qb, 0, static_cast<size_t>(block));
-    for (int64_t l = 0; l < block / 4; ++l) {
-      lane_scale[l] = std::numeric_limits<float>::quiet_NaN();
-      lane_bias[l] = 0;
-    }
+    for (int64_t l = 0; l < block / 4; ++l) lane_bias[l] = 0;
+    *scale = std::numeric_limits<float>::quiet_NaN();
     return;
   }
   alignas(32) float m8[8];
@@ -164,8 +169,8 @@ GENGRAPH_AVX2_FN void quantize_block_avx2(const float* xb, int64_t block, int8_t
     const __m256i fours = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lane_bias + i / 4),
                         _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(fours, 7)));
-    _mm256_storeu_ps(lane_scale + i / 4, sv);
   }
+  *scale = s;
 }
 #endif
 
@@ -176,49 +181,57 @@ bool cpu_has_avx2();  // and not under use_plain_loops (below)
 void quantize_blocks(const float* x, int64_t M, int64_t K, int64_t block, BlockRows& r) {
   r.M = M;
   r.K = K;
+  r.block = block;
   const auto grow = [](auto& v, int64_t n) {
     if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
   };
   grow(r.q, M * K);
-  grow(r.lane_scale, M * K / 4);
+  grow(r.block_scale, M * (K / block));
   grow(r.lane_bias, M * K / 4);
+  grow(r.block_bias, M * (K / block));
   const bool vec = cpu_has_avx2();
   int8_t* q = r.q.data();
-  float* ls = r.lane_scale.data();
+  float* bs = r.block_scale.data();
   int32_t* lb = r.lane_bias.data();
+  int32_t* bb = r.block_bias.data();
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, K));
   at::parallel_for(0, M, grain, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       for (int64_t b0 = 0; b0 < K; b0 += block) {
         const int64_t at = m * K + b0;
+        float* scale = bs + m * (K / block) + b0 / block;
 #ifdef GENGRAPH_X86_AVX2
         if (vec) {
-          quantize_block_avx2(x + at, block, q + at, ls + at / 4, lb + at / 4);
-          continue;
-        }
+          quantize_block_avx2(x + at, block, q + at, scale, lb + at / 4);
+        } else
 #endif
-        (void)vec;
-        quantize_block_plain(x + at, block, q + at, ls + at / 4, lb + at / 4);
+        {
+          quantize_block_plain(x + at, block, q + at, scale, lb + at / 4);
+        }
+        int32_t sum = 0;
+        for (int64_t l = at / 4; l < (at + block) / 4; ++l) sum += lb[l];
+        bb[m * (K / block) + b0 / block] = sum;
       }
     }
   });
 }
 
-// y[m, n] = scales[n] * sum over blocks of (the block's integer sum * its scale).
-void w8a8_blocks_plain(const BlockRows& a, int64_t block, const int8_t* w, const float* scales,
-                       int64_t n0, int64_t n1, float* out, int64_t ldo) {
-  const int64_t K = a.K;
+// y[m, n] with the blocks in order, as above: the reference the vectorized paths equal.
+void w8a8_blocks_plain(const BlockRows& a, const int8_t* w, const float* scales, int64_t n0,
+                       int64_t n1, float* out, int64_t ldo) {
+  const int64_t K = a.K, block = a.block, nb = K / block;
   for (int64_t n = n0; n < n1; ++n) {
     const int8_t* wr = w + n * K;
     for (int64_t m = 0; m < a.M; ++m) {
       const int8_t* xr = a.q.data() + m * K;
-      float y = 0.f;
-      for (int64_t b0 = 0; b0 < K; b0 += block) {
+      const float* bs = a.block_scale.data() + m * nb;
+      float acc = 0.f;
+      for (int64_t b = 0; b < nb; ++b) {
         int32_t s = 0;
-        for (int64_t k = b0; k < b0 + block; ++k) s += int32_t{xr[k]} * int32_t{wr[k]};
-        y += static_cast<float>(s) * a.lane_scale[m * (K / 4) + b0 / 4];
+        for (int64_t k = b * block; k < (b + 1) * block; ++k) s += int32_t{xr[k]} * int32_t{wr[k]};
+        acc = std::fma(static_cast<float>(s), bs[b], acc);
       }
-      out[m * ldo + n] = y * scales[n];
+      out[m * ldo + n] = acc * scales[n];
     }
   }
 }
@@ -317,22 +330,18 @@ GENGRAPH_AVX2_FN void dot_rows_avx2(const float* x, int64_t M, int64_t K, const 
 }
 
 // MB activation rows by NB weight rows of the block-scaled W8A8 product, 32 channels a step: the
-// weight's magnitudes (unsigned) times the activations with the weight's signs, in pairs to int16
-// (at most 2 * 128 * 127, no saturation) and fours to int32, then to float32 times the lane's
-// block scale. kWholeRow (one block a row): the int32 lanes summed whole, then
-// float(sum) * row scale * scales[n], LibTorch's _int_mm path's arithmetic to the bit.
-template <int MB, int NB, bool kWholeRow>
-GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m0, const int8_t* w,
-                                            const float* scales, float* out, int64_t ldo) {
+// One block per row (a scale per row): the weight's magnitudes (unsigned) times the activations
+// with the weight's signs, in pairs to int16 (at most 2 * 128 * 127, no saturation) and fours to
+// int32, the int32 lanes summed over the whole row, then float(sum) * row scale * scales[n],
+// LibTorch's _int_mm path's arithmetic to the bit.
+template <int MB, int NB>
+GENGRAPH_AVX2_FN void w8a8_rows_avx2_tile(const BlockRows& a, int64_t m0, const int8_t* w,
+                                          const float* scales, float* out, int64_t ldo) {
   const int64_t K = a.K;
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[MB][NB];
   __m256i sums[MB][NB];
   for (int m = 0; m < MB; ++m) {
-    for (int n = 0; n < NB; ++n) {
-      acc[m][n] = _mm256_setzero_ps();
-      sums[m][n] = _mm256_setzero_si256();
-    }
+    for (int n = 0; n < NB; ++n) sums[m][n] = _mm256_setzero_si256();
   }
   const char* ahead = reinterpret_cast<const char*>(w) + kPrefetchBytes;
   for (int64_t k = 0; k < K; k += 32) {
@@ -344,33 +353,73 @@ GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m0, cons
     for (int m = 0; m < MB; ++m) {
       const int64_t row = (m0 + m) * K;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + row + k));
-      // The lanes' block scales: read only where the sums are scaled a step at a time.
-      __m256 sc = _mm256_setzero_ps();
-      if constexpr (!kWholeRow) sc = _mm256_loadu_ps(a.lane_scale.data() + row / 4 + k / 4);
       for (int n = 0; n < NB; ++n) {
         const __m256i pairs =
             _mm256_maddubs_epi16(_mm256_abs_epi8(wv[n]), _mm256_sign_epi8(xv, wv[n]));
-        const __m256i fours = _mm256_madd_epi16(pairs, ones);
-        if constexpr (kWholeRow) {
-          sums[m][n] = _mm256_add_epi32(sums[m][n], fours);
-        } else {
-          acc[m][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fours), sc, acc[m][n]);
-        }
+        sums[m][n] = _mm256_add_epi32(sums[m][n], _mm256_madd_epi16(pairs, ones));
       }
     }
   }
   for (int m = 0; m < MB; ++m) {
     for (int n = 0; n < NB; ++n) {
-      if constexpr (kWholeRow) {
-        alignas(32) int32_t l[8];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(l), sums[m][n]);
-        const int32_t total = l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
-        out[m * ldo + n] = static_cast<float>(total) * a.lane_scale[(m0 + m) * K / 4] * scales[n];
-      } else {
-        out[m * ldo + n] = hsum(acc[m][n]) * scales[n];
+      alignas(32) int32_t l[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(l), sums[m][n]);
+      const int32_t total = l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
+      out[m * ldo + n] = static_cast<float>(total) * a.block_scale[m0 + m] * scales[n];
+    }
+  }
+}
+
+// With blocks: one block's integer sum as eight int32 lanes (the same products as above).
+GENGRAPH_AVX2_FN inline __m256i block_lanes_avx2(const int8_t* x, const int8_t* w, int64_t block) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i v = _mm256_setzero_si256();
+  for (int64_t k = 0; k < block; k += 32) {
+    if (k % 64 == 0)
+      _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetchBytes, _MM_HINT_T0);
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k));
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k));
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+    v = _mm256_add_epi32(v, _mm256_madd_epi16(pairs, ones));
+  }
+  return v;
+}
+
+// Lane i: the sum of v[i]'s eight lanes (exact: int32).
+GENGRAPH_AVX2_FN inline __m256i lane_sums8(const __m256i* v) {
+  const __m256i q0 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i q1 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20),
+                          _mm256_permute2x128_si256(q0, q1, 0x31));
+}
+
+// With blocks, in the order of w8a8_blocks_plain: one activation row m, NB weight rows; eight
+// blocks' exact sums at a time, then the blocks' fused multiply-adds in order.
+template <int NB>
+GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m, const int8_t* w,
+                                            const float* scales, float* out) {
+  const int64_t K = a.K, block = a.block, nb = K / block;
+  const int8_t* x = a.q.data() + m * K;
+  const float* bs = a.block_scale.data() + m * nb;
+  float acc[NB] = {};
+  for (int64_t g0 = 0; g0 < nb; g0 += 8) {
+    const int64_t gb = std::min<int64_t>(8, nb - g0);
+    for (int n = 0; n < NB; ++n) {
+      __m256i v[8];
+      for (int64_t i = 0; i < 8; ++i) {
+        const int64_t at = (g0 + i) * block;
+        v[i] = i < gb ? block_lanes_avx2(x + at, w + n * K + at, block) : _mm256_setzero_si256();
+      }
+      alignas(32) int32_t sums[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sums), lane_sums8(v));
+      for (int64_t i = 0; i < gb; ++i) {
+        acc[n] = std::fma(static_cast<float>(sums[i]), bs[g0 + i], acc[n]);
       }
     }
   }
+  for (int n = 0; n < NB; ++n) out[n] = acc[n] * scales[n];
 }
 
 // One int4 weight row against one activation row. Per block of 32: the 16 bytes become four
@@ -464,23 +513,18 @@ GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// The same tile with AVX-512 VNNI, 64 channels a step: the weights made unsigned (w + 128, by
-// flipping the sign bit), one vpdpbusd per 64 products starting from the lanes' -128 * sums.
-// A last step of fewer than 64 channels (K a multiple of 32) loads under a mask.
-// kWholeRow as for AVX2: int32 sums over the whole row (the lanes' -128 * sums added once).
-template <int MB, int NB, bool kWholeRow>
-GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m0, const int8_t* w,
-                                            const float* scales, float* out, int64_t ldo) {
+// The whole-row tile with AVX-512 VNNI, 64 channels a step: the weights made unsigned (w + 128, by
+// flipping the sign bit), one vpdpbusd per 64 products, the lanes' -128 * sums added once. A last
+// step of fewer than 64 channels (K a multiple of 32) loads under a mask.
+template <int MB, int NB>
+GENGRAPH_VNNI_FN void w8a8_rows_vnni_tile(const BlockRows& a, int64_t m0, const int8_t* w,
+                                          const float* scales, float* out, int64_t ldo) {
   const int64_t K = a.K;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512 acc[MB][NB];
   __m512i sums[MB][NB], biases[MB];
   for (int m = 0; m < MB; ++m) {
     biases[m] = _mm512_setzero_si512();
-    for (int n = 0; n < NB; ++n) {
-      acc[m][n] = _mm512_setzero_ps();
-      sums[m][n] = _mm512_setzero_si512();
-    }
+    for (int n = 0; n < NB; ++n) sums[m][n] = _mm512_setzero_si512();
   }
   const char* ahead = reinterpret_cast<const char*>(w) + kPrefetchBytes;
   for (int64_t k = 0; k < K; k += 64) {
@@ -497,60 +541,182 @@ GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m0, cons
       const int64_t row = (m0 + m) * K;
       const __m512i xv = _mm512_maskz_loadu_epi8(bytes, a.q.data() + row + k);
       const __m512i bias = _mm512_maskz_loadu_epi32(lanes, a.lane_bias.data() + row / 4 + k / 4);
-      if constexpr (kWholeRow) {
-        biases[m] = _mm512_add_epi32(biases[m], bias);
-        for (int n = 0; n < NB; ++n) sums[m][n] = _mm512_dpbusd_epi32(sums[m][n], wv[n], xv);
-      } else {
-        const __m512 sc = _mm512_maskz_loadu_ps(lanes, a.lane_scale.data() + row / 4 + k / 4);
-        for (int n = 0; n < NB; ++n) {
-          const __m512i block_sums = _mm512_dpbusd_epi32(bias, wv[n], xv);
-          acc[m][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block_sums), sc, acc[m][n]);
-        }
-      }
+      biases[m] = _mm512_add_epi32(biases[m], bias);
+      for (int n = 0; n < NB; ++n) sums[m][n] = _mm512_dpbusd_epi32(sums[m][n], wv[n], xv);
     }
   }
   for (int m = 0; m < MB; ++m) {
     for (int n = 0; n < NB; ++n) {
-      if constexpr (kWholeRow) {
-        const int32_t total = _mm512_reduce_add_epi32(_mm512_add_epi32(sums[m][n], biases[m]));
-        out[m * ldo + n] = static_cast<float>(total) * a.lane_scale[(m0 + m) * K / 4] * scales[n];
-      } else {
-        out[m * ldo + n] = _mm512_reduce_add_ps(acc[m][n]) * scales[n];
-      }
+      const int32_t total = _mm512_reduce_add_epi32(_mm512_add_epi32(sums[m][n], biases[m]));
+      out[m * ldo + n] = static_cast<float>(total) * a.block_scale[m0 + m] * scales[n];
     }
   }
+}
+
+// Lane i of the result: lanes 2i and 2i + 1 of a and b side by side (a's 16, then b's), summed.
+GENGRAPH_VNNI_FN inline __m512i pair_sums(__m512i a, __m512i b) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b),
+                          _mm512_permutex2var_epi32(a, odd, b));
+}
+
+// 32 or 64 (`whole`) channels' products from the start of x and w: dpbusd of the unsigned weights
+// (the -128 * sums are added per block after).
+GENGRAPH_VNNI_FN inline __m512i dot_step(__m512i acc, const int8_t* x, const int8_t* w,
+                                         bool whole) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __mmask64 bytes = whole ? ~__mmask64{0} : __mmask64{0xFFFFFFFFu};
+  _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
+  const __m512i wv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, w), flip);
+  return _mm512_dpbusd_epi32(acc, wv, _mm512_maskz_loadu_epi8(bytes, x));
+}
+
+// One block's products as 16 int32 lanes.
+GENGRAPH_VNNI_FN inline __m512i block_lanes_vnni(const int8_t* x, const int8_t* w, int64_t block) {
+  __m512i v = _mm512_setzero_si512();
+  for (int64_t k = 0; k < block; k += 64) v = dot_step(v, x + k, w + k, block - k >= 64);
+  return v;
+}
+
+// Blocks 2j and 2j + 1 of a group (those before the group's end: `have` from 2j on): lanes 0-7
+// the first's products in parts, 8-15 the second's. Blocks of 32 are one 64-channel step.
+GENGRAPH_VNNI_FN inline __m512i block_pair(const int8_t* x, const int8_t* w, int64_t block,
+                                           int64_t have) {
+  if (have <= 0) return _mm512_setzero_si512();
+  if (block == 32) return dot_step(_mm512_setzero_si512(), x, w, have >= 2);
+  const __m512i first = block_lanes_vnni(x, w, block);
+  const __m512i second =
+      have >= 2 ? block_lanes_vnni(x + block, w + block, block) : _mm512_setzero_si512();
+  return pair_sums(first, second);
+}
+
+// r[i] (16 int32 lanes each) becomes column i: lane j of the result i is lane i of r[j].
+GENGRAPH_VNNI_FN inline void transpose16(__m512i* r) {
+  __m512i a[16], b[16];
+  for (int k = 0; k < 8; ++k) {
+    a[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    a[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+  // b[4k + c], 128-bit lane L: column 4L + c of rows 4k..4k+3.
+  for (int k = 0; k < 4; ++k) {
+    b[4 * k] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
+    b[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
+    b[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
+    b[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
+  }
+  // For each c, the 4 x 4 transpose of 128-bit lanes of b[c], b[4 + c], b[8 + c], b[12 + c].
+  for (int c = 0; c < 4; ++c) {
+    const __m512i e0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44);
+    const __m512i e1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xEE);
+    const __m512i e2 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
+    const __m512i e3 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_i32x4(e0, e2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(e0, e2, 0xDD);
+    r[8 + c] = _mm512_shuffle_i32x4(e1, e3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(e1, e3, 0xDD);
+  }
+}
+
+// With blocks, in the order of w8a8_blocks_plain: one activation row m against `rows` (<= 16)
+// consecutive weight rows, read one after the other (one linear stream). Per weight row and group
+// of 16 blocks the blocks' exact sums come to one lane each (three rounds of pair_sums over the
+// group's eight pairs, plus the blocks' -128 * sums); then per group a transpose puts each
+// block's sums for the 16 weight rows in one register, and the blocks' fused multiply-adds run
+// in order with the weight rows in the lanes. `sums` holds [groups][16][16] int32.
+GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m, const int8_t* w,
+                                            int64_t rows, const float* scales, float* out,
+                                            int32_t* sums) {
+  const int64_t K = a.K, block = a.block, nb = K / block, groups = (nb + 15) / 16;
+  const int8_t* x = a.q.data() + m * K;
+  const int32_t* bb = a.block_bias.data() + m * nb;
+  const float* bs = a.block_scale.data() + m * nb;
+  for (int64_t n = 0; n < 16; ++n) {
+    for (int64_t g = 0; g < groups; ++g) {
+      __m512i* to = reinterpret_cast<__m512i*>(sums + (g * 16 + n) * 16);
+      if (n >= rows) {
+        _mm512_storeu_si512(to, _mm512_setzero_si512());
+        continue;
+      }
+      const int64_t g0 = g * 16, gb = std::min<int64_t>(16, nb - g0);
+      const int8_t* xg = x + g0 * block;
+      const int8_t* wg = w + n * K + g0 * block;
+      __m512i p[8];
+      if (block == 32 && gb == 16) {  // the common case: eight whole 64-channel steps
+        for (int64_t j = 0; j < 8; ++j) {
+          p[j] = dot_step(_mm512_setzero_si512(), xg + 64 * j, wg + 64 * j, true);
+        }
+      } else {
+        for (int64_t j = 0; j < 8; ++j) {
+          p[j] = block_pair(xg + 2 * j * block, wg + 2 * j * block, block, gb - 2 * j);
+        }
+      }
+      _mm512_storeu_si512(to, pair_sums(pair_sums(pair_sums(p[0], p[1]), pair_sums(p[2], p[3])),
+                                        pair_sums(pair_sums(p[4], p[5]), pair_sums(p[6], p[7]))));
+    }
+  }
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t g0 = g * 16, gb = std::min<int64_t>(16, nb - g0);
+    __m512i t[16];
+    for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_si512(sums + (g * 16 + i) * 16);
+    transpose16(t);
+    for (int64_t b = 0; b < gb; ++b) {
+      const __m512i exact = _mm512_add_epi32(t[b], _mm512_set1_epi32(bb[g0 + b]));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), _mm512_set1_ps(bs[g0 + b]), acc);
+    }
+  }
+  const __mmask16 out_mask = static_cast<__mmask16>(rows >= 16 ? 0xFFFF : (1u << rows) - 1);
+  _mm512_mask_storeu_ps(out, out_mask, _mm512_mul_ps(acc, _mm512_maskz_loadu_ps(out_mask, scales)));
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 
 // Rows [n0, n1) of the product for every activation row: weight rows in passes of 16 (they stay
-// in L1 across the activation rows), activation rows in tiles of up to 4.
+// in L1 across the activation rows); one block a row in tiles of up to 4 activation rows, with
+// blocks one activation row at a time.
 template <bool kVnni, bool kWholeRow>
 void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales, int64_t n0,
                       int64_t n1, float* out, int64_t ldo) {
   constexpr int64_t kRowsPerPass = 16;
   const int64_t K = a.K;
+  auto blocks = [&](int64_t m, int64_t nb, int64_t ne) {
+    int64_t n = nb;
+    float* o = out + m * ldo;
+    if constexpr (kVnni) {
+      // The tile's block sums, [groups][16 weight rows][16 blocks].
+      static thread_local std::vector<int32_t> sums;
+      const size_t need = static_cast<size_t>((K / a.block + 15) / 16 * 256);
+      if (sums.size() < need) sums.resize(need);
+      w8a8_blocks_vnni_tile(a, m, w + n * K, ne - nb, scales + n, o + n, sums.data());
+    } else {
+      for (; n + 4 <= ne; n += 4) w8a8_blocks_avx2_tile<4>(a, m, w + n * K, scales + n, o + n);
+      for (; n < ne; ++n) w8a8_blocks_avx2_tile<1>(a, m, w + n * K, scales + n, o + n);
+    }
+  };
   auto tile = [&](auto mb, int64_t m, int64_t nb, int64_t ne) {
     constexpr int MB = decltype(mb)::value;
     int64_t n = nb;
     float* o = out + m * ldo;
     if constexpr (kVnni) {
       for (; n + 4 <= ne; n += 4)
-        w8a8_blocks_vnni_tile<MB, 4, kWholeRow>(a, m, w + n * K, scales + n, o + n, ldo);
-      for (; n < ne; ++n)
-        w8a8_blocks_vnni_tile<MB, 1, kWholeRow>(a, m, w + n * K, scales + n, o + n, ldo);
+        w8a8_rows_vnni_tile<MB, 4>(a, m, w + n * K, scales + n, o + n, ldo);
+      for (; n < ne; ++n) w8a8_rows_vnni_tile<MB, 1>(a, m, w + n * K, scales + n, o + n, ldo);
     } else {
       constexpr int NB = MB == 1 ? 4 : 2;
       for (; n + NB <= ne; n += NB) {
-        w8a8_blocks_avx2_tile<MB, NB, kWholeRow>(a, m, w + n * K, scales + n, o + n, ldo);
+        w8a8_rows_avx2_tile<MB, NB>(a, m, w + n * K, scales + n, o + n, ldo);
       }
-      for (; n < ne; ++n)
-        w8a8_blocks_avx2_tile<MB, 1, kWholeRow>(a, m, w + n * K, scales + n, o + n, ldo);
+      for (; n < ne; ++n) w8a8_rows_avx2_tile<MB, 1>(a, m, w + n * K, scales + n, o + n, ldo);
     }
   };
   for (int64_t nb = n0; nb < n1; nb += kRowsPerPass) {
     const int64_t ne = std::min(n1, nb + kRowsPerPass);
+    if constexpr (!kWholeRow) {
+      for (int64_t m = 0; m < a.M; ++m) blocks(m, nb, ne);
+      continue;
+    }
     for (int64_t m = 0; m < a.M; m += 4) {
       switch (std::min<int64_t>(4, a.M - m)) {
         case 1:
@@ -619,6 +785,9 @@ GENGRAPH_AMX_FN void amx_configure(int64_t mt, int64_t kstep) {
   }
   cfg.rows[2] = static_cast<uint8_t>(kstep / 4);
   cfg.colsb[2] = static_cast<uint16_t>(mt * 4);
+  // GCC does not see ldtilecfg read the configuration: without this barrier it drops the stores
+  // above once the function is inlined (and the first tile instruction faults).
+  asm volatile("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
 }
 
@@ -641,8 +810,7 @@ GENGRAPH_AMX_FN void w8a8_amx_rows(const BlockRows& a, const int32_t* b, const i
       for (int64_t i = 0; i < 16; ++i) {
         const float s = scales[n + 16 * t + i];
         for (int64_t m = 0; m < mt; ++m) {
-          staged[m][16 * t + i] =
-              static_cast<float>(c[t][i * mt + m]) * a.lane_scale[(m0 + m) * K / 4] * s;
+          staged[m][16 * t + i] = static_cast<float>(c[t][i * mt + m]) * a.block_scale[m0 + m] * s;
         }
       }
     }
@@ -696,6 +864,120 @@ GENGRAPH_AMX_FN void w8a8_amx_rows(const BlockRows& a, const int32_t* b, const i
   }
   if (configured) _tile_release();
 }
+
+// The block scales of `mt` (<= 16) activation rows from row m0, [K / block][16] (the columns past
+// mt zero), beside their levels packed by pack_amx.
+void pack_amx_scales(const BlockRows& a, int64_t m0, int64_t mt, float* out) {
+  const int64_t nb = a.K / a.block;
+  std::memset(out, 0, static_cast<size_t>(nb * 16) * sizeof(float));
+  for (int64_t m = 0; m < mt; ++m) {
+    for (int64_t b = 0; b < nb; ++b) out[b * 16 + m] = a.block_scale[(m0 + m) * nb + b];
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push  // as for the VNNI tiles: GCC's _mm512_undefined_ps
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// With blocks: tiles C 0 and 3, A 1 and 4, B 2 and 5 (a pair for even blocks, a pair for odd), so
+// that one block's products run while the one before is stored and scaled.
+GENGRAPH_AMX_FN void amx_configure_blocks(int64_t mt, int64_t kstep) {
+  AmxConfig cfg;
+  for (const int t : {0, 3}) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = static_cast<uint16_t>(mt * 4);
+  }
+  for (const int t : {1, 4}) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = static_cast<uint16_t>(kstep);
+  }
+  for (const int t : {2, 5}) {
+    cfg.rows[t] = static_cast<uint8_t>(kstep / 4);
+    cfg.colsb[t] = static_cast<uint16_t>(mt * 4);
+  }
+  // GCC does not see ldtilecfg read the configuration: without this barrier it drops the stores
+  // above once the function is inlined (and the first tile instruction faults).
+  asm volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+
+// One block's exact sums for 16 weight rows (wn) by the tile's activation rows, into C tile 0
+// (even blocks) or 3 (odd). Tile numbers are immediates, hence the two spellings.
+GENGRAPH_AMX_FN inline void amx_block_sums(const int32_t* bt, const int8_t* wn, int64_t K,
+                                           int64_t k0, int64_t k1, int64_t kstep, bool odd) {
+  if (odd) {
+    _tile_zero(3);
+    for (int64_t k = k0; k < k1; k += kstep) {
+      _tile_loadd(5, bt + (k / 4) * 16, 64);
+      _tile_loadd(4, wn + k, K);
+      _tile_dpbssd(3, 4, 5);
+    }
+  } else {
+    _tile_zero(0);
+    for (int64_t k = k0; k < k1; k += kstep) {
+      _tile_loadd(2, bt + (k / 4) * 16, 64);
+      _tile_loadd(1, wn + k, K);
+      _tile_dpbssd(0, 1, 2);
+    }
+  }
+}
+
+// With blocks, in the order of w8a8_blocks_plain: weight rows [n0, n1) (multiples of 16), 16 at a
+// time, against each tile of up to 16 activation rows. Per block one C tile of exact sums (16
+// weight rows by mt) is stored and added, as floats times the activation rows' block scales, to
+// 16 registers of accumulators (a weight row each, the activation rows in the lanes); the next
+// block's tile products are issued first.
+GENGRAPH_AMX_FN void w8a8_amx_blocks(const BlockRows& a, const int32_t* b, const float* bscales,
+                                     const int8_t* w, const float* scales, int64_t n0, int64_t n1,
+                                     float* y, int64_t ldo) {
+  const int64_t K = a.K, M = a.M, block = a.block, nb = K / block;
+  const int64_t kstep = block % 64 == 0 ? 64 : 32;
+  int64_t configured = 0;
+  alignas(64) int32_t c[16 * 16] = {};
+  alignas(64) float staged[16][16];
+  for (int64_t n = n0; n < n1; n += 16) {
+    const int8_t* wn = w + n * K;
+    for (int64_t m0 = 0; m0 < M; m0 += 16) {
+      const int64_t mt = std::min<int64_t>(16, M - m0);
+      if (mt != configured) {
+        amx_configure_blocks(mt, kstep);
+        configured = mt;
+      }
+      const int32_t* bt = b + (m0 / 16) * (K / 4) * 16;
+      const float* st = bscales + (m0 / 16) * nb * 16;
+      __m512 acc[16];
+      for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+      amx_block_sums(bt, wn, K, 0, block, kstep, false);
+      for (int64_t blk = 0; blk < nb; ++blk) {
+        if (blk + 1 < nb) {
+          amx_block_sums(bt, wn, K, (blk + 1) * block, (blk + 2) * block, kstep, (blk + 1) % 2);
+        }
+        if (blk % 2) {
+          _tile_stored(3, c, 64);
+        } else {
+          _tile_stored(0, c, 64);
+        }
+        const __m512 sv = _mm512_loadu_ps(st + blk * 16);
+        for (int i = 0; i < 16; ++i) {
+          acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * i)), sv, acc[i]);
+        }
+      }
+      for (int i = 0; i < 16; ++i) {
+        alignas(64) float col[16];
+        _mm512_store_ps(col, _mm512_mul_ps(acc[i], _mm512_set1_ps(scales[n + i])));
+        for (int64_t m = 0; m < mt; ++m) staged[m][i] = col[m];
+      }
+      for (int64_t m = 0; m < mt; ++m) {
+        std::memcpy(y + (m0 + m) * ldo + n, staged[m], 16 * sizeof(float));
+      }
+    }
+  }
+  if (configured) _tile_release();
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // Whether this CPU has AMX-INT8 and Linux gave this process the tile data state (asked once).
 bool amx_granted() {
@@ -817,12 +1099,17 @@ at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
 // round half to even; a row of zeros gets scale 1), the integer product by LibTorch's _int_mm
 // (int32 sums, oneDNN's integer GEMM on x86), then scaled by the row's and the channel's scales.
 // With block > 0: each block of `block` channels of a row gets its own scale (quantize_blocks) and
-// gengraph's integer kernels take the product (AVX-512 VNNI, AVX2, or the plain loops).
+// gengraph's integer kernels take the product (AMX from kAmxMinRows rows, AVX-512 VNNI, AVX2, or
+// the plain loops), all in w8a8_blocks_plain's order: a row's floats do not depend on the path or
+// on the rows beside it.
 at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
                               int64_t block) {
   const int64_t M = x.size(0), K = x.size(1), N = q.size(0);
   TORCH_CHECK(block % 32 == 0 && K % block == 0, "gengraph::linear_w8a8: block ", block,
               " must be a multiple of 32 dividing the ", K, " input channels");
+  // A block's integer sum stays in int32 (|sum| <= 127 * 128 * block).
+  TORCH_CHECK(block <= kWholeRowMaxK, "gengraph::linear_w8a8: block ", block,
+              " is over the largest the int32 sums take, ", kWholeRowMaxK);
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
   // A thread's quantized rows are kept for its next call (no allocation per decode step). The
@@ -836,21 +1123,32 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
   float* yp = y.data_ptr<float>();
   const bool vnni = cpu_has_avx512_vnni(), avx2 = cpu_has_avx2(), whole = block == K;
 #ifdef GENGRAPH_X86_AVX2
-  if (whole && M >= kAmxMinRows && K <= kWholeRowMaxK && cpu_has_amx()) {
-    // AMX tiles for the weight rows in whole 16s, the VNNI tile for the rest.
-    const int64_t tiles = (M + 15) / 16;
+  if (M >= kAmxMinRows && cpu_has_amx()) {  // block <= kWholeRowMaxK: checked above
+    // AMX tiles for the weight rows in whole 16s, the VNNI tile for the rest. With blocks both
+    // give the plain loops' floats, so a row's outputs are the same as at one row.
+    const int64_t tiles = (M + 15) / 16, nb = K / block;
     static thread_local std::vector<int32_t> packed;
+    static thread_local std::vector<float> packed_scales;
     if (packed.size() < static_cast<size_t>(tiles * K / 4 * 16))
       packed.resize(static_cast<size_t>(tiles * K / 4 * 16));
+    if (!whole && packed_scales.size() < static_cast<size_t>(tiles * nb * 16))
+      packed_scales.resize(static_cast<size_t>(tiles * nb * 16));
     for (int64_t t = 0; t < tiles; ++t) {
-      pack_amx(a, 16 * t, std::min<int64_t>(16, M - 16 * t), packed.data() + t * (K / 4) * 16);
+      const int64_t mt = std::min<int64_t>(16, M - 16 * t);
+      pack_amx(a, 16 * t, mt, packed.data() + t * (K / 4) * 16);
+      if (!whole) pack_amx_scales(a, 16 * t, mt, packed_scales.data() + t * nb * 16);
     }
     const int32_t* bp = packed.data();
+    const float* bsp = packed_scales.data();
     const int64_t groups = N / 16;
-    at::parallel_for(0, groups, 4, [&](int64_t g0, int64_t g1) {
-      w8a8_amx_rows(a, bp, wp, sp, 16 * g0, 16 * g1, yp, N);
+    at::parallel_for(0, groups, whole ? 4 : 1, [&](int64_t g0, int64_t g1) {
+      if (whole) return w8a8_amx_rows(a, bp, wp, sp, 16 * g0, 16 * g1, yp, N);
+      w8a8_amx_blocks(a, bp, bsp, wp, sp, 16 * g0, 16 * g1, yp, N);
     });
-    if (groups * 16 < N) w8a8_blocks_rows<true, true>(a, wp, sp, groups * 16, N, yp, N);
+    if (groups * 16 < N) {
+      if (whole) w8a8_blocks_rows<true, true>(a, wp, sp, groups * 16, N, yp, N);
+      if (!whole) w8a8_blocks_rows<true, false>(a, wp, sp, groups * 16, N, yp, N);
+    }
     return y;
   }
 #endif
@@ -863,7 +1161,7 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
 #endif
     (void)vnni;
     (void)avx2;
-    w8a8_blocks_plain(a, block, wp, sp, n0, n1, yp, N);
+    w8a8_blocks_plain(a, wp, sp, n0, n1, yp, N);
   });
   return y;
 }

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <string>
 #include <utility>
@@ -147,6 +148,83 @@ TEST(WeightOnlyKernels, W8A8BlocksQuantizeEachBlockOnEveryPath) {
         EXPECT_TRUE(
             at::allclose(linear_w8a8(x, q, scales, block), linear_w8a8(x, q, scales), 1e-5, 1e-6));
       }
+    }
+  }
+}
+
+// With blocks every path gives the same floats, to the bit, at any number of rows: a row's
+// outputs do not depend on the rows beside it, so a batch's tokens are each row's alone. The
+// plain loops are checked here against the arithmetic written out (levels and block scales from
+// ATen ops, exact integer sums, acc = fma(float(S_b), s_b, acc) in block order, times the
+// channel's scale); AMX (from 4 rows), AVX-512 VNNI and AVX2 against the plain loops, for leading
+// runs of rows and a row alone. Blocks of 32 (two to a 64-channel step), 64, 96 (a block ending
+// mid-step) and 128; groups of 16 blocks with and without a partial last group; 37 weight rows
+// (AMX takes 32, the VNNI tile 16 and 5); 40 activation rows (AMX tiles of 16, 16 and 8).
+TEST(WeightOnlyKernels, W8A8BlocksGiveTheSameFloatsOnEveryPathAtAnyRowCount) {
+  struct Restore {
+    ~Restore() {
+      use_plain_loops(false);
+      allow_vnni(true);
+      allow_amx(true);
+    }
+  } restore;
+  at::manual_seed(5);
+  constexpr int64_t N = 37, M = 40;
+  for (const auto& [K, block] : std::vector<std::pair<int64_t, int64_t>>{{64, 32},
+                                                                         {96, 32},
+                                                                         {576, 32},
+                                                                         {768, 32},
+                                                                         {3072, 32},
+                                                                         {1152, 96},
+                                                                         {2048, 64},
+                                                                         {640, 128}}) {
+    SCOPED_TRACE("K " + std::to_string(K) + " block " + std::to_string(block));
+    const at::Tensor q = at::randint(-128, 128, {N, K}).to(at::kChar);
+    const at::Tensor scales = at::rand({N}) * 0.01 + 1e-3;
+    at::Tensor x = at::randn({M, K}) * at::rand({1, K}) * 4;
+    x[3].narrow(0, block, block).zero_();  // a block of zeros: scale 1
+    use_plain_loops(true);
+    const at::Tensor want = linear_w8a8(x, q, scales, block);
+    use_plain_loops(false);
+    // The arithmetic written out.
+    const int64_t nb = K / block;
+    const at::Tensor xb = x.view({M, nb, block});
+    const at::Tensor absmax = xb.abs().amax(2, true);
+    const at::Tensor s = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
+    const at::Tensor sums = at::einsum("mbk,nbk->mbn", {at::round(xb / s).to(at::kDouble),
+                                                        q.to(at::kDouble).view({N, nb, block})})
+                                .to(at::kFloat)  // exact: |sum| < 2^24
+                                .contiguous();
+    const at::Tensor sc = s.view({M, nb}).contiguous();
+    const auto S = sums.accessor<float, 3>();
+    const auto bs = sc.accessor<float, 2>();
+    const auto got_plain = want.accessor<float, 2>();
+    const auto channel = scales.accessor<float, 1>();
+    int64_t mismatches = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) {
+        float acc = 0.f;
+        for (int64_t b = 0; b < nb; ++b) acc = std::fma(S[m][b][n], bs[m][b], acc);
+        const float y = acc * channel[n];
+        mismatches += y != got_plain[m][n];
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << "the plain loops differ from the arithmetic written out";
+    for (const int path : {0, 1, 2}) {
+      allow_amx(path == 0);
+      allow_vnni(path <= 1);
+      SCOPED_TRACE(std::string(integer_dot_amx()    ? "AMX"
+                               : integer_dot_vnni() ? "VNNI"
+                               : vectorized()       ? "AVX2"
+                                                    : "plain") +
+                   " path " + std::to_string(path));
+      for (const int64_t rows : {1, 2, 3, 4, 5, 8, 16, 17, 40}) {
+        EXPECT_TRUE(
+            at::equal(linear_w8a8(x.narrow(0, 0, rows), q, scales, block), want.narrow(0, 0, rows)))
+            << rows << " rows";
+      }
+      EXPECT_TRUE(
+          at::equal(linear_w8a8(x.narrow(0, 29, 1), q, scales, block), want.narrow(0, 29, 1)));
     }
   }
 }
