@@ -770,6 +770,21 @@ void pack_amx(const BlockRows& a, int64_t m0, int64_t mt, int32_t* out) {
   }
 }
 
+// Blocks of 32 and at most 8 activation rows: the B tile of each 64-channel step holds the first
+// block's levels in columns 0-7 (its rows 0-7, four channels each) and the second's in columns
+// 8-15 (rows 8-15), zero elsewhere, so that one product of a 64-channel weight tile gives both
+// blocks' exact sums side by side: C[n][m] the first's, C[n][8 + m] the second's.
+void pack_amx_pairs(const BlockRows& a, int64_t mt, int32_t* out) {
+  const int64_t K = a.K;
+  std::memset(out, 0, static_cast<size_t>(K / 4 * 16) * sizeof(int32_t));
+  for (int64_t m = 0; m < mt; ++m) {
+    const int8_t* row = a.q.data() + m * K;
+    for (int64_t r = 0; r < K / 4; ++r) {
+      std::memcpy(out + r * 16 + (r % 16 >= 8 ? 8 : 0) + m, row + 4 * r, 4);
+    }
+  }
+}
+
 // The tile configuration for `mt` activation rows and `kstep` channels a step: C tiles 0, 3, 6, 7
 // (16 weight rows by mt int32), A tiles 1 and 4 (16 weight rows by kstep bytes), B tile 2 (kstep
 // / 4 rows of mt 32-bit elements). Loading it zeroes every tile.
@@ -876,22 +891,26 @@ void pack_amx_scales(const BlockRows& a, int64_t m0, int64_t mt, float* out) {
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push  // as for the VNNI tiles: GCC's _mm512_undefined_ps
+#pragma GCC diagnostic push  // as for the VNNI tiles: GCC's _mm512_undefined_*
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// With blocks: tiles C 0 and 3, A 1 and 4, B 2 and 5 (a pair for even blocks, a pair for odd), so
-// that one block's products run while the one before is stored and scaled.
+// How far ahead along each weight row the AMX blocks path prefetches.
+constexpr int64_t kAmxPrefetchBytes = 512;
+
+// With blocks: four C tiles (0-3) in turn, one per block, so that three blocks' products are in
+// flight while one is stored and scaled; A tiles 4 and 5 and B tiles 6 and 7 alternate.
 GENGRAPH_AMX_FN void amx_configure_blocks(int64_t mt, int64_t kstep) {
   AmxConfig cfg;
-  for (const int t : {0, 3}) {
+  for (const int t : {0, 1, 2, 3}) {
     cfg.rows[t] = 16;
     cfg.colsb[t] = static_cast<uint16_t>(mt * 4);
   }
-  for (const int t : {1, 4}) {
+  for (const int t : {4, 5}) {
     cfg.rows[t] = 16;
     cfg.colsb[t] = static_cast<uint16_t>(kstep);
   }
-  for (const int t : {2, 5}) {
+  for (const int t : {6, 7}) {
     cfg.rows[t] = static_cast<uint8_t>(kstep / 4);
     cfg.colsb[t] = static_cast<uint16_t>(mt * 4);
   }
@@ -901,42 +920,175 @@ GENGRAPH_AMX_FN void amx_configure_blocks(int64_t mt, int64_t kstep) {
   _tile_loadconfig(&cfg);
 }
 
-// One block's exact sums for 16 weight rows (wn) by the tile's activation rows, into C tile 0
-// (even blocks) or 3 (odd). Tile numbers are immediates, hence the two spellings.
+// One block's exact sums for 16 weight rows (wn) by the tile's activation rows, channels [k0, k1),
+// into C tile `slot`. Tile numbers are immediates, hence the four spellings.
+#define GENGRAPH_AMX_BLOCK(C, A, B)          \
+  _tile_zero(C);                             \
+  for (int64_t k = k0; k < k1; k += kstep) { \
+    _tile_loadd(B, bt + (k / 4) * 16, 64);   \
+    _tile_loadd(A, wn + k, K);               \
+    _tile_dpbssd(C, A, B);                   \
+  }
 GENGRAPH_AMX_FN inline void amx_block_sums(const int32_t* bt, const int8_t* wn, int64_t K,
-                                           int64_t k0, int64_t k1, int64_t kstep, bool odd) {
-  if (odd) {
-    _tile_zero(3);
-    for (int64_t k = k0; k < k1; k += kstep) {
-      _tile_loadd(5, bt + (k / 4) * 16, 64);
-      _tile_loadd(4, wn + k, K);
-      _tile_dpbssd(3, 4, 5);
+                                           int64_t k0, int64_t k1, int64_t kstep, int64_t slot) {
+  switch (slot) {
+    case 0:
+      GENGRAPH_AMX_BLOCK(0, 4, 6) break;
+    case 1:
+      GENGRAPH_AMX_BLOCK(1, 5, 7) break;
+    case 2:
+      GENGRAPH_AMX_BLOCK(2, 4, 6) break;
+    default:
+      GENGRAPH_AMX_BLOCK(3, 5, 7) break;
+  }
+}
+#undef GENGRAPH_AMX_BLOCK
+
+GENGRAPH_AMX_FN inline void amx_store_sums(int64_t slot, int32_t* c, int64_t stride) {
+  switch (slot) {
+    case 0:
+      _tile_stored(0, c, stride);
+      break;
+    case 1:
+      _tile_stored(1, c, stride);
+      break;
+    case 2:
+      _tile_stored(2, c, stride);
+      break;
+    default:
+      _tile_stored(3, c, stride);
+      break;
+  }
+}
+
+// One tile: 16 weight rows (wn) by mt activation rows. kHalf (mt <= 8): each register holds two
+// weight rows' accumulators (the C tile stored 32 bytes a row), half the registers and
+// multiply-adds.
+template <bool kHalf>
+GENGRAPH_AMX_FN void amx_blocks_tile(const BlockRows& a, const int32_t* bt, const float* st,
+                                     const int8_t* wn, const float* scales, int64_t mt, float* y,
+                                     int64_t ldo) {
+  constexpr int kVecs = kHalf ? 8 : 16;
+  constexpr int64_t kStride = kHalf ? 32 : 64;
+  const int64_t K = a.K, block = a.block, nb = K / block;
+  const int64_t kstep = block % 64 == 0 ? 64 : 32;
+  alignas(64) int32_t c[16 * 16] = {};
+  __m512 acc[kVecs];
+  for (int i = 0; i < kVecs; ++i) acc[i] = _mm512_setzero_ps();
+  constexpr int64_t kInFlight = 3;
+  for (int64_t blk = 0; blk < std::min(kInFlight, nb); ++blk) {
+    amx_block_sums(bt, wn, K, blk * block, (blk + 1) * block, kstep, blk % 4);
+  }
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    // The 16 weight rows are 16 streams (K bytes apart) that the tile loads take 32 or 64 bytes
+    // of at a time: each row's next lines are asked for ahead.
+    if ((blk * block) % 64 == 0) {
+      const int64_t ahead = (blk * block + kAmxPrefetchBytes) % K;
+      for (int r = 0; r < 16; ++r) _mm_prefetch(wn + r * K + ahead, _MM_HINT_T0);
     }
-  } else {
-    _tile_zero(0);
-    for (int64_t k = k0; k < k1; k += kstep) {
-      _tile_loadd(2, bt + (k / 4) * 16, 64);
-      _tile_loadd(1, wn + k, K);
-      _tile_dpbssd(0, 1, 2);
+    if (const int64_t next = blk + kInFlight; next < nb) {
+      amx_block_sums(bt, wn, K, next * block, (next + 1) * block, kstep, next % 4);
+    }
+    amx_store_sums(blk % 4, c, kStride);
+    __m512 sv = _mm512_loadu_ps(st + blk * 16);
+    if constexpr (kHalf) sv = _mm512_shuffle_f32x4(sv, sv, 0x44);  // the 8 scales twice
+    for (int i = 0; i < kVecs; ++i) {
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * i)), sv, acc[i]);
     }
   }
+  alignas(64) float staged[16][16];
+  for (int i = 0; i < kVecs; ++i) {
+    alignas(64) float col[16];
+    const __m512 sc = kHalf ? _mm512_castpd_ps(_mm512_insertf64x4(
+                                  _mm512_castps_pd(_mm512_set1_ps(scales[2 * i])),
+                                  _mm256_castps_pd(_mm256_set1_ps(scales[2 * i + 1])), 1))
+                            : _mm512_set1_ps(scales[i]);
+    _mm512_store_ps(col, _mm512_mul_ps(acc[i], sc));
+    for (int64_t m = 0; m < mt; ++m) {
+      if constexpr (kHalf) {
+        staged[m][2 * i] = col[m];
+        staged[m][2 * i + 1] = col[8 + m];
+      } else {
+        staged[m][i] = col[m];
+      }
+    }
+  }
+  for (int64_t m = 0; m < mt; ++m) std::memcpy(y + m * ldo, staged[m], 16 * sizeof(float));
+}
+
+// Blocks of 32 with the activation levels packed by pack_amx_pairs (mt <= 8, K a multiple of 64):
+// one 64-channel tile product per two blocks. Each register holds two weight rows' accumulators
+// (lanes 0-7 and 8-15, the activation rows in each half); per step the two rows' first-block sums
+// are put side by side and multiplied-added, then their second-block sums, in block order.
+GENGRAPH_AMX_FN void amx_pairs_tile(const BlockRows& a, const int32_t* bt, const float* st,
+                                    const int8_t* wn, const float* scales, int64_t mt, float* y,
+                                    int64_t ldo) {
+  const int64_t K = a.K, steps = K / 64;
+  alignas(64) int32_t c[16 * 16];
+  __m512 acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
+  constexpr int64_t kInFlight = 3;
+  for (int64_t j = 0; j < std::min(kInFlight, steps); ++j) {
+    amx_block_sums(bt, wn, K, j * 64, (j + 1) * 64, 64, j % 4);
+  }
+  for (int64_t j = 0; j < steps; ++j) {
+    if ((j * 64) % 128 == 0) {
+      const int64_t ahead = (j * 64 + kAmxPrefetchBytes) % K;
+      for (int r = 0; r < 16; ++r) {
+        _mm_prefetch(wn + r * K + ahead, _MM_HINT_T0);
+        _mm_prefetch(wn + r * K + (ahead + 64) % K, _MM_HINT_T0);
+      }
+    }
+    if (const int64_t next = j + kInFlight; next < steps) {
+      amx_block_sums(bt, wn, K, next * 64, (next + 1) * 64, 64, next % 4);
+    }
+    amx_store_sums(j % 4, c, 64);
+    const __m512 s0 = _mm512_loadu_ps(st + 2 * j * 16), s1 = _mm512_loadu_ps(st + (2 * j + 1) * 16);
+    const __m512 first = _mm512_shuffle_f32x4(s0, s0, 0x44),
+                 second = _mm512_shuffle_f32x4(s1, s1, 0x44);
+    for (int i = 0; i < 8; ++i) {
+      const __m512i r0 = _mm512_load_si512(c + 32 * i), r1 = _mm512_load_si512(c + 32 * i + 16);
+      acc[i] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_shuffle_i32x4(r0, r1, 0x44)), first, acc[i]);
+      acc[i] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_shuffle_i32x4(r0, r1, 0xEE)), second, acc[i]);
+    }
+  }
+  alignas(64) float staged[8][16];
+  for (int i = 0; i < 8; ++i) {
+    alignas(64) float col[16];
+    const __m512 sc = _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(scales[2 * i])),
+                           _mm256_castps_pd(_mm256_set1_ps(scales[2 * i + 1])), 1));
+    _mm512_store_ps(col, _mm512_mul_ps(acc[i], sc));
+    for (int64_t m = 0; m < mt; ++m) {
+      staged[m][2 * i] = col[m];
+      staged[m][2 * i + 1] = col[8 + m];
+    }
+  }
+  for (int64_t m = 0; m < mt; ++m) std::memcpy(y + m * ldo, staged[m], 16 * sizeof(float));
 }
 
 // With blocks, in the order of w8a8_blocks_plain: weight rows [n0, n1) (multiples of 16), 16 at a
 // time, against each tile of up to 16 activation rows. Per block one C tile of exact sums (16
 // weight rows by mt) is stored and added, as floats times the activation rows' block scales, to
-// 16 registers of accumulators (a weight row each, the activation rows in the lanes); the next
-// block's tile products are issued first.
+// registers of accumulators (the activation rows in the lanes); the next block's tile products
+// are issued first.
 GENGRAPH_AMX_FN void w8a8_amx_blocks(const BlockRows& a, const int32_t* b, const float* bscales,
                                      const int8_t* w, const float* scales, int64_t n0, int64_t n1,
-                                     float* y, int64_t ldo) {
-  const int64_t K = a.K, M = a.M, block = a.block, nb = K / block;
-  const int64_t kstep = block % 64 == 0 ? 64 : 32;
+                                     float* y, int64_t ldo, bool pairs) {
+  const int64_t K = a.K, M = a.M, nb = K / a.block;
+  const int64_t kstep = a.block % 64 == 0 ? 64 : 32;
+  if (pairs) {
+    amx_configure_blocks(16, 64);
+    for (int64_t n = n0; n < n1; n += 16) {
+      amx_pairs_tile(a, b, bscales, w + n * K, scales + n, M, y + n, ldo);
+    }
+    _tile_release();
+    return;
+  }
   int64_t configured = 0;
-  alignas(64) int32_t c[16 * 16] = {};
-  alignas(64) float staged[16][16];
   for (int64_t n = n0; n < n1; n += 16) {
-    const int8_t* wn = w + n * K;
     for (int64_t m0 = 0; m0 < M; m0 += 16) {
       const int64_t mt = std::min<int64_t>(16, M - m0);
       if (mt != configured) {
@@ -945,30 +1097,11 @@ GENGRAPH_AMX_FN void w8a8_amx_blocks(const BlockRows& a, const int32_t* b, const
       }
       const int32_t* bt = b + (m0 / 16) * (K / 4) * 16;
       const float* st = bscales + (m0 / 16) * nb * 16;
-      __m512 acc[16];
-      for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-      amx_block_sums(bt, wn, K, 0, block, kstep, false);
-      for (int64_t blk = 0; blk < nb; ++blk) {
-        if (blk + 1 < nb) {
-          amx_block_sums(bt, wn, K, (blk + 1) * block, (blk + 2) * block, kstep, (blk + 1) % 2);
-        }
-        if (blk % 2) {
-          _tile_stored(3, c, 64);
-        } else {
-          _tile_stored(0, c, 64);
-        }
-        const __m512 sv = _mm512_loadu_ps(st + blk * 16);
-        for (int i = 0; i < 16; ++i) {
-          acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * i)), sv, acc[i]);
-        }
-      }
-      for (int i = 0; i < 16; ++i) {
-        alignas(64) float col[16];
-        _mm512_store_ps(col, _mm512_mul_ps(acc[i], _mm512_set1_ps(scales[n + i])));
-        for (int64_t m = 0; m < mt; ++m) staged[m][i] = col[m];
-      }
-      for (int64_t m = 0; m < mt; ++m) {
-        std::memcpy(y + (m0 + m) * ldo + n, staged[m], 16 * sizeof(float));
+      float* yt = y + m0 * ldo + n;
+      if (mt <= 8) {
+        amx_blocks_tile<true>(a, bt, st, w + n * K, scales + n, mt, yt, ldo);
+      } else {
+        amx_blocks_tile<false>(a, bt, st, w + n * K, scales + n, mt, yt, ldo);
       }
     }
   }
@@ -1127,6 +1260,8 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
     // AMX tiles for the weight rows in whole 16s, the VNNI tile for the rest. With blocks both
     // give the plain loops' floats, so a row's outputs are the same as at one row.
     const int64_t tiles = (M + 15) / 16, nb = K / block;
+    // Blocks of 32 at up to 8 rows: two blocks per tile product (pack_amx_pairs).
+    const bool pairs = !whole && block == 32 && K % 64 == 0 && M <= 8;
     static thread_local std::vector<int32_t> packed;
     static thread_local std::vector<float> packed_scales;
     if (packed.size() < static_cast<size_t>(tiles * K / 4 * 16))
@@ -1135,7 +1270,11 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
       packed_scales.resize(static_cast<size_t>(tiles * nb * 16));
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t mt = std::min<int64_t>(16, M - 16 * t);
-      pack_amx(a, 16 * t, mt, packed.data() + t * (K / 4) * 16);
+      if (pairs) {
+        pack_amx_pairs(a, mt, packed.data());
+      } else {
+        pack_amx(a, 16 * t, mt, packed.data() + t * (K / 4) * 16);
+      }
       if (!whole) pack_amx_scales(a, 16 * t, mt, packed_scales.data() + t * nb * 16);
     }
     const int32_t* bp = packed.data();
@@ -1143,7 +1282,7 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
     const int64_t groups = N / 16;
     at::parallel_for(0, groups, whole ? 4 : 1, [&](int64_t g0, int64_t g1) {
       if (whole) return w8a8_amx_rows(a, bp, wp, sp, 16 * g0, 16 * g1, yp, N);
-      w8a8_amx_blocks(a, bp, bsp, wp, sp, 16 * g0, 16 * g1, yp, N);
+      w8a8_amx_blocks(a, bp, bsp, wp, sp, 16 * g0, 16 * g1, yp, N, pairs);
     });
     if (groups * 16 < N) {
       if (whole) w8a8_blocks_rows<true, true>(a, wp, sp, groups * 16, N, yp, N);
