@@ -326,6 +326,44 @@ TEST(Quantization, Int8ActivationBlocksAreTheirOwnScalesAndCheckedByName) {
   EXPECT_THAT(err, HasSubstr("0 (a scale per row) or a multiple of 32"));
 }
 
+// W8A8 with blocks of 32 gives every path's floats to the bit (WeightOnlyKernels), so on CPU a
+// batch's rows are each row's alone: eight prompts prefilled and decoded together give each
+// prompt's logits alone, to the bit, at the prefill (24 rows at once against 3: AMX tiles against
+// the VNNI tile where the CPU has them) and at two decode steps (8 rows, two blocks to a tile
+// product, against 1). Per row too (exact int32 sums, float(sum) * row scale * channel scale on
+// every path).
+TEST(Quantization, W8A8RowsInABatchAreEachRowAlone) {
+  register_builtin_backends();
+  for (const int64_t block : {32, 0}) {
+    SCOPED_TRACE("int8_activation_block " + std::to_string(block));
+    LoadOptions o;
+    o.weights.kind = WeightFormat::Kind::kInt8;
+    o.weights.int8_activation_rows = 1;
+    o.weights.int8_activation_block = block;
+    const auto model = testing::test_model("preset:llama-tiny", 7, o);
+    constexpr int64_t kRows = 8, kPrompt = 3;
+    const at::Tensor prompts = at::randint(1, 200, {kRows, kPrompt}, at::kLong);
+    // The logits of the prefill and of two greedy decode steps, [rows, 3, vocabulary].
+    const auto run = [&](const at::Tensor& ids) {
+      const int64_t rows = ids.size(0);
+      auto b = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
+      b->prepare(rows, kPrompt + 2);
+      const at::Tensor pos = at::arange(kPrompt, at::kLong).expand({rows, kPrompt}).contiguous();
+      std::vector<at::Tensor> out{b->prefill(StepInputs{ids, pos, ids.ne(-1), {}})};
+      for (int64_t step = 0; step < 2; ++step) {
+        const at::Tensor next = out.back().argmax(-1).view({rows, 1});
+        const at::Tensor p = at::full({rows, 1}, kPrompt + step, at::kLong);
+        out.push_back(b->decode(StepInputs{next, p, at::ones({rows, 1}, at::kBool), {}}));
+      }
+      return at::stack(out, 1);
+    };
+    const at::Tensor together = run(prompts);
+    for (int64_t r = 0; r < kRows; ++r) {
+      EXPECT_TRUE(at::equal(run(prompts.narrow(0, r, 1)), together.narrow(0, r, 1))) << "row " << r;
+    }
+  }
+}
+
 TEST(Quantization, QuantizedWeightsChangeTheLogitsButNotTheirShape) {
   LoadOptions o;
   const auto base = testing::test_model("llama-a", 3, o);
