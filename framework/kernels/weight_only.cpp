@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -785,25 +786,33 @@ void pack_amx_pairs(const BlockRows& a, int64_t mt, int32_t* out) {
   }
 }
 
-// The tile configuration for `mt` activation rows and `kstep` channels a step: C tiles 0, 3, 6, 7
-// (16 weight rows by mt int32), A tiles 1 and 4 (16 weight rows by kstep bytes), B tile 2 (kstep
-// / 4 rows of mt 32-bit elements). Loading it zeroes every tile.
-GENGRAPH_AMX_FN void amx_configure(int64_t mt, int64_t kstep) {
+// Loads a tile configuration: the C tiles 16 weight rows by mt int32, the A tiles 16 weight rows
+// by kstep bytes, the B tiles kstep / 4 rows of mt 32-bit elements. Loading it zeroes every tile.
+GENGRAPH_AMX_FN void amx_load_config(std::initializer_list<int> c, std::initializer_list<int> a,
+                                     std::initializer_list<int> b, int64_t mt, int64_t kstep) {
   AmxConfig cfg;
-  for (const int t : {0, 3, 6, 7}) {
+  for (const int t : c) {
     cfg.rows[t] = 16;
     cfg.colsb[t] = static_cast<uint16_t>(mt * 4);
   }
-  for (const int t : {1, 4}) {
+  for (const int t : a) {
     cfg.rows[t] = 16;
     cfg.colsb[t] = static_cast<uint16_t>(kstep);
   }
-  cfg.rows[2] = static_cast<uint8_t>(kstep / 4);
-  cfg.colsb[2] = static_cast<uint16_t>(mt * 4);
+  for (const int t : b) {
+    cfg.rows[t] = static_cast<uint8_t>(kstep / 4);
+    cfg.colsb[t] = static_cast<uint16_t>(mt * 4);
+  }
   // GCC does not see ldtilecfg read the configuration: without this barrier it drops the stores
   // above once the function is inlined (and the first tile instruction faults).
   asm volatile("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
+}
+
+// The per-row configuration for `mt` activation rows and `kstep` channels a step: C tiles 0, 3,
+// 6, 7, A tiles 1 and 4, B tile 2.
+GENGRAPH_AMX_FN void amx_configure(int64_t mt, int64_t kstep) {
+  amx_load_config({0, 3, 6, 7}, {1, 4}, {2}, mt, kstep);
 }
 
 // Weight rows [n0, n1) (multiples of 16) for every activation row, from their levels packed per
@@ -901,23 +910,7 @@ constexpr int64_t kAmxPrefetchBytes = 512;
 // With blocks: four C tiles (0-3) in turn, one per block, so that three blocks' products are in
 // flight while one is stored and scaled; A tiles 4 and 5 and B tiles 6 and 7 alternate.
 GENGRAPH_AMX_FN void amx_configure_blocks(int64_t mt, int64_t kstep) {
-  AmxConfig cfg;
-  for (const int t : {0, 1, 2, 3}) {
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = static_cast<uint16_t>(mt * 4);
-  }
-  for (const int t : {4, 5}) {
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = static_cast<uint16_t>(kstep);
-  }
-  for (const int t : {6, 7}) {
-    cfg.rows[t] = static_cast<uint8_t>(kstep / 4);
-    cfg.colsb[t] = static_cast<uint16_t>(mt * 4);
-  }
-  // GCC does not see ldtilecfg read the configuration: without this barrier it drops the stores
-  // above once the function is inlined (and the first tile instruction faults).
-  asm volatile("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
+  amx_load_config({0, 1, 2, 3}, {4, 5}, {6, 7}, mt, kstep);
 }
 
 // One block's exact sums for 16 weight rows (wn) by the tile's activation rows, channels [k0, k1),

@@ -33,6 +33,11 @@ struct Paths {
   }
 };
 
+// The integer products' path now taken (allow_amx / allow_vnni / use_plain_loops and the CPU).
+std::string integer_path() {
+  return integer_dot_amx() ? "AMX" : integer_dot_vnni() ? "VNNI" : vectorized() ? "AVX2" : "plain";
+}
+
 // |got - want| within a few float32 roundings of the sum of |x_k w_k|.
 void expect_close(const at::Tensor& got, const at::Tensor& x, const at::Tensor& w) {
   const at::Tensor want = at::linear(x.to(at::kDouble), w.to(at::kDouble));
@@ -213,11 +218,7 @@ TEST(WeightOnlyKernels, W8A8BlocksGiveTheSameFloatsOnEveryPathAtAnyRowCount) {
     for (const int path : {0, 1, 2}) {
       allow_amx(path == 0);
       allow_vnni(path <= 1);
-      SCOPED_TRACE(std::string(integer_dot_amx()    ? "AMX"
-                               : integer_dot_vnni() ? "VNNI"
-                               : vectorized()       ? "AVX2"
-                                                    : "plain") +
-                   " path " + std::to_string(path));
+      SCOPED_TRACE(integer_path() + " path " + std::to_string(path));
       for (const int64_t rows : {1, 2, 3, 4, 5, 8, 16, 17, 40}) {
         EXPECT_TRUE(
             at::equal(linear_w8a8(x.narrow(0, 0, rows), q, scales, block), want.narrow(0, 0, rows)))
@@ -256,12 +257,8 @@ TEST(WeightOnlyKernels, W8A8PerRowDecodeEqualsTheIntegerGemmToTheBit) {
       for (const int path : {0, 1, 2}) {
         allow_amx(path == 0);
         allow_vnni(path <= 1);
-        SCOPED_TRACE(std::string(integer_dot_amx()    ? "AMX"
-                                 : integer_dot_vnni() ? "VNNI"
-                                 : vectorized()       ? "AVX2"
-                                                      : "plain") +
-                     " path " + std::to_string(path) + " K " + std::to_string(K) + " M " +
-                     std::to_string(M));
+        SCOPED_TRACE(integer_path() + " path " + std::to_string(path) + " K " + std::to_string(K) +
+                     " M " + std::to_string(M));
         EXPECT_TRUE(at::equal(linear_w8a8(x, q, scales), want));
       }
     }
