@@ -209,6 +209,7 @@ void quantize_blocks(const float* x, int64_t M, int64_t K, int64_t block, BlockR
         {
           quantize_block_plain(x + at, block, q + at, scale, lb + at / 4);
         }
+        if (block == K) continue;  // one block a row: its kernels add the lanes' biases
         int32_t sum = 0;
         for (int64_t l = at / 4; l < (at + block) / 4; ++l) sum += lb[l];
         bb[m * (K / block) + b0 / block] = sum;
