@@ -124,10 +124,11 @@ ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
   src.load.weights.group_size = o.group_size;
   src.load.weights.lm_head = o.quantize_head;
   if (o.int8_activation_rows < 0 ||
-      (o.int8_activation_rows > 0 && src.load.weights.kind != WeightFormat::Kind::kInt8)) {
+      (o.int8_activation_rows > 0 && src.load.weights.kind != WeightFormat::Kind::kInt8 &&
+       src.load.weights.kind != WeightFormat::Kind::kInt4)) {
     throw Error(
         "EngineOptions::int8_activation_rows: expected 0, or a row count with weights "
-        "int8 (int8 activations multiply int8 weights); found " +
+        "int8 or int4 (int8 activations multiply integer weights); found " +
         std::to_string(o.int8_activation_rows) + " with weights '" + o.weights + "'");
   }
   src.load.weights.int8_activation_rows = o.int8_activation_rows;
@@ -135,6 +136,14 @@ ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
     throw Error(
         "EngineOptions::int8_activation_block: expected 0 (a scale per row) or a multiple of 32 "
         "(a scale per block of that many channels); found " +
+        std::to_string(o.int8_activation_block));
+  }
+  if (o.int8_activation_rows > 0 && src.load.weights.kind == WeightFormat::Kind::kInt4 &&
+      o.int8_activation_block != 32) {
+    throw Error(
+        "EngineOptions::int8_activation_block: expected 32 with weights int4 and "
+        "int8_activation_rows (the W4A8 kernel quantizes activations in blocks of 32 channels); "
+        "found " +
         std::to_string(o.int8_activation_block));
   }
   src.load.weights.int8_activation_block = o.int8_activation_block;

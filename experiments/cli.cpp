@@ -60,14 +60,15 @@ const char* kUsage = R"(usage: gengraph [--plugin LIB.so]... COMMAND ...
       the tokens; writes the results JSON only with --output FILE.
       --stream prints each token as it is chosen, one line per step (greedy search and sampling);
       with --text, the text as it becomes final.
-  gengraph quality --model FOLDER|NAME [--weights int8,w8a8,w8a8/32,int4,bfloat16] [--group-size N]
+  gengraph quality --model FOLDER|NAME [--weights int8,w8a8,w8a8/32,int4,w4a8,bfloat16] [--group-size N]
                    [--text-file FILE] [--windows N] [--window TOKENS] [--text PROMPT]...
                    [--new-tokens N] [--output FILE]
       What weight-only quantization costs: per format against the float model, perplexity on
       windows of a text (default the GPL-3 text Debian ships), KL divergence and top-1 agreement
       of the next-token distributions, and greedy generations from the prompts compared. w8a8
       is int8 weights with every product's activations quantized to int8 too (a scale per row);
-      w8a8/B the same with a scale per block of B channels (a multiple of 32).
+      w8a8/B the same with a scale per block of B channels (a multiple of 32); w4a8 int4 weights
+      (groups of --group-size) with activations in blocks of 32.
   gengraph validate CONFIG.yaml [--set KEY=VALUE]...
       Parse and check an experiment (every sweep point, backend names and options) without running it.
   gengraph show RESULTS.json
@@ -279,8 +280,8 @@ int run_quality(const Args& a) {
           std::stoi(b) == 0 || std::stoi(b) % 32 != 0) {
         throw UsageError("--weights: " + f + ": expected w8a8/B with B a multiple of 32 (w8a8/32)");
       }
-    } else if (f != "w8a8") {
-      parse_weight_kind(f, "--weights");  // w8a8: int8 with int8 activations
+    } else if (f != "w8a8" && f != "w4a8") {
+      parse_weight_kind(f, "--weights");  // w8a8 / w4a8: int8 / int4 with int8 activations
     }
     if (f == "float")
       throw UsageError("--weights: float is the reference; list int8, int4 or bfloat16");

@@ -215,15 +215,20 @@ ModelSpec read_model(MapReader r, const std::string& file) {
   }
   m.quantize_head = r.scalar<bool>("quantize_head", true, "true or false");
   m.int8_activation_rows = r.integer("int8_activation_rows", 0, 0, 1 << 20);
-  if (m.int8_activation_rows > 0 && m.weights != "int8") {
+  if (m.int8_activation_rows > 0 && m.weights != "int8" && m.weights != "int4") {
     r.fail("int8_activation_rows",
-           "0 unless model.weights is int8 (int8 activations multiply int8 weights)");
+           "0 unless model.weights is int8 or int4 (int8 activations multiply integer weights)");
   }
   m.int8_activation_block = r.integer("int8_activation_block", 0, 0, 1 << 20);
   if (m.int8_activation_block % 32 != 0) {
     r.fail("int8_activation_block",
            "0 (a scale per row) or a multiple of 32 (a scale per block of that many channels of "
            "the products that int8_activation_rows quantizes)");
+  }
+  if (m.int8_activation_rows > 0 && m.weights == "int4" && m.int8_activation_block != 32) {
+    r.fail("int8_activation_block",
+           "32 with model.weights int4 and int8_activation_rows (the W4A8 kernel quantizes "
+           "activations in blocks of 32 channels)");
   }
   if (m.weights != "float" && !m.fused) {
     r.fail("weights",

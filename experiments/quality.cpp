@@ -110,9 +110,12 @@ nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log) {
     WeightFormat f;
     // w8a8: int8 weights with every product's activations quantized to int8 too, a scale per
     // row; w8a8/B a scale per block of B channels.
+    // w4a8: int4 weights (groups of --group-size) with activations in blocks of 32.
     const bool w8a8 = name == "w8a8" || name.rfind("w8a8/", 0) == 0;
-    f.kind = parse_weight_kind(w8a8 ? "int8" : name, "--weights");
-    if (w8a8) f.int8_activation_rows = 1;
+    const bool w4a8 = name == "w4a8";
+    f.kind = parse_weight_kind(w8a8 ? "int8" : w4a8 ? "int4" : name, "--weights");
+    if (w8a8 || w4a8) f.int8_activation_rows = 1;
+    if (w4a8) f.int8_activation_block = 32;
     if (name.rfind("w8a8/", 0) == 0) f.int8_activation_block = std::stoll(name.substr(5));
     f.group_size = o.group_size;
     f.lm_head = o.quantize_head;

@@ -202,7 +202,7 @@ def weights_tag(kind, group, head, act_rows=0, act_block=0):
     if kind == "float":
         return "float"
     tag = kind + (f"-g{group}" if kind == "int4" else "") + ("" if head else "-float-head")
-    if kind == "int8" and act_rows > 0:
+    if kind in ("int8", "int4") and act_rows > 0:
         tag += f"-a{act_rows}" + (f"-b{act_block}" if act_block > 0 else "")
     return tag
 
@@ -257,7 +257,8 @@ class WeightOnlyLinear(torch.nn.Module):
     float32 activations in, the result in the activations' dtype, then the bias. int8 with
     `act_rows` > 0 (model.int8_activation_rows): the operator quantizes the activations of a
     product of at least that many rows too, with a scale per row or per `act_block` channels,
-    deciding at every call (the package's row count is dynamic)."""
+    deciding at every call (the package's row count is dynamic); int4 likewise, in blocks of 32
+    (gengraph::linear_int4_act)."""
 
     def __init__(self, kind, group, tensors, bias, act_rows=0, act_block=0):
         super().__init__()
@@ -274,6 +275,8 @@ class WeightOnlyLinear(torch.nn.Module):
             y = torch.ops.gengraph.linear_int8_act(xf, self.q, self.scales, self.act_rows, self.act_block)
         elif self.kind == "int8":
             y = torch.ops.gengraph.linear_int8(xf, self.q, self.scales)
+        elif self.kind == "int4" and self.act_rows > 0:
+            y = torch.ops.gengraph.linear_int4_act(xf, self.q, self.scales, self.zeros, self.group, self.act_rows)
         elif self.kind == "int4":
             y = torch.ops.gengraph.linear_int4(xf, self.q, self.scales, self.zeros, self.group)
         else:
@@ -302,7 +305,7 @@ def quantized(kind, group, w, bias, scales_from=None, act=(0, 0)):
         return WeightOnlyLinear(kind, group, {"q": q, "scales": scales}, bias, *act)
     if kind == "int4":
         packed, scales, zeros = quantize_int4(w, group)
-        return WeightOnlyLinear(kind, group, {"q": packed, "scales": scales, "zeros": zeros}, bias)
+        return WeightOnlyLinear(kind, group, {"q": packed, "scales": scales, "zeros": zeros}, bias, *act)
     return WeightOnlyLinear(kind, group, {"q": w.to(torch.bfloat16).contiguous()}, bias)
 
 
@@ -315,8 +318,9 @@ def check_activation_block(act, w, what):
 
 def quantize_model(model, kind, group, head, act=(0, 0)):
     """Replaces the projections gengraph quantizes (and the output head when `head`) by
-    WeightOnlyLinear modules holding the same quantized weights as gengraph's model; int8 with
-    `act` = (int8_activation_rows, int8_activation_block) quantizes activations as gengraph does."""
+    WeightOnlyLinear modules holding the same quantized weights as gengraph's model; int8 and int4
+    with `act` = (int8_activation_rows, int8_activation_block) quantize activations as gengraph
+    does."""
     from transformers.pytorch_utils import Conv1D
 
     mtype = model.config.model_type
@@ -421,8 +425,11 @@ def main():
     if a.int8_activation_rows < 0 or a.int8_activation_block < 0 or a.int8_activation_block % 32:
         fail(2, "--int8-activation-rows must be 0 or more and --int8-activation-block 0 or a multiple "
                 f"of 32, got {a.int8_activation_rows} and {a.int8_activation_block}")
-    if a.int8_activation_rows and a.weights != "int8":
-        fail(2, f"--int8-activation-rows needs --weights int8, got --weights {a.weights}")
+    if a.int8_activation_rows and a.weights not in ("int8", "int4"):
+        fail(2, f"--int8-activation-rows needs --weights int8 or int4, got --weights {a.weights}")
+    if a.int8_activation_rows and a.weights == "int4" and a.int8_activation_block != 32:
+        fail(2, "--weights int4 with --int8-activation-rows takes --int8-activation-block 32 (the W4A8 "
+                f"kernel's blocks), got {a.int8_activation_block}")
     if a.weights == "int4" and a.group_size not in (32, 64, 128, 256):
         fail(2, f"--group-size must be 32, 64, 128 or 256, got {a.group_size}")
     problem = compiler_problem(a.device)
@@ -440,7 +447,8 @@ def main():
     # (int8_activation_rows, int8_activation_block): the block means nothing without the rows.
     act = (a.int8_activation_rows, a.int8_activation_block if a.int8_activation_rows else 0)
     if a.weights != "float":
-        ops = ("linear_int8", "linear_int4", "linear_bf16") + (("linear_int8_act",) if act[0] else ())
+        ops = ("linear_int8", "linear_int4", "linear_bf16") + (
+            ("linear_int8_act", "linear_int4_act") if act[0] else ())
         load_operators(a.ops_library, ops)
         quantize_model(model, a.weights, a.group_size, not a.float_head, act)
     step = LayerStep(model).eval()

@@ -238,6 +238,84 @@ void w8a8_blocks_plain(const BlockRows& a, const int8_t* w, const float* scales,
   }
 }
 
+// ---- W4A8: int4 weights (pack_int4) by activations quantized in blocks of 32 channels. ----
+//
+// Every path (AVX-512 VNNI, the plain loops) gives the same floats to the bit, whatever the number
+// of rows in the call. Per activation row m and weight row n:
+//   per block b of 32 channels, exact in int32: S_b = sum_k level[n, k] xq[m, k] (the weight's
+//     levels 0..15, the block's activation levels) and A_b = sum_k xq[m, k];
+//   t_b = fma(float(S_b), scales[n, g], float(A_b) * zeros[n, g]), g = b / (group / 32): the
+//     block's product by W = level * scale + zero, before the activations' scale;
+//   16 partial sums, lane l taking the blocks b = l, l + 16, l + 32, ... in order:
+//     acc_l = fma(t_b, s_b, acc_l), s_b the activation block's scale (quantize_blocks);
+//   y = the lanes folded in halves: acc_i + acc_{i+8}, then + 4, + 2, + 1.
+// The activation levels are kept twice: in channel order (a.q, for the plain loops) and in the
+// int4 layout's order (`order`): per run of four blocks (the last run may have fewer, r), the
+// low halves (channels 0-15 of each block) of the r blocks, then their high halves, so that one
+// load of 16 r packed bytes meets its activations in two loads.
+struct W4A8Rows {
+  BlockRows a;                // blocks of 32
+  std::vector<int8_t> order;  // [M, K] in the int4 layout's order
+  std::vector<int32_t> sums;  // [M, K / 32]: A_b
+};
+
+void quantize_w4a8(const float* x, int64_t M, int64_t K, W4A8Rows& r) {
+  quantize_blocks(x, M, K, 32, r.a);
+  const int64_t nb = K / 32;
+  if (r.order.size() < static_cast<size_t>(M * K)) r.order.resize(static_cast<size_t>(M * K));
+  if (r.sums.size() < static_cast<size_t>(M * nb)) r.sums.resize(static_cast<size_t>(M * nb));
+  for (int64_t m = 0; m < M; ++m) {
+    const int8_t* q = r.a.q.data() + m * K;
+    int8_t* o = r.order.data() + m * K;
+    for (int64_t b0 = 0; b0 < nb; b0 += 4) {
+      const int64_t run = std::min<int64_t>(4, nb - b0);
+      for (int64_t i = 0; i < run; ++i) {
+        const int8_t* blk = q + (b0 + i) * 32;
+        std::memcpy(o + b0 * 32 + 16 * i, blk, 16);
+        std::memcpy(o + b0 * 32 + 16 * (run + i), blk + 16, 16);
+        int32_t s = 0;
+        for (int64_t k = 0; k < 32; ++k) s += blk[k];
+        r.sums[m * nb + b0 + i] = s;
+      }
+    }
+  }
+}
+
+// The int4 level of channel k in a row of the pack_int4 layout.
+inline int int4_level(const uint8_t* row, int64_t k) {
+  const uint8_t byte = row[(k / 32) * 16 + k % 16];
+  return (k % 32) < 16 ? (byte & 0x0F) : (byte >> 4);
+}
+
+// y[m, n] as above, channel by channel: the reference the vectorized path equals.
+void w4a8_plain(const W4A8Rows& r, const uint8_t* q, const float* scales, const float* zeros,
+                int64_t group, int64_t n0, int64_t n1, float* out, int64_t ldo) {
+  const int64_t K = r.a.K, nb = K / 32, groups = K / group, per = group / 32;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = q + n * (K / 2);
+    for (int64_t m = 0; m < r.a.M; ++m) {
+      const int8_t* xr = r.a.q.data() + m * K;
+      const float* sx = r.a.block_scale.data() + m * nb;
+      float acc[16] = {};
+      for (int64_t b = 0; b < nb; ++b) {
+        int32_t s = 0, a = 0;
+        for (int64_t k = 32 * b; k < 32 * (b + 1); ++k) {
+          s += int4_level(row, k) * int32_t{xr[k]};
+          a += xr[k];
+        }
+        const int64_t g = n * groups + b / per;
+        const float t =
+            std::fma(static_cast<float>(s), scales[g], static_cast<float>(a) * zeros[g]);
+        acc[b % 16] = std::fma(t, sx[b], acc[b % 16]);
+      }
+      for (int w = 8; w >= 1; w /= 2) {
+        for (int i = 0; i < w; ++i) acc[i] += acc[i + w];
+      }
+      out[m * ldo + n] = acc[0];
+    }
+  }
+}
+
 // ---- AVX2 + FMA: compiled for those instructions whatever the build's flags, run only where
 // the CPU reports them. ----
 #ifdef GENGRAPH_X86_AVX2
@@ -670,6 +748,109 @@ GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m, const
   }
   const __mmask16 out_mask = static_cast<__mmask16>(rows >= 16 ? 0xFFFF : (1u << rows) - 1);
   _mm512_mask_storeu_ps(out, out_mask, _mm512_mul_ps(acc, _mm512_maskz_loadu_ps(out_mask, scales)));
+}
+// The 16 lanes folded in halves (w4a8_plain's order): i + 8, then + 4, + 2, + 1.
+GENGRAPH_VNNI_FN inline float fold16(__m512 v) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+  return _mm_cvtss_f32(q);
+}
+
+// W4A8 with AVX-512 VNNI: MB activation rows (from m0) against one weight row, read once in
+// order. A load of 64 packed bytes holds four blocks; its low nibbles (each block's channels
+// 0-15) and high nibbles (16-31) meet the activations in the int4 layout's order with one
+// vpdpbusd each (unsigned levels by signed activations), so lanes 4j..4j+3 hold block j's
+// products. Per 16 blocks, two rounds of pair_sums give one block a lane, and the blocks'
+// multiply-adds run with the blocks in the lanes. `idx` maps lane l to the weight group of block
+// l (l / (group / 32)).
+template <int MB>
+GENGRAPH_VNNI_FN void w4a8_vnni_row(const W4A8Rows& r, int64_t m0, const uint8_t* row,
+                                    const float* sr, const float* zr, int64_t per, __m512i idx,
+                                    float* out, int64_t ldo) {
+  const int64_t K = r.a.K, nb = K / 32;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[MB];
+  for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
+  for (int64_t g0 = 0; g0 < nb; g0 += 16) {
+    const int64_t gb = std::min<int64_t>(16, nb - g0);
+    __m512i p[MB][4];
+    for (int v = 0; v < 4; ++v) {
+      const int64_t vb = std::min<int64_t>(4, gb - 4 * v);
+      if (vb <= 0) {
+        for (int m = 0; m < MB; ++m) p[m][v] = _mm512_setzero_si512();
+        continue;
+      }
+      const int64_t b0 = g0 + 4 * v;
+      const uint8_t* src = row + b0 * 16;
+      _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes, _MM_HINT_T0);
+      const __mmask64 bytes = vb == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * vb)) - 1;
+      const __m512i w = _mm512_maskz_loadu_epi8(bytes, src);
+      const __m512i lo = _mm512_and_si512(w, low4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low4);
+      for (int m = 0; m < MB; ++m) {
+        const int8_t* xs = r.order.data() + (m0 + m) * K + b0 * 32;
+        const __m512i xlo = _mm512_maskz_loadu_epi8(bytes, xs);
+        const __m512i xhi = _mm512_maskz_loadu_epi8(bytes, xs + 16 * vb);
+        p[m][v] =
+            _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo), hi, xhi);
+      }
+    }
+    const __mmask16 lanes = static_cast<__mmask16>(gb >= 16 ? 0xFFFF : (1u << gb) - 1);
+    const int64_t gs = (gb + per - 1) / per;
+    const __mmask16 have = static_cast<__mmask16>(gs >= 16 ? 0xFFFF : (1u << gs) - 1);
+    const __m512 sw = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(have, sr + g0 / per));
+    const __m512 zw = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(have, zr + g0 / per));
+    for (int m = 0; m < MB; ++m) {
+      const __m512i s = pair_sums(pair_sums(p[m][0], p[m][1]), pair_sums(p[m][2], p[m][3]));
+      const int64_t at = (m0 + m) * nb + g0;
+      const __m512 a = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(lanes, r.sums.data() + at));
+      const __m512 sx = _mm512_maskz_loadu_ps(lanes, r.a.block_scale.data() + at);
+      const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sw, _mm512_mul_ps(a, zw));
+      acc[m] = _mm512_mask3_fmadd_ps(t, sx, acc[m], lanes);
+    }
+  }
+  for (int m = 0; m < MB; ++m) out[m * ldo] = fold16(acc[m]);
+}
+
+// Weight rows [n0, n1) for every activation row: in passes of 16 weight rows (they stay in L1
+// across the activation rows), up to 4 activation rows at a time.
+GENGRAPH_VNNI_FN void w4a8_vnni_rows(const W4A8Rows& r, const uint8_t* q, const float* scales,
+                                     const float* zeros, int64_t group, int64_t n0, int64_t n1,
+                                     float* out, int64_t ldo) {
+  constexpr int64_t kRowsPerPass = 16;
+  const int64_t K = r.a.K, groups = K / group, per = group / 32;
+  alignas(64) int32_t lane_group[16];
+  for (int l = 0; l < 16; ++l) lane_group[l] = static_cast<int32_t>(l / per);
+  const __m512i idx = _mm512_load_si512(lane_group);
+  for (int64_t nb = n0; nb < n1; nb += kRowsPerPass) {
+    const int64_t ne = std::min(n1, nb + kRowsPerPass);
+    for (int64_t m = 0; m < r.a.M; m += 4) {
+      const int64_t mb = std::min<int64_t>(4, r.a.M - m);
+      for (int64_t n = nb; n < ne; ++n) {
+        const uint8_t* row = q + n * (K / 2);
+        const float* sr = scales + n * groups;
+        const float* zr = zeros + n * groups;
+        float* o = out + m * ldo + n;
+        switch (mb) {
+          case 1:
+            w4a8_vnni_row<1>(r, m, row, sr, zr, per, idx, o, ldo);
+            break;
+          case 2:
+            w4a8_vnni_row<2>(r, m, row, sr, zr, per, idx, o, ldo);
+            break;
+          case 3:
+            w4a8_vnni_row<3>(r, m, row, sr, zr, per, idx, o, ldo);
+            break;
+          default:
+            w4a8_vnni_row<4>(r, m, row, sr, zr, per, idx, o, ldo);
+            break;
+        }
+      }
+    }
+  }
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -1339,6 +1520,24 @@ at::Tensor linear_f32_cpu(const at::Tensor& x, const at::Tensor& w) {
   return stream_or_gemm<float>(x, w, w.data_ptr<float>(), at::Tensor());
 }
 
+// The checks of linear_int4's arguments, for both int4 operators.
+void check_int4(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                const at::Tensor& zeros, int64_t group, const char* op) {
+  TORCH_CHECK(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous(), op,
+              ": weight must be a contiguous 2-D uint8 tensor (pack_int4)");
+  const int64_t N = packed.size(0), K = packed.size(1) * 2;
+  TORCH_CHECK(group > 0 && group % 32 == 0 && K % group == 0, op, ": group ", group,
+              " must be a multiple of 32 dividing the ", K, " input channels");
+  const int64_t groups = K / group;
+  for (const at::Tensor* t : {&scales, &zeros}) {
+    TORCH_CHECK(t->dim() == 2 && t->size(0) == N && t->size(1) == groups &&
+                    t->scalar_type() == at::kFloat && t->is_contiguous(),
+                op, ": scales and zeros must be float32 [", N, ", ", groups, "], got ", t->sizes(),
+                " ", t->scalar_type());
+  }
+  check_x(x, K, op);
+}
+
 // level * scale + zero as float32 in one pass over the packed weight, each product rounded before
 // the sum (the values of unpack_int4(packed).to(kFloat) * scales + zeros per group, which makes
 // four full-size temporaries): the weight a prefill's GEMM multiplies by.
@@ -1372,19 +1571,8 @@ at::Tensor dequantize_int4_packed(const at::Tensor& packed, const at::Tensor& sc
 
 at::Tensor linear_int4_cpu(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                            const at::Tensor& zeros, int64_t group) {
-  TORCH_CHECK(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous(),
-              "gengraph::linear_int4: weight must be a contiguous 2-D uint8 tensor (pack_int4)");
-  const int64_t N = packed.size(0), K = packed.size(1) * 2;
-  TORCH_CHECK(group > 0 && group % 32 == 0 && K % group == 0, "gengraph::linear_int4: group ",
-              group, " must be a multiple of 32 dividing the ", K, " input channels");
-  const int64_t groups = K / group;
-  for (const at::Tensor* t : {&scales, &zeros}) {
-    TORCH_CHECK(t->dim() == 2 && t->size(0) == N && t->size(1) == groups &&
-                    t->scalar_type() == at::kFloat && t->is_contiguous(),
-                "gengraph::linear_int4: scales and zeros must be float32 [", N, ", ", groups,
-                "], got ", t->sizes(), " ", t->scalar_type());
-  }
-  check_x(x, K, "gengraph::linear_int4");
+  check_int4(x, packed, scales, zeros, group, "gengraph::linear_int4");
+  const int64_t N = packed.size(0), K = packed.size(1) * 2, groups = K / group;
   const int64_t M = x.size(0);
   if (M >= kStreamRows) return at::linear(x, dequantize_int4_packed(packed, scales, zeros, group));
   at::Tensor y = at::empty({M, N}, x.options());
@@ -1411,6 +1599,33 @@ at::Tensor linear_int4_cpu(const at::Tensor& x, const at::Tensor& packed, const 
 #endif
     (void)avx2;
     int4_rows_plain(xp, M, K, qp, sp, zp, xsum.data(), group, n0, n1, yp, N);
+  });
+  return y;
+}
+
+at::Tensor linear_w4a8_cpu(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                           const at::Tensor& zeros, int64_t group) {
+  check_int4(x, packed, scales, zeros, group, "gengraph::linear_w4a8");
+  TORCH_CHECK(group <= 256, "gengraph::linear_w4a8: group ", group,
+              " is over 256 (the kernels map the blocks of 16 lanes to at most 16 groups)");
+  const int64_t M = x.size(0), K = x.size(1), N = packed.size(0);
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return y;
+  // A thread's quantized rows are kept for its next call, as in linear_w8a8_blocks.
+  static thread_local W4A8Rows rows;
+  quantize_w4a8(x.data_ptr<float>(), M, K, rows);
+  const W4A8Rows& r = rows;
+  const uint8_t* qp = packed.data_ptr<uint8_t>();
+  const float* sp = scales.data_ptr<float>();
+  const float* zp = zeros.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const bool vnni = cpu_has_avx512_vnni();
+  at::parallel_for(0, N, grain_rows(N, K / 4), [&](int64_t n0, int64_t n1) {
+#ifdef GENGRAPH_X86_AVX2
+    if (vnni) return w4a8_vnni_rows(r, qp, sp, zp, group, n0, n1, yp, N);
+#endif
+    (void)vnni;
+    w4a8_plain(r, qp, sp, zp, group, n0, n1, yp, N);
   });
   return y;
 }
@@ -1475,6 +1690,15 @@ at::Tensor linear_int4(const at::Tensor& x, const at::Tensor& packed, const at::
   return op.call(x, packed, scales, zeros, group);
 }
 
+at::Tensor linear_w4a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                       const at::Tensor& zeros, int64_t group) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gengraph::linear_w4a8", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, const at::Tensor&, int64_t)>();
+  return op.call(x, packed, scales, zeros, group);
+}
+
 at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("gengraph::linear_bf16", "")
@@ -1504,6 +1728,12 @@ TORCH_LIBRARY_FRAGMENT(gengraph, m) {
       "linear_int8_act(Tensor x, Tensor q, Tensor scales, int activation_rows, int block=0) -> "
       "Tensor");
   m.def("linear_int4(Tensor x, Tensor packed, Tensor scales, Tensor zeros, int group) -> Tensor");
+  m.def("linear_w4a8(Tensor x, Tensor packed, Tensor scales, Tensor zeros, int group) -> Tensor");
+  // The same for int4 (an AOTInductor package): linear_w4a8 from `activation_rows` rows (> 0),
+  // else linear_int4.
+  m.def(
+      "linear_int4_act(Tensor x, Tensor packed, Tensor scales, Tensor zeros, int group, "
+      "int activation_rows) -> Tensor");
   m.def("linear_bf16(Tensor x, Tensor w) -> Tensor");
   m.def("linear_f32(Tensor x, Tensor w) -> Tensor");
 }
@@ -1519,6 +1749,17 @@ at::Tensor linear_int8_act_cpu(const at::Tensor& x, const at::Tensor& q, const a
              ? linear_w8a8_cpu(x, q, scales, block)
              : linear_int8_cpu(x, q, scales);
 }
+
+at::Tensor linear_int4_act_cpu(const at::Tensor& x, const at::Tensor& packed,
+                               const at::Tensor& scales, const at::Tensor& zeros, int64_t group,
+                               int64_t activation_rows) {
+  TORCH_CHECK(activation_rows >= 0,
+              "gengraph::linear_int4_act: activation_rows must be 0 or more, got ",
+              activation_rows);
+  return activation_rows > 0 && x.dim() == 2 && x.size(0) >= activation_rows
+             ? linear_w4a8_cpu(x, packed, scales, zeros, group)
+             : linear_int4_cpu(x, packed, scales, zeros, group);
+}
 }  // namespace
 }  // namespace gengraph::kernels
 
@@ -1527,6 +1768,8 @@ TORCH_LIBRARY_IMPL(gengraph, CPU, m) {
   m.impl("linear_w8a8", &gengraph::kernels::linear_w8a8_cpu);
   m.impl("linear_int8_act", &gengraph::kernels::linear_int8_act_cpu);
   m.impl("linear_int4", &gengraph::kernels::linear_int4_cpu);
+  m.impl("linear_w4a8", &gengraph::kernels::linear_w4a8_cpu);
+  m.impl("linear_int4_act", &gengraph::kernels::linear_int4_act_cpu);
   m.impl("linear_bf16", &gengraph::kernels::linear_bf16_cpu);
   m.impl("linear_f32", &gengraph::kernels::linear_f32_cpu);
 }
@@ -1563,6 +1806,12 @@ at::Tensor linear_int4_meta(const at::Tensor& x, const at::Tensor& packed, const
   return rows_by(x, packed.sym_size(0), "gengraph::linear_int4");
 }
 
+at::Tensor linear_int4_act_meta(const at::Tensor& x, const at::Tensor& packed,
+                                const at::Tensor& scales, const at::Tensor& zeros, int64_t group,
+                                int64_t activation_rows) {
+  return linear_int4_meta(x, packed, scales, zeros, group);
+}
+
 at::Tensor linear_bf16_meta(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2, "gengraph::linear_bf16: weight must be 2-D");
   return rows_by(x, w.sym_size(0), "gengraph::linear_bf16");
@@ -1576,5 +1825,7 @@ TORCH_LIBRARY_IMPL(gengraph, Meta, m) {
   m.impl("linear_w8a8", &gengraph::kernels::linear_w8a8_meta);
   m.impl("linear_int8_act", &gengraph::kernels::linear_int8_act_meta);
   m.impl("linear_int4", &gengraph::kernels::linear_int4_meta);
+  m.impl("linear_w4a8", &gengraph::kernels::linear_int4_meta);
+  m.impl("linear_int4_act", &gengraph::kernels::linear_int4_act_meta);
   m.impl("linear_bf16", &gengraph::kernels::linear_bf16_meta);
 }

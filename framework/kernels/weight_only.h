@@ -59,6 +59,17 @@ at::Tensor unpack_int4(const at::Tensor& packed);
 at::Tensor linear_int4(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                        const at::Tensor& zeros, int64_t group);
 
+// The same product with the activations quantized too (W4A8): each block of 32 channels of a row
+// to int8 with its own scale (as linear_w8a8's blocks), then per block the exact integer sums of
+// levels by activation levels and of the activation levels, combined in float32 with the group's
+// scale and zero in one fixed order (framework/kernels/weight_only.cpp, w4a8_plain): the same
+// floats to the bit on every path (AVX-512 VNNI, the plain loops) and whatever the rows beside a
+// row. A change of arithmetic, opted into with model.int8_activation_rows on int4 weights
+// (docs/quantization.md#w4a8).
+//   x: [M, K] float32; packed, scales, zeros, group as linear_int4 (group at most 256)
+at::Tensor linear_w4a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                       const at::Tensor& zeros, int64_t group);
+
 // y = x W^T with W bfloat16, products and sums in float32.
 //   x: [M, K] float32; w: [N, K] bfloat16 -> [M, N] float32
 at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w);

@@ -37,7 +37,7 @@ std::string WeightFormat::describe() const {
   if (!quantized()) return name();
   std::string out = name();
   if (kind == Kind::kInt4) out += " (groups of " + std::to_string(group_size) + ")";
-  if (kind == Kind::kInt8 && int8_activation_rows > 0) {
+  if ((kind == Kind::kInt8 || kind == Kind::kInt4) && int8_activation_rows > 0) {
     out += " (int8 activations from " + std::to_string(int8_activation_rows) + " row" +
            (int8_activation_rows == 1 ? "" : "s") +
            (int8_activation_block > 0 ? ", blocks of " + std::to_string(int8_activation_block)

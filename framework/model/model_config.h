@@ -26,12 +26,13 @@ struct WeightFormat {
   Kind kind = Kind::kAsLoaded;
   int64_t group_size = 32;  // int4: input channels per scale (32, 64, 128 or 256)
   bool lm_head = true;      // quantize the output head too
-  // int8 on CPU: products of at least this many activation rows quantize the activations to int8
-  // too (W8A8, kernels::linear_w8a8); fewer rows stay weight-only. 0: never (the default).
+  // int8 or int4 on CPU: products of at least this many activation rows quantize the activations
+  // to int8 too (W8A8, kernels::linear_w8a8; W4A8, kernels::linear_w4a8); fewer rows stay
+  // weight-only. 0: never (the default).
   int64_t int8_activation_rows = 0;
   // Those products' activation scales: 0, one per row (LibTorch's integer GEMM); B, one per block
   // of B input channels of each row (a multiple of 32 dividing every projection's input width;
-  // gengraph's VNNI / AVX2 kernels). No effect while int8_activation_rows is 0.
+  // gengraph's VNNI / AVX2 kernels); int4 takes 32 only. No effect while int8_activation_rows is 0.
   int64_t int8_activation_block = 0;
   bool quantized() const { return kind != Kind::kAsLoaded; }
   // "float" (as loaded), "int8", "int4" or "bfloat16"; describe() adds the group and the head.

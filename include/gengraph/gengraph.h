@@ -59,11 +59,12 @@ struct ModelOptions {
   std::string weights = "float";
   int64_t group_size = 32;
   bool quantize_head = true;
-  // int8 on CPU: products of at least this many activation rows quantize the activations to
-  // int8 too (W8A8, LibTorch's integer GEMM); 0 keeps every product weight-only.
+  // int8 or int4 on CPU: products of at least this many activation rows quantize the activations
+  // to int8 too (W8A8 / W4A8, gengraph's integer kernels); 0 keeps every product weight-only.
   int64_t int8_activation_rows = 0;
   // Those products' activation scales: 0 one per row; B one per block of B input channels (a
-  // multiple of 32 dividing the projections' widths), computed by gengraph's integer kernels.
+  // multiple of 32 dividing the projections' widths), computed by gengraph's integer kernels;
+  // int4 takes 32.
   // No effect while int8_activation_rows is 0.
   int64_t int8_activation_block = 0;
   // Presets only: config.json keys over the preset's (e.g. {"n_layer": 4}) and the seed of the

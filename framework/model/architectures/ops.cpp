@@ -215,6 +215,12 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
             "differently); use int8 or bfloat16 on " +
             weight.device().str());
       }
+      if (format.int8_activation_rows > 0 && format.int8_activation_block != 32) {
+        throw Error(
+            "model.int8_activation_block: int4 weights with int8 activations take blocks of 32 "
+            "(the W4A8 kernel's unit); found " +
+            std::to_string(format.int8_activation_block));
+      }
       const Int4Weight q = quantize_int4(weight, format.group_size);
       qweight = kernels::pack_int4(q.q);
       // value = (q - 8) * scale + offset = q * scale + zero, zero = offset - 8 * scale.
@@ -254,7 +260,9 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
                   : kernels::linear_int8(xf, qweight, scales);
           break;
         case WeightFormat::Kind::kInt4:
-          y = kernels::linear_int4(xf, qweight, scales, zeros, format.group_size);
+          y = format.int8_activation_rows > 0 && xf.size(0) >= format.int8_activation_rows
+                  ? kernels::linear_w4a8(xf, qweight, scales, zeros, format.group_size)
+                  : kernels::linear_int4(xf, qweight, scales, zeros, format.group_size);
           break;
         default:
           y = kernels::linear_bf16(xf, qweight);

@@ -386,6 +386,120 @@ TEST(WeightOnlyKernels, Int4LayoutPutsEachElementInItsNibble) {
   }
 }
 
+// W4A8 (int4 weights by activations in blocks of 32): the plain loops against the arithmetic
+// written out here (levels and scales from ATen ops, exact sums, std::fma in the kernels' order),
+// the VNNI path against the plain loops to the bit at every row count, and the result against the
+// float64 product within what the activations' rounding allows. K from one block to 96, whole and
+// partial runs of four blocks and groups of 16 blocks; every group size.
+TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
+  struct Restore {
+    ~Restore() {
+      use_plain_loops(false);
+      allow_vnni(true);
+    }
+  } restore;
+  at::manual_seed(11);
+  constexpr int64_t N = 37, M = 40;
+  for (const auto& [K, group] : std::vector<std::pair<int64_t, int64_t>>{{32, 32},
+                                                                         {96, 32},
+                                                                         {576, 32},
+                                                                         {576, 64},
+                                                                         {768, 32},
+                                                                         {768, 256},
+                                                                         {1536, 128},
+                                                                         {3072, 32}}) {
+    SCOPED_TRACE("K " + std::to_string(K) + " group " + std::to_string(group));
+    const int64_t nb = K / 32, groups = K / group, per = group / 32;
+    const at::Tensor levels = at::randint(0, 16, {N, K}).to(at::kInt);
+    const at::Tensor packed = pack_int4(levels);
+    const at::Tensor scales = at::rand({N, groups}) * 0.01 + 1e-3;
+    const at::Tensor zeros = at::randn({N, groups}) * 0.05;
+    at::Tensor x = at::randn({M, K}) * at::rand({1, K}) * 4;
+    x[3].narrow(0, 0, 32).zero_();  // a block of zeros: scale 1
+    use_plain_loops(true);
+    const at::Tensor want = linear_w4a8(x, packed, scales, zeros, group);
+    use_plain_loops(false);
+    // The arithmetic written out.
+    const at::Tensor xb = x.view({M, nb, 32});
+    const at::Tensor absmax = xb.abs().amax(2, true);
+    const at::Tensor s = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
+    const at::Tensor xq = at::round(xb / s).to(at::kDouble);
+    const at::Tensor sums =
+        at::einsum("mbk,nbk->mbn", {xq, levels.to(at::kDouble).view({N, nb, 32})})
+            .to(at::kFloat)  // exact: |sum| < 2^24
+            .contiguous();
+    const at::Tensor asum = xq.sum(2).to(at::kFloat).contiguous();
+    const at::Tensor sc = s.view({M, nb}).contiguous();
+    const auto S = sums.accessor<float, 3>();
+    const auto A = asum.accessor<float, 2>();
+    const auto bs = sc.accessor<float, 2>();
+    const auto ws = scales.accessor<float, 2>();
+    const auto wz = zeros.accessor<float, 2>();
+    const auto got_plain = want.accessor<float, 2>();
+    int64_t mismatches = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) {
+        float acc[16] = {};
+        for (int64_t b = 0; b < nb; ++b) {
+          const float t = std::fma(S[m][b][n], ws[n][b / per], A[m][b] * wz[n][b / per]);
+          acc[b % 16] = std::fma(t, bs[m][b], acc[b % 16]);
+        }
+        for (int w = 8; w >= 1; w /= 2) {
+          for (int i = 0; i < w; ++i) acc[i] += acc[i + w];
+        }
+        mismatches += acc[0] != got_plain[m][n];
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << "the plain loops differ from the arithmetic written out";
+    // Against the float64 product: each activation is off by at most half its block's step.
+    const at::Tensor w = (levels.to(at::kFloat).view({N, groups, group}) * scales.unsqueeze(-1) +
+                          zeros.unsqueeze(-1))
+                             .view({N, K})
+                             .to(at::kDouble);
+    const at::Tensor exact = at::linear(x.to(at::kDouble), w);
+    const at::Tensor half_steps = (s / 2).expand({M, nb, 32}).reshape({M, K}).to(at::kDouble);
+    const at::Tensor bound = at::linear(half_steps, w.abs()) * 1.001 +
+                             at::linear(x.abs().to(at::kDouble), w.abs()) * 1e-5 + 1e-6;
+    EXPECT_TRUE((want.to(at::kDouble) - exact).abs().le(bound).all().item<bool>());
+    for (const bool vnni : {true, false}) {
+      allow_vnni(vnni);
+      SCOPED_TRACE(integer_dot_vnni() ? "VNNI" : "plain");
+      for (const int64_t rows : {1, 2, 3, 4, 5, 8, 17, 40}) {
+        EXPECT_TRUE(at::equal(linear_w4a8(x.narrow(0, 0, rows), packed, scales, zeros, group),
+                              want.narrow(0, 0, rows)))
+            << rows << " rows";
+      }
+      EXPECT_TRUE(at::equal(linear_w4a8(x.narrow(0, 29, 1), packed, scales, zeros, group),
+                            want.narrow(0, 29, 1)));
+    }
+  }
+}
+
+TEST(WeightOnlyKernels, W4A8NonFiniteActivationsGiveNaNRowsAndRefusesByName) {
+  at::manual_seed(2);
+  const int64_t N = 5, K = 128;
+  const at::Tensor packed = pack_int4(at::randint(0, 16, {N, K}).to(at::kInt));
+  const at::Tensor scales = at::rand({N, 4}) * 0.01, zeros = at::randn({N, 4}) * 0.05;
+  at::Tensor x = at::randn({3, K});
+  x[1][70] = std::numeric_limits<float>::infinity();
+  for (const bool plain : {false, true}) {
+    use_plain_loops(plain);
+    const at::Tensor y = linear_w4a8(x, packed, scales, zeros, 32);
+    EXPECT_TRUE(y[1].isnan().all().item<bool>());
+    EXPECT_FALSE(y[0].isnan().any().item<bool>() || y[2].isnan().any().item<bool>());
+  }
+  use_plain_loops(false);
+  EXPECT_THAT(testing::error_of([&] {
+                linear_w4a8(at::zeros({1, 64}), packed, scales, zeros, 32);
+              }),
+              HasSubstr("gengraph::linear_w4a8: activations have 64 channels, the weight 128"));
+  const at::Tensor wide = pack_int4(at::zeros({2, 512}, at::kInt));
+  EXPECT_THAT(testing::error_of([&] {
+                linear_w4a8(at::zeros({1, 512}), wide, at::ones({2, 1}), at::ones({2, 1}), 512);
+              }),
+              HasSubstr("group 512 is over 256"));
+}
+
 TEST(WeightOnlyKernels, RefuseWrongInputsByName) {
   const at::Tensor q = at::zeros({4, 16}, at::kChar), s = at::ones({4});
   EXPECT_THAT(testing::error_of([&] {

@@ -109,7 +109,7 @@ TEST(Quantization, AotiBuildsAPackagePerWeightFormat) {
         throw Error("recorded, not built");
       },
       "recording");
-  std::vector<WeightFormat> formats(7);
+  std::vector<WeightFormat> formats(8);
   formats[1].kind = WeightFormat::Kind::kInt8;
   formats[2].kind = WeightFormat::Kind::kInt4;
   formats[3].kind = WeightFormat::Kind::kBFloat16;
@@ -121,6 +121,9 @@ TEST(Quantization, AotiBuildsAPackagePerWeightFormat) {
   formats[5].int8_activation_block = 32;
   formats[6].kind = WeightFormat::Kind::kInt8;
   formats[6].int8_activation_rows = 1;
+  formats[7].kind = WeightFormat::Kind::kInt4;
+  formats[7].int8_activation_rows = 1;
+  formats[7].int8_activation_block = 32;
   for (const WeightFormat& f : formats) {
     LoadOptions o;
     o.weights = f;
@@ -154,6 +157,7 @@ TEST(Quantization, AotiBuildsAPackagePerWeightFormat) {
   EXPECT_EQ(aoti_weights_tag(formats[4]), "int8-float-head");
   EXPECT_EQ(aoti_weights_tag(formats[5]), "int8-a3-b32");
   EXPECT_EQ(aoti_weights_tag(formats[6]), "int8-a1");
+  EXPECT_EQ(aoti_weights_tag(formats[7]), "int4-g32-a1-b32");
 }
 
 // An aoti package of a model with int8 activations decides per call, as Projection does: a
@@ -271,14 +275,55 @@ TEST(Quantization, Int8ActivationsFromARowCountAndRefusedElsewhere) {
                 BackendRegistry::instance().create("aoti", gptj, BackendOptions("aoti", {}));
               }),
               HasSubstr("is not exported for gptj"));
-  EXPECT_THAT(engine_error("int4", 1, 0),
+  EXPECT_THAT(engine_error("bfloat16", 1, 0),
               HasSubstr("EngineOptions::int8_activation_rows: expected 0, or a row count with "
-                        "weights int8"));
+                        "weights int8 or int4"));
   const auto [status, err] =
       validate_model("{preset: gpt2-tiny, weights: bfloat16, int8_activation_rows: 2}");
   EXPECT_NE(status, 0);
   EXPECT_THAT(err, HasSubstr("int8_activation_rows"));
-  EXPECT_THAT(err, HasSubstr("0 unless model.weights is int8"));
+  EXPECT_THAT(err, HasSubstr("0 unless model.weights is int8 or int4"));
+}
+
+// int4 with int8 activations (W4A8): activation blocks of 32, and only those, wherever the
+// setting can be made; the quantized products change the logits a little from int4's.
+TEST(Quantization, Int4ActivationsTakeBlocksOf32AndAreCheckedByName) {
+  register_builtin_backends();
+  LoadOptions o;
+  o.weights.kind = WeightFormat::Kind::kInt4;
+  const auto weight_only = testing::test_model("preset:llama-tiny", 3, o);
+  o.weights.int8_activation_rows = 1;
+  o.weights.int8_activation_block = 32;
+  const auto w4a8 = testing::test_model("preset:llama-tiny", 3, o);
+  EXPECT_EQ(w4a8->config().weights.describe(),
+            "int4 (groups of 32) (int8 activations from 1 row, blocks of 32)");
+  const auto logits = [](const std::shared_ptr<const CausalLM>& m) {
+    auto b = BackendRegistry::instance().create("eager", m, BackendOptions("eager", {}));
+    b->prepare(2, 8);
+    const at::Tensor ids = at::tensor({5, 9}, at::kLong).unsqueeze(1);
+    return b->prefill(StepInputs{ids, at::zeros({2, 1}, at::kLong), ids.ne(-1), {}});
+  };
+  const at::Tensor a = logits(weight_only), b = logits(w4a8);
+  EXPECT_FALSE(at::equal(a, b));
+  EXPECT_LT((a - b).abs().max().item<float>(), 0.05 * a.abs().max().item<float>());
+  for (const int64_t block : {0, 64}) {
+    o.weights.int8_activation_block = block;
+    EXPECT_THAT(testing::error_of([&] { testing::test_model("preset:llama-tiny", 3, o); }),
+                HasSubstr("model.int8_activation_block: int4 weights with int8 activations take "
+                          "blocks of 32 (the W4A8 kernel's unit); found " +
+                          std::to_string(block)));
+    EXPECT_THAT(engine_error("int4", 1, block),
+                HasSubstr("EngineOptions::int8_activation_block: expected 32 with weights int4"));
+  }
+  const auto [status, err] = validate_model(
+      "{preset: gpt2-tiny, weights: int4, int8_activation_rows: 1, int8_activation_block: 64}");
+  EXPECT_NE(status, 0);
+  EXPECT_THAT(err, HasSubstr("int8_activation_block"));
+  EXPECT_THAT(err, HasSubstr("32 with model.weights int4"));
+  EXPECT_EQ(validate_model("{preset: gpt2-tiny, weights: int4, int8_activation_rows: 1, "
+                           "int8_activation_block: 32}")
+                .first,
+            0);
 }
 
 // model.int8_activation_block: the W8A8 products' activation scales per block of channels; a
@@ -332,14 +377,15 @@ TEST(Quantization, Int8ActivationBlocksAreTheirOwnScalesAndCheckedByName) {
 // the VNNI tile where the CPU has them) and at two decode steps (8 rows, two blocks to a tile
 // product, against 1). Per row too (exact int32 sums, float(sum) * row scale * channel scale on
 // every path).
-TEST(Quantization, W8A8RowsInABatchAreEachRowAlone) {
+TEST(Quantization, IntegerActivationRowsInABatchAreEachRowAlone) {
   register_builtin_backends();
-  for (const int64_t block : {32, 0}) {
+  // int8 weights with blocks of 32 and per row, then int4 weights (W4A8, blocks of 32).
+  for (const int64_t block : {32, 0, -32}) {
     SCOPED_TRACE("int8_activation_block " + std::to_string(block));
     LoadOptions o;
-    o.weights.kind = WeightFormat::Kind::kInt8;
+    o.weights.kind = block < 0 ? WeightFormat::Kind::kInt4 : WeightFormat::Kind::kInt8;
     o.weights.int8_activation_rows = 1;
-    o.weights.int8_activation_block = block;
+    o.weights.int8_activation_block = block < 0 ? -block : block;
     const auto model = testing::test_model("preset:llama-tiny", 7, o);
     constexpr int64_t kRows = 8, kPrompt = 3;
     const at::Tensor prompts = at::randint(1, 200, {kRows, kPrompt}, at::kLong);
@@ -426,10 +472,12 @@ TEST_P(QuantizedBackends, GiveEagerTokensOnTheSameQuantizedModel) {
   LoadOptions o;
   // w8a8: int8 weights with every product's activations quantized too.
   // w8a8b32: the same with a scale per 32 activation channels.
+  // w4a8: int4 weights with every product's activations quantized, in blocks of 32.
   const bool w8a8 = c.format == "w8a8" || c.format == "w8a8b32";
-  o.weights.kind = parse_weight_kind(w8a8 ? "int8" : c.format, "test");
-  if (w8a8) o.weights.int8_activation_rows = 1;
-  if (c.format == "w8a8b32") o.weights.int8_activation_block = 32;
+  const bool w4a8 = c.format == "w4a8";
+  o.weights.kind = parse_weight_kind(w8a8 ? "int8" : w4a8 ? "int4" : c.format, "test");
+  if (w8a8 || w4a8) o.weights.int8_activation_rows = 1;
+  if (c.format == "w8a8b32" || w4a8) o.weights.int8_activation_block = 32;
   const auto model = testing::test_model(c.model, 11, o);
   auto reference = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
   auto backend =
@@ -472,9 +520,9 @@ std::vector<QuantCase> quant_cases() {
   std::vector<QuantCase> out;
   // int4 needs widths that its groups of 32 divide: the tiny presets (64 wide); the fixture
   // models (48 wide) for the others.
-  for (const std::string format : {"int8", "w8a8", "w8a8b32", "int4", "bfloat16"}) {
+  for (const std::string format : {"int8", "w8a8", "w8a8b32", "int4", "w4a8", "bfloat16"}) {
     const std::vector<std::string> models =
-        format == "int4" || format == "w8a8b32"
+        format == "int4" || format == "w8a8b32" || format == "w4a8"
             ? std::vector<std::string>{"tiny", "preset:gptj-tiny", "preset:llama-tiny"}
             : std::vector<std::string>{"tiny", "gptj-a", "llama-a"};
     for (const std::string& model : models) {
@@ -494,6 +542,7 @@ std::vector<QuantCase> quant_cases() {
   // blocks falling inside one part or the other).
   out.push_back({"w8a8", "aoti", {}, "tiny"});
   out.push_back({"w8a8b32", "aoti", {}, "preset:gptj-tiny"});
+  out.push_back({"w4a8", "aoti", {}, "preset:llama-tiny"});
   // cuda_graph's aoti step (uncaptured on CPU) takes the same package as aoti.
   out.push_back({"int8", "cuda_graph", {{"capture", "false"}, {"step", "aoti"}}, "tiny"});
   return out;
