@@ -123,6 +123,13 @@ ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
   src.load.weights.kind = parse_weight_kind(o.weights, "EngineOptions::weights");
   src.load.weights.group_size = o.group_size;
   src.load.weights.lm_head = o.quantize_head;
+  if (o.int8_head && (src.load.weights.kind != WeightFormat::Kind::kInt4 || !o.quantize_head)) {
+    throw Error(
+        "EngineOptions::int8_head: expected false unless weights is int4 and quantize_head is "
+        "true; found weights '" +
+        o.weights + "'" + (o.quantize_head ? "" : " with quantize_head false"));
+  }
+  src.load.weights.int8_head = o.int8_head;
   if (o.int8_activation_rows < 0 ||
       (o.int8_activation_rows > 0 && src.load.weights.kind != WeightFormat::Kind::kInt8 &&
        src.load.weights.kind != WeightFormat::Kind::kInt4)) {

@@ -68,7 +68,8 @@ const char* kUsage = R"(usage: gengraph [--plugin LIB.so]... COMMAND ...
       of the next-token distributions, and greedy generations from the prompts compared. w8a8
       is int8 weights with every product's activations quantized to int8 too (a scale per row);
       w8a8/B the same with a scale per block of B channels (a multiple of 32); w4a8 int4 weights
-      (groups of --group-size) with activations in blocks of 32.
+      (groups of --group-size) with activations in blocks of 32; int4+h8 and w4a8+h8 the same with
+      the output head in int8.
   gengraph validate CONFIG.yaml [--set KEY=VALUE]...
       Parse and check an experiment (every sweep point, backend names and options) without running it.
   gengraph show RESULTS.json
@@ -280,7 +281,7 @@ int run_quality(const Args& a) {
           std::stoi(b) == 0 || std::stoi(b) % 32 != 0) {
         throw UsageError("--weights: " + f + ": expected w8a8/B with B a multiple of 32 (w8a8/32)");
       }
-    } else if (f != "w8a8" && f != "w4a8") {
+    } else if (f != "w8a8" && f != "w4a8" && f != "int4+h8" && f != "w4a8+h8") {
       parse_weight_kind(f, "--weights");  // w8a8 / w4a8: int8 / int4 with int8 activations
     }
     if (f == "float")

@@ -214,6 +214,12 @@ ModelSpec read_model(MapReader r, const std::string& file) {
     r.fail("group_size", "32, 64, 128 or 256");
   }
   m.quantize_head = r.scalar<bool>("quantize_head", true, "true or false");
+  m.int8_head = r.scalar<bool>("int8_head", false, "true or false");
+  if (m.int8_head && (m.weights != "int4" || !m.quantize_head)) {
+    r.fail("int8_head",
+           "false unless model.weights is int4 and quantize_head is true (it puts an int4 "
+           "model's output head in int8)");
+  }
   m.int8_activation_rows = r.integer("int8_activation_rows", 0, 0, 1 << 20);
   if (m.int8_activation_rows > 0 && m.weights != "int8" && m.weights != "int4") {
     r.fail("int8_activation_rows",

@@ -27,6 +27,7 @@ struct ModelSpec {
   std::string weights = "float";    // float | int8 | int4 | bfloat16 (LoadOptions::weights)
   int64_t group_size = 32;          // int4: input channels per scale
   bool quantize_head = true;        // the output head quantized too
+  bool int8_head = false;           // int4: the output head in int8 instead
   int64_t int8_activation_rows = 0;
   int64_t int8_activation_block =
       0;  // their activation scales per block of channels (0: per row)  // int8: products of this

@@ -261,6 +261,7 @@ AotiBuildReport export_with_tool(const CausalLM& model, const AotiExportRequest&
                 {"--weights", request.weights.name(), "--group-size",
                  std::to_string(request.weights.group_size), "--ops-library", request.ops_library});
     if (!request.weights.lm_head) argv.push_back("--float-head");
+    if (request.weights.lm_head && request.weights.int8_head) argv.push_back("--int8-head");
     if (request.weights.int8_activation_rows > 0) {  // W8A8 from that many rows
       argv.insert(
           argv.end(),

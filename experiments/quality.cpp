@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <ostream>
@@ -110,13 +111,17 @@ nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log) {
     WeightFormat f;
     // w8a8: int8 weights with every product's activations quantized to int8 too, a scale per
     // row; w8a8/B a scale per block of B channels.
-    // w4a8: int4 weights (groups of --group-size) with activations in blocks of 32.
-    const bool w8a8 = name == "w8a8" || name.rfind("w8a8/", 0) == 0;
-    const bool w4a8 = name == "w4a8";
-    f.kind = parse_weight_kind(w8a8 ? "int8" : w4a8 ? "int4" : name, "--weights");
+    // w4a8: int4 weights (groups of --group-size) with activations in blocks of 32. A suffix
+    // "+h8" on int4 or w4a8 puts the output head in int8.
+    const bool h8 = name == "int4+h8" || name == "w4a8+h8";
+    const std::string base = h8 ? name.substr(0, 4) : name;
+    const bool w8a8 = base == "w8a8" || base.rfind("w8a8/", 0) == 0;
+    const bool w4a8 = base == "w4a8";
+    f.kind = parse_weight_kind(w8a8 ? "int8" : w4a8 ? "int4" : base, "--weights");
+    f.int8_head = h8;
     if (w8a8 || w4a8) f.int8_activation_rows = 1;
     if (w4a8) f.int8_activation_block = 32;
-    if (name.rfind("w8a8/", 0) == 0) f.int8_activation_block = std::stoll(name.substr(5));
+    if (base.rfind("w8a8/", 0) == 0) f.int8_activation_block = std::stoll(name.substr(5));
     f.group_size = o.group_size;
     f.lm_head = o.quantize_head;
     log << "format " << f.describe() << "\n";
@@ -163,19 +168,24 @@ std::string format_quality(const nlohmann::json& doc) {
     << " tokens), " << doc["windows"].get<int64_t>() << " windows of "
     << doc["window"].get<int64_t>() << " tokens, teacher-forced; greedy: " << doc["prompts"].size()
     << " prompts x " << doc["new_tokens"].get<int64_t>() << " tokens\n";
-  o << std::left << std::setw(50) << "weights" << std::setw(14) << "perplexity" << std::setw(12)
+  // The weights column as wide as its longest name, and two spaces.
+  int width = 50;
+  for (const auto& f : doc["formats"]) {
+    width = std::max(width, static_cast<int>(f["weights"].get<std::string>().size()) + 2);
+  }
+  o << std::left << std::setw(width) << "weights" << std::setw(14) << "perplexity" << std::setw(12)
     << "vs float" << std::setw(14) << "KL (nats)" << std::setw(14) << "top-1 agree" << std::setw(16)
     << "greedy same"
     << "common prefix\n";
-  o << std::setw(50) << "float" << std::setw(14) << std::setprecision(3)
+  o << std::setw(width) << "float" << std::setw(14) << std::setprecision(3)
     << doc["float"]["perplexity"].get<double>() << "\n";
   for (const auto& f : doc["formats"]) {
     std::ostringstream vs;
     vs << std::showpos << std::fixed << std::setprecision(2)
        << 100.0 * f["perplexity_vs_float"].get<double>() << "%";
-    o << std::setw(50) << f["weights"].get<std::string>() << std::setw(14) << std::setprecision(3)
-      << f["perplexity"].get<double>() << std::setw(12) << vs.str() << std::setw(14)
-      << std::setprecision(5) << f["kl_divergence"].get<double>() << std::setw(14)
+    o << std::setw(width) << f["weights"].get<std::string>() << std::setw(14)
+      << std::setprecision(3) << f["perplexity"].get<double>() << std::setw(12) << vs.str()
+      << std::setw(14) << std::setprecision(5) << f["kl_divergence"].get<double>() << std::setw(14)
       << std::setprecision(4) << f["top1_agreement"].get<double>() << std::setw(16)
       << std::setprecision(3) << f["greedy_identical"].get<double>() << std::setprecision(1)
       << f["greedy_common_prefix"].get<double>() << "\n";

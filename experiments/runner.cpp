@@ -94,6 +94,7 @@ ModelOptions model_options(const ModelSpec& m) {
   o.weights = m.weights;
   o.group_size = m.group_size;
   o.quantize_head = m.quantize_head;
+  o.int8_head = m.int8_head;
   o.int8_activation_rows = m.int8_activation_rows;
   o.int8_activation_block = m.int8_activation_block;
   if (!m.preset.empty()) {
@@ -126,6 +127,7 @@ WeightFormat weight_format(const ModelSpec& m) {
   f.kind = parse_weight_kind(m.weights, "model.weights");
   f.group_size = m.group_size;
   f.lm_head = m.quantize_head;
+  f.int8_head = m.int8_head;
   f.int8_activation_rows = m.int8_activation_rows;
   f.int8_activation_block = m.int8_activation_block;
   return f;

@@ -197,11 +197,13 @@ PROJECTIONS["mistral"] = PROJECTIONS["qwen2"] = PROJECTIONS["llama"]
 JOINT_INPUTS = {"gptj": ("attn.out_proj", "mlp.fc_out")}
 
 
-def weights_tag(kind, group, head, act_rows=0, act_block=0):
+def weights_tag(kind, group, head, act_rows=0, act_block=0, int8_head=False):
     """What the package's metadata and gengraph's package cache call a format (aoti_weights_tag)."""
     if kind == "float":
         return "float"
     tag = kind + (f"-g{group}" if kind == "int4" else "") + ("" if head else "-float-head")
+    if head and int8_head and kind == "int4":
+        tag += "-int8-head"
     if kind in ("int8", "int4") and act_rows > 0:
         tag += f"-a{act_rows}" + (f"-b{act_block}" if act_block > 0 else "")
     return tag
@@ -316,7 +318,7 @@ def check_activation_block(act, w, what):
                 "multiple of it")
 
 
-def quantize_model(model, kind, group, head, act=(0, 0)):
+def quantize_model(model, kind, group, head, act=(0, 0), int8_head=False):
     """Replaces the projections gengraph quantizes (and the output head when `head`) by
     WeightOnlyLinear modules holding the same quantized weights as gengraph's model; int8 and int4
     with `act` = (int8_activation_rows, int8_activation_block) quantize activations as gengraph
@@ -372,13 +374,14 @@ def quantize_model(model, kind, group, head, act=(0, 0)):
             count += 1
     if head:
         w = lm.weight.detach().contiguous()
-        if kind == "int4" and w.shape[1] % group:
+        if kind == "int4" and not int8_head and w.shape[1] % group:
             fail(2, f"--weights int4: the output head's {w.shape[1]} input channels are not a multiple "
                     f"of group_size {group}")
         check_activation_block(act, w, "the output head's")
         bias = lm.bias.detach() if getattr(lm, "bias", None) is not None else None
         parent, _, attr = lm_name.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, attr, quantized(kind, group, w, bias, None, act))
+        head_kind = "int8" if int8_head and kind == "int4" else kind  # model.int8_head
+        setattr(model.get_submodule(parent) if parent else model, attr, quantized(head_kind, group, w, bias, None, act))
         count += 1
     return count
 
@@ -408,6 +411,7 @@ def main():
                     help="store the linear layers' weights as gengraph's model.weights does (docs/quantization.md)")
     ap.add_argument("--group-size", type=int, default=32, help="int4: input channels per scale (32, 64, 128, 256)")
     ap.add_argument("--float-head", action="store_true", help="keep the output head as loaded (quantize_head: false)")
+    ap.add_argument("--int8-head", action="store_true", help="int4: the output head in int8 (model.int8_head)")
     ap.add_argument("--int8-activation-rows", type=int, default=0,
                     help="int8: products of at least this many rows quantize their activations too "
                          "(model.int8_activation_rows; 0: weight-only)")
@@ -427,6 +431,8 @@ def main():
                 f"of 32, got {a.int8_activation_rows} and {a.int8_activation_block}")
     if a.int8_activation_rows and a.weights not in ("int8", "int4"):
         fail(2, f"--int8-activation-rows needs --weights int8 or int4, got --weights {a.weights}")
+    if a.int8_head and (a.weights != "int4" or a.float_head):
+        fail(2, "--int8-head needs --weights int4 and no --float-head")
     if a.int8_activation_rows and a.weights == "int4" and a.int8_activation_block != 32:
         fail(2, "--weights int4 with --int8-activation-rows takes --int8-activation-block 32 (the W4A8 "
                 f"kernel's blocks), got {a.int8_activation_block}")
@@ -450,7 +456,7 @@ def main():
         ops = ("linear_int8", "linear_int4", "linear_bf16") + (
             ("linear_int8_act", "linear_int4_act") if act[0] else ())
         load_operators(a.ops_library, ops)
-        quantize_model(model, a.weights, a.group_size, not a.float_head, act)
+        quantize_model(model, a.weights, a.group_size, not a.float_head, act, a.int8_head)
     step = LayerStep(model).eval()
 
     # Example shapes away from 0/1 (export specialises on those), ranges from 1 upwards.
@@ -479,7 +485,7 @@ def main():
     meta = {"format": EXPORT_FORMAT, "model_type": model.config.model_type, "model_fingerprint": a.fingerprint,
             "layers": layers, "kv_heads": kv, "head_dim": hd, "vocab_size": cfg.vocab_size, "dtype": a.dtype,
             "device": a.device, "max_rows": a.max_rows, "context": context, "freezing": a.freezing,
-            "weights": weights_tag(a.weights, a.group_size, not a.float_head, *act),
+            "weights": weights_tag(a.weights, a.group_size, not a.float_head, *act, a.int8_head),
             "torch_version": torch.__version__.split("+")[0],
             "made_by": "tools/export_aoti.py (transformers %s)" % __import__("transformers").__version__}
     configs = {"aot_inductor.metadata": {"gengraph." + k: str(v) for k, v in meta.items()}}

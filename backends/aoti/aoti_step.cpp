@@ -234,6 +234,7 @@ std::string aoti_weights_tag(const WeightFormat& f) {
   std::string tag = f.name();
   if (f.kind == WeightFormat::Kind::kInt4) tag += "-g" + std::to_string(f.group_size);
   if (!f.lm_head) tag += "-float-head";
+  if (f.lm_head && f.int8_head && f.kind == WeightFormat::Kind::kInt4) tag += "-int8-head";
   if (f.int8_activation_rows > 0) {  // int8 or int4
     tag += "-a" + std::to_string(f.int8_activation_rows);
     if (f.int8_activation_block > 0) tag += "-b" + std::to_string(f.int8_activation_block);

@@ -45,6 +45,7 @@ std::string WeightFormat::describe() const {
            ")";
   }
   if (!lm_head) out += ", output head as loaded";
+  if (lm_head && int8_head && kind == Kind::kInt4) out += ", output head int8";
   return out;
 }
 

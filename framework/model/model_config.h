@@ -26,6 +26,9 @@ struct WeightFormat {
   Kind kind = Kind::kAsLoaded;
   int64_t group_size = 32;  // int4: input channels per scale (32, 64, 128 or 256)
   bool lm_head = true;      // quantize the output head too
+  // int4 only: the output head in int8 instead (with int8 activations, as int8_activation_rows and
+  // _block say), as 4-bit engines keep it at higher precision.
+  bool int8_head = false;
   // int8 or int4 on CPU: products of at least this many activation rows quantize the activations
   // to int8 too (W8A8, kernels::linear_w8a8; W4A8, kernels::linear_w4a8); fewer rows stay
   // weight-only. 0: never (the default).
@@ -40,7 +43,7 @@ struct WeightFormat {
   std::string describe() const;
   bool operator==(const WeightFormat& o) const {
     return kind == o.kind && group_size == o.group_size && lm_head == o.lm_head &&
-           int8_activation_rows == o.int8_activation_rows &&
+           int8_head == o.int8_head && int8_activation_rows == o.int8_activation_rows &&
            int8_activation_block == o.int8_activation_block;
   }
   bool operator!=(const WeightFormat& o) const { return !(*this == o); }

@@ -59,6 +59,8 @@ struct ModelOptions {
   std::string weights = "float";
   int64_t group_size = 32;
   bool quantize_head = true;
+  // int4: the output head in int8 instead (with int8 activations as the two settings below say).
+  bool int8_head = false;
   // int8 or int4 on CPU: products of at least this many activation rows quantize the activations
   // to int8 too (W8A8 / W4A8, gengraph's integer kernels); 0 keeps every product weight-only.
   int64_t int8_activation_rows = 0;

@@ -91,7 +91,17 @@ Int4Weight quantize_int4(const at::Tensor& weight, int64_t group);
 at::Tensor dequantize_int4(const Int4Weight& w);
 
 // The output head's format: the model's, or as loaded when lm_head is false.
-inline WeightFormat head_format(const WeightFormat& f) { return f.lm_head ? f : WeightFormat{}; }
+// int4 with int8_head: int8 (its int8 activations as the model's).
+inline WeightFormat head_format(const WeightFormat& f) {
+  if (!f.lm_head) return WeightFormat{};
+  if (f.int8_head && f.kind == WeightFormat::Kind::kInt4) {
+    WeightFormat h = f;
+    h.kind = WeightFormat::Kind::kInt8;
+    h.int8_head = false;
+    return h;
+  }
+  return f;
+}
 
 // Whether a weight's GEMMs go through oneDNN: CPU, float32, at least 2^19 elements, LibTorch
 // built with it.

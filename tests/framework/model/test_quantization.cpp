@@ -109,7 +109,7 @@ TEST(Quantization, AotiBuildsAPackagePerWeightFormat) {
         throw Error("recorded, not built");
       },
       "recording");
-  std::vector<WeightFormat> formats(8);
+  std::vector<WeightFormat> formats(9);
   formats[1].kind = WeightFormat::Kind::kInt8;
   formats[2].kind = WeightFormat::Kind::kInt4;
   formats[3].kind = WeightFormat::Kind::kBFloat16;
@@ -124,6 +124,8 @@ TEST(Quantization, AotiBuildsAPackagePerWeightFormat) {
   formats[7].kind = WeightFormat::Kind::kInt4;
   formats[7].int8_activation_rows = 1;
   formats[7].int8_activation_block = 32;
+  formats[8] = formats[7];
+  formats[8].int8_head = true;
   for (const WeightFormat& f : formats) {
     LoadOptions o;
     o.weights = f;
@@ -158,6 +160,7 @@ TEST(Quantization, AotiBuildsAPackagePerWeightFormat) {
   EXPECT_EQ(aoti_weights_tag(formats[5]), "int8-a3-b32");
   EXPECT_EQ(aoti_weights_tag(formats[6]), "int8-a1");
   EXPECT_EQ(aoti_weights_tag(formats[7]), "int4-g32-a1-b32");
+  EXPECT_EQ(aoti_weights_tag(formats[8]), "int4-g32-int8-head-a1-b32");
 }
 
 // An aoti package of a model with int8 activations decides per call, as Projection does: a
@@ -315,6 +318,30 @@ TEST(Quantization, Int4ActivationsTakeBlocksOf32AndAreCheckedByName) {
     EXPECT_THAT(engine_error("int4", 1, block),
                 HasSubstr("EngineOptions::int8_activation_block: expected 32 with weights int4"));
   }
+  // int8_head: the head of an int4 model in int8, and refused elsewhere by name.
+  o.weights.int8_activation_block = 32;
+  o.weights.int8_head = true;
+  const auto h8 = testing::test_model("preset:llama-tiny", 3, o);
+  EXPECT_EQ(h8->config().weights.describe(),
+            "int4 (groups of 32) (int8 activations from 1 row, blocks of 32), output head int8");
+  // Against the same body with the head as loaded: the int8 head's logits far nearer than the
+  // int4 head's.
+  o.weights.lm_head = false;
+  const at::Tensor f = logits(testing::test_model("preset:llama-tiny", 3, o)), c = logits(h8);
+  o.weights.lm_head = true;
+  EXPECT_LT((c - f).abs().mean().item<float>(), 0.3 * (b - f).abs().mean().item<float>());
+  EXPECT_GT(h8->decode_weight_bytes(), w4a8->decode_weight_bytes());
+  EngineOptions e;
+  e.weights = "int8";
+  e.int8_head = true;
+  EXPECT_THAT(testing::error_of([&] { Engine("gpt2-tiny", e); }),
+              HasSubstr("EngineOptions::int8_head: expected false unless weights is int4"));
+  const auto [h_status, h_err] =
+      validate_model("{preset: gpt2-tiny, weights: int8, int8_head: true}");
+  EXPECT_NE(h_status, 0);
+  EXPECT_THAT(h_err, HasSubstr("int8_head"));
+  EXPECT_THAT(h_err, HasSubstr("false unless model.weights is int4"));
+
   const auto [status, err] = validate_model(
       "{preset: gpt2-tiny, weights: int4, int8_activation_rows: 1, int8_activation_block: 64}");
   EXPECT_NE(status, 0);
@@ -474,7 +501,9 @@ TEST_P(QuantizedBackends, GiveEagerTokensOnTheSameQuantizedModel) {
   // w8a8b32: the same with a scale per 32 activation channels.
   // w4a8: int4 weights with every product's activations quantized, in blocks of 32.
   const bool w8a8 = c.format == "w8a8" || c.format == "w8a8b32";
-  const bool w4a8 = c.format == "w4a8";
+  // w4a8h8: the same with the output head in int8 (and its activations in blocks of 32).
+  const bool w4a8 = c.format == "w4a8" || c.format == "w4a8h8";
+  o.weights.int8_head = c.format == "w4a8h8";
   o.weights.kind = parse_weight_kind(w8a8 ? "int8" : w4a8 ? "int4" : c.format, "test");
   if (w8a8 || w4a8) o.weights.int8_activation_rows = 1;
   if (c.format == "w8a8b32" || w4a8) o.weights.int8_activation_block = 32;
@@ -520,9 +549,10 @@ std::vector<QuantCase> quant_cases() {
   std::vector<QuantCase> out;
   // int4 needs widths that its groups of 32 divide: the tiny presets (64 wide); the fixture
   // models (48 wide) for the others.
-  for (const std::string format : {"int8", "w8a8", "w8a8b32", "int4", "w4a8", "bfloat16"}) {
+  for (const std::string format :
+       {"int8", "w8a8", "w8a8b32", "int4", "w4a8", "w4a8h8", "bfloat16"}) {
     const std::vector<std::string> models =
-        format == "int4" || format == "w8a8b32" || format == "w4a8"
+        format == "int4" || format == "w8a8b32" || format == "w4a8" || format == "w4a8h8"
             ? std::vector<std::string>{"tiny", "preset:gptj-tiny", "preset:llama-tiny"}
             : std::vector<std::string>{"tiny", "gptj-a", "llama-a"};
     for (const std::string& model : models) {
@@ -543,6 +573,7 @@ std::vector<QuantCase> quant_cases() {
   out.push_back({"w8a8", "aoti", {}, "tiny"});
   out.push_back({"w8a8b32", "aoti", {}, "preset:gptj-tiny"});
   out.push_back({"w4a8", "aoti", {}, "preset:llama-tiny"});
+  out.push_back({"w4a8h8", "aoti", {}, "tiny"});
   // cuda_graph's aoti step (uncaptured on CPU) takes the same package as aoti.
   out.push_back({"int8", "cuda_graph", {{"capture", "false"}, {"step", "aoti"}}, "tiny"});
   return out;
