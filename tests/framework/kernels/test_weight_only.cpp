@@ -388,9 +388,9 @@ TEST(WeightOnlyKernels, Int4LayoutPutsEachElementInItsNibble) {
 
 // W4A8 (int4 weights by activations in blocks of 32): the plain loops against the arithmetic
 // written out here (levels and scales from ATen ops, exact sums, std::fma in the kernels' order),
-// the VNNI path against the plain loops to the bit at every row count, and the result against the
-// float64 product within what the activations' rounding allows. K from one block to 96, whole and
-// partial runs of four blocks and groups of 16 blocks; every group size.
+// the VNNI and AVX2 paths against the plain loops to the bit at every row count, and the result
+// against the float64 product within what the activations' rounding allows. K from one block to 96,
+// whole and partial runs of four blocks and groups of 16 blocks; every group size.
 TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
   struct Restore {
     ~Restore() {
@@ -463,7 +463,7 @@ TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
     EXPECT_TRUE((want.to(at::kDouble) - exact).abs().le(bound).all().item<bool>());
     for (const bool vnni : {true, false}) {
       allow_vnni(vnni);
-      SCOPED_TRACE(integer_dot_vnni() ? "VNNI" : "plain");
+      SCOPED_TRACE(integer_dot_vnni() ? "VNNI" : vectorized() ? "AVX2" : "plain");
       for (const int64_t rows : {1, 2, 3, 4, 5, 8, 17, 40}) {
         EXPECT_TRUE(at::equal(linear_w4a8(x.narrow(0, 0, rows), packed, scales, zeros, group),
                               want.narrow(0, 0, rows)))
