@@ -388,14 +388,15 @@ TEST(WeightOnlyKernels, Int4LayoutPutsEachElementInItsNibble) {
 
 // W4A8 (int4 weights by activations in blocks of 32): the plain loops against the arithmetic
 // written out here (levels and scales from ATen ops, exact sums, std::fma in the kernels' order),
-// the VNNI and AVX2 paths against the plain loops to the bit at every row count, and the result
-// against the float64 product within what the activations' rounding allows. K from one block to 96,
-// whole and partial runs of four blocks and groups of 16 blocks; every group size.
+// the AMX (from 4 rows), VNNI and AVX2 paths against the plain loops to the bit at every row count,
+// and the result against the float64 product within what the activations' rounding allows. K from
+// one block to 96, whole and partial runs of four blocks and groups of 16 blocks; every group size.
 TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
   struct Restore {
     ~Restore() {
       use_plain_loops(false);
       allow_vnni(true);
+      allow_amx(true);
     }
   } restore;
   at::manual_seed(11);
@@ -461,9 +462,10 @@ TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
     const at::Tensor bound = at::linear(half_steps, w.abs()) * 1.001 +
                              at::linear(x.abs().to(at::kDouble), w.abs()) * 1e-5 + 1e-6;
     EXPECT_TRUE((want.to(at::kDouble) - exact).abs().le(bound).all().item<bool>());
-    for (const bool vnni : {true, false}) {
-      allow_vnni(vnni);
-      SCOPED_TRACE(integer_dot_vnni() ? "VNNI" : vectorized() ? "AVX2" : "plain");
+    for (const int path : {0, 1, 2}) {
+      allow_amx(path == 0);
+      allow_vnni(path <= 1);
+      SCOPED_TRACE(integer_path() + " path " + std::to_string(path));
       for (const int64_t rows : {1, 2, 3, 4, 5, 8, 17, 40}) {
         EXPECT_TRUE(at::equal(linear_w4a8(x.narrow(0, 0, rows), packed, scales, zeros, group),
                               want.narrow(0, 0, rows)))
