@@ -1366,7 +1366,7 @@ GENGRAPH_AMX_FN void w8a8_amx_blocks(const BlockRows& a, const int32_t* b, const
   if (configured) _tile_release();
 }
 
-// ---- W4A8 on AMX tiles, from kAmxMinRows activation rows ----
+// ---- W4A8 on AMX tiles, from kW4A8AmxMinRows activation rows ----
 //
 // Per pass of 16 weight rows, their levels are unpacked once into signed bytes, level - 8, in
 // channel order ([16][K]). Per tile of up to 16 activation rows (pack_amx) and per block of 32
@@ -1374,6 +1374,11 @@ GENGRAPH_AMX_FN void w8a8_amx_blocks(const BlockRows& a, const int32_t* b, const
 // x exactly, so S_b = S'_b + 8 A_b. Then w4a8_plain's arithmetic with the activation rows in the
 // lanes: per weight row i, the partial sum of lane b % 16 is a register over the activation rows.
 // `st` and `at` hold the tile's activation scales and A_b, [K / 32][16] (pack_amx_scales' form).
+
+// From this many rows (a whole tile) W4A8 takes AMX: a prefill's 32 rows at batch 1 19 against
+// 30 ms on GPT-2 and 256 rows 122-127 against 206-218 ms, but the batch-8 decode step's 8 rows
+// 14.7-15.5 against the VNNI kernel's 13.0-13.9 ms (an 8-row tile pays the whole epilogue).
+constexpr int64_t kW4A8AmxMinRows = 16;
 
 // One pass's levels, [16][K] signed bytes.
 GENGRAPH_AMX_FN void w4a8_unpack16(const uint8_t* q, int64_t K, int8_t* dst) {
@@ -1783,7 +1788,7 @@ at::Tensor linear_w4a8_cpu(const at::Tensor& x, const at::Tensor& packed, const 
   float* yp = y.data_ptr<float>();
   const bool vnni = cpu_has_avx512_vnni(), avx2 = cpu_has_avx2();
 #ifdef GENGRAPH_X86_AVX2
-  if (M >= kAmxMinRows && cpu_has_amx()) {
+  if (M >= kW4A8AmxMinRows && cpu_has_amx()) {
     // AMX tiles for the weight rows in whole 16s, the VNNI kernel for the rest: the same floats.
     const int64_t tiles = (M + 15) / 16, nb = K / 32;
     static thread_local std::vector<int32_t> packed, packed_sums;

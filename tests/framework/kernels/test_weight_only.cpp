@@ -388,9 +388,10 @@ TEST(WeightOnlyKernels, Int4LayoutPutsEachElementInItsNibble) {
 
 // W4A8 (int4 weights by activations in blocks of 32): the plain loops against the arithmetic
 // written out here (levels and scales from ATen ops, exact sums, std::fma in the kernels' order),
-// the AMX (from 4 rows), VNNI and AVX2 paths against the plain loops to the bit at every row count,
-// and the result against the float64 product within what the activations' rounding allows. K from
-// one block to 96, whole and partial runs of four blocks and groups of 16 blocks; every group size.
+// the AMX (from 16 rows), VNNI and AVX2 paths against the plain loops to the bit at every row
+// count, and the result against the float64 product within what the activations' rounding allows. K
+// from one block to 96, whole and partial runs of four blocks and groups of 16 blocks; every group
+// size.
 TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
   struct Restore {
     ~Restore() {
@@ -466,7 +467,7 @@ TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
       allow_amx(path == 0);
       allow_vnni(path <= 1);
       SCOPED_TRACE(integer_path() + " path " + std::to_string(path));
-      for (const int64_t rows : {1, 2, 3, 4, 5, 8, 17, 40}) {
+      for (const int64_t rows : {1, 2, 3, 4, 5, 8, 16, 17, 40}) {
         EXPECT_TRUE(at::equal(linear_w4a8(x.narrow(0, 0, rows), packed, scales, zeros, group),
                               want.narrow(0, 0, rows)))
             << rows << " rows";
