@@ -3,7 +3,8 @@
 // gengraph runs float32), int8, int4 (groups of 32), bfloat16 (gengraph's weight-only kernels,
 // framework/kernels/weight_only.h), int8 with int8 activations (w8a8_row: a scale per row,
 // gengraph's integer kernels below 32 rows and LibTorch's _int_mm from 32; w8a8_b32: a scale per
-// 32 channels, gengraph's integer kernels; these two also at 256 rows, a batch-8 prefill),
+// 32 channels, gengraph's integer kernels; w4a8: int4 weights by int8 activations in blocks of
+// 32; these three also at 256 rows, a batch-8 prefill),
 // gengraph's streaming kernel on the float32 weight (float_stream), and int8 on the plain loops
 // (what a CPU without AVX2 runs).
 // The shapes are SmolLM2-135M's and GPT-2-small's projections (fused as gengraph fuses them) and
@@ -208,6 +209,7 @@ void register_kernel_benchmarks() {
       {"w8a8_row", format(WeightFormat::Kind::kInt8, 1, 0)},
       {"w8a8_b32", format(WeightFormat::Kind::kInt8, 1, 32)},
       {"int4", format(WeightFormat::Kind::kInt4, 0, 0)},
+      {"w4a8", format(WeightFormat::Kind::kInt4, 1, 32)},
       {"bfloat16", format(WeightFormat::Kind::kBFloat16, 0, 0)}};
   const std::vector<int64_t> rows =
       bench_smoke() ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 4, 8};
