@@ -240,8 +240,8 @@ void w8a8_blocks_plain(const BlockRows& a, const int8_t* w, const float* scales,
 
 // ---- W4A8: int4 weights (pack_int4) by activations quantized in blocks of 32 channels. ----
 //
-// Every path (AVX-512 VNNI, AVX2, the plain loops) gives the same floats to the bit, whatever the
-// number of rows in the call. Per activation row m and weight row n:
+// Every path (AMX, AVX-512 VNNI, AVX2, the plain loops) gives the same floats to the bit, whatever
+// the number of rows in the call. Per activation row m and weight row n:
 //   per block b of 32 channels, exact in int32: S_b = sum_k level[n, k] xq[m, k] (the weight's
 //     levels 0..15, the block's activation levels) and A_b = sum_k xq[m, k];
 //   t_b = fma(float(S_b), scales[n, g], float(A_b) * zeros[n, g]), g = b / (group / 32): the
@@ -1774,7 +1774,8 @@ at::Tensor linear_w4a8_cpu(const at::Tensor& x, const at::Tensor& packed, const 
                            const at::Tensor& zeros, int64_t group) {
   check_int4(x, packed, scales, zeros, group, "gengraph::linear_w4a8");
   TORCH_CHECK(group <= 256, "gengraph::linear_w4a8: group ", group,
-              " is over 256 (the kernels map the blocks of 16 lanes to at most 16 groups)");
+              " is over 256 (the kernels read the scales of 16 blocks at a time, so group / 32 "
+              "must divide 16; model.group_size takes at most 256)");
   const int64_t M = x.size(0), K = x.size(1), N = packed.size(0);
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;

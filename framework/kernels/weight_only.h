@@ -63,9 +63,9 @@ at::Tensor linear_int4(const at::Tensor& x, const at::Tensor& packed, const at::
 // to int8 with its own scale (as linear_w8a8's blocks), then per block the exact integer sums of
 // levels by activation levels and of the activation levels, combined in float32 with the group's
 // scale and zero in one fixed order (framework/kernels/weight_only.cpp, w4a8_plain): the same
-// floats to the bit on every path (AVX-512 VNNI, AVX2, the plain loops) and whatever the rows
-// beside a row. A change of arithmetic, opted into with model.int8_activation_rows on int4 weights
-// (docs/quantization.md#w4a8).
+// floats to the bit on every path (AMX from 16 rows, AVX-512 VNNI, AVX2, the plain loops) and
+// whatever the rows beside a row. A change of arithmetic, opted into with
+// model.int8_activation_rows on int4 weights (docs/quantization.md#w4a8).
 //   x: [M, K] float32; packed, scales, zeros, group as linear_int4 (group at most 256)
 at::Tensor linear_w4a8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                        const at::Tensor& zeros, int64_t group);

@@ -21,6 +21,19 @@ class CausalLM;
 
 namespace gengraph::testing {
 
+// Whether this build runs under AddressSanitizer (scripts/sanitize.sh).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 // A fresh empty folder under the system temp dir, removed when the object dies.
 class TempDir {
  public:

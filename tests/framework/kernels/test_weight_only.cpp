@@ -38,6 +38,30 @@ std::string integer_path() {
   return integer_dot_amx() ? "AMX" : integer_dot_vnni() ? "VNNI" : vectorized() ? "AVX2" : "plain";
 }
 
+// Every integer path allowed again and the plain loops off when a test ends, whatever happens.
+struct RestorePaths {
+  ~RestorePaths() {
+    use_plain_loops(false);
+    allow_vnni(true);
+    allow_amx(true);
+  }
+};
+
+// x's rows [M, K] quantized per block of `block` channels as the kernels do it: the blocks
+// [M, K / block, block], each block's scale (its absolute maximum / 127, 1 for a block of zeros)
+// and the levels in float64.
+struct BlockLevels {
+  at::Tensor blocks, scales, levels;
+};
+BlockLevels block_levels(const at::Tensor& x, int64_t block) {
+  BlockLevels b;
+  b.blocks = x.view({x.size(0), x.size(1) / block, block});
+  const at::Tensor absmax = b.blocks.abs().amax(2, true);
+  b.scales = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
+  b.levels = at::round(b.blocks / b.scales).to(at::kDouble);
+  return b;
+}
+
 // |got - want| within a few float32 roundings of the sum of |x_k w_k|.
 void expect_close(const at::Tensor& got, const at::Tensor& x, const at::Tensor& w) {
   const at::Tensor want = at::linear(x.to(at::kDouble), w.to(at::kDouble));
@@ -103,12 +127,7 @@ TEST(WeightOnlyKernels, W8A8QuantizesEachRowAndSumsExactly) {
 // with ATen ops and the sums in float64, over weights that use the whole int8 range (-128 too),
 // K with a tail of 32 after the 64-channel steps, and row counts on both sides of every tile.
 TEST(WeightOnlyKernels, W8A8BlocksQuantizeEachBlockOnEveryPath) {
-  struct Restore {
-    ~Restore() {
-      use_plain_loops(false);
-      allow_vnni(true);
-    }
-  } restore;
+  RestorePaths restore;
   at::manual_seed(3);
   for (const auto& [K, block] : std::vector<std::pair<int64_t, int64_t>>{
            {32, 32}, {96, 32}, {96, 96}, {576, 64}, {768, 32}}) {
@@ -118,10 +137,7 @@ TEST(WeightOnlyKernels, W8A8BlocksQuantizeEachBlockOnEveryPath) {
     for (const int64_t M : {1, 2, 3, 4, 5, 9, 33, 700}) {
       at::Tensor x = at::randn({M, K}) * at::rand({1, K}) * 4;  // channels of unequal range
       x[0].narrow(0, 0, block).zero_();                         // a block of zeros: scale 1
-      const at::Tensor xb = x.view({M, K / block, block});
-      const at::Tensor absmax = xb.abs().amax(2, true);
-      const at::Tensor s = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
-      const at::Tensor xq = at::round(xb / s);
+      const auto [xb, s, xq] = block_levels(x, block);
       ASSERT_LE(xq.abs().max().item<float>(), 127);
       // [M, blocks, N]: each block's integer sum, exact in float64.
       const at::Tensor sums = at::einsum(
@@ -166,13 +182,7 @@ TEST(WeightOnlyKernels, W8A8BlocksQuantizeEachBlockOnEveryPath) {
 // mid-step) and 128; groups of 16 blocks with and without a partial last group; 37 weight rows
 // (AMX takes 32, the VNNI tile 16 and 5); 40 activation rows (AMX tiles of 16, 16 and 8).
 TEST(WeightOnlyKernels, W8A8BlocksGiveTheSameFloatsOnEveryPathAtAnyRowCount) {
-  struct Restore {
-    ~Restore() {
-      use_plain_loops(false);
-      allow_vnni(true);
-      allow_amx(true);
-    }
-  } restore;
+  RestorePaths restore;
   at::manual_seed(5);
   constexpr int64_t N = 37, M = 40;
   for (const auto& [K, block] : std::vector<std::pair<int64_t, int64_t>>{{64, 32},
@@ -193,11 +203,8 @@ TEST(WeightOnlyKernels, W8A8BlocksGiveTheSameFloatsOnEveryPathAtAnyRowCount) {
     use_plain_loops(false);
     // The arithmetic written out.
     const int64_t nb = K / block;
-    const at::Tensor xb = x.view({M, nb, block});
-    const at::Tensor absmax = xb.abs().amax(2, true);
-    const at::Tensor s = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
-    const at::Tensor sums = at::einsum("mbk,nbk->mbn", {at::round(xb / s).to(at::kDouble),
-                                                        q.to(at::kDouble).view({N, nb, block})})
+    const auto [xb, s, xq] = block_levels(x, block);
+    const at::Tensor sums = at::einsum("mbk,nbk->mbn", {xq, q.to(at::kDouble).view({N, nb, block})})
                                 .to(at::kFloat)  // exact: |sum| < 2^24
                                 .contiguous();
     const at::Tensor sc = s.view({M, nb}).contiguous();
@@ -238,12 +245,7 @@ TEST(WeightOnlyKernels, W8A8BlocksGiveTheSameFloatsOnEveryPathAtAnyRowCount) {
 // and 31 activation rows are one tile, full and partial, 40 three (AMX takes 32 rows and more
 // too, which the other paths leave to _int_mm).
 TEST(WeightOnlyKernels, W8A8PerRowDecodeEqualsTheIntegerGemmToTheBit) {
-  struct Restore {
-    ~Restore() {
-      allow_vnni(true);
-      allow_amx(true);
-    }
-  } restore;
+  RestorePaths restore;
   at::manual_seed(4);
   for (const int64_t K : {32, 96, 768, 3072}) {
     const at::Tensor q = at::randint(-128, 128, {85, K}).to(at::kChar);
@@ -269,12 +271,7 @@ TEST(WeightOnlyKernels, W8A8PerRowDecodeEqualsTheIntegerGemmToTheBit) {
 // product's would be), on every path and with a scale per row or per block; the other rows keep
 // their values.
 TEST(WeightOnlyKernels, W8A8NonFiniteActivationsGiveNaNRows) {
-  struct Restore {
-    ~Restore() {
-      use_plain_loops(false);
-      allow_vnni(true);
-    }
-  } restore;
+  RestorePaths restore;
   // 20 weight rows and 4 activation rows: the AMX path (where the CPU has it) takes 16 of them.
   const at::Tensor q = at::randint(-127, 128, {20, 64}).to(at::kChar);
   const at::Tensor scales = at::rand({20}) + 0.1;
@@ -393,13 +390,7 @@ TEST(WeightOnlyKernels, Int4LayoutPutsEachElementInItsNibble) {
 // from one block to 96, whole and partial runs of four blocks and groups of 16 blocks; every group
 // size.
 TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
-  struct Restore {
-    ~Restore() {
-      use_plain_loops(false);
-      allow_vnni(true);
-      allow_amx(true);
-    }
-  } restore;
+  RestorePaths restore;
   at::manual_seed(11);
   constexpr int64_t N = 37, M = 40;
   for (const auto& [K, group] : std::vector<std::pair<int64_t, int64_t>>{{32, 32},
@@ -422,10 +413,7 @@ TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
     const at::Tensor want = linear_w4a8(x, packed, scales, zeros, group);
     use_plain_loops(false);
     // The arithmetic written out.
-    const at::Tensor xb = x.view({M, nb, 32});
-    const at::Tensor absmax = xb.abs().amax(2, true);
-    const at::Tensor s = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
-    const at::Tensor xq = at::round(xb / s).to(at::kDouble);
+    const auto [xb, s, xq] = block_levels(x, 32);
     const at::Tensor sums =
         at::einsum("mbk,nbk->mbn", {xq, levels.to(at::kDouble).view({N, nb, 32})})
             .to(at::kFloat)  // exact: |sum| < 2^24

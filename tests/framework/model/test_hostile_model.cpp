@@ -37,17 +37,7 @@ const std::string kQuickstart =
 // Under AddressSanitizer (scripts/sanitize.sh) memory is not what the estimate counts (shadow
 // memory, quarantine), the address space is reserved whole (ulimit -v does not apply), and an
 // impossible allocation aborts the process instead of failing.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
+using testing::kAddressSanitizer;
 
 // The fixture gpt2-a copied to `dir`, with `edit` applied to its tensors before they are written.
 void damaged_copy(const std::filesystem::path& dir,
