@@ -54,6 +54,12 @@ void dot_rows_plain(const float* x, int64_t M, int64_t K, const W* w, int64_t n0
   }
 }
 
+// The int4 level of channel k in a row of the pack_int4 layout.
+inline int int4_level(const uint8_t* row, int64_t k) {
+  const uint8_t byte = row[(k / 32) * 16 + k % 16];
+  return (k % 32) < 16 ? (byte & 0x0F) : (byte >> 4);
+}
+
 void int4_rows_plain(const float* x, int64_t M, int64_t K, const uint8_t* q, const float* scales,
                      const float* zeros, const float* xsum, int64_t group, int64_t n0, int64_t n1,
                      float* out, int64_t ldo) {
@@ -66,9 +72,7 @@ void int4_rows_plain(const float* x, int64_t M, int64_t K, const uint8_t* q, con
       for (int64_t g = 0; g < groups; ++g) {
         float p = 0.f;
         for (int64_t k = g * group; k < (g + 1) * group; ++k) {
-          const uint8_t byte = qr[(k / 32) * 16 + k % 16];
-          const int v = (k % 32) < 16 ? (byte & 0x0F) : (byte >> 4);
-          p += xr[k] * static_cast<float>(v);
+          p += xr[k] * static_cast<float>(int4_level(qr, k));
         }
         y += p * scales[n * groups + g] + zeros[n * groups + g] * xsum[m * groups + g];
       }
@@ -279,12 +283,6 @@ void quantize_w4a8(const float* x, int64_t M, int64_t K, W4A8Rows& r) {
       }
     }
   }
-}
-
-// The int4 level of channel k in a row of the pack_int4 layout.
-inline int int4_level(const uint8_t* row, int64_t k) {
-  const uint8_t byte = row[(k / 32) * 16 + k % 16];
-  return (k % 32) < 16 ? (byte & 0x0F) : (byte >> 4);
 }
 
 // y[m, n] as above, channel by channel: the reference the vectorized path equals.
