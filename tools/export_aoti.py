@@ -237,21 +237,20 @@ def quantize_int8(w):
 
 def quantize_int4(w, group):
     """ops.cpp quantize_int4, then Projection's packing: (uint8 [out, in / 2] in
-    kernels::pack_int4's layout, scales and zeros float32 [out, in / group])."""
+    kernels::pack_int4's layout, scales and zeros float16 [out, in / group])."""
     n, k = w.shape
     wf = w.to(torch.float32).reshape(n, k // group, group)
     lo, hi = wf.amin(-1), wf.amax(-1)
     span = hi - lo
-    scale = torch.where(span > 0, span / 15.0, torch.ones_like(span))
-    offset = lo + scale * 8.0
-    q = torch.round((wf - lo.unsqueeze(-1)) / scale.unsqueeze(-1)).clamp(0, 15).to(torch.int32).reshape(n, k)
-    so = torch.stack([scale, offset], -1).transpose(0, 1).to(w.dtype).contiguous()  # [k / group, n, 2]
-    so = so.to(torch.float32).transpose(0, 1)  # [n, k / group, 2]
-    scales = so.select(-1, 0).contiguous()
-    zeros = (so.select(-1, 1) - so.select(-1, 0) * 8.0).contiguous()
-    v = q.to(torch.uint8).view(n, k // 32, 2, 16)
+    step = torch.where(span > 0, span / 15.0, torch.ones_like(span))
+    scale, zero = step.to(torch.float16), lo.to(torch.float16)
+    if not (bool(zero.isfinite().all()) and bool(scale.isfinite().all())):
+        fail(2, "--weights int4: a group of weights lies outside float16's range (+-65504), in which "
+                "int4 keeps its scales and zeros (use int8 or bfloat16 for this model)")
+    q = torch.round((wf - lo.unsqueeze(-1)) / step.unsqueeze(-1)).clamp(0, 15)
+    v = q.to(torch.uint8).reshape(n, k).view(n, k // 32, 2, 16)
     packed = torch.bitwise_or(v.select(2, 0), torch.bitwise_left_shift(v.select(2, 1), 4))
-    return packed.reshape(n, k // 2).contiguous(), scales, zeros
+    return packed.reshape(n, k // 2).contiguous(), scale.contiguous(), zero.contiguous()
 
 
 class WeightOnlyLinear(torch.nn.Module):

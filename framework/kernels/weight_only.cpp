@@ -21,8 +21,8 @@
 #include <unistd.h>
 #define GENGRAPH_X86_AVX2 1
 #define GENGRAPH_AMX_FN __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw")))
-#define GENGRAPH_AVX2_FN __attribute__((target("avx2,fma")))
-#define GENGRAPH_VNNI_FN __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define GENGRAPH_AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define GENGRAPH_VNNI_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #endif
 
 namespace gengraph::kernels {
@@ -60,12 +60,52 @@ inline int int4_level(const uint8_t* row, int64_t k) {
   return (k % 32) < 16 ? (byte & 0x0F) : (byte >> 4);
 }
 
-void int4_rows_plain(const float* x, int64_t M, int64_t K, const uint8_t* q, const float* scales,
-                     const float* zeros, const float* xsum, int64_t group, int64_t n0, int64_t n1,
-                     float* out, int64_t ldo) {
+bool cpu_has_avx2();  // and F16C, and not under use_plain_loops (below)
+
+#ifdef GENGRAPH_X86_AVX2
+GENGRAPH_AVX2_FN void halves_f16c(const at::Half* h, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(dst + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  }
+  for (; i < n; ++i) dst[i] = _cvtsh_ss(h[i].x);
+}
+#endif
+
+// int4's float16 scales and zeros as float32 (every float16 is a float32 exactly): the kernels
+// read a pass's rows of them in this form, so the arithmetic below is float32 throughout.
+void halves_to_floats(const at::Half* h, int64_t n, float* dst) {
+#ifdef GENGRAPH_X86_AVX2
+  if (cpu_has_avx2()) return halves_f16c(h, n, dst);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(h[i]);
+}
+
+// Rows [n, n + rows) of an int4 weight's scales and zeros ([N, groups] float16) as float32: a
+// thread's buffers, grown as needed and kept for its next pass.
+struct GroupParams {
+  std::vector<float> s, z;
+  void load(const at::Half* scales, const at::Half* zeros, int64_t n, int64_t rows,
+            int64_t groups) {
+    const size_t need = static_cast<size_t>(rows * groups);
+    if (s.size() < need) {
+      s.resize(need);
+      z.resize(need);
+    }
+    halves_to_floats(scales + n * groups, rows * groups, s.data());
+    halves_to_floats(zeros + n * groups, rows * groups, z.data());
+  }
+};
+
+void int4_rows_plain(const float* x, int64_t M, int64_t K, const uint8_t* q, const at::Half* scales,
+                     const at::Half* zeros, const float* xsum, int64_t group, int64_t n0,
+                     int64_t n1, float* out, int64_t ldo) {
   const int64_t groups = K / group;
+  static thread_local GroupParams params;
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* qr = q + n * (K / 2);
+    params.load(scales, zeros, n, 1, groups);
     for (int64_t m = 0; m < M; ++m) {
       const float* xr = x + m * K;
       float y = 0.f;
@@ -74,7 +114,7 @@ void int4_rows_plain(const float* x, int64_t M, int64_t K, const uint8_t* q, con
         for (int64_t k = g * group; k < (g + 1) * group; ++k) {
           p += xr[k] * static_cast<float>(int4_level(qr, k));
         }
-        y += p * scales[n * groups + g] + zeros[n * groups + g] * xsum[m * groups + g];
+        y += p * params.s[g] + params.z[g] * xsum[m * groups + g];
       }
       out[m * ldo + n] = y;
     }
@@ -178,8 +218,6 @@ GENGRAPH_AVX2_FN void quantize_block_avx2(const float* xb, int64_t block, int8_t
   *scale = s;
 }
 #endif
-
-bool cpu_has_avx2();  // and not under use_plain_loops (below)
 
 // Fills `r` (its buffers grown as needed, never shrunk: a thread's buffers serve its next call)
 // for M rows of K channels, rows in parallel when there are many.
@@ -286,11 +324,13 @@ void quantize_w4a8(const float* x, int64_t M, int64_t K, W4A8Rows& r) {
 }
 
 // y[m, n] as above, channel by channel: the reference the vectorized path equals.
-void w4a8_plain(const W4A8Rows& r, const uint8_t* q, const float* scales, const float* zeros,
+void w4a8_plain(const W4A8Rows& r, const uint8_t* q, const at::Half* scales, const at::Half* zeros,
                 int64_t group, int64_t n0, int64_t n1, float* out, int64_t ldo) {
   const int64_t K = r.a.K, nb = K / 32, groups = K / group, per = group / 32;
+  static thread_local GroupParams params;
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = q + n * (K / 2);
+    params.load(scales, zeros, n, 1, groups);
     for (int64_t m = 0; m < r.a.M; ++m) {
       const int8_t* xr = r.a.q.data() + m * K;
       const float* sx = r.a.block_scale.data() + m * nb;
@@ -301,9 +341,9 @@ void w4a8_plain(const W4A8Rows& r, const uint8_t* q, const float* scales, const 
           s += int4_level(row, k) * int32_t{xr[k]};
           a += xr[k];
         }
-        const int64_t g = n * groups + b / per;
+        const int64_t g = b / per;
         const float t =
-            std::fma(static_cast<float>(s), scales[g], static_cast<float>(a) * zeros[g]);
+            std::fma(static_cast<float>(s), params.s[g], static_cast<float>(a) * params.z[g]);
         acc[b % 16] = std::fma(t, sx[b], acc[b % 16]);
       }
       for (int w = 8; w >= 1; w /= 2) {
@@ -502,7 +542,8 @@ GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m, const
 
 // One int4 weight row against one activation row. Per block of 32: the 16 bytes become four
 // vectors of 8 levels (0..15) as floats; per group the partial dot is scaled once, and the zeros
-// add one product with the group's activation sum (xsum).
+// add one product with the group's activation sum (xsum). `scales` and `zeros` are the row's,
+// widened to float32 (GroupParams: widened one at a time here, it ran 20% slower).
 GENGRAPH_AVX2_FN float int4_row(const float* x, int64_t K, const uint8_t* q, const float* scales,
                                 const float* zeros, const float* xsum, int64_t group) {
   const int64_t groups = K / group, blocks_per_group = group / 32;
@@ -558,10 +599,11 @@ GENGRAPH_AVX2_FN void int4_widen_row(const uint8_t* q, const float* scales, cons
 }
 
 GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const uint8_t* q,
-                                     const float* scales, const float* zeros, const float* xsum,
-                                     int64_t group, int64_t n0, int64_t n1, float* out,
-                                     int64_t ldo) {
+                                     const at::Half* scales, const at::Half* zeros,
+                                     const float* xsum, int64_t group, int64_t n0, int64_t n1,
+                                     float* out, int64_t ldo) {
   const int64_t groups = K / group;
+  static thread_local GroupParams params;
   if (M >= 2) {
     // Several activation rows: widen 4 weight rows at a time into L1 once, then multiply them as
     // float32 weights for every activation row (widening per row and per 4 activation rows
@@ -570,17 +612,25 @@ GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const
     buf.resize(static_cast<size_t>(4 * K));
     for (int64_t n = n0; n < n1; n += 4) {
       const int64_t nb = std::min<int64_t>(4, n1 - n);
+      params.load(scales, zeros, n, nb, groups);
       for (int64_t r = 0; r < nb; ++r) {
-        int4_widen_row(q + (n + r) * (K / 2), scales + (n + r) * groups, zeros + (n + r) * groups,
-                       K, group, buf.data() + r * K);
+        int4_widen_row(q + (n + r) * (K / 2), params.s.data() + r * groups,
+                       params.z.data() + r * groups, K, group, buf.data() + r * K);
       }
       dot_rows_avx2<float>(x, M, K, buf.data(), 0, nb, out + n, ldo);
     }
     return;
   }
   // One activation row (a decode step at batch 1): the levels are multiplied as they are.
-  for (int64_t n = n0; n < n1; ++n) {
-    out[n] = int4_row(x, K, q + n * (K / 2), scales + n * groups, zeros + n * groups, xsum, group);
+  constexpr int64_t kRowsPerPass = 16;
+  for (int64_t nb = n0; nb < n1; nb += kRowsPerPass) {
+    const int64_t ne = std::min(n1, nb + kRowsPerPass);
+    params.load(scales, zeros, nb, ne - nb, groups);
+    for (int64_t n = nb; n < ne; ++n) {
+      const int64_t i = (n - nb) * groups;
+      out[n] =
+          int4_row(x, K, q + n * (K / 2), params.s.data() + i, params.z.data() + i, xsum, group);
+    }
   }
 }
 
@@ -651,17 +701,20 @@ GENGRAPH_AVX2_FN float w4a8_avx2_row(const W4A8Rows& r, int64_t m, const uint8_t
   return hsum(_mm256_add_ps(acc[0], acc[1]));
 }
 
-GENGRAPH_AVX2_FN void w4a8_avx2_rows(const W4A8Rows& r, const uint8_t* q, const float* scales,
-                                     const float* zeros, int64_t group, int64_t n0, int64_t n1,
+GENGRAPH_AVX2_FN void w4a8_avx2_rows(const W4A8Rows& r, const uint8_t* q, const at::Half* scales,
+                                     const at::Half* zeros, int64_t group, int64_t n0, int64_t n1,
                                      float* out, int64_t ldo) {
   constexpr int64_t kRowsPerPass = 16;
   const int64_t K = r.a.K, groups = K / group, per = group / 32;
+  static thread_local GroupParams params;
   for (int64_t nb = n0; nb < n1; nb += kRowsPerPass) {
     const int64_t ne = std::min(n1, nb + kRowsPerPass);
+    params.load(scales, zeros, nb, ne - nb, groups);
     for (int64_t m = 0; m < r.a.M; ++m) {
       for (int64_t n = nb; n < ne; ++n) {
+        const int64_t i = (n - nb) * groups;
         out[m * ldo + n] =
-            w4a8_avx2_row(r, m, q + n * (K / 2), scales + n * groups, zeros + n * groups, per);
+            w4a8_avx2_row(r, m, q + n * (K / 2), params.s.data() + i, params.z.data() + i, per);
       }
     }
   }
@@ -846,11 +899,11 @@ GENGRAPH_VNNI_FN inline float fold16(__m512 v) {
 // vpdpbusd each (unsigned levels by signed activations), so lanes 4j..4j+3 hold block j's
 // products. Per 16 blocks, two rounds of pair_sums give one block a lane, and the blocks'
 // multiply-adds run with the blocks in the lanes. `idx` maps lane l to the weight group of block
-// l (l / (group / 32)).
+// l (l / (group / 32)). The row's float16 scales and zeros are widened in registers.
 template <int MB>
 GENGRAPH_VNNI_FN void w4a8_vnni_row(const W4A8Rows& r, int64_t m0, const uint8_t* row,
-                                    const float* sr, const float* zr, int64_t per, __m512i idx,
-                                    float* out, int64_t ldo) {
+                                    const at::Half* sr, const at::Half* zr, int64_t per,
+                                    __m512i idx, float* out, int64_t ldo) {
   const int64_t K = r.a.K, nb = K / 32;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[MB];
@@ -882,8 +935,10 @@ GENGRAPH_VNNI_FN void w4a8_vnni_row(const W4A8Rows& r, int64_t m0, const uint8_t
     const __mmask16 lanes = static_cast<__mmask16>(gb >= 16 ? 0xFFFF : (1u << gb) - 1);
     const int64_t gs = (gb + per - 1) / per;
     const __mmask16 have = static_cast<__mmask16>(gs >= 16 ? 0xFFFF : (1u << gs) - 1);
-    const __m512 sw = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(have, sr + g0 / per));
-    const __m512 zw = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(have, zr + g0 / per));
+    const __m512 sw =
+        _mm512_permutexvar_ps(idx, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(have, sr + g0 / per)));
+    const __m512 zw =
+        _mm512_permutexvar_ps(idx, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(have, zr + g0 / per)));
     for (int m = 0; m < MB; ++m) {
       const __m512i s = pair_sums(pair_sums(p[m][0], p[m][1]), pair_sums(p[m][2], p[m][3]));
       const int64_t at = (m0 + m) * nb + g0;
@@ -898,8 +953,8 @@ GENGRAPH_VNNI_FN void w4a8_vnni_row(const W4A8Rows& r, int64_t m0, const uint8_t
 
 // Weight rows [n0, n1) for every activation row: in passes of 16 weight rows (they stay in L1
 // across the activation rows), up to 4 activation rows at a time.
-GENGRAPH_VNNI_FN void w4a8_vnni_rows(const W4A8Rows& r, const uint8_t* q, const float* scales,
-                                     const float* zeros, int64_t group, int64_t n0, int64_t n1,
+GENGRAPH_VNNI_FN void w4a8_vnni_rows(const W4A8Rows& r, const uint8_t* q, const at::Half* scales,
+                                     const at::Half* zeros, int64_t group, int64_t n0, int64_t n1,
                                      float* out, int64_t ldo) {
   constexpr int64_t kRowsPerPass = 16;
   const int64_t K = r.a.K, groups = K / group, per = group / 32;
@@ -912,8 +967,8 @@ GENGRAPH_VNNI_FN void w4a8_vnni_rows(const W4A8Rows& r, const uint8_t* q, const 
       const int64_t mb = std::min<int64_t>(4, r.a.M - m);
       for (int64_t n = nb; n < ne; ++n) {
         const uint8_t* row = q + n * (K / 2);
-        const float* sr = scales + n * groups;
-        const float* zr = zeros + n * groups;
+        const at::Half* sr = scales + n * groups;
+        const at::Half* zr = zeros + n * groups;
         float* o = out + m * ldo + n;
         switch (mb) {
           case 1:
@@ -1395,9 +1450,9 @@ GENGRAPH_AMX_FN void w4a8_unpack16(const uint8_t* q, int64_t K, int8_t* dst) {
 }
 
 GENGRAPH_AMX_FN void w4a8_amx(const W4A8Rows& r, const int32_t* b, const float* bscales,
-                              const int32_t* bsums, const uint8_t* q, const float* scales,
-                              const float* zeros, int64_t group, int64_t n0, int64_t n1, float* y,
-                              int64_t ldo) {
+                              const int32_t* bsums, const uint8_t* q, const at::Half* scales,
+                              const at::Half* zeros, int64_t group, int64_t n0, int64_t n1,
+                              float* y, int64_t ldo) {
   const int64_t K = r.a.K, M = r.a.M, nb = K / 32, groups = K / group, per = group / 32;
   static thread_local std::vector<int8_t> levels;
   static thread_local std::vector<float> acc;  // [16 weight rows][16 lanes][16 activation rows]
@@ -1405,8 +1460,10 @@ GENGRAPH_AMX_FN void w4a8_amx(const W4A8Rows& r, const int32_t* b, const float* 
   acc.resize(16 * 16 * 16);
   alignas(64) int32_t c[16 * 16];
   amx_load_config({0}, {1}, {2}, 16, 32);
+  static thread_local GroupParams params;
   for (int64_t n = n0; n < n1; n += 16) {
     w4a8_unpack16(q + n * (K / 2), K, levels.data());
+    params.load(scales, zeros, n, 16, groups);
     for (int64_t m0 = 0; m0 < M; m0 += 16) {
       const int64_t mt = std::min<int64_t>(16, M - m0), t = m0 / 16;
       const int32_t* bt = b + t * (K / 4) * 16;
@@ -1423,10 +1480,10 @@ GENGRAPH_AMX_FN void w4a8_amx(const W4A8Rows& r, const int32_t* b, const float* 
         const __m512 af = _mm512_cvtepi32_ps(a), sx = _mm512_loadu_ps(st + blk * 16);
         const __m512i a8 = _mm512_slli_epi32(a, 3);
         for (int64_t i = 0; i < 16; ++i) {
-          const int64_t g = (n + i) * groups + blk / per;
+          const int64_t g = i * groups + blk / per;
           const __m512i s = _mm512_add_epi32(_mm512_load_si512(c + 16 * i), a8);
-          const __m512 tv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(scales[g]),
-                                            _mm512_mul_ps(af, _mm512_set1_ps(zeros[g])));
+          const __m512 tv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(params.s[g]),
+                                            _mm512_mul_ps(af, _mm512_set1_ps(params.z[g])));
           float* p = acc.data() + (i * 16 + blk % 16) * 16;
           _mm512_storeu_ps(p, _mm512_fmadd_ps(tv, sx, _mm512_loadu_ps(p)));
         }
@@ -1472,7 +1529,8 @@ std::atomic<bool> g_no_amx{false};
 
 bool cpu_has_avx2() {
 #ifdef GENGRAPH_X86_AVX2
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
   return has && !g_plain.load(std::memory_order_relaxed);
 #else
   return false;
@@ -1482,6 +1540,7 @@ bool cpu_has_avx2() {
 bool cpu_has_avx512_vnni() {
 #ifdef GENGRAPH_X86_AVX2
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512vnni");
   return has && !g_plain.load(std::memory_order_relaxed) &&
          !g_no_vnni.load(std::memory_order_relaxed);
@@ -1696,8 +1755,8 @@ void check_int4(const at::Tensor& x, const at::Tensor& packed, const at::Tensor&
   const int64_t groups = K / group;
   for (const at::Tensor* t : {&scales, &zeros}) {
     TORCH_CHECK(t->dim() == 2 && t->size(0) == N && t->size(1) == groups &&
-                    t->scalar_type() == at::kFloat && t->is_contiguous(),
-                op, ": scales and zeros must be float32 [", N, ", ", groups, "], got ", t->sizes(),
+                    t->scalar_type() == at::kHalf && t->is_contiguous(),
+                op, ": scales and zeros must be float16 [", N, ", ", groups, "], got ", t->sizes(),
                 " ", t->scalar_type());
   }
   check_x(x, K, op);
@@ -1709,18 +1768,20 @@ void check_int4(const at::Tensor& x, const at::Tensor& packed, const at::Tensor&
 at::Tensor dequantize_int4_packed(const at::Tensor& packed, const at::Tensor& scales,
                                   const at::Tensor& zeros, int64_t group) {
   const int64_t N = packed.size(0), K = packed.size(1) * 2, groups = K / group;
-  at::Tensor w = at::empty({N, K}, scales.options());
+  at::Tensor w = at::empty({N, K}, scales.options().dtype(at::kFloat));
   const uint8_t* qp = packed.data_ptr<uint8_t>();
-  const float* sp = scales.data_ptr<float>();
-  const float* zp = zeros.data_ptr<float>();
+  const at::Half* sp = scales.data_ptr<at::Half>();
+  const at::Half* zp = zeros.data_ptr<at::Half>();
   float* wp = w.data_ptr<float>();
   at::parallel_for(0, N, grain_rows(N, K / 4), [&](int64_t n0, int64_t n1) {
+    static thread_local GroupParams params;
     for (int64_t n = n0; n < n1; ++n) {
       const uint8_t* qr = qp + n * (K / 2);
       float* wr = wp + n * K;
+      params.load(sp, zp, n, 1, groups);
       for (int64_t b = 0; b < K / 32; ++b) {
         const int64_t g = (b * 32) / group;
-        const float s = sp[n * groups + g], z = zp[n * groups + g];
+        const float s = params.s[g], z = params.z[g];
         for (int64_t i = 0; i < 16; ++i) {
           const uint8_t byte = qr[b * 16 + i];
           const float lo = static_cast<float>(byte & 0x0F) * s;
@@ -1755,8 +1816,8 @@ at::Tensor linear_int4_cpu(const at::Tensor& x, const at::Tensor& packed, const 
     }
   }
   const uint8_t* qp = packed.data_ptr<uint8_t>();
-  const float* sp = scales.data_ptr<float>();
-  const float* zp = zeros.data_ptr<float>();
+  const at::Half* sp = scales.data_ptr<at::Half>();
+  const at::Half* zp = zeros.data_ptr<at::Half>();
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, N, grain_rows(N, K / 4), [&](int64_t n0, int64_t n1) {
 #ifdef GENGRAPH_X86_AVX2
@@ -1782,8 +1843,8 @@ at::Tensor linear_w4a8_cpu(const at::Tensor& x, const at::Tensor& packed, const 
   quantize_w4a8(x.data_ptr<float>(), M, K, rows);
   const W4A8Rows& r = rows;
   const uint8_t* qp = packed.data_ptr<uint8_t>();
-  const float* sp = scales.data_ptr<float>();
-  const float* zp = zeros.data_ptr<float>();
+  const at::Half* sp = scales.data_ptr<at::Half>();
+  const at::Half* zp = zeros.data_ptr<at::Half>();
   float* yp = y.data_ptr<float>();
   const bool vnni = cpu_has_avx512_vnni(), avx2 = cpu_has_avx2();
 #ifdef GENGRAPH_X86_AVX2

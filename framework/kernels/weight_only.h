@@ -55,7 +55,8 @@ at::Tensor unpack_int4(const at::Tensor& packed);
 
 // y = x W^T with W[n, k] = packed_q[n, k] * scales[n, g] + zeros[n, g], g = k / group.
 //   x: [M, K] float32; packed: [N, K / 2] uint8 (pack_int4); scales, zeros: [N, K / group]
-//   float32; group a multiple of 32 dividing K -> [M, N] float32
+//   float16 (read as the float32 they are exactly: a decode step reads 2 bytes a group for each
+//   instead of 4); group a multiple of 32 dividing K -> [M, N] float32
 at::Tensor linear_int4(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                        const at::Tensor& zeros, int64_t group);
 

@@ -16,8 +16,8 @@ namespace gengraph {
 //   int8      one int8 per weight, one float scale per output channel (absmax / 127), computed by
 //             gengraph's kernels on CPU (with int8_activation_rows, products of that many rows
 //             quantize their activations too) and at::_weight_int8pack_mm on CUDA;
-//   int4      4-bit values in groups of group_size input channels, a scale and an offset per group
-//             and output channel, packed for LibTorch's int4 kernels;
+//   int4      4-bit values in groups of group_size input channels, a float16 scale and zero per
+//             group and output channel, packed for gengraph's int4 kernels;
 //   bfloat16  bfloat16 weights with float32 activations (the product in bfloat16);
 // and kAsLoaded keeps the model's dtype. Activations, norms, attention and the cache stay in the
 // model's dtype.

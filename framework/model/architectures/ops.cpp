@@ -148,29 +148,38 @@ Int4Weight quantize_int4(const at::Tensor& weight, int64_t group) {
   const at::Tensor w = weight.to(at::kFloat).reshape({n, k / group, group});
   const at::Tensor lo = w.amin(-1), hi = w.amax(-1);
   // 15 steps from the minimum to the maximum; a constant group gets step 1 (all its values are
-  // the minimum, exactly).
+  // the minimum). The levels are decided on that float32 grid; then the step and the minimum are
+  // stored as float16 (rounded to nearest), as a Q4_1 block stores its own.
   const at::Tensor range = hi - lo;
-  const at::Tensor scale = at::where(range > 0, range / 15.0, at::ones_like(range));
-  const at::Tensor offset = lo + scale * 8.0;
+  const at::Tensor step = at::where(range > 0, range / 15.0, at::ones_like(range));
+  const at::Tensor scale = step.to(at::kHalf), zero = lo.to(at::kHalf);
+  if (!(zero.isfinite().all().item<bool>() && scale.isfinite().all().item<bool>())) {
+    const at::Tensor bad = (zero.isfinite() & scale.isfinite()).logical_not().nonzero()[0];
+    const int64_t row = bad[0].item<int64_t>(), g = bad[1].item<int64_t>();
+    throw Error("model.weights int4: output channel " + std::to_string(row) + "'s group " +
+                std::to_string(g) + " holds weights from " +
+                std::to_string(lo[row][g].item<float>()) + " to " +
+                std::to_string(hi[row][g].item<float>()) +
+                "; int4 keeps its scales and zeros in float16, which holds finite values up to "
+                "65504 (use int8 or bfloat16 for this model)");
+  }
   Int4Weight out;
   out.group = group;
-  out.q = at::round((w - lo.unsqueeze(-1)) / scale.unsqueeze(-1))
+  out.q = at::round((w - lo.unsqueeze(-1)) / step.unsqueeze(-1))
               .clamp(0, 15)
               .to(at::kInt)
               .reshape({n, k})
               .contiguous();
-  out.scales_offsets = at::stack({scale, offset}, -1)  // [n, k / group, 2]
-                           .transpose(0, 1)            // [k / group, n, 2]
-                           .to(weight.scalar_type())
-                           .contiguous();
+  out.scales = scale.contiguous();
+  out.zeros = zero.contiguous();
   return out;
 }
 
 at::Tensor dequantize_int4(const Int4Weight& w) {
   const int64_t n = w.q.size(0), k = w.q.size(1);
-  const at::Tensor so = w.scales_offsets.to(at::kFloat).transpose(0, 1);  // [n, k / group, 2]
-  const at::Tensor scale = so.select(-1, 0).unsqueeze(-1), offset = so.select(-1, 1).unsqueeze(-1);
-  return ((w.q.to(at::kFloat).reshape({n, k / w.group, w.group}) - 8.0) * scale + offset)
+  return (w.q.to(at::kFloat).reshape({n, k / w.group, w.group}) *
+              w.scales.to(at::kFloat).unsqueeze(-1) +
+          w.zeros.to(at::kFloat).unsqueeze(-1))
       .reshape({n, k});
 }
 
@@ -221,12 +230,10 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
             "(the W4A8 kernel's unit); found " +
             std::to_string(format.int8_activation_block));
       }
-      const Int4Weight q = quantize_int4(weight, format.group_size);
+      Int4Weight q = quantize_int4(weight, format.group_size);
       qweight = kernels::pack_int4(q.q);
-      // value = (q - 8) * scale + offset = q * scale + zero, zero = offset - 8 * scale.
-      const at::Tensor so = q.scales_offsets.to(at::kFloat).transpose(0, 1);  // [out, groups, 2]
-      scales = so.select(-1, 0).contiguous();
-      zeros = (so.select(-1, 1) - so.select(-1, 0) * 8.0).contiguous();
+      scales = std::move(q.scales);
+      zeros = std::move(q.zeros);
       break;
     }
     case WeightFormat::Kind::kBFloat16:

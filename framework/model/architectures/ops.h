@@ -74,8 +74,9 @@ struct Projection {
 
 // The weight-only formats' quantization, exposed for tests: int8 per output channel (symmetric,
 // absmax / 127, round half to even); int4 in groups of `group` input channels (asymmetric: 16
-// levels from the group's minimum to its maximum, stored as LibTorch's int4 kernels want them,
-// value = (q - 8) * scale + offset). dequantize_* give the float weight the kernels multiply by.
+// levels from the group's minimum to its maximum, decided on that float32 grid; value = q * scale
+// + zero with the step and the minimum stored as float16, rounded to nearest, as Q4_1 stores
+// them). dequantize_* give the float weight the kernels multiply by.
 struct Int8Weight {
   at::Tensor q;       // int8 [out, in]
   at::Tensor scales;  // [out], the weight's dtype
@@ -83,8 +84,9 @@ struct Int8Weight {
 Int8Weight quantize_int8(const at::Tensor& weight);
 at::Tensor dequantize_int8(const Int8Weight& w);
 struct Int4Weight {
-  at::Tensor q;               // int32 [out, in], values 0..15 (before packing)
-  at::Tensor scales_offsets;  // [in / group, out, 2]
+  at::Tensor q;       // int32 [out, in], values 0..15 (before packing)
+  at::Tensor scales;  // float16 [out, in / group]
+  at::Tensor zeros;   // float16 [out, in / group]
   int64_t group = 32;
 };
 Int4Weight quantize_int4(const at::Tensor& weight, int64_t group);

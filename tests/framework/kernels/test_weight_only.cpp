@@ -350,12 +350,13 @@ TEST(WeightOnlyKernels, Int4PacksLosslesslyAndMatchesTheWidenedWeight) {
           const at::Tensor packed = pack_int4(levels);
           ASSERT_EQ(packed.sizes(), at::IntArrayRef({N, K / 2}));
           ASSERT_TRUE(at::equal(unpack_int4(packed), levels));
-          const at::Tensor scales = at::rand({N, K / group}) * 0.01 + 1e-3;
-          const at::Tensor zeros = at::randn({N, K / group}) * 0.05;
-          const at::Tensor w =
-              (levels.to(at::kFloat).view({N, K / group, group}) * scales.unsqueeze(-1) +
-               zeros.unsqueeze(-1))
-                  .view({N, K});
+          // float16 scales and zeros, multiplied as the float32 they are.
+          const at::Tensor scales = (at::rand({N, K / group}) * 0.01 + 1e-3).to(at::kHalf);
+          const at::Tensor zeros = (at::randn({N, K / group}) * 0.05).to(at::kHalf);
+          const at::Tensor w = (levels.to(at::kFloat).view({N, K / group, group}) *
+                                    scales.to(at::kFloat).unsqueeze(-1) +
+                                zeros.to(at::kFloat).unsqueeze(-1))
+                                   .view({N, K});
           for (const int64_t M : {1, 2, 3, 4, 6, 32}) {
             const at::Tensor x = at::randn({M, K});
             const at::Tensor y = linear_int4(x, packed, scales, zeros, group);
@@ -405,8 +406,9 @@ TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
     const int64_t nb = K / 32, groups = K / group, per = group / 32;
     const at::Tensor levels = at::randint(0, 16, {N, K}).to(at::kInt);
     const at::Tensor packed = pack_int4(levels);
-    const at::Tensor scales = at::rand({N, groups}) * 0.01 + 1e-3;
-    const at::Tensor zeros = at::randn({N, groups}) * 0.05;
+    const at::Tensor scales = (at::rand({N, groups}) * 0.01 + 1e-3).to(at::kHalf);
+    const at::Tensor zeros = (at::randn({N, groups}) * 0.05).to(at::kHalf);
+    const at::Tensor scales_f = scales.to(at::kFloat), zeros_f = zeros.to(at::kFloat);
     at::Tensor x = at::randn({M, K}) * at::rand({1, K}) * 4;
     x[3].narrow(0, 0, 32).zero_();  // a block of zeros: scale 1
     use_plain_loops(true);
@@ -423,8 +425,8 @@ TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
     const auto S = sums.accessor<float, 3>();
     const auto A = asum.accessor<float, 2>();
     const auto bs = sc.accessor<float, 2>();
-    const auto ws = scales.accessor<float, 2>();
-    const auto wz = zeros.accessor<float, 2>();
+    const auto ws = scales_f.accessor<float, 2>();
+    const auto wz = zeros_f.accessor<float, 2>();
     const auto got_plain = want.accessor<float, 2>();
     int64_t mismatches = 0;
     for (int64_t m = 0; m < M; ++m) {
@@ -442,8 +444,8 @@ TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
     }
     EXPECT_EQ(mismatches, 0) << "the plain loops differ from the arithmetic written out";
     // Against the float64 product: each activation is off by at most half its block's step.
-    const at::Tensor w = (levels.to(at::kFloat).view({N, groups, group}) * scales.unsqueeze(-1) +
-                          zeros.unsqueeze(-1))
+    const at::Tensor w = (levels.to(at::kFloat).view({N, groups, group}) * scales_f.unsqueeze(-1) +
+                          zeros_f.unsqueeze(-1))
                              .view({N, K})
                              .to(at::kDouble);
     const at::Tensor exact = at::linear(x.to(at::kDouble), w);
@@ -470,7 +472,8 @@ TEST(WeightOnlyKernels, W4A8NonFiniteActivationsGiveNaNRowsAndRefusesByName) {
   at::manual_seed(2);
   const int64_t N = 5, K = 128;
   const at::Tensor packed = pack_int4(at::randint(0, 16, {N, K}).to(at::kInt));
-  const at::Tensor scales = at::rand({N, 4}) * 0.01, zeros = at::randn({N, 4}) * 0.05;
+  const at::Tensor scales = (at::rand({N, 4}) * 0.01).to(at::kHalf);
+  const at::Tensor zeros = (at::randn({N, 4}) * 0.05).to(at::kHalf);
   at::Tensor x = at::randn({3, K});
   x[1][70] = std::numeric_limits<float>::infinity();
   for (const bool plain : {false, true}) {
@@ -486,7 +489,8 @@ TEST(WeightOnlyKernels, W4A8NonFiniteActivationsGiveNaNRowsAndRefusesByName) {
               HasSubstr("gengraph::linear_w4a8: activations have 64 channels, the weight 128"));
   const at::Tensor wide = pack_int4(at::zeros({2, 512}, at::kInt));
   EXPECT_THAT(testing::error_of([&] {
-                linear_w4a8(at::zeros({1, 512}), wide, at::ones({2, 1}), at::ones({2, 1}), 512);
+                linear_w4a8(at::zeros({1, 512}), wide, at::ones({2, 1}, at::kHalf),
+                            at::ones({2, 1}, at::kHalf), 512);
               }),
               HasSubstr("group 512 is over 256"));
 }
@@ -507,13 +511,22 @@ TEST(WeightOnlyKernels, RefuseWrongInputsByName) {
               HasSubstr("one float32 scale per output channel"));
   const at::Tensor p = at::zeros({4, 32}, at::kByte);
   EXPECT_THAT(testing::error_of([&] {
-                linear_int4(at::zeros({1, 64}), p, at::ones({4, 2}), at::ones({4, 2}), 48);
+                linear_int4(at::zeros({1, 64}), p, at::ones({4, 2}, at::kHalf),
+                            at::ones({4, 2}, at::kHalf), 48);
               }),
               HasSubstr("group 48 must be a multiple of 32"));
   EXPECT_THAT(testing::error_of([&] {
-                linear_int4(at::zeros({1, 64}), p, at::ones({4, 3}), at::ones({4, 2}), 32);
+                linear_int4(at::zeros({1, 64}), p, at::ones({4, 3}, at::kHalf),
+                            at::ones({4, 2}, at::kHalf), 32);
               }),
-              HasSubstr("scales and zeros must be float32 [4, 2]"));
+              HasSubstr("scales and zeros must be float16 [4, 2]"));
+  // float32 scales (the format before float16) are refused, not read as halves.
+  EXPECT_THAT(
+      testing::error_of([&] {
+        linear_w4a8(at::zeros({1, 64}), p, at::ones({4, 2}), at::ones({4, 2}), 32);
+      }),
+      HasSubstr("gengraph::linear_w4a8: scales and zeros must be float16 [4, 2], got [4, 2] "
+                "Float"));
 }
 
 // RMSNorm in one pass against transformers' formula op by op: equal but for the last bit of the

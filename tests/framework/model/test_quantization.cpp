@@ -22,6 +22,7 @@
 namespace gengraph {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 at::Tensor random_weight(int64_t out, int64_t in, uint64_t seed) {
@@ -44,14 +45,51 @@ TEST(Quantization, Int8IsSymmetricPerOutputChannelWithinHalfAStep) {
 }
 
 TEST(Quantization, Int4GroupsSpanTheirRangeInSixteenLevels) {
-  const at::Tensor w = random_weight(48, 128, 2);
+  at::Tensor w = random_weight(48, 128, 2);
+  w[7].narrow(0, 32, 32).fill_(0.1f);    // a constant group float16 cannot hold
+  w[8].narrow(0, 64, 32).fill_(0.125f);  // one it holds: every value the zero, exactly
+  w[9].narrow(0, 0, 32).mul_(1e-4);      // a range whose step is a float16 subnormal
   const Int4Weight q = quantize_int4(w, 32);
-  EXPECT_EQ(q.scales_offsets.sizes(), at::IntArrayRef({4, 48, 2}));
+  EXPECT_EQ(q.scales.sizes(), at::IntArrayRef({48, 4}));
+  EXPECT_EQ(q.zeros.sizes(), at::IntArrayRef({48, 4}));
+  EXPECT_EQ(q.scales.scalar_type(), at::kHalf);
+  EXPECT_EQ(q.zeros.scalar_type(), at::kHalf);
   EXPECT_TRUE(q.q.ge(0).all().item<bool>() && q.q.le(15).all().item<bool>());
+  // The levels are the float32 grid's: 15 steps from each group's minimum to its maximum.
+  const at::Tensor g = w.reshape({48, 4, 32});
+  const at::Tensor lo = g.amin(-1, true), range = g.amax(-1, true) - lo;
+  const at::Tensor step32 = at::where(range > 0, range / 15, at::ones_like(range));
+  EXPECT_TRUE(
+      at::equal(q.q.view({48, 4, 32}), at::round((g - lo) / step32).clamp(0, 15).to(at::kInt)));
+  // The stored step and minimum are those values rounded to nearest float16.
+  EXPECT_TRUE(at::equal(q.scales, step32.squeeze(-1).to(at::kHalf)));
+  EXPECT_TRUE(at::equal(q.zeros, lo.squeeze(-1).to(at::kHalf)));
+  // So each weight is within half a step of its value, plus what float16 rounding moves the grid
+  // (at most 15 roundings of the step and one of the zero: 2^-11 relative, 2^-25 absolute each).
   const at::Tensor deq = dequantize_int4(q);
-  const at::Tensor step = q.scales_offsets.select(-1, 0).transpose(0, 1);  // [48, 4]
+  const at::Tensor step = q.scales.to(at::kFloat);  // [48, 4]
   const at::Tensor err = (deq - w).abs().reshape({48, 4, 32}).amax(-1);
-  EXPECT_TRUE(err.le(step / 2 + 1e-6).all().item<bool>()) << (err - step / 2).max().item<float>();
+  const auto rounding = [](const at::Tensor& v) { return v.abs() * std::ldexp(1.0, -11) + 3e-8; };
+  const at::Tensor bound =
+      step / 2 + rounding(step) * 15 + rounding(lo.squeeze(-1)) + g.abs().amax(-1) * 1e-6;
+  EXPECT_TRUE(err.le(bound).all().item<bool>()) << (err - bound).max().item<float>();
+  EXPECT_TRUE(deq[8].narrow(0, 64, 32).eq(0.125f).all().item<bool>());
+  // Weights on a float16 grid of 16 levels (a Q4_1 checkpoint's, dequantized) come back exactly.
+  const at::Tensor d = (at::rand({48, 4, 1}) * 0.01 + 1e-3).to(at::kHalf).to(at::kFloat);
+  const at::Tensor m = (at::randn({48, 4, 1}) * 0.05).to(at::kHalf).to(at::kFloat);
+  at::Tensor levels = at::randint(0, 16, {48, 4, 32}).to(at::kFloat);
+  levels.select(-1, 0).fill_(0);
+  levels.select(-1, 1).fill_(15);
+  const at::Tensor grid = (levels * d + m).reshape({48, 128});
+  EXPECT_TRUE(at::equal(dequantize_int4(quantize_int4(grid, 32)), grid));
+}
+
+TEST(Quantization, Int4RefusesWeightsBeyondFloat16ByName) {
+  at::Tensor w = random_weight(4, 64, 3);
+  w[2][40] = 1e6f;
+  EXPECT_THAT(testing::error_of([&] { quantize_int4(w, 32); }),
+              AllOf(HasSubstr("model.weights int4: output channel 2's group 1 holds weights from"),
+                    HasSubstr("float16, which holds finite values up to 65504")));
 }
 
 // The kernels compute with exactly the weights the quantizers describe.
