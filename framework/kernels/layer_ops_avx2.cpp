@@ -79,7 +79,11 @@ void dots_avx2(const float* q, const float* k, int64_t ks, int64_t L, int64_t n,
   }
 }
 
-// s[l] = exp(s[l] - max) in place; returns their sum.
+// s[l] = exp(s[l] - max) in place; returns their sum. The tail is one more vector whose lanes past
+// n hold -inf (their exponential 0), so every exponential is the vector function's and lane j
+// sums the elements l = j mod 8 in order whatever n is: the sum over a cache's positions does not
+// depend on how many masked positions (-inf, 0 once exponentiated) come after them, and a static
+// cache's step gives a growing cache's values to the bit.
 float exp_shifted_avx2(float* s, int64_t n, float max) {
   using Vec = at::vec::Vectorized<float>;
   const Vec m(max);
@@ -90,12 +94,15 @@ float exp_shifted_avx2(float* s, int64_t n, float max) {
     e.store(s + i);
     acc = acc + e;
   }
-  float sum = at::vec::vec_reduce_all<float>([](Vec x, Vec y) { return x + y; }, acc);
-  for (; i < n; ++i) {
-    s[i] = std::exp(s[i] - max);
-    sum += s[i];
+  if (i < n) {
+    const int64_t left = n - i;
+    const Vec e =
+        (Vec::set(Vec(-std::numeric_limits<float>::infinity()), Vec::loadu(s + i, left), left) - m)
+            .exp();
+    e.store(s + i, left);
+    acc = acc + e;
   }
-  return sum;
+  return at::vec::vec_reduce_all<float>([](Vec x, Vec y) { return x + y; }, acc);
 }
 
 // out[d] = sum over l of p[l] * v[l][d] (v[l] at v + l * vs), the l with p[l] == 0 skipped (masked,

@@ -83,7 +83,10 @@ TEST(StaticCache, ReorderModesAgreeAndCountTheBytesTheyMove) {
   EXPECT_FLOAT_EQ(wrapped.values()[0][2][0][0][1].item<float>(), 0.0f);
 }
 
-// The two cache kinds must give the same logits step after step on a ragged batch.
+// The two cache kinds must give the same logits step after step on a ragged batch, to the bit:
+// a static cache's masked positions past the step add nothing (decode_attention sums the
+// exponentials in lanes whatever the length), so trace, cuda_graph and aoti (static caches) give
+// eager's tokens even where int8 activations turn a last-bit difference into a level step.
 TEST(CacheKinds, StaticAndGrowingAgreeOverManySteps) {
   ModelSource s;
   s.preset = "gpt2-tiny";
@@ -98,7 +101,7 @@ TEST(CacheKinds, StaticAndGrowingAgreeOverManySteps) {
   const auto slots = at::arange(t, at::kLong);
   at::Tensor lg = run_forward_step(*m, g, ids, pos, slots, valid);
   at::Tensor ls = run_forward_step(*m, st, ids, pos, slots, valid);
-  EXPECT_TRUE(at::allclose(lg, ls, 1e-5, 1e-5));
+  EXPECT_TRUE(at::equal(lg, ls)) << (lg - ls).abs().max().item<float>();
   at::Tensor last = pos.select(1, t - 1).unsqueeze(1);
   for (int64_t i = 0; i < steps; ++i) {
     const auto next = lg.argmax(-1).unsqueeze(1);
@@ -106,7 +109,7 @@ TEST(CacheKinds, StaticAndGrowingAgreeOverManySteps) {
     const auto slot = at::tensor({t + i}, at::kLong);
     lg = run_forward_step(*m, g, next, last, slot, at::ones({rows, 1}, at::kBool));
     ls = run_forward_step(*m, st, next, last, slot, at::ones({rows, 1}, at::kBool));
-    EXPECT_TRUE(at::allclose(lg, ls, 1e-5, 1e-5)) << "step " << i;
+    EXPECT_TRUE(at::equal(lg, ls)) << "step " << i << ": " << (lg - ls).abs().max().item<float>();
   }
 }
 
