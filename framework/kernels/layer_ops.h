@@ -63,7 +63,9 @@ bool silu_mul_applies(const at::Tensor& gate_up);
 // before the exponentials) and the weighted sum of the values, divided by the exponentials' sum.
 // LibTorch's CPU flash kernel runs two small GEMMs per row and head through MKL, whose per-call
 // cost dominated a batch-8 decode step's attention. The sums run in another order than LibTorch's,
-// so the values may differ from at::scaled_dot_product_attention's in the last bits.
+// so the values may differ from at::scaled_dot_product_attention's in the last bits. Masked
+// positions (-inf) add exact zeros wherever they are, so a static cache's step over all its slots
+// gives the values of the same step over only the positions written (a growing cache), to the bit.
 //   q: [rows, heads, 1, hd]; k, v: [rows, kv_heads, L, hd] (heads a multiple of kv_heads, the
 //   last dimension contiguous: views of a cache are fine); mask: undefined or [rows | 1, 1, 1, L]
 //   bool or float32 -> [rows, 1, heads * hd]
