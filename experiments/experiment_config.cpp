@@ -67,6 +67,14 @@ class MapReader {
                 ", found " + describe(n));
   }
 
+  // For a key the mapping does not hold: its value came from elsewhere (`found` says from where).
+  [[noreturn]] void fail_inherited(const std::string& key, const std::string& expected,
+                                   const std::string& found) {
+    known_.insert(key);
+    throw Error(where(file_, node_) + key_path(key) + ": expected " + expected + ", found " +
+                found);
+  }
+
   template <typename T>
   T scalar(const std::string& key, T fallback, const std::string& expected) {
     if (!has(key)) return fallback;
@@ -173,6 +181,59 @@ std::vector<int64_t> token_list(const YAML::Node& n, const std::string& path,
   return out;
 }
 
+// The weight-format keys (model.weights, group_size, quantize_head, int8_head,
+// int8_activation_rows, int8_activation_block), read over `m`'s values, then checked together. A
+// row's `model:` reads them over the experiment's; `inherited` names where a key the mapping does
+// not hold came from ("the default" or "the experiment's model:"), for the combination's errors.
+void read_weight_format(MapReader& r, ModelSpec& m, const std::string& inherited) {
+  m.weights = r.choice("weights", m.weights, {"float", "int8", "int4", "bfloat16"});
+  m.group_size = r.integer("group_size", m.group_size, 32, 256);
+  if (m.group_size != 32 && m.group_size != 64 && m.group_size != 128 && m.group_size != 256) {
+    r.fail("group_size", "32, 64, 128 or 256");
+  }
+  m.quantize_head = r.scalar<bool>("quantize_head", m.quantize_head, "true or false");
+  m.int8_head = r.scalar<bool>("int8_head", m.int8_head, "true or false");
+  m.int8_activation_rows = r.integer("int8_activation_rows", m.int8_activation_rows, 0, 1 << 20);
+  m.int8_activation_block = r.integer("int8_activation_block", m.int8_activation_block, 0, 1 << 20);
+  // A combination's error names the key; one the mapping does not hold shows its inherited value.
+  const auto bad = [&](const std::string& key, const std::string& expected,
+                       const std::string& value) {
+    if (r.has(key)) r.fail(key, expected);
+    r.fail_inherited(key, expected, value + " (" + inherited + ")");
+  };
+  if (m.int8_head && (m.weights != "int4" || !m.quantize_head)) {
+    bad("int8_head",
+        "false unless model.weights is int4 and quantize_head is true (it puts an int4 model's "
+        "output "
+        "head in int8)",
+        "true");
+  }
+  if (m.int8_activation_rows > 0 && m.weights != "int8" && m.weights != "int4") {
+    bad("int8_activation_rows",
+        "0 unless model.weights is int8 or int4 (int8 activations multiply integer weights)",
+        std::to_string(m.int8_activation_rows));
+  }
+  if (m.int8_activation_block % 32 != 0) {
+    bad("int8_activation_block",
+        "0 (a scale per row) or a multiple of 32 (a scale per block of that many channels of the "
+        "products that int8_activation_rows quantizes)",
+        std::to_string(m.int8_activation_block));
+  }
+  if (m.int8_activation_rows > 0 && m.weights == "int4" && m.int8_activation_block != 32) {
+    bad("int8_activation_block",
+        "32 with model.weights int4 and int8_activation_rows (the W4A8 kernel quantizes "
+        "activations in "
+        "blocks of 32 channels)",
+        std::to_string(m.int8_activation_block));
+  }
+  if (m.weights != "float" && !m.fused) {
+    bad("weights",
+        "float with fused: false (weights are quantized in the fused form's projections; "
+        "transformers' op-by-op form keeps them as loaded)",
+        "'" + m.weights + "'");
+  }
+}
+
 ModelSpec read_model(MapReader r, const std::string& file) {
   ModelSpec m;
   m.preset = r.scalar<std::string>("preset", "", "a preset name");
@@ -208,39 +269,7 @@ ModelSpec read_model(MapReader r, const std::string& file) {
   m.device = r.scalar<std::string>("device", "cpu", "cpu, cuda or cuda:N");
   m.fused = r.scalar<bool>("fused", true, "true or false");
   m.check_weights = r.scalar<bool>("check_weights", true, "true or false");
-  m.weights = r.choice("weights", "float", {"float", "int8", "int4", "bfloat16"});
-  m.group_size = r.integer("group_size", 32, 32, 256);
-  if (m.group_size != 32 && m.group_size != 64 && m.group_size != 128 && m.group_size != 256) {
-    r.fail("group_size", "32, 64, 128 or 256");
-  }
-  m.quantize_head = r.scalar<bool>("quantize_head", true, "true or false");
-  m.int8_head = r.scalar<bool>("int8_head", false, "true or false");
-  if (m.int8_head && (m.weights != "int4" || !m.quantize_head)) {
-    r.fail("int8_head",
-           "false unless model.weights is int4 and quantize_head is true (it puts an int4 "
-           "model's output head in int8)");
-  }
-  m.int8_activation_rows = r.integer("int8_activation_rows", 0, 0, 1 << 20);
-  if (m.int8_activation_rows > 0 && m.weights != "int8" && m.weights != "int4") {
-    r.fail("int8_activation_rows",
-           "0 unless model.weights is int8 or int4 (int8 activations multiply integer weights)");
-  }
-  m.int8_activation_block = r.integer("int8_activation_block", 0, 0, 1 << 20);
-  if (m.int8_activation_block % 32 != 0) {
-    r.fail("int8_activation_block",
-           "0 (a scale per row) or a multiple of 32 (a scale per block of that many channels of "
-           "the products that int8_activation_rows quantizes)");
-  }
-  if (m.int8_activation_rows > 0 && m.weights == "int4" && m.int8_activation_block != 32) {
-    r.fail("int8_activation_block",
-           "32 with model.weights int4 and int8_activation_rows (the W4A8 kernel quantizes "
-           "activations in blocks of 32 channels)");
-  }
-  if (m.weights != "float" && !m.fused) {
-    r.fail("weights",
-           "float with model.fused: false (weights are quantized in the fused form's "
-           "projections; transformers' op-by-op form keeps them as loaded)");
-  }
+  read_weight_format(r, m, "the default");
   const bool ok = m.device == "cpu" || m.device == "cuda" ||
                   (m.device.rfind("cuda:", 0) == 0 && m.device.size() > 5 &&
                    m.device.find_first_not_of("0123456789", 5) == std::string::npos);
@@ -251,7 +280,8 @@ ModelSpec read_model(MapReader r, const std::string& file) {
 
 nlohmann::json read_generation(MapReader r, const YAML::Node& node, const std::string& file);
 
-BackendSpec read_backend(const YAML::Node& n, const std::string& path, const std::string& file) {
+BackendSpec read_backend(const YAML::Node& n, const std::string& path, const std::string& file,
+                         const ModelSpec& model) {
   BackendSpec b;
   if (n.IsScalar()) {
     b.name = n.Scalar();
@@ -275,6 +305,20 @@ BackendSpec read_backend(const YAML::Node& n, const std::string& path, const std
       const YAML::Node g = r.child("generation");
       if (!g.IsMap()) r.fail("generation", "a mapping of generation keys (over the experiment's)");
       b.generation = read_generation(MapReader(g, path + ".generation", file), g, file);
+    }
+    if (r.has("model")) {
+      // The model's weight format for this row, over the experiment's: its rows beside others'
+      // in one run (the runner loads each format once).
+      const YAML::Node m = r.child("model");
+      if (!m.IsMap())
+        r.fail("model", "a mapping of weight-format keys (over the experiment's model:)");
+      MapReader mr(m, path + ".model", file);
+      ModelSpec row = model;
+      if (b.fused) row.fused = *b.fused;
+      read_weight_format(mr, row, "the experiment's model:");
+      mr.finish();
+      row.fused = model.fused;  // the row's `fused` stays its own key
+      b.model = row;
     }
     if (r.has("options")) {
       const YAML::Node o = r.child("options");
@@ -439,12 +483,15 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
     const YAML::Node list = r.child("backends");
     if (!list.IsSequence() || list.size() == 0) r.fail("backends", "a non-empty list of backends");
     for (size_t i = 0; i < list.size(); ++i) {
-      c.backends.push_back(read_backend(list[i], "backends[" + std::to_string(i) + "]", file));
+      c.backends.push_back(
+          read_backend(list[i], "backends[" + std::to_string(i) + "]", file, c.model));
     }
   } else if (r.has("backend")) {
-    c.backends.push_back(read_backend(r.child("backend"), "backend", file));
+    c.backends.push_back(read_backend(r.child("backend"), "backend", file, c.model));
   } else {
-    c.backends.push_back(BackendSpec{"eager", "eager", {}, {}, {}});
+    BackendSpec eager;
+    eager.name = eager.label = "eager";
+    c.backends.push_back(eager);
   }
   std::set<std::string> labels;
   for (const auto& b : c.backends) {

@@ -14,24 +14,23 @@
 namespace gengraph {
 
 struct ModelSpec {
-  std::string preset;               // built-in preset name, or
-  std::string path;                 // a Hugging Face model folder, or
-  std::string name;                 // a known real model (known_models.h); `path` is then its
-                                    // folder, resolved when the experiment is read
-  nlohmann::json config_overrides;  // config.json keys over the preset's (object or null)
-  uint64_t seed = 0;                // random-weight seed (presets)
-  std::string dtype = "float32";    // float32 | bfloat16 | float16
-  std::string device = "cpu";       // cpu | cuda | cuda:N
-  bool fused = true;                // fused projections (ModelConfig::fused); false: op by op
-  bool check_weights = true;        // refuse NaN/Inf in checkpoint tensors (LoadOptions)
-  std::string weights = "float";    // float | int8 | int4 | bfloat16 (LoadOptions::weights)
-  int64_t group_size = 32;          // int4: input channels per scale
-  bool quantize_head = true;        // the output head quantized too
-  bool int8_head = false;           // int4: the output head in int8 instead
-  int64_t int8_activation_rows = 0;
-  int64_t int8_activation_block =
-      0;  // their activation scales per block of channels (0: per row)  // int8: products of this
-          // many rows quantize activations too
+  std::string preset;                 // built-in preset name, or
+  std::string path;                   // a Hugging Face model folder, or
+  std::string name;                   // a known real model (known_models.h); `path` is then its
+                                      // folder, resolved when the experiment is read
+  nlohmann::json config_overrides;    // config.json keys over the preset's (object or null)
+  uint64_t seed = 0;                  // random-weight seed (presets)
+  std::string dtype = "float32";      // float32 | bfloat16 | float16
+  std::string device = "cpu";         // cpu | cuda | cuda:N
+  bool fused = true;                  // fused projections (ModelConfig::fused); false: op by op
+  bool check_weights = true;          // refuse NaN/Inf in checkpoint tensors (LoadOptions)
+  std::string weights = "float";      // float | int8 | int4 | bfloat16 (LoadOptions::weights)
+  int64_t group_size = 32;            // int4: input channels per scale
+  bool quantize_head = true;          // the output head quantized too
+  bool int8_head = false;             // int4: the output head in int8 instead
+  int64_t int8_activation_rows = 0;   // int8, int4: products of this many rows or more quantize
+                                      // their activations to int8 too
+  int64_t int8_activation_block = 0;  // their activation scales per block of channels (0: per row)
 };
 
 struct BackendSpec {
@@ -41,6 +40,11 @@ struct BackendSpec {
   // The model's form for this row (ModelConfig::fused) when it differs from model.fused: the
   // runner then loads the model a second time in that form, for this row (and others like it).
   std::optional<bool> fused;
+  // The model's weight format for this row (`model:`: weights, group_size, quantize_head,
+  // int8_head, int8_activation_rows, int8_activation_block over the experiment's), when given: the
+  // runner loads the model once per format its rows ask for, so quantized rows run beside float
+  // ones in one run. Holds the whole ModelSpec (the experiment's other keys as they are).
+  std::optional<ModelSpec> model;
   // The decoding loop that drives this row (`loop:` whole_step, capture, sync_every); the host
   // loop when absent.
   LoopOptions loop;

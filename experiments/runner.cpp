@@ -5,6 +5,9 @@
 #include <ATen/Parallel.h>
 
 #include <functional>
+#include <map>
+#include <memory>
+#include <set>
 #include <sstream>
 
 #include "backends/register_builtin.h"
@@ -63,6 +66,8 @@ struct Timings {
 
 struct Row {
   BackendSpec spec;
+  const Model* model = nullptr;  // the experiment's model, or the row's form of it
+  std::string weights;           // its weight format, described
   // One Engine per row, on the experiment's Model (or its other form): its backend, and its
   // generator kept across repeats (a whole-step graph serves every repeat).
   std::unique_ptr<Engine> engine;
@@ -131,6 +136,24 @@ WeightFormat weight_format(const ModelSpec& m) {
   f.int8_activation_rows = m.int8_activation_rows;
   f.int8_activation_block = m.int8_activation_block;
   return f;
+}
+
+// The model a row runs on: the experiment's, in the row's weight format (`model:`) and form
+// (`fused`). The unfused form computes transformers' way, weights as loaded.
+ModelSpec row_model_spec(const ExperimentConfig& c, const BackendSpec& b) {
+  ModelSpec m = b.model.value_or(c.model);
+  if (b.fused) m.fused = *b.fused;
+  if (!m.fused) {
+    m.weights = "float";
+    m.int8_head = false;
+    m.int8_activation_rows = 0;
+  }
+  return m;
+}
+
+// What tells two rows' models apart: the runner loads one model per distinct key.
+std::string form_key(const ModelSpec& m) {
+  return weight_format(m).describe() + (m.fused ? "" : ", unfused");
 }
 
 ModelSource model_source(const ExperimentConfig& c) {
@@ -267,8 +290,20 @@ void check_runnable(const ExperimentConfig& c) {
     const c10::ScalarType dtype = parse_dtype(c.model.dtype);
     const Architecture& arch = ModelRegistry::instance().get(mc.model_type, mc.source);
     const MemoryEstimate need = estimate_generation_memory(sized, dtype, shape, &arch);
-    check_memory(c.file + ": this experiment (" + need.breakdown() + ")", need.total(),
-                 c10::Device(c.model.device),
+    // Each further form of the model that rows ask for (`fused`, `model:`) is loaded beside it:
+    // the checkpoint's weights again and its own projections (quantized or fused) besides them,
+    // counted as 1.5 times the weights (the most any format holds).
+    std::set<std::string> forms{form_key(c.model)};
+    double further = 0;
+    for (const auto& b : c.backends) {
+      if (forms.insert(form_key(row_model_spec(c, b))).second) further += 1.5 * need.weights;
+    }
+    const std::string further_text = further > 0 ? ", " + std::to_string(forms.size() - 1) +
+                                                       " further form(s) of the model " +
+                                                       human_bytes(further)
+                                                 : std::string();
+    check_memory(c.file + ": this experiment (" + need.breakdown() + further_text + ")",
+                 need.total() + further, c10::Device(c.model.device),
                  "lower inputs (batch_size or prompts), the prompt length, generation.num_beams / "
                  "num_return_sequences, generation.max_new_tokens, or the model's size");
   }
@@ -318,7 +353,8 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
     }
   }
 
-  // The model, loaded once as the public Model; every row is an Engine on it.
+  // The model, loaded once as the public Model; every row is an Engine on it (or on the form of
+  // it the row asks for, loaded once per form below).
   const WeightFormat weights = weight_format(c.model);
   const ModelOptions options = model_options(c.model);
   log << "loading model " << (c.model.preset.empty() ? c.model.path : "preset " + c.model.preset)
@@ -387,24 +423,27 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
 
   // Build and warm up every backend first, then interleave the timed repeats.
   std::vector<Row> rows;
-  std::optional<Model> other_form;  // the model in the other form, when a row asks
+  // The model in each other form or weight format that rows ask for (`fused`, `model:`), loaded
+  // once per form.
+  const std::string main_form = form_key(c.model);
+  std::map<std::string, std::unique_ptr<Model>> other_forms;
   for (const auto& spec : c.backends) {
     log << "backend " << spec.label << ": preparing and warming up\n";
     Row row;
     row.spec = spec;
+    const ModelSpec row_spec = row_model_spec(c, spec);
+    row.weights = weight_format(row_spec).describe();
     const Model* row_model = &model;
-    if (spec.fused && *spec.fused != c.model.fused) {
-      if (!other_form) {
-        log << "loading the model again, " << (*spec.fused ? "fused" : "unfused") << ", for "
-            << spec.label << "\n";
-        ModelOptions again = options;
-        again.fused = *spec.fused;
-        // The unfused form computes transformers' way, weights as loaded.
-        if (!again.fused) again.weights = "float";
-        other_form.emplace(model_name(c.model), again);
+    const std::string form = form_key(row_spec);
+    if (form != main_form) {
+      auto& other = other_forms[form];
+      if (!other) {
+        log << "loading the model again (" << form << ") for " << spec.label << "\n";
+        other = std::make_unique<Model>(model_name(c.model), model_options(row_spec));
       }
-      row_model = &*other_form;
+      row_model = other.get();
     }
+    row.model = row_model;
     row.engine = std::make_unique<Engine>(*row_model, run_options(spec));
     row.settings = row_generation(c, spec);
     reset_peak_memory(device);
@@ -451,6 +490,7 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
     run["backend"] = row.spec.name;
     run["options"] = row.spec.options;
     run["fused"] = row.spec.fused.value_or(c.model.fused);
+    run["weights"] = row.weights;
     run["report"] = row.engine->backend_report();
     run["loop"] = {{"whole_step", whole_step_name(row.spec.loop.whole_step)},
                    {"capture", row.spec.loop.capture},
@@ -488,7 +528,8 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
       const double mean_len =
           static_cast<double>(prompts.empty() ? 0 : prompts[0].size()) + row.steps / 2.0;
       const double bytes = decode_bytes_per_step(
-          *loaded.model, static_cast<int64_t>(prompts.size()) * rows_per_input(gen), mean_len);
+          *EngineAccess::loaded(*row.model).model,
+          static_cast<int64_t>(prompts.size()) * rows_per_input(gen), mean_len);
       const double step_s = summary(row.timings.per_token)["median"].get<double>() / 1e3;
       // What the step moved besides that minimum: the beam reorder's cache traffic.
       const auto report = row.engine->backend_report();

@@ -84,6 +84,13 @@ void point_table(std::ostringstream& o, const JsonAt& doc, const std::string& ba
       << cell(row_timing(r, "decode_ms_per_token")) << std::setw(24) << cell(total) << std::setw(24)
       << cell(row_timing(r, "tokens_per_second")) << std::setw(22) << ratio.str()
       << same_tokens_cell(r, runs.front()) << "\n";
+    // A row in a weight format of its own (`model:` in its backend entry).
+    if (const auto w = r.find("weights")) {
+      const auto model = doc.find("model");
+      const auto model_weights = model ? model->find("weights") : std::nullopt;
+      if (!model_weights || w->string() != model_weights->string())
+        o << "    weights " << shown(*w) << "\n";
+    }
     if (const auto bw = r.find("bandwidth")) {
       // Results written before the read measurement existed carry only the copy fraction.
       const double bytes = amount((*bw)["bytes_per_decode_step"]);

@@ -42,6 +42,36 @@ TEST(ExperimentConfig, ParsesEverySection) {
   EXPECT_EQ(c.run.seed, 5u);
 }
 
+// A row's `model:` reads the weight-format keys over the experiment's model: (the others as they
+// are), also over a --set or a sweep point's; rows without one have none.
+TEST(ExperimentConfig, RowWeightFormatsReadOverTheExperimentsModel) {
+  const std::string yaml = R"(model: {preset: gpt2-tiny, weights: int8, group_size: 64}
+inputs: {prompts: [[1, 2]]}
+backends:
+  - eager
+  - {name: eager, label: w8a8, model: {int8_activation_rows: 1}}
+  - {name: trace, label: w4a8, model: {weights: int4, int8_activation_rows: 1,
+                                       int8_activation_block: 32, int8_head: true}}
+)";
+  const auto c = parse_experiment(yaml, "t.yaml");
+  ASSERT_EQ(c.backends.size(), 3u);
+  EXPECT_FALSE(c.backends[0].model.has_value());
+  ASSERT_TRUE(c.backends[1].model.has_value());
+  EXPECT_EQ(c.backends[1].model->weights, "int8");
+  EXPECT_EQ(c.backends[1].model->int8_activation_rows, 1);
+  EXPECT_EQ(c.backends[1].model->preset, "gpt2-tiny");
+  ASSERT_TRUE(c.backends[2].model.has_value());
+  EXPECT_EQ(c.backends[2].model->weights, "int4");
+  EXPECT_EQ(c.backends[2].model->group_size, 64);  // the experiment's
+  EXPECT_EQ(c.backends[2].model->int8_activation_block, 32);
+  EXPECT_TRUE(c.backends[2].model->int8_head);
+  // The experiment's model itself is as written.
+  EXPECT_EQ(c.model.weights, "int8");
+  EXPECT_EQ(c.model.int8_activation_rows, 0);
+  const auto set = parse_experiment(yaml, "t.yaml", {"model.group_size=128"});
+  EXPECT_EQ(set.backends[2].model->group_size, 128);
+}
+
 TEST(ExperimentConfig, SetOverridesApplyBeforeValidation) {
   const auto c = parse_experiment(kValid, "t.yaml",
                                   {"generation.max_new_tokens=3", "model.dtype=float32",
@@ -106,6 +136,35 @@ INSTANTIATE_TEST_SUITE_P(
                 "model: {preset: gpt2-tiny}\n" + kInputs +
                     "backends: [{name: eager, label: u, fused: 2}]\n",
                 "fused: expected true or false, found '2'"},
+        // A row's own weight format (`model:`): only weight-format keys, each checked as model:'s
+        // are, and the combination with the experiment's keys it inherits.
+        BadYaml{
+            "row_model_not_a_mapping",
+            "model: {preset: gpt2-tiny}\n" + kInputs + "backends: [{name: eager, model: int8}]\n",
+            "backends[0].model: expected a mapping of weight-format keys"},
+        BadYaml{"row_model_other_key",
+                "model: {preset: gpt2-tiny}\n" + kInputs +
+                    "backends: [{name: eager, model: {dtype: bfloat16}}]\n",
+                "unknown key 'backends[0].model.dtype'; valid keys here: group_size"},
+        BadYaml{"row_model_bad_weights",
+                "model: {preset: gpt2-tiny}\n" + kInputs +
+                    "backends: [{name: eager, model: {weights: int3}}]\n",
+                "backends[0].model.weights: expected one of float, int8, int4, bfloat16"},
+        BadYaml{"row_model_inherited_block",
+                "model: {preset: gpt2-tiny, weights: int8, int8_activation_rows: 1}\n" + kInputs +
+                    "backends: [eager, {name: eager, label: w4a8, model: {weights: int4}}]\n",
+                "backends[1].model.int8_activation_block: expected 32 with model.weights int4 and "
+                "int8_activation_rows (the W4A8 kernel quantizes activations in blocks of 32 "
+                "channels), found 0 (the experiment's model:)"},
+        BadYaml{"row_model_rows_on_float",
+                "model: {preset: gpt2-tiny}\n" + kInputs +
+                    "backends: [{name: eager, model: {int8_activation_rows: 1}}]\n",
+                "backends[0].model.int8_activation_rows: expected 0 unless model.weights is int8 "
+                "or int4"},
+        BadYaml{"row_model_unfused_quantized",
+                "model: {preset: gpt2-tiny}\n" + kInputs +
+                    "backends: [{name: eager, fused: false, model: {weights: int8}}]\n",
+                "backends[0].model.weights: expected float with fused: false"},
         BadYaml{"bad_loop_whole_step",
                 "model: {preset: gpt2-tiny}\n" + kInputs +
                     "backends: [{name: eager, loop: {whole_step: sometimes}}]\n",

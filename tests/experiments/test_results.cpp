@@ -168,6 +168,70 @@ run: {warmup: 0, repeats: 1, bandwidth: true}
   EXPECT_THAT(old_table, ::testing::Not(HasSubstr("read bandwidth")));
 }
 
+// Rows in weight formats of their own (`model:`) run in one experiment: the model is loaded once
+// per format, each row runs on its own (the tokens of an experiment whose model is in that format),
+// and its weights and decode traffic are recorded and shown.
+TEST(Cli, RowsInTheirOwnWeightFormatsRunBesideTheExperimentsModel) {
+  TempDir dir;
+  const std::string common = R"(inputs: {prompts: [[1, 2, 3], [4, 5]]}
+generation: {max_new_tokens: 6}
+run: {warmup: 0, repeats: 1, bandwidth: true}
+)";
+  write_file(dir / "mixed.yaml", "model: {preset: gpt2-tiny, seed: 4}\n" + common + R"(backends:
+  - eager
+  - {name: eager, label: int8, model: {weights: int8}}
+  - {name: eager, label: int8-static, options: {cache: static}, model: {weights: int8}}
+  - {name: eager, label: w8a8, model: {weights: int8, int8_activation_rows: 1}}
+  - {name: eager, label: unfused, fused: false}
+)");
+  write_file(dir / "int8.yaml", "model: {preset: gpt2-tiny, seed: 4, weights: int8}\n" + common +
+                                    "backends: [eager]\n");
+  write_file(dir / "w8a8.yaml",
+             "model: {preset: gpt2-tiny, seed: 4, weights: int8, int8_activation_rows: 1}\n" +
+                 common + "backends: [eager]\n");
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  ASSERT_EQ(cli({"run", (dir / "mixed.yaml").string(), "--output", (dir / "m.json").string()}), 0);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string table = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(
+      cli({"run", (dir / "int8.yaml").string(), "--output", (dir / "i.json").string(), "--quiet"}),
+      0);
+  ASSERT_EQ(
+      cli({"run", (dir / "w8a8.yaml").string(), "--output", (dir / "w.json").string(), "--quiet"}),
+      0);
+  const auto mixed = nlohmann::json::parse(testing::read_file(dir / "m.json"));
+  const auto int8 = nlohmann::json::parse(testing::read_file(dir / "i.json"));
+  const auto w8a8 = nlohmann::json::parse(testing::read_file(dir / "w.json"));
+  const auto& runs = mixed["runs"];
+  ASSERT_EQ(runs.size(), 5u);
+  EXPECT_EQ(runs[0]["weights"], "float");
+  EXPECT_EQ(runs[1]["weights"], "int8");
+  EXPECT_EQ(runs[3]["weights"], "int8 (int8 activations from 1 row)");
+  EXPECT_EQ(runs[3]["weights"], w8a8["model"]["weights"]);
+  EXPECT_EQ(runs[4]["weights"], "float");
+  EXPECT_EQ(mixed["model"]["weights"], "float");
+  // Each row as an experiment in its format gives it.
+  EXPECT_EQ(runs[1]["outputs"], int8["runs"][0]["outputs"]);
+  EXPECT_EQ(runs[2]["outputs"], int8["runs"][0]["outputs"]);
+  EXPECT_EQ(runs[3]["outputs"], w8a8["runs"][0]["outputs"]);
+  // A decode step reads the row's own weights: the int8 projections, not the float ones.
+  EXPECT_EQ(runs[1]["bandwidth"]["bytes_per_decode_step"],
+            int8["runs"][0]["bandwidth"]["bytes_per_decode_step"]);
+  EXPECT_LT(runs[1]["bandwidth"]["bytes_per_decode_step"].get<double>(),
+            runs[0]["bandwidth"]["bytes_per_decode_step"].get<double>());
+  // One load per format: int8 once for both int8 rows, w8a8 and the unfused form once each.
+  const auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("loading the model again"), 3u) << log;
+  EXPECT_EQ(count("loading the model again (int8) for int8\n"), 1u) << log;
+  EXPECT_THAT(table, HasSubstr("    weights int8\n"));
+  EXPECT_THAT(table, HasSubstr("    weights int8 (int8 activations from 1 row)\n"));
+}
+
 // Ratios to the baseline pair repeat i of each row with repeat i of the baseline (they ran back to
 // back), and come with a distribution-free interval for the median ratio.
 TEST(Cli, RatiosToTheBaselineArePairedByRepeatWithAnOrderStatisticInterval) {
