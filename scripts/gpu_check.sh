@@ -4,7 +4,8 @@
 # Stages, each time-boxed and writing its results to $OUT as it ends, so a stage cut short costs
 # only itself, and a rerun can name just the stages that need it:
 #   tests    the GPU test suite: replay bit-identical to the uncaptured step (float32, bfloat16;
-#            the whole-step graph too),
+#            the whole-step graph too; int8, int4 and bfloat16 weights), the int4 kernel's
+#            product against its weight's,
 #            every backend's tokens equal to eager in float32, bfloat16 logits as close to eager's
 #            as bfloat16 eager's are to float32 (75 s)
 #   seed     the seed's workload: GPT-J-6B shape, bf16, 4 beams, 32 in / 32 out, on every gengraph
@@ -18,10 +19,10 @@
 #   aoti     not in the default: GPT-2-small shape, batch 1 and 8, on aoti and cuda_graph with
 #            step: aoti beside eager and cuda_graph; exporting and compiling the package (Triton)
 #            comes first, once (300 s)
-#   quant    not in the default: the seed's workload with weight-only int8 and bfloat16 weights
-#            (model.weights, docs/quantization.md) beside the float rows, on eager, eager-static
-#            and cuda_graph (captured), one sweep; the int8 product is LibTorch's
-#            _weight_int8pack_mm on CUDA (240 s)
+#   quant    not in the default: the seed's workload with weight-only int8, int4 (groups of 32)
+#            and bfloat16 weights (model.weights, docs/quantization.md) beside the float rows, on
+#            eager, eager-static and cuda_graph (captured), one sweep; the int8 and int4 products
+#            are LibTorch's _weight_int8pack_mm and _weight_int4pack_mm on CUDA (300 s)
 #   spec     not in the default: speculative decoding (prompt lookup) on eager and cuda_graph,
 #            whose verify graphs (one per bucket of positions, captured on first use) have not
 #            run on a GPU yet, beside plain greedy; GPT-2-small shape, batch 1 (120 s)
@@ -74,7 +75,7 @@ for st in "${STAGES[@]}"; do
     stage "tests: the GPU test suite"
     # cuBLAS is bit-reproducible across streams (capture runs on a side stream) only with a fixed
     # workspace configuration (NVIDIA's cuBLAS docs, "Results reproducibility").
-    CUBLAS_WORKSPACE_CONFIG=:4096:8 timeout "${T_TESTS:-75}" "$BIN/gengraph_tests" --gtest_filter='*CudaGraph*:WholeStepCuda*' --gtest_brief=1
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 timeout "${T_TESTS:-75}" "$BIN/gengraph_tests" --gtest_filter='*CudaGraph*:WholeStepCuda*:QuantizationGpu*' --gtest_brief=1
     echo "gpu tests exit: $?" ;;
   seed)
     stage "seed: GPT-J-6B shape, bf16, beam 4, 32/32"
@@ -110,11 +111,11 @@ for st in "${STAGES[@]}"; do
       --set 'peers=[]' --set run.repeats=5
     echo "aoti exit: $?" ;;
   quant)
-    stage "quant: the seed's workload with int8 and bfloat16 weights"
-    timeout "${T_QUANT:-240}" "$BIN/gengraph" run configs/seed_gptj6b_beam4.yaml --output "$OUT/seed_gptj6b_beam4_quant.json" \
+    stage "quant: the seed's workload with int8, int4 and bfloat16 weights"
+    timeout "${T_QUANT:-300}" "$BIN/gengraph" run configs/seed_gptj6b_beam4.yaml --output "$OUT/seed_gptj6b_beam4_quant.json" \
       --set plot="$OUT/seed_gptj6b_beam4_quant.png" \
       --set 'backends=[eager, {name: eager, label: eager-static, options: {cache: static}}, cuda_graph]' \
-      --set 'peers=[]' --set baseline=eager --set 'sweep={model.weights: [float, int8, bfloat16]}' \
+      --set 'peers=[]' --set baseline=eager --set 'sweep={model.weights: [float, int8, int4, bfloat16]}' \
       --set run.warmup=1 --set run.repeats=3
     echo "quant exit: $?" ;;
   spec)

@@ -175,6 +175,55 @@ Int4Weight quantize_int4(const at::Tensor& weight, int64_t group) {
   return out;
 }
 
+namespace {
+
+// The CUDA kernel's value is (q - 8) x scale + zero: its zero is the stored minimum plus 8 steps.
+// bfloat16 [in / group, out, 2].
+at::Tensor int4_cuda_scales_and_zeros(const Int4Weight& w) {
+  const at::Tensor step = w.scales.to(at::kFloat), lo = w.zeros.to(at::kFloat);
+  return at::stack({step, lo + 8.0 * step}, -1)  // [out, groups, 2]
+      .transpose(0, 1)
+      .to(at::kBFloat16)
+      .contiguous();
+}
+
+}  // namespace
+
+Int4Cuda pack_int4_cuda(const Int4Weight& w) {
+  const int64_t n = w.q.size(0), k = w.q.size(1);
+  // The kernel's tiles: k a multiple of 16 x inner k-tiles (2, 4 or 8: the most that fit; a
+  // group of 32 or more dividing k makes 2 fit), n a multiple of 8: other outputs (GPT-2's
+  // 50257-token head) get rows of level 0 with scale and zero 0, whose outputs are dropped.
+  const int64_t tiles = k % 128 == 0 ? 8 : k % 64 == 0 ? 4 : 2;
+  if (k % (16 * tiles) != 0) {
+    throw Error("model.weights int4 on CUDA: a projection of " + std::to_string(k) +
+                " inputs; LibTorch's CUDA int4 kernel needs a multiple of 32");
+  }
+  const int64_t padded = (n + 7) / 8 * 8;
+  at::Tensor q = w.q.to(at::kInt);
+  at::Tensor sz = int4_cuda_scales_and_zeros(w);  // [groups, n, 2]
+  if (padded != n) {
+    q = at::constant_pad_nd(q, {0, 0, 0, padded - n}, 0);
+    sz = at::constant_pad_nd(sz, {0, 0, 0, padded - n}, 0).contiguous();
+  }
+  // Two levels a byte, the even input channel in the high nibble, as the packing op reads them.
+  const at::Tensor bytes =
+      q.slice(1, 0, k, 2).bitwise_left_shift(4).bitwise_or(q.slice(1, 1, k, 2)).to(at::kByte);
+  Int4Cuda out;
+  out.packed = at::_convert_weight_to_int4pack(bytes.contiguous(), tiles);
+  out.scales_and_zeros = sz;
+  out.out_features = n;
+  return out;
+}
+
+at::Tensor dequantize_int4_cuda(const Int4Weight& w) {
+  const int64_t n = w.q.size(0), k = w.q.size(1);
+  const at::Tensor sz = int4_cuda_scales_and_zeros(w).to(at::kFloat).transpose(0, 1);  // [n, g, 2]
+  const at::Tensor q = w.q.to(at::kFloat).reshape({n, k / w.group, w.group});
+  return ((q - 8.0) * sz.select(-1, 0).unsqueeze(-1) + sz.select(-1, 1).unsqueeze(-1))
+      .reshape({n, k});
+}
+
 at::Tensor dequantize_int4(const Int4Weight& w) {
   const int64_t n = w.q.size(0), k = w.q.size(1);
   return (w.q.to(at::kFloat).reshape({n, k / w.group, w.group}) *
@@ -186,6 +235,7 @@ at::Tensor dequantize_int4(const Int4Weight& w) {
 Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
     : weight(std::move(w)), bias(std::move(b)), format(f) {
   TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), "Projection: a contiguous 2-D weight");
+  out_features = weight.size(0);
   switch (format.kind) {
     case WeightFormat::Kind::kAsLoaded:
       onednn = onednn_gemm(weight);
@@ -219,10 +269,15 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
                     std::to_string(format.group_size) + " (choose one that divides them)");
       }
       if (!weight.device().is_cpu()) {
-        throw Error(
-            "model.weights int4: runs on CPU only so far (the CUDA int4 kernel packs "
-            "differently); use int8 or bfloat16 on " +
-            weight.device().str());
+        if (format.int8_activation_rows > 0) {
+          throw Error(
+              "model.int8_activation_rows: int8 activations run on CPU only so far; set 0 on " +
+              weight.device().str());
+        }
+        const Int4Cuda packed = pack_int4_cuda(quantize_int4(weight, format.group_size));
+        qweight = packed.packed;
+        scales = packed.scales_and_zeros;
+        break;
       }
       if (format.int8_activation_rows > 0 && format.int8_activation_block != 32) {
         throw Error(
@@ -278,6 +333,11 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
       if (y.scalar_type() != x.scalar_type()) y = y.to(x.scalar_type());
     } else if (format.kind == WeightFormat::Kind::kInt8) {
       y = at::_weight_int8pack_mm(x2, qweight, scales);
+    } else if (format.kind == WeightFormat::Kind::kInt4) {
+      // LibTorch's CUDA kernel (tinygemm): bfloat16 activations, float32 sums, bfloat16 out.
+      y = at::_weight_int4pack_mm(x2.to(at::kBFloat16), qweight, format.group_size, scales);
+      if (y.size(1) != out_features) y = y.narrow(1, 0, out_features);  // padding rows dropped
+      y = y.to(x.scalar_type()).contiguous();
     } else {
       y = at::linear(x2.to(at::kBFloat16), qweight).to(x.scalar_type());
     }

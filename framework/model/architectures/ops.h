@@ -48,8 +48,8 @@ at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype);
 // the product runs through weight-only kernels (docs/quantization.md): on CPU gengraph's own
 // (framework/kernels/weight_only.h: float32 activations, the stored weight widened in registers)
 // for int8 (one scale per output channel), int4 (groups along the input channels) and bfloat16;
-// on CUDA LibTorch's at::_weight_int8pack_mm for int8, and for bfloat16 a bfloat16 GEMM with the
-// activations cast.
+// on CUDA LibTorch's at::_weight_int8pack_mm for int8, at::_weight_int4pack_mm for int4 (bfloat16
+// activations: pack_int4_cuda), and for bfloat16 a bfloat16 GEMM with the activations cast.
 struct Projection {
   Projection() = default;
   Projection(at::Tensor weight, at::Tensor bias, const WeightFormat& format = {});
@@ -57,10 +57,13 @@ struct Projection {
   at::Tensor weight;  // [out, in], contiguous (undefined when quantized)
   at::Tensor bias;    // [out], or undefined
   bool onednn = false;
+  int64_t out_features = 0;  // the weight's rows
   WeightFormat format;
-  at::Tensor qweight;  // int8 [out, in]; int4: kernels::pack_int4's [out, in / 2]; bf16 [out, in]
-  at::Tensor scales;   // int8: [out] (float32 on CPU); int4: [out, in / group] float32
-  at::Tensor zeros;    // int4: [out, in / group] float32, the value of level 0
+  at::Tensor qweight;  // int8 [out, in]; int4: kernels::pack_int4's [out, in / 2] (on CUDA:
+                       // Int4Cuda's packed); bf16 [out, in]
+  at::Tensor scales;   // int8: [out] (float32 on CPU); int4: [out, in / group] float16 (on CUDA:
+                       // Int4Cuda's scales_and_zeros)
+  at::Tensor zeros;    // int4 on CPU: [out, in / group] float16, the value of level 0
 
   // Whether a float32 product on CPU streams the weight through gengraph's kernel
   // (kernels::linear_f32: fewer than kernels::kStreamRows rows, as in a decode step), which reads
@@ -91,6 +94,19 @@ struct Int4Weight {
 };
 Int4Weight quantize_int4(const at::Tensor& weight, int64_t group);
 at::Tensor dequantize_int4(const Int4Weight& w);
+// int4 on CUDA: LibTorch's kernel (at::_weight_int4pack_mm, tinygemm) takes the levels packed by
+// at::_convert_weight_to_int4pack and, per group and output channel, a bfloat16 scale and zero with
+// value = (q - 8) x scale + zero. The levels are the CPU format's; the step and the minimum
+// (float16) become that bfloat16 pair, so CUDA's weights differ from CPU's by bfloat16's rounding
+// of them.
+struct Int4Cuda {
+  at::Tensor packed;            // the kernel's layout (int32 tiles)
+  at::Tensor scales_and_zeros;  // bfloat16 [in / group, out rounded up to 8, 2]
+  int64_t out_features = 0;     // the weight's outputs (the kernel's, rounded up to 8, are cut)
+};
+Int4Cuda pack_int4_cuda(const Int4Weight& w);
+// The weight the CUDA kernel multiplies by, in float32 (for tests; any device).
+at::Tensor dequantize_int4_cuda(const Int4Weight& w);
 
 // The output head's format: the model's, or as loaded when lm_head is false.
 // int4 with int8_head: int8 (its int8 activations as the model's).

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -16,6 +17,7 @@
 #include "framework/decoding/generator.h"
 #include "framework/model/architectures/ops.h"
 #include "framework/model/loader.h"
+#include "framework/util/device.h"
 #include "framework/util/error.h"
 #include "tests/support/test_util.h"
 
@@ -42,6 +44,52 @@ TEST(Quantization, Int8IsSymmetricPerOutputChannelWithinHalfAStep) {
   EXPECT_TRUE(q.q[5].eq(0).all().item<bool>());
   // The largest magnitude of each row is exactly +-127 steps.
   EXPECT_TRUE(q.q.abs().amax(1).slice(0, 0, 5).eq(127).all().item<bool>());
+}
+
+// int4 on CUDA multiplies by the CPU format's levels with a bfloat16 scale and zero per group
+// (LibTorch's kernel: value = (q - 8) x scale + zero). That weight is the CPU format's within
+// bfloat16's rounding of the two, and not exactly it (so the difference is real, and bounded).
+TEST(Quantization, Int4CudaWeightIsTheCpuWeightWithinBfloat16) {
+  at::manual_seed(5);
+  const at::Tensor w = at::randn({40, 96}) * 0.05 + 0.01;
+  const Int4Weight q = quantize_int4(w, 32);
+  const at::Tensor cpu = dequantize_int4(q), cuda = dequantize_int4_cuda(q);
+  ASSERT_EQ(cuda.sizes(), cpu.sizes());
+  const at::Tensor s = q.scales.to(at::kFloat).repeat_interleave(32, 1);
+  const at::Tensor z = q.zeros.to(at::kFloat).repeat_interleave(32, 1);
+  // bfloat16 keeps 8 significant bits: each of scale and zero + 8 x scale is within 2^-9 of itself.
+  const at::Tensor bound = (s * 16 + z.abs()) * std::ldexp(1.0, -8);
+  EXPECT_TRUE(((cuda - cpu).abs() <= bound).all().item<bool>())
+      << (cuda - cpu).abs().max().item<float>();
+  EXPECT_FALSE(at::equal(cuda, cpu));
+}
+
+// On a GPU: the kernel's product is the product by that weight (bfloat16 activations), for each
+// group size, an output count that is not a multiple of 8 (padded, cut), and a batch of rows. A
+// wrong nibble order, tile count or zero would be far outside the bound.
+TEST(QuantizationGpu, Int4ProductIsTheProductByItsWeight) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const auto dev = at::Device(at::kCUDA, 0);
+  at::manual_seed(6);
+  for (const int64_t group : {32, 64, 128}) {
+    for (const int64_t n : {96, 37}) {
+      SCOPED_TRACE("group " + std::to_string(group) + ", outputs " + std::to_string(n));
+      const at::Tensor w = (at::randn({n, 256}) * 0.05).to(dev);
+      const at::Tensor x = at::randn({5, 256}).to(dev);
+      WeightFormat f;
+      f.kind = WeightFormat::Kind::kInt4;
+      f.group_size = group;
+      const Projection p(w.contiguous(), at::Tensor(), f);
+      const at::Tensor y = p(x).to(at::kFloat).cpu();
+      ASSERT_EQ(y.sizes(), (at::IntArrayRef{5, n}));
+      const at::Tensor ref_w = dequantize_int4_cuda(quantize_int4(w.cpu(), group));
+      const at::Tensor xb = x.cpu().to(at::kBFloat16).to(at::kFloat);
+      const at::Tensor want = at::matmul(xb, ref_w.t());
+      const at::Tensor bound = at::matmul(xb.abs(), ref_w.abs().t()) * 1e-2 + 1e-3;
+      EXPECT_TRUE(((y - want).abs() <= bound).all().item<bool>())
+          << (y - want).abs().max().item<float>();
+    }
+  }
 }
 
 TEST(Quantization, Int4GroupsSpanTheirRangeInSixteenLevels) {
