@@ -203,9 +203,8 @@ void read_weight_format(MapReader& r, ModelSpec& m, const std::string& inherited
   };
   if (m.int8_head && (m.weights != "int4" || !m.quantize_head)) {
     bad("int8_head",
-        "false unless model.weights is int4 and quantize_head is true (it puts an int4 model's "
-        "output "
-        "head in int8)",
+        "false unless model.weights is int4 and quantize_head is true (it puts an int4 "
+        "model's output head in int8)",
         "true");
   }
   if (m.int8_activation_rows > 0 && m.weights != "int8" && m.weights != "int4") {
@@ -222,8 +221,7 @@ void read_weight_format(MapReader& r, ModelSpec& m, const std::string& inherited
   if (m.int8_activation_rows > 0 && m.weights == "int4" && m.int8_activation_block != 32) {
     bad("int8_activation_block",
         "32 with model.weights int4 and int8_activation_rows (the W4A8 kernel quantizes "
-        "activations in "
-        "blocks of 32 channels)",
+        "activations in blocks of 32 channels)",
         std::to_string(m.int8_activation_block));
   }
   if (m.weights != "float" && !m.fused) {
@@ -314,10 +312,10 @@ BackendSpec read_backend(const YAML::Node& n, const std::string& path, const std
         r.fail("model", "a mapping of weight-format keys (over the experiment's model:)");
       MapReader mr(m, path + ".model", file);
       ModelSpec row = model;
-      if (b.fused) row.fused = *b.fused;
+      row.fused = b.fused.value_or(model.fused);  // checked against the row's form
       read_weight_format(mr, row, "the experiment's model:");
       mr.finish();
-      row.fused = model.fused;  // the row's `fused` stays its own key
+      row.fused = model.fused;  // the runner applies the row's own `fused` key
       b.model = row;
     }
     if (r.has("options")) {

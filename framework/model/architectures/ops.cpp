@@ -212,7 +212,6 @@ Int4Cuda pack_int4_cuda(const Int4Weight& w) {
   Int4Cuda out;
   out.packed = at::_convert_weight_to_int4pack(bytes.contiguous(), tiles);
   out.scales_and_zeros = sz;
-  out.out_features = n;
   return out;
 }
 
@@ -236,17 +235,18 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
     : weight(std::move(w)), bias(std::move(b)), format(f) {
   TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), "Projection: a contiguous 2-D weight");
   out_features = weight.size(0);
+  // int8 activations (int8 or int4 weights) have CPU kernels only.
+  if (format.quantized() && format.int8_activation_rows > 0 && !weight.is_cpu()) {
+    throw Error(
+        "model.int8_activation_rows: int8 activations run on CPU only so far (LibTorch's "
+        "integer GEMM); set 0 on " +
+        weight.device().str());
+  }
   switch (format.kind) {
     case WeightFormat::Kind::kAsLoaded:
       onednn = onednn_gemm(weight);
       return;
     case WeightFormat::Kind::kInt8: {
-      if (format.int8_activation_rows > 0 && !weight.is_cpu()) {
-        throw Error(
-            "model.int8_activation_rows: int8 activations run on CPU only so far (LibTorch's "
-            "integer GEMM); set 0 on " +
-            weight.device().str());
-      }
       const int64_t block = format.int8_activation_block;
       if (block != 0 && (block < 0 || block % 32 != 0 ||
                          (format.int8_activation_rows > 0 && weight.size(1) % block != 0))) {
@@ -269,11 +269,6 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
                     std::to_string(format.group_size) + " (choose one that divides them)");
       }
       if (!weight.device().is_cpu()) {
-        if (format.int8_activation_rows > 0) {
-          throw Error(
-              "model.int8_activation_rows: int8 activations run on CPU only so far; set 0 on " +
-              weight.device().str());
-        }
         const Int4Cuda packed = pack_int4_cuda(quantize_int4(weight, format.group_size));
         qweight = packed.packed;
         scales = packed.scales_and_zeros;

@@ -101,8 +101,8 @@ at::Tensor dequantize_int4(const Int4Weight& w);
 // of them.
 struct Int4Cuda {
   at::Tensor packed;            // the kernel's layout (int32 tiles)
-  at::Tensor scales_and_zeros;  // bfloat16 [in / group, out rounded up to 8, 2]
-  int64_t out_features = 0;     // the weight's outputs (the kernel's, rounded up to 8, are cut)
+  at::Tensor scales_and_zeros;  // bfloat16 [in / group, out rounded up to 8, 2]; the product's
+                                // outputs past the weight's (Projection::out_features) are cut
 };
 Int4Cuda pack_int4_cuda(const Int4Weight& w);
 // The weight the CUDA kernel multiplies by, in float32 (for tests; any device).
