@@ -20,6 +20,7 @@
 #include "experiments/cli_parts.h"
 #include "experiments/compare.h"
 #include "experiments/experiment_config.h"
+#include "experiments/plugin_check.h"
 #include "experiments/process.h"
 #include "experiments/quality.h"
 #include "experiments/results.h"
@@ -80,10 +81,12 @@ const char* kUsage = R"(usage: gengraph [--plugin LIB.so]... COMMAND ...
       distribution-free interval from both files' repeats, and the settings that differ; --output
       writes the comparison as JSON too.
   gengraph submit CONFIG.yaml [--set KEY=VALUE]... [--slurm-option KEY=VALUE]... [--job-dir DIR]
-  gengraph submit --rerun DIR [--slurm-option KEY=VALUE]...
+                  [--gengraph PATH]
+  gengraph submit --rerun DIR [--slurm-option KEY=VALUE]... [--gengraph PATH]
       Check every sweep point, then run them on Slurm as one job array (one task per point), with
       the resources of the experiment's cluster: block; --rerun submits the points without a
-      result again. Parts land in DIR (default results/<name>.slurm/).
+      result again. Parts land in DIR (default results/<name>.slurm/). The tasks run this
+      gengraph binary, or the one --gengraph names.
   gengraph collect DIR|JOB_ID [--output FILE]
       Merge a submitted job's parts into one results file, as `gengraph run` writes it; exit 3
       naming the points that failed or have no result yet.
@@ -94,6 +97,10 @@ const char* kUsage = R"(usage: gengraph [--plugin LIB.so]... COMMAND ...
   gengraph models        List the models: presets (random weights) and known real models, with
                          whether each real one is set up here and its folder.
   gengraph presets       List the built-in model presets.
+  gengraph plugin check LIB.so [--timeout SECONDS]
+      Load a plug-in in a child process first (default limit 60 s) and say what it registers,
+      or how it failed: refused (the reason), a crash, exit() or abort() in its own code, or a
+      registration that does not return. Plug-ins are trusted code: this is how to try one.
   gengraph paths         Where the Python tools and their Python were found, and why there
                          (GENGRAPH_ROOT, GENGRAPH_PYTHON, the install's own, the source tree).
 Exit status: 0 done; 1 an error (nothing written); 2 a usage error; 3 results written, but some
@@ -289,7 +296,15 @@ int run_quality(const Args& a) {
     o.formats.push_back(f);
   }
   if (o.formats.empty()) throw UsageError("--weights: expected a list such as int8,int4");
-  o.group_size = count_flag(a, "--group-size", 32, 256);
+  if (const auto g = a.quality.find("--group-size"); g != a.quality.end()) {
+    const std::string& v = g->second;  // model.group_size's check, in the flag's words
+    if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos ||
+        !is_group_size(std::stoll(v))) {
+      throw UsageError("--group-size: expected " + std::string(kGroupSizes) + ", found '" + v +
+                       "'");
+    }
+    o.group_size = std::stoll(v);
+  }
   if (a.quality.count("--text-file")) o.text_file = a.quality.at("--text-file");
   o.windows = count_flag(a, "--windows", 8, 256);
   o.window = count_flag(a, "--window", 256, 8192);
@@ -305,7 +320,7 @@ int run_quality(const Args& a) {
   std::ostringstream sink;
   const nlohmann::json doc =
       measure_quality(o, a.quiet ? static_cast<std::ostream&>(sink) : std::cerr);
-  write_file_atomically(out, doc.dump(2) + "\n", "quality results");
+  write_outputs(doc, out, "");  // as run writes its results: missing folders made
   print(format_quality(doc) + "results: " + out + "\n",
         "; the results were written to '" + out + "'");
   return 0;
@@ -344,7 +359,10 @@ int list_models() {
     try {
       const KnownModelStatus s = known_model_status(m.name);
       where = s.ready ? "set up here: " + s.folder.string()
-                      : "not set up here (" + s.folder.string() + " is missing" +
+              : !s.refused.empty()
+                  ? "not usable here: '" + s.folder.string() + "': " + s.refused +
+                        "; run tools/fetch_real_model.py (or scripts/setup.sh) to convert it again"
+                  : "not set up here (" + s.folder.string() + " is missing" +
                             (s.unavailable_reason.empty()
                                  ? ""
                                  : "; the set-up said: " + s.unavailable_reason) +
@@ -424,10 +442,11 @@ int run_cli(int argc_in, char** argv_in) {
     }
     const std::vector<std::string> commands = {
         "run",    "generate", "validate", "show", "compare", "backends", "presets",
-        "models", "submit",   "collect",  "task", "quality", "paths"};
+        "models", "submit",   "collect",  "task", "quality", "paths",    "plugin"};
     if (std::find(commands.begin(), commands.end(), cmd) == commands.end()) {
       throw UsageError("unknown command '" + cmd + "'");
     }
+    if (cmd == "plugin") return plugin_command({argv + 2, argv + argc}, std::cout, std::cerr);
     const Args a = parse_args(argc, argv, 2);
     if (cmd == "run") {
       check_usage(cmd, a, {"--set", "--output", "--quiet"}, 1);
@@ -460,12 +479,13 @@ int run_cli(int argc_in, char** argv_in) {
     }
     if (cmd == "submit") {
       if (!a.rerun.empty()) {
-        check_usage(cmd, a, {"--rerun", "--slurm-option"}, 0);
-        resubmit_missing(a.rerun, a.slurm_options, std::cout);
+        check_usage(cmd, a, {"--rerun", "--slurm-option", "--gengraph"}, 0);
+        resubmit_missing(a.rerun, a.slurm_options, std::cout, a.gengraph);
         return 0;
       }
-      check_usage(cmd, a, {"--set", "--slurm-option", "--job-dir"}, 1);
-      submit_experiment(a.positional[0], a.sets, a.slurm_options, a.job_dir, std::cout);
+      check_usage(cmd, a, {"--set", "--slurm-option", "--job-dir", "--gengraph"}, 1);
+      submit_experiment(a.positional[0], a.sets, a.slurm_options, a.job_dir, std::cout,
+                        a.gengraph);
       return 0;
     }
     if (cmd == "collect") {

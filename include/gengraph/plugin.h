@@ -36,8 +36,12 @@ namespace gengraph {
 
 // Loads the library at `path` and runs its registration, once per library (a second load of the
 // same file does nothing). Throws gengraph::Error naming the file and what is wrong: missing, not
-// a loadable library (the loader's reason), not a gengraph plug-in (no GENGRAPH_PLUGIN), built for
-// another GENGRAPH_PLUGIN_ABI, or a registration that failed (a name already registered, ...).
+// a 64-bit shared library for this machine, cut short or damaged (checked in its ELF headers
+// before the dynamic loader maps it), not a loadable library (the loader's reason), not a gengraph
+// plug-in (no GENGRAPH_PLUGIN, or its two symbols not functions of the library), built for another
+// GENGRAPH_PLUGIN_ABI, or a registration that failed or threw anything (a name already
+// registered, ...). A plug-in is trusted code: its own abort(), exit() or crash ends the process;
+// `gengraph plugin check LIB.so` tries one in a child process first (docs/extending.md#plug-ins).
 void load_plugin(const std::string& path);
 
 // Loads each library the environment variable GENGRAPH_PLUGINS names (paths separated by ':',

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -98,7 +100,9 @@ TEST(Plugins, AnUnusableLibraryIsRefusedNamingItAndWhy) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {missing, "plug-in '" + missing + "': no such file"},
       {dir.path().string(), "plug-in '" + dir.path().string() + "': not a file"},
-      {text, "plug-in '" + text + "': cannot be loaded as a shared library: "},
+      {text, "plug-in '" + text +
+                 "': not a shared library: expected an ELF file (one that begins with \\x7fELF), "
+                 "found other bytes"},
       {plugin("gengraph_test_plugin_no_entry"),
        "': not a gengraph plug-in: it defines no gengraph_plugin_abi and gengraph_plugin_register"},
       {plugin("gengraph_test_plugin_old_abi"),
@@ -124,6 +128,101 @@ TEST(Plugins, AnUnusableLibraryIsRefusedNamingItAndWhy) {
   EXPECT_EQ(rc, 2);
   EXPECT_THAT(err, HasSubstr("--plugin: expected the path of a plug-in library"));
   EXPECT_THAT(err, Not(HasSubstr("unknown option")));
+}
+
+// A copy of a built plug-in, changed by `edit`, in `dir`.
+fs::path damaged_copy(const TempDir& dir, const std::string& name,
+                      const std::function<void(std::string&)>& edit) {
+  std::string bytes = testing::read_file(plugin("gengraph_test_plugin_no_entry"));
+  edit(bytes);
+  const fs::path out = dir / (name + ".so");
+  testing::write_file(out, bytes);
+  return out;
+}
+
+// Each of these crashed the process inside dlopen or at the first call (SIGBUS, SIGSEGV) or
+// ended it through std::terminate (SIGABRT); now each is refused, exit 1, naming the file and why.
+TEST(Plugins, DamagedForeignOrMisdeclaredLibrariesAreRefusedNotCrashedOn) {
+  if (testing::cli_binary().empty()) GTEST_SKIP() << "the gengraph binary is not built here";
+  TempDir dir;
+  const auto set_u16 = [](std::string& b, size_t at, uint16_t v) {
+    b[at] = static_cast<char>(v & 0xff);
+    b[at + 1] = static_cast<char>(v >> 8);
+  };
+  const std::vector<std::pair<fs::path, std::string>> cases = {
+      {damaged_copy(dir, "cut_1000", [](std::string& b) { b.resize(1000); }),
+       "': the file is cut short or damaged: "},
+      {damaged_copy(dir, "cut_half", [](std::string& b) { b.resize(b.size() / 2); }),
+       "': the file is cut short or damaged: "},
+      {damaged_copy(dir, "cut_header", [](std::string& b) { b.resize(40); }),
+       "': the file is cut short: 40 bytes, fewer than an ELF header's 64"},
+      {damaged_copy(dir, "arm", [&](std::string& b) { set_u16(b, 18, 183); }),
+       "': built for AArch64, but this gengraph runs on x86-64"},
+      {damaged_copy(dir, "elf32", [](std::string& b) { b[4] = 1; }),
+       "': a 32-bit ELF file; this gengraph loads 64-bit x86-64 libraries"},
+      {damaged_copy(dir, "object", [&](std::string& b) { set_u16(b, 16, 1); }),
+       "': not a shared library: an ELF object file (.o); build it as a MODULE or SHARED library"},
+      {damaged_copy(dir, "empty", [](std::string& b) { b.clear(); }),
+       "': not a shared library: expected an ELF file (one that begins with \\x7fELF), found an "
+       "empty file"},
+      {plugin("gengraph_test_plugin_abi_variable"),
+       "': gengraph_plugin_abi is a variable, expected the function GENGRAPH_PLUGIN defines"},
+      {plugin("gengraph_test_plugin_throws_int"),
+       "': its registration failed: it threw something that is not a std::exception"},
+  };
+  for (const auto& [path, expected] : cases) {
+    const auto [rc, err] = stock_cli(dir, "--plugin '" + path.string() + "' presets");
+    EXPECT_EQ(rc, 1) << path << "\n" << err;
+    EXPECT_THAT(err, HasSubstr("plug-in '" + path.string() + expected)) << path;
+    EXPECT_THAT(err, Not(HasSubstr("terminate called"))) << path;
+  }
+}
+
+// `gengraph plugin check LIB.so` loads the library in a child gengraph: what a plug-in's own
+// abort(), exit() or endless registration would do to a run, it does to the child, and the
+// check says which.
+TEST(Plugins, CheckTriesAPluginInAChildProcessAndSaysHowItEnded) {
+  if (testing::cli_binary().empty()) GTEST_SKIP() << "the gengraph binary is not built here";
+  TempDir dir;
+  {
+    const auto [rc, err] =
+        stock_cli(dir, "plugin check '" + plugin("gengraph_example_plugin") + "'");
+    ASSERT_EQ(rc, 0) << err;
+    const std::string out = testing::read_file(dir / "stdout");
+    EXPECT_THAT(out, HasSubstr("': loads in a child process; it registers"));
+    EXPECT_THAT(out, HasSubstr("backends: recompute"));
+    EXPECT_THAT(out, HasSubstr("search strategies: epsilon_greedy"));
+  }
+  const fs::path cut = damaged_copy(dir, "cut", [](std::string& b) { b.resize(b.size() / 2); });
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {plugin("gengraph_test_plugin_aborts"),
+       "': crashed the process loading it: signal 6 (Aborted), from abort()"},
+      {plugin("gengraph_test_plugin_exits"),
+       "': ended the process loading it with exit status 0 (exit() in its own code)"},
+      {plugin("gengraph_test_plugin_clash"),
+       "': its registration failed: backend 'eager' is already registered"},
+      {cut.string(), "': the file is cut short or damaged: "},
+  };
+  for (const auto& [path, expected] : cases) {
+    const auto [rc, err] = stock_cli(dir, "plugin check '" + path + "'");
+    EXPECT_EQ(rc, 1) << path << "\n" << err;
+    EXPECT_THAT(err, HasSubstr("error: plug-in '" + path + expected)) << path;
+  }
+  // A registration that never returns: stopped at the limit (a bound, not a timing claim).
+  const auto start = std::chrono::steady_clock::now();
+  const auto [rc, err] =
+      stock_cli(dir, "plugin check '" + plugin("gengraph_test_plugin_hangs") + "' --timeout 1");
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("': still loading after 1 s (its registration does not return)"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+  // Usage errors.
+  for (const std::string& args :
+       {std::string("plugin"), std::string("plugin run x.so"), std::string("plugin check"),
+        std::string("plugin check x.so --timeout 0")}) {
+    const auto [urc, uerr] = stock_cli(dir, args);
+    EXPECT_EQ(urc, 2) << args << "\n" << uerr;
+    EXPECT_THAT(uerr, HasSubstr("error: ")) << args;
+  }
 }
 
 }  // namespace
