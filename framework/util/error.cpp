@@ -356,8 +356,9 @@ FileLock::FileLock(const std::filesystem::path& path, const std::string& what, d
                     seconds_text(timeout_s) + " s)");
       }
       if (!said && log) {
-        *log << "gengraph: waiting for " << what << " " << file << ", held by " << who << " (up to "
-             << seconds_text(timeout_s) << " s; GENGRAPH_LOCK_TIMEOUT_S)\n";
+        // How long first: the path and the holder's command can fill a terminal line.
+        *log << "gengraph: waiting for " << what << " for up to " << seconds_text(timeout_s)
+             << " s (GENGRAPH_LOCK_TIMEOUT_S sets it): " << file << " is held by " << who << "\n";
         log->flush();
         said = true;
       }

@@ -11,6 +11,7 @@
 #include "experiments/experiment_config.h"
 #include "framework/model/known_models.h"
 #include "framework/util/error.h"
+#include "tests/framework/model/real_model_cache_support.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -22,18 +23,10 @@ using testing::ScopedEnv;
 
 const std::string kName = "smollm2-135m";
 
-std::filesystem::path fixture_model() {
-  return std::filesystem::path(testing::fixtures_dir()) / "models" / "gpt2-a";
-}
-
-// A cache whose models/<kName> is a copy of a small fixture model folder, linked as the set-up
-// links it (models/<name> -> models/<name>-<hash>); returns the folder itself.
+// A cache whose models/<kName> is the set-up's link to a copy of a small fixture model folder
+// with the set-up's marker (models/<name> -> models/<name>-<hash>); returns the folder itself.
 std::filesystem::path set_up_model(const TempDir& cache) {
-  const auto real = cache / "models" / (kName + "-0123456789ab");
-  std::filesystem::create_directories(real);
-  std::filesystem::copy(fixture_model(), real, std::filesystem::copy_options::recursive);
-  std::filesystem::create_directory_symlink(kName + "-0123456789ab", cache / "models" / kName);
-  return std::filesystem::canonical(real);
+  return testing::set_up_fake_real_model(cache.path());
 }
 
 TEST(KnownModels, TheTableNamesEachModelWithItsLicenseAndOrigin) {
@@ -90,9 +83,11 @@ TEST(KnownModels, AMissingModelIsNamedWithWhereItWasLookedForAndHowToGetIt) {
                            (cache / "models" / kName).string() + "')"));
   EXPECT_THAT(e, HasSubstr("run scripts/setup.sh"));
   EXPECT_FALSE(known_model_status(kName).ready);
-  // A folder without config.json is not a set-up model either, and is said to be so.
+  // A folder of its own in the set-up's link's place is not a set-up model either, and is said to
+  // be so (tests/framework/model/test_real_model_cache.cpp has the other cases).
   std::filesystem::create_directories(cache / "models" / kName);
-  EXPECT_THAT(error_of([] { resolve_known_model(kName); }), HasSubstr("holds no config.json"));
+  EXPECT_THAT(error_of([] { resolve_known_model(kName); }),
+              HasSubstr("it is a folder, not the set-up's link"));
 }
 
 TEST(KnownModels, AnUnavailableModelGivesTheSetUpsReason) {
@@ -132,6 +127,7 @@ TEST(KnownModels, YamlModelNameResolvesToTheFolder) {
               }),
               HasSubstr("has no tokenizer"));
   write_file(real / "tokenizer.json", "{}");
+  testing::write_real_model_marker(real);  // as if the conversion had written it
   EXPECT_EQ(parse_experiment("model: {name: " + kName + "}\ninputs: {texts: [hi]}\n", "t.yaml")
                 .inputs.texts,
             std::vector<std::string>{"hi"});
