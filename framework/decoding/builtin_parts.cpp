@@ -391,7 +391,8 @@ void register_builtin_candidates(Registry<CandidateGeneratorInfo>& registry) {
       "assistant_model): model, weights, backend, options, num_tokens, schedule, sampling";
   draft.check_params = [](const nlohmann::json& p) { read_draft_model_options(p); };
   draft.create = [](const nlohmann::json& p, const PartContext& x) {
-    return std::make_unique<DraftModel>(read_draft_model_options(p), x.target, x.max_length);
+    return std::make_unique<DraftModel>(read_draft_model_options(p), x.target, x.max_length,
+                                        x.prompt_length);
   };
   registry.add(std::move(draft));
 
@@ -405,11 +406,12 @@ void register_builtin_candidates(Registry<CandidateGeneratorInfo>& registry) {
   early.from_settings = [](const GenerationConfig& c, const PartContext& x) {
     DraftModelOptions o;  // transformers' num_assistant_tokens 20, schedule constant
     o.layers = *c.assistant_early_exit;
-    return std::make_unique<DraftModel>(o, x.target, x.max_length);
+    return std::make_unique<DraftModel>(o, x.target, x.max_length, x.prompt_length);
   };
   early.check_params = [](const nlohmann::json& p) { read_early_exit_options(p); };
   early.create = [](const nlohmann::json& p, const PartContext& x) {
-    return std::make_unique<DraftModel>(read_early_exit_options(p), x.target, x.max_length);
+    return std::make_unique<DraftModel>(read_early_exit_options(p), x.target, x.max_length,
+                                        x.prompt_length);
   };
   registry.add(std::move(early));
 }

@@ -1,7 +1,9 @@
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
 
 #include "framework/decoding/candidates/candidate_generator.h"
 #include "framework/decoding/generator.h"
@@ -40,17 +42,59 @@ bool emit(const TokenStream& stream, const StepDecision& d, int64_t per_input, i
   return go_on;
 }
 
-// NaN in the prompts' logits: weights that are finite (the load checks that) but whose forward
-// overflows, as a checkpoint from a diverged run or random weights drawn too wide do. Search over
-// NaN gives garbage without a word ([0] tokens, -nan scores); one read per generation says so.
-at::Tensor checked_prompt_logits(at::Tensor logits) {
-  if (at::isnan(logits).any().item<bool>()) {
-    throw Error(
-        "the model's logits for the prompts hold NaN values: its weights are finite but its "
-        "forward overflows (a checkpoint from a diverged run, or random weights drawn too wide: "
-        "a large initializer_range); the generated tokens would be garbage");
+// The largest magnitude of `logits` (max |x|) as a [] float tensor: one reduction, NaN when
+// any logit is NaN, inf when any is infinite, else finite. Exactly "every logit is finite", where
+// a sum could overflow to inf over finite values.
+at::Tensor largest_magnitude(const at::Tensor& logits) {
+  return at::linalg_vector_norm(logits, std::numeric_limits<double>::infinity(), std::nullopt,
+                                false, at::kFloat);
+}
+
+// "NaN", "inf" or "-inf".
+std::string nonfinite_name(double v) { return std::isnan(v) ? "NaN" : (v > 0 ? "inf" : "-inf"); }
+
+// Where `logits` ([rows, vocab]) first holds a value that is not finite, and how many such values
+// it holds: "row 0: NaN at token 123; 4 non-finite values in all". Read on the error path only.
+std::string first_nonfinite(const at::Tensor& logits) {
+  const at::Tensor l = logits.to(at::kCPU, at::kFloat).reshape({logits.size(0), -1});
+  const at::Tensor bad = at::isfinite(l).logical_not();
+  const int64_t count = bad.sum().item<int64_t>();
+  if (count == 0) return "";
+  const at::Tensor where = bad.nonzero()[0];  // [row, token], row-major first
+  const int64_t row = where[0].item<int64_t>(), token = where[1].item<int64_t>();
+  return "row " + std::to_string(row) + ": " + nonfinite_name(l[row][token].item<double>()) +
+         " at token " + std::to_string(token) +
+         (count > 1 ? "; " + std::to_string(count) + " non-finite values in all" : "");
+}
+
+// NaN or inf in a backend's logits: search over them gives garbage without a word (greedy picks
+// token 0, scores are -nan). Finite weights whose forward overflows do this (a checkpoint from a
+// diverged run, random weights drawn too wide), and so does a backend that computes wrong values
+// (a Python or plug-in backend, a damaged graph). `step` 0 is the prompts' (the prefill), else
+// the decode step; `detail` says where, when known.
+[[noreturn]] void refuse_nonfinite(const ForwardBackend& backend, int64_t step,
+                                   const std::string& detail) {
+  const std::string where = detail.empty() ? "" : " (" + detail + ")";
+  if (step == 0) {
+    const bool nan = detail.find("NaN") != std::string::npos;
+    throw Error("the model's logits for the prompts hold " + std::string(nan ? "NaN" : "infinite") +
+                " values (backend '" + backend.name() + "'" +
+                (detail.empty() ? "" : ", " + detail) +
+                "): its weights are finite but its forward overflows (a checkpoint from a "
+                "diverged run, or random weights drawn too wide: a large initializer_range), or "
+                "the backend computes wrong values; the generated tokens would be garbage");
   }
-  return logits;
+  throw Error("backend '" + backend.name() + "' gave non-finite logits at decode step " +
+              std::to_string(step) + where +
+              ": the model's forward overflows, or the backend computes wrong values; the "
+              "generated tokens would be garbage");
+}
+
+// Checks the logits of `step` at once (one reduction and one read).
+void check_finite_now(const ForwardBackend& backend, const at::Tensor& logits, int64_t step) {
+  if (!std::isfinite(largest_magnitude(logits).item<float>())) {
+    refuse_nonfinite(backend, step, first_nonfinite(logits));
+  }
 }
 
 // The logits as the parts read them: float32 (no operator when they already are).
@@ -144,6 +188,7 @@ void Generator::set_up(ForwardBackend& backend, Pipeline pipe, int64_t rows, int
     written_ = at::zeros({}, l);
     running_ = at::zeros({}, l.dtype(at::kBool));
     live_steps_ = at::zeros({}, l);
+    magnitudes_ = at::zeros({max_length}, l.dtype(at::kFloat));
   }
 }
 
@@ -154,7 +199,7 @@ void Generator::forget() {
   static_decode_ = nullptr;
   pipe_ = Pipeline{};
   seqs_ = Sequences{};
-  written_ = running_ = live_steps_ = at::Tensor();
+  written_ = running_ = live_steps_ = magnitudes_ = at::Tensor();
   reorder_ = false;
 }
 
@@ -216,8 +261,9 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
   strategy.begin(seqs_);
 
   const auto t0 = Clock::now();
-  const at::Tensor first = checked_prompt_logits(as_float(
-      backend_->prefill(StepInputs{input_ids, input_positions, input_valid, {}, per_input_})));
+  const at::Tensor first = as_float(
+      backend_->prefill(StepInputs{input_ids, input_positions, input_valid, {}, per_input_}));
+  check_finite_now(*backend_, first, 0);
   at::Tensor last_pos = input_positions.narrow(1, len - 1, 1);  // [batch, 1]
   if (per_input_ > 1) last_pos = last_pos.repeat_interleave(per_input_, 0);
 
@@ -231,6 +277,43 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
     running_.fill_(true);
     live_steps_.zero_();
   }
+  // NaN or inf logits are refused at every decode step (refuse_nonfinite), one reduction a step.
+  // On the CPU the host loop checks each step's logits before deciding over them (a read costs no
+  // wait there). On CUDA the host loop reads the step's check where it reads the flag anyway; the
+  // whole step keeps each step's largest magnitude on the device (magnitudes_, by cache slot, so
+  // a captured graph records it) and reads those of the steps since its last read at its own
+  // flag reads, the steps that decided while running only.
+  const bool check_at_once = !whole && !device.is_cuda();
+  at::Tensor pending;        // the host loop on CUDA: the last step's largest magnitude, unread
+  int64_t pending_step = 0;  // its decode step
+  int64_t checked = 0;       // the whole step: decode steps 1 .. checked were read
+  const auto check_pending = [&] {
+    if (!pending.defined()) return;
+    const double m = pending.item<double>();
+    pending = at::Tensor();
+    if (!std::isfinite(m)) {
+      refuse_nonfinite(*backend_, pending_step, std::isnan(m) ? "NaN" : "an infinite value");
+    }
+  };
+  const auto check_steps = [&](int64_t through) {  // the whole step: decode steps up to `through`
+    if (through <= checked) return;
+    const at::Tensor m = magnitudes_.narrow(0, len + checked, through - checked);
+    if (!at::isfinite(m).all().item<bool>()) {
+      const at::Tensor host = m.to(at::kCPU);
+      for (int64_t i = 0; i < host.size(0); ++i) {
+        const double v = host[i].item<double>();
+        if (std::isfinite(v)) continue;
+        const int64_t bad = checked + 1 + i;
+        // The logits buffer still holds the step's logits when it was the last one run.
+        refuse_nonfinite(*backend_, bad,
+                         bad == through ? first_nonfinite(static_decode_->logits)
+                                        : (std::isnan(v) ? "NaN" : "an infinite value"));
+      }
+    }
+    checked = through;
+  };
+  int64_t run = 1;  // the decode step
+
   StepDecision last;
   const auto decide = [&](const at::Tensor& logits) {
     if (whole) live_steps_.add_(running_);
@@ -256,10 +339,20 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
   const auto step = [&] {
     if (whole) {
       static_decode_->run(reorder_);
+      magnitudes_.index_copy_(0, static_decode_->slot,
+                              largest_magnitude(static_decode_->logits).view({1}));
       static_decode_->slot.add_(1);
       decide(as_float(static_decode_->logits));
     } else {
-      decide(as_float(backend_->decode(StepInputs{next_ids, last_pos, one_valid, parents})));
+      const at::Tensor logits =
+          as_float(backend_->decode(StepInputs{next_ids, last_pos, one_valid, parents}));
+      if (check_at_once) {
+        check_finite_now(*backend_, logits, run);
+      } else {
+        pending = largest_magnitude(logits);
+        pending_step = run;
+      }
+      decide(logits);
     }
   };
   // The host loop reads the flag before every step; the whole step before the first decode step
@@ -273,11 +366,13 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
   if (sync_) sync_();
   out.time_to_first_token_s = since(t0);
   out.whole_step = whole;
-  int64_t run = 1;
   for (; go_on && run < max_steps; ++run) {
     if (run == 1 || run % sync_every == 0) {
       ++out.flag_reads;
-      if (!running_.item<bool>()) break;
+      const bool running = running_.item<bool>();
+      check_pending();
+      if (whole && running) check_steps(run - 1);
+      if (!running) break;
     }
     // In the first generation of a shape the first decode step runs uncaptured (it creates what
     // the parts make on first use), the graph records the second and replays from then on; later
@@ -293,14 +388,19 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
       replay_();
     } else {
       step();
-      if (stream) go_on = emit(stream, last, per_input_, run);
+      if (stream) {
+        check_pending();
+        go_on = emit(stream, last, per_input_, run);
+      }
     }
   }
+  check_pending();
   if (sync_) sync_();
   out.seconds = since(t0);
   out.steps_run = run;
   // Decisions made while the strategy ran: every one in the host loop, which stops at once.
   out.steps = whole ? live_steps_.item<int64_t>() : run;
+  if (whole) check_steps(out.steps - 1);  // the prefill made the first decision
 }
 
 // Speculative decoding (candidates/candidate_generator.h), one prompt and one sequence, in the
@@ -333,18 +433,18 @@ void Generator::run_speculative(const std::vector<int64_t>& prompt, int64_t pad,
   std::vector<int64_t> history = prompt;  // the row's tokens on the host, for the candidates
 
   const auto t0 = Clock::now();
-  const at::Tensor first =
-      checked_prompt_logits(as_float(backend_->prefill(StepInputs{seqs_.buffer.narrow(1, 0, len),
-                                                                  at::arange(len, l).unsqueeze(0),
-                                                                  seqs_.prompt_valid,
-                                                                  {},
-                                                                  1})));
+  const at::Tensor first = as_float(backend_->prefill(StepInputs{
+      seqs_.buffer.narrow(1, 0, len), at::arange(len, l).unsqueeze(0), seqs_.prompt_valid, {}, 1}));
+  check_finite_now(*backend_, first, 0);
   bool go_on = true, running = true;
   int64_t steps = 0;
   // One decision at the current length, by the strategy's own rule or by `choose` (speculative
   // sampling); its token joins the history.
   const auto decide = [&](const at::Tensor& logits,
                           const std::function<at::Tensor(const at::Tensor&)>& choose = {}) {
+    // The prefill's logits were checked; each verified position's are before they are decided
+    // over (this loop reads every decision on the host already).
+    if (steps > 0) check_finite_now(*backend_, logits, steps);
     const StepDecision d =
         choose ? strategy.step_choosing(logits, pipe_.processors, seqs_, pipe_.stopping, choose)
                : strategy.step(logits, pipe_.processors, seqs_, pipe_.stopping);

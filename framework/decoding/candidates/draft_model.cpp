@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -16,6 +17,7 @@
 #include "framework/model/loader.h"
 #include "framework/model/model_registry.h"
 #include "framework/util/error.h"
+#include "framework/util/path_errors.h"
 
 namespace gengraph {
 namespace {
@@ -42,9 +44,9 @@ std::shared_ptr<const CausalLM> load_draft(const DraftModelOptions& o, const Cau
   ModelSource src;
   if (o.model.rfind("preset:", 0) == 0) {
     src.preset = o.model.substr(7);
-  } else if (!std::filesystem::exists(o.model) && find_known_model(o.model) != nullptr) {
+  } else if (!checked_exists(o.model, "'model'") && find_known_model(o.model) != nullptr) {
     src.path = resolve_known_model(o.model);
-  } else if (std::filesystem::is_directory(o.model)) {
+  } else if (checked_is_directory(o.model, "'model'")) {
     src.path = o.model;
   } else {
     throw Error("'model': '" + o.model +
@@ -182,6 +184,39 @@ class DraftBackends {
   }
 };
 
+// The draft reads the prompt and writes the candidates in a cache of the generation's length: a
+// context shorter than that would index past its position table ("index out of range in self")
+// halfway through the generation. Refused before any work, as the target's own check does.
+void check_draft_context(const ModelConfig& draft, const ModelConfig& target, int64_t max_length,
+                         int64_t prompt_length) {
+  if (max_length <= draft.max_positions) return;
+  const std::string contexts = "the draft model " + draft.source + " has a context of " +
+                               std::to_string(draft.max_positions) +
+                               " positions (the target model " + target.source + " has " +
+                               std::to_string(target.max_positions) + ")";
+  if (prompt_length >= draft.max_positions) {
+    throw Error(contexts + ": the longest prompt has " + std::to_string(prompt_length) +
+                " tokens; use a draft with a longer context, or shorter prompts");
+  }
+  throw Error(contexts + ": the longest prompt (" + std::to_string(prompt_length) +
+              " tokens) plus " + std::to_string(max_length - prompt_length) + " new tokens needs " +
+              std::to_string(max_length) +
+              "; use a draft with a longer context, shorter prompts or a smaller max_new_tokens");
+}
+
+// NaN or inf in the draft's logits: its candidates (and, when sampling, the distribution they
+// are kept by) would be garbage; sampling would end in LibTorch's "probability tensor contains
+// either inf, nan or element < 0". One reduction, read with the choice that is read anyway.
+void check_draft_logits(const ForwardBackend& backend, const at::Tensor& logits) {
+  const double m = at::linalg_vector_norm(logits, std::numeric_limits<double>::infinity(),
+                                          std::nullopt, false, at::kFloat)
+                       .item<double>();
+  if (std::isfinite(m)) return;
+  throw Error("the draft model's backend '" + backend.name() + "' gave " +
+              (std::isnan(m) ? "NaN" : "infinite") + " logits (" + backend.model().config().source +
+              "): its forward overflows, or the backend computes wrong values");
+}
+
 at::Tensor row(const std::vector<int64_t>& tokens, size_t from, const c10::Device& device) {
   return at::tensor(
              std::vector<int64_t>(tokens.begin() + static_cast<std::ptrdiff_t>(from), tokens.end()),
@@ -250,12 +285,14 @@ std::shared_ptr<const CausalLM> early_exit_model(const CausalLM& target, int64_t
   return last;
 }
 
-DraftModel::DraftModel(DraftModelOptions options, const CausalLM* target, int64_t max_length)
+DraftModel::DraftModel(DraftModelOptions options, const CausalLM* target, int64_t max_length,
+                       int64_t prompt_length)
     : options_(std::move(options)), max_length_(max_length), num_tokens_(options_.num_tokens) {
   if (target == nullptr) return;  // checked, not run
-  backend_ = DraftBackends::take(
-      options_.layers ? early_exit_model(*target, options_.layers) : load_draft(options_, *target),
-      options_);
+  const std::shared_ptr<const CausalLM> draft =
+      options_.layers ? early_exit_model(*target, options_.layers) : load_draft(options_, *target);
+  check_draft_context(draft->config(), target->config(), max_length, prompt_length);
+  backend_ = DraftBackends::take(draft, options_);
 }
 
 int64_t draft_backends_created() { return DraftBackends::created().load(); }
@@ -307,6 +344,7 @@ std::vector<int64_t> DraftModel::draft(const std::vector<int64_t>& history, int6
   }
   std::vector<int64_t> out;
   for (int64_t i = 0;; ++i) {
+    check_draft_logits(*backend_, logits);
     if (process != nullptr) {
       // A draw from the draft's processed distribution (the default generator), kept with it.
       const at::Tensor q = at::softmax((*process)(out, logits.to(at::kFloat)), -1);  // [1, vocab]

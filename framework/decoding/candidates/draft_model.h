@@ -68,8 +68,11 @@ int64_t draft_backends_created();
 class DraftModel final : public CandidateGenerator {
  public:
   // `target`: the model being decoded (its device, dtype and vocabulary size); null when the
-  // pipeline is only checked, and then nothing is loaded. `max_length`: the generation's.
-  DraftModel(DraftModelOptions options, const CausalLM* target, int64_t max_length);
+  // pipeline is only checked, and then nothing is loaded. `max_length`: the generation's (the
+  // padded prompt of `prompt_length` tokens and the new tokens); refused, naming both models'
+  // contexts, when the draft's context is shorter.
+  DraftModel(DraftModelOptions options, const CausalLM* target, int64_t max_length,
+             int64_t prompt_length = 0);
   // Gives the draft's backend back for the next generation (a trace draft is not traced again).
   ~DraftModel() override;
   DraftModel(const DraftModel&) = delete;
