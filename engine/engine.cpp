@@ -20,6 +20,7 @@
 #include "framework/text/tokenizer.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
+#include "framework/util/path_errors.h"
 
 namespace gengraph {
 
@@ -87,7 +88,7 @@ namespace {
 // "preset:NAME" always a preset.
 ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
   ModelSource src;
-  if (!std::filesystem::exists(model) && find_known_model(model) != nullptr) {
+  if (!checked_exists(model, "Engine: model") && find_known_model(model) != nullptr) {
     // A known real model (gengraph models): its folder where the set-up put it, or an Error
     // saying it is not set up here and why.
     return model_source_of(resolve_known_model(model).string(), o);
@@ -96,13 +97,13 @@ ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
     src.preset = model.substr(7);
     src.config_overrides = o.model_config;
     src.seed = o.weights_seed;
-  } else if (std::filesystem::is_directory(model)) {
+  } else if (checked_is_directory(model, "Engine: model")) {
     src.path = model;
     if (!o.model_config.is_null()) {
       throw Error("Engine: model_config applies to presets; '" + model +
                   "' is a folder (edit its config.json instead)");
     }
-  } else if (std::filesystem::exists(model)) {
+  } else if (checked_exists(model, "Engine: model")) {
     throw Error("Engine: model '" + model +
                 "' is not a folder: it is a file (expected a folder with config.json and "
                 "model.safetensors, a preset name or a known model name)");

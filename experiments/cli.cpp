@@ -35,6 +35,7 @@
 #include "framework/model/model_registry.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
+#include "framework/util/path_errors.h"
 
 namespace gengraph {
 namespace {
@@ -195,7 +196,7 @@ std::string generate_yaml(const Args& a) {
   const char* builtin = preset_named ? "built-in preset" : "known real model";
   if (model.rfind("preset:", 0) == 0) {
     model = model.substr(7);
-  } else if (std::filesystem::exists(model)) {
+  } else if (checked_exists(model, "--model")) {
     std::error_code ec;
     const bool model_folder =
         std::filesystem::is_regular_file(std::filesystem::path(model) / "config.json", ec);
@@ -567,6 +568,9 @@ int run_cli(int argc_in, char** argv_in) {
     return 1;
   } catch (const c10::Error& e) {  // LibTorch's message, without its C++ stack
     std::cerr << "error: " << shown(e.what_without_backtrace()) << "\n";
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {  // one no reader put in our words
+    std::cerr << "error: " << shown(describe_filesystem_error(e)) << "\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << shown(e.what()) << "\n";

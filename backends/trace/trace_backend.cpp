@@ -15,6 +15,7 @@
 #include "framework/util/clock.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
+#include "framework/util/path_errors.h"
 
 namespace gengraph {
 namespace {
@@ -179,14 +180,15 @@ Settings read_settings(const BackendOptions& o) {
   s.verify_bucket = o.get_int("verify_bucket", 4, 1, 1024);
   s.cache_dir = expand_home(o.get_string("cache_dir", ""));
   s.file = expand_home(o.get_string("file", ""));
-  if (!s.cache_dir.empty() && std::filesystem::exists(s.cache_dir) &&
+  if (!s.cache_dir.empty() && checked_exists(s.cache_dir, "backend 'trace' option 'cache_dir'") &&
       !std::filesystem::is_directory(s.cache_dir)) {
     throw Error("backend 'trace' option 'cache_dir': '" + s.cache_dir + "' is not a folder");
   }
   if (!s.file.empty() && !s.cache_dir.empty()) {
     throw Error("backend 'trace': options 'file' and 'cache_dir' exclude each other");
   }
-  if (!s.file.empty() && !std::filesystem::is_regular_file(s.file)) {
+  if (!s.file.empty() &&
+      !std::filesystem::is_regular_file(checked_status(s.file, "backend 'trace' option 'file'"))) {
     throw Error("backend 'trace' option 'file': '" + s.file + "' " +
                 (std::filesystem::exists(s.file) ? "is not a file" : "does not exist"));
   }

@@ -2,12 +2,13 @@
 
 #include "framework/model/loader.h"
 #include "framework/util/error.h"
+#include "framework/util/path_errors.h"
 
 namespace gengraph {
 
 nlohmann::json read_generation_defaults(const std::filesystem::path& folder) {
   const auto path = folder / "generation_config.json";
-  if (!std::filesystem::exists(path)) return nullptr;
+  if (!checked_exists(path, "the model's generation_config.json")) return nullptr;
   nlohmann::json doc = read_json_file(path);
   if (!doc.is_object()) {
     throw Error("'" + path.string() + "': expected a JSON object, found " +

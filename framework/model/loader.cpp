@@ -11,6 +11,7 @@
 #include "framework/model/model_registry.h"
 #include "framework/model/safetensors.h"
 #include "framework/util/error.h"
+#include "framework/util/path_errors.h"
 
 namespace gengraph {
 namespace {
@@ -201,7 +202,7 @@ std::string preset_hint(const std::filesystem::path& dir) {
 
 std::filesystem::path check_model_folder(const std::filesystem::path& dir) {
   std::error_code ec;
-  const auto st = std::filesystem::status(dir, ec);
+  const auto st = checked_status(dir, "model folder");
   if (!std::filesystem::exists(st)) {
     throw Error("model path '" + dir.string() + "' is not a folder: it does not exist (expected " +
                 "a folder with config.json and model.safetensors)" + preset_hint(dir));
@@ -212,7 +213,7 @@ std::filesystem::path check_model_folder(const std::filesystem::path& dir) {
                 " (expected a folder with config.json and model.safetensors)" + preset_hint(dir));
   }
   const auto config_path = dir / "config.json";
-  const auto cst = std::filesystem::status(config_path, ec);
+  const auto cst = checked_status(config_path, "the model's config.json");
   if (!std::filesystem::exists(cst)) {
     const bool dangling =
         std::filesystem::is_symlink(std::filesystem::symlink_status(config_path, ec));
@@ -291,7 +292,7 @@ LoadedModel load_model(const ModelSource& src) {
     const auto config_path = check_model_folder(dir);
     out.config_json = read_json_file(config_path);
     ModelConfig config = parse_model_config(out.config_json, config_path.string());
-    if (std::filesystem::exists(dir / "generation_config.json")) {
+    if (checked_exists(dir / "generation_config.json", "the model's generation_config.json")) {
       out.generation_defaults = read_json_file(dir / "generation_config.json");
       if (!out.generation_defaults.is_object()) {
         throw Error("'" + (dir / "generation_config.json").string() +

@@ -12,9 +12,12 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "framework/model/model_config.h"
 #include "framework/util/error.h"
+#include "framework/util/json_at.h"
+#include "framework/util/path_errors.h"
 
 namespace gengraph {
 namespace {
@@ -85,12 +88,12 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
                    " exceeds the " + std::to_string(size - 8) + " bytes after it");
   }
   const char* hdr = static_cast<const char*>(m) + 8;
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(hdr, hdr + header_len);
-  } catch (const nlohmann::json::exception& e) {  // parse errors and number overflows
-    fail(path, std::string("corrupt header (not valid JSON): ") + e.what());
-  }
+  if (header_len == 0) fail(path, "the header is empty (length 0), expected a JSON object");
+  // Parse errors and numbers out of range in our words, with the place (parse_json_text).
+  const nlohmann::json doc =
+      parse_json_text(std::string_view(hdr, header_len),
+                      "'" + path.string() + "': the safetensors header (bytes 8 to " +
+                          std::to_string(8 + header_len - 1) + ")");
   if (!doc.is_object()) fail(path, "corrupt header: expected a JSON object");
   f->data_start_ = 8 + header_len;
   const uint64_t data_size = size - f->data_start_;
@@ -252,7 +255,7 @@ Checkpoint Checkpoint::open_file(const std::filesystem::path& file) {
 Checkpoint Checkpoint::open_folder(const std::filesystem::path& folder) {
   const auto single = folder / "model.safetensors";
   const auto index = folder / "model.safetensors.index.json";
-  if (std::filesystem::exists(index)) {
+  if (checked_exists(index, "the model's safetensors index")) {
     const nlohmann::json doc = read_json_file(index);
     if (!doc.contains("weight_map") || !doc["weight_map"].is_object()) {
       throw Error("'" + index.string() + "': expected an object 'weight_map' {tensor: file}");
@@ -270,7 +273,7 @@ Checkpoint Checkpoint::open_folder(const std::filesystem::path& folder) {
       }
       if (!file_ids.count(shard)) {
         const auto shard_path = folder / shard;
-        if (!std::filesystem::exists(shard_path)) {
+        if (!checked_exists(shard_path, "safetensors shard")) {
           throw Error("'" + index.string() + "' lists shard '" + shard + "' for tensor '" +
                       it.key() + "', but '" + shard_path.string() + "' does not exist");
         }
@@ -287,7 +290,7 @@ Checkpoint Checkpoint::open_folder(const std::filesystem::path& folder) {
     c.description_ = index.string();
     return c;
   }
-  if (std::filesystem::exists(single)) return open_file(single);
+  if (checked_exists(single, "the model's safetensors file")) return open_file(single);
   throw Error("model folder '" + folder.string() +
               "': found neither model.safetensors nor model.safetensors.index.json");
 }
