@@ -21,46 +21,89 @@ import torch as _torch  # LibTorch's Python bindings first: gengraph's module pa
 # interpreter unless GENGRAPH_PYTHON names another (`gengraph paths` says which).
 _os.environ.setdefault("GENGRAPH_PYTHON", _sys.executable)
 
-from . import _gengraph
+from . import _check, _gengraph
+from ._check import ArgumentTypeError, ArgumentValueError
 from ._gengraph import (Error, Generation, ModelInfo, Sequence, StreamedText, StreamedToken,
-                        backends, check_backend as _check_backend, format_table, models, presets,
-                        register_backend as _register_backend, unregister_backend)
+                        backends, models, presets)
 from .frame import to_frame
+from . import backend as _backend
 from .backend import Backend
 
 __all__ = ["Engine", "Model", "Generation", "Sequence", "StreamedToken", "StreamedText", "Stream",
-           "Error", "Backend", "ModelInfo", "run", "to_frame", "format_table", "backends",
-           "presets", "models", "register_backend", "unregister_backend", "check_backend"]
+           "Error", "ArgumentTypeError", "ArgumentValueError", "Backend", "ModelInfo", "run",
+           "to_frame", "format_table", "backends", "presets", "models", "register_backend",
+           "unregister_backend", "check_backend"]
 
+# Every key of the C++ ModelOptions (include/gengraph/gengraph.h), and what each takes.
 _MODEL_KEYS = ("device", "dtype", "fused", "check_weights", "weights", "group_size",
-               "quantize_head", "int8_activation_rows", "int8_activation_block", "model_config",
-               "weights_seed")
+               "quantize_head", "int8_head", "int8_activation_rows", "int8_activation_block",
+               "model_config", "weights_seed")
+_BOOL_KEYS = ("fused", "check_weights", "quantize_head", "int8_head")
+_INT_KEYS = ("group_size", "int8_activation_rows", "int8_activation_block")
 
 
-def _dtype_name(dtype):
-    if isinstance(dtype, _torch.dtype):
-        return str(dtype).replace("torch.", "")
-    return str(dtype)
+def _model_option(call, key, value):
+    what = f"{call}: {key}"
+    if key == "dtype":
+        if isinstance(value, _torch.dtype):
+            return str(value).replace("torch.", "")
+        return _check.text(value, what, "a dtype name ('float32', 'bfloat16', 'float16') or a "
+                                        "torch.dtype")
+    if key == "device":
+        if isinstance(value, _torch.device):
+            return str(value)
+        return _check.text(value, what, "a device ('cpu', 'cuda', 'cuda:1') or a torch.device")
+    if key == "weights":
+        return _check.text(value, what, "'float', 'int8', 'int4' or 'bfloat16'")
+    if key in _BOOL_KEYS:
+        return _check.boolean(value, what)
+    if key in _INT_KEYS:
+        return _check.integer(value, what)
+    if key == "weights_seed":
+        return _check.integer(value, what, 0, _check.UINT64_MAX)
+    if not isinstance(value, dict):
+        raise ArgumentTypeError(f"{what}: expected a dict of config.json keys, found "
+                                f"{_check.describe(value)}")
+    return _check.json_value(value, what)
 
 
-def _model_options(kwargs):
-    opts = {k: kwargs.pop(k) for k in _MODEL_KEYS if k in kwargs and kwargs[k] is not None}
+def _model_options(kwargs, call):
+    opts = {k: _model_option(call, k, kwargs[k]) for k in _MODEL_KEYS
+            if k in kwargs and kwargs[k] is not None}
     for k in _MODEL_KEYS:
         kwargs.pop(k, None)
-    if "dtype" in opts:
-        opts["dtype"] = _dtype_name(opts["dtype"])
-    if "device" in opts:
-        opts["device"] = str(opts["device"])
     return opts
 
 
-def _option_text(key, value):
+def _option_text(key, value, call):
+    what = f"{call}: backend option '{key}'"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (str, int, float)):
+    if isinstance(value, str):
+        return _check.text(value, what)
+    if isinstance(value, float):
+        return repr(_check.number(value, what))
+    if isinstance(value, int):
         return str(value)
-    raise Error(f"backend option '{key}': expected a str, int, float or bool, found "
-                f"{type(value).__name__}")
+    raise ArgumentTypeError(f"{what}: expected a str, int, float or bool, found "
+                            f"{_check.describe(value)}")
+
+
+def _backend_options(options, call):
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ArgumentTypeError(f"{call}: backend options: expected a dict of option -> value, "
+                                f"found {_check.describe(options)}")
+    out = {}
+    for k, v in options.items():
+        key = _check.text(k, f"{call}: a backend option's name")
+        out[key] = _option_text(key, v, call)
+    return out
+
+
+def _name(value, what):
+    return _check.text(value, what, "a backend name (str)")
 
 
 class Model:
@@ -76,10 +119,11 @@ class Model:
     """
 
     def __init__(self, model, **options):
-        opts = _model_options(options)
+        opts = _model_options(options, "Model")
         if options:
-            raise Error(f"Model: unknown option(s) {sorted(options)}; known: {list(_MODEL_KEYS)}")
-        self._model = _gengraph._Model(_os.fspath(model), opts)
+            raise ArgumentTypeError(f"Model: unknown option(s) {sorted(options)}; known: "
+                                    f"{list(_MODEL_KEYS)}")
+        self._model = _gengraph._Model(_model_name(model, "Model"), opts)
 
     source = property(lambda self: self._model.source, doc="'preset:NAME' or the folder")
     vocab_size = property(lambda self: self._model.vocab_size)
@@ -89,54 +133,46 @@ class Model:
         return f"gengraph.Model({self.source!r})"
 
 
-def _prompts(inputs, attention_mask=None):
+def _model_name(model, call):
+    return _check.path(model, f"{call}: model", "a model folder, a known model's name or a "
+                                                "preset's (str or os.PathLike)")
+
+
+def _prompts(inputs, attention_mask, call):
     """(token-id prompts, texts): exactly one of them is non-empty."""
-    if isinstance(inputs, str):
-        return [], [inputs]
     if isinstance(inputs, _torch.Tensor):
-        if inputs.dtype.is_floating_point or inputs.dtype == _torch.bool:
-            raise Error(f"generate: input_ids: expected an integer tensor, found {inputs.dtype}")
+        if inputs.dtype.is_floating_point or inputs.dtype.is_complex or inputs.dtype == _torch.bool:
+            raise ArgumentTypeError(f"{call}: input_ids: expected an integer tensor, found "
+                                    f"{inputs.dtype}")
         ids = inputs.unsqueeze(0) if inputs.dim() == 1 else inputs
         if ids.dim() != 2:
-            raise Error(f"generate: input_ids: expected a tensor [batch, length] or [length], "
-                        f"found {list(inputs.shape)}")
+            raise ArgumentValueError(f"{call}: input_ids: expected a tensor [batch, length] or "
+                                     f"[length], found {list(inputs.shape)}")
         if attention_mask is not None:
+            if not isinstance(attention_mask, _torch.Tensor):
+                raise ArgumentTypeError(f"{call}: attention_mask: expected a tensor (as "
+                                        f"input_ids is), found "
+                                        f"{_check.describe(attention_mask)}")
             mask = attention_mask.unsqueeze(0) if attention_mask.dim() == 1 else attention_mask
             if mask.shape != ids.shape:
-                raise Error(f"generate: attention_mask: expected the shape of input_ids "
-                            f"{list(ids.shape)}, found {list(attention_mask.shape)}")
+                raise ArgumentValueError(f"{call}: attention_mask: expected the shape of "
+                                         f"input_ids {list(ids.shape)}, found "
+                                         f"{list(attention_mask.shape)}")
             return [row[m.bool()].tolist() for row, m in zip(ids.cpu(), mask.cpu())], []
         return ids.cpu().tolist(), []
     if attention_mask is not None:
-        raise Error("generate: attention_mask goes with input_ids given as a tensor")
-    items = list(inputs)
-    if not items:
-        raise Error("generate: no inputs: expected texts, token ids or a tensor of them")
-    if all(isinstance(x, str) for x in items):
-        return [], items
-    if all(isinstance(x, int) for x in items):
-        return [items], []
-    prompts = []
-    for i, row in enumerate(items):
-        if isinstance(row, _torch.Tensor):
-            row = row.tolist()
-        if isinstance(row, str) or not all(isinstance(t, int) for t in row):
-            raise Error(f"generate: input {i}: expected a list of token ids (int), found "
-                        f"{type(row).__name__}")
-        prompts.append(list(row))
-    return prompts, []
+        raise ArgumentTypeError(f"{call}: attention_mask goes with input_ids given as a tensor, "
+                                f"found prompts given as {_check.describe(inputs)}")
+    return _check.prompts(inputs, call)
 
 
-def _settings(settings):
+def _settings(settings, call):
     """generate()'s keywords as the JSON settings: None means unset, as in transformers."""
-    out = {}
-    for k, v in settings.items():
-        if v is None:
-            continue
-        if isinstance(v, _torch.Tensor):
-            v = v.tolist()
-        out[k] = v
-    return out
+    return {k: _check.json_value(v, f"{call}: {k}") for k, v in settings.items() if v is not None}
+
+
+def _seed(seed, call):
+    return _check.integer(seed, f"{call}: seed", 0, _check.UINT64_MAX, "an int seed")
 
 
 class Stream:
@@ -186,13 +222,15 @@ class Engine:
 
     def __init__(self, model, backend="eager", *, backend_options=None, whole_step="off",
                  capture=True, sync_every=4, **options):
-        model_opts = _model_options(options)
-        opts = dict(backend_options or {})
-        opts.update(options)
-        opts = {k: _option_text(k, v) for k, v in opts.items()}
-        target = model._model if isinstance(model, Model) else _os.fspath(model)
-        self._engine = _gengraph._Engine(target, backend, opts, whole_step, capture, sync_every,
-                                         model_opts)
+        model_opts = _model_options(options, "Engine")
+        opts = _backend_options(backend_options, "Engine")
+        opts.update(_backend_options(options, "Engine"))
+        target = model._model if isinstance(model, Model) else _model_name(model, "Engine")
+        self._engine = _gengraph._Engine(
+            target, _name(backend, "Engine: backend"), opts,
+            _check.text(whole_step, "Engine: whole_step", "'off', 'auto' or 'on'"),
+            _check.boolean(capture, "Engine: capture"),
+            _check.integer(sync_every, "Engine: sync_every"), model_opts)
 
     def generate(self, inputs, *, attention_mask=None, seed=None, **settings):
         """Generates from texts, token ids (lists) or input_ids (a tensor, with attention_mask).
@@ -201,10 +239,10 @@ class Engine:
         gengraph's own (processors, strategy, ...; docs/decoding.md). seed: seeds the generator
         first, as the CLI does with run.seed. Returns a Generation.
         """
-        prompts, texts = _prompts(inputs, attention_mask)
+        prompts, texts = _prompts(inputs, attention_mask, "generate")
+        s = _settings(settings, "generate")
         if seed is not None:
-            self._engine.manual_seed(seed)
-        s = _settings(settings)
+            self._engine.manual_seed(_seed(seed, "generate"))
         return (self._engine.generate_text(texts, s) if texts
                 else self._engine.generate(prompts, s))
 
@@ -214,21 +252,27 @@ class Engine:
         Token ids in: gengraph.StreamedToken items; texts in: gengraph.StreamedText pieces.
         Greedy search and sampling stream; beam strategies choose at the end and are refused.
         """
-        prompts, texts = _prompts(inputs, attention_mask)
+        prompts, texts = _prompts(inputs, attention_mask, "stream")
+        s = _settings(settings, "stream")
         if seed is not None:
-            self._engine.manual_seed(seed)
-        return Stream(self._engine.stream(prompts, texts, _settings(settings)))
+            self._engine.manual_seed(_seed(seed, "stream"))
+        return Stream(self._engine.stream(prompts, texts, s))
 
     def encode(self, text, add_special_tokens=True):
-        return self._engine.encode(text, add_special_tokens)
+        return self._engine.encode(_check.text(text, "encode: text"),
+                                   _check.boolean(add_special_tokens, "encode: add_special_tokens"))
 
     def decode(self, ids, skip_special_tokens=False):
-        if isinstance(ids, _torch.Tensor):
-            ids = ids.tolist()
-        return self._engine.decode(list(ids), skip_special_tokens)
+        seq = _check._sequence(ids)
+        if seq is None or isinstance(ids, (str, bytes, bytearray)):
+            raise ArgumentTypeError(f"decode: ids: expected a list (or tensor) of int token ids, "
+                                    f"found {_check.describe(ids)}")
+        return self._engine.decode([_check.token_id(t, f"decode: ids[{i}]")
+                                    for i, t in enumerate(seq)],
+                                   _check.boolean(skip_special_tokens, "decode: skip_special_tokens"))
 
     def manual_seed(self, seed):
-        self._engine.manual_seed(seed)
+        self._engine.manual_seed(_seed(seed, "manual_seed"))
 
     def default_settings(self):
         return self._engine.default_settings()
@@ -258,6 +302,8 @@ def _generation_tokens(self):
 def _generation_ids(self, pad_token_id=None):
     """The generated tokens as one tensor [prompts x sequences, longest], right-padded."""
     rows = [s.tokens for per in self.outputs for s in per]
+    if pad_token_id is not None:
+        pad_token_id = _check.token_id(pad_token_id, "Generation.ids: pad_token_id")
     if pad_token_id is None:
         pad_token_id = self.settings.get("pad_token_id")
     if pad_token_id is None:
@@ -292,25 +338,70 @@ def run(config, overrides=None, *, output=None, quiet=True):
     to stderr. gengraph.to_frame(doc) makes a pandas DataFrame of it.
     """
     if isinstance(overrides, dict):
-        overrides = [f"{k}={_json.dumps(v) if not isinstance(v, str) else v}"
+        overrides = [f"{_check.text(k, 'run: an override key')}="
+                     f"{_override_value(v, f'run: overrides[{k!r}]')}"
                      for k, v in overrides.items()]
-    overrides = list(overrides or [])
+    elif overrides is None:
+        overrides = []
+    elif isinstance(overrides, (list, tuple)):
+        overrides = [_check.text(o, f"run: overrides[{i}]", "a 'key=value' str")
+                     for i, o in enumerate(overrides)]
+    else:
+        raise ArgumentTypeError(f"run: overrides: expected a dict of key -> value or a list of "
+                                f"'key=value' str, found {_check.describe(overrides)}")
+    quiet = _check.boolean(quiet, "run: quiet")
+    out = _check.path(output, "run: output") if output is not None else b""
     if isinstance(config, dict):
-        return _gengraph._run(_json.dumps(config), False, overrides, quiet,
-                              _os.fspath(output) if output else "")
-    return _gengraph._run(_os.fspath(config), True, overrides, quiet,
-                          _os.fspath(output) if output else "")
+        doc = _check.json_value(config, "experiment", "YAML/JSON")
+        return _gengraph._run(_json.dumps(doc, allow_nan=False), False, overrides, quiet, out)
+    return _gengraph._run(_check.path(config, "run: config", "an experiment file's path "
+                                                             "(str or os.PathLike) or a dict"),
+                          True, overrides, quiet, out)
 
 
-def register_backend(name, factory, *, description="", available=None, replace=False):
+def _override_value(value, what):
+    if isinstance(value, str):
+        return _check.text(value, what)
+    return _json.dumps(_check.json_value(value, what, "YAML/JSON"), allow_nan=False)
+
+
+def register_backend(name, factory, *, description="", available=None, replace=False,
+                     call_timeout_s=None):
     """Registers a Python backend under `name`: usable by Engine(backend=name) and in experiments.
 
     factory(model: ModelInfo, options: dict[str, str]) returns an object with prefill() and
     decode() (and optionally prepare, rewind, report): see gengraph.Backend and
     docs/python.md#backends. available(options) returns why it cannot run here, or None.
+    call_timeout_s: the most seconds each call of the backend may take (the backend option
+    call_timeout_s, an Engine's or an experiment row's, overrides it); past it the generation
+    fails naming the backend, the call and the limit (docs/python.md#time-limits).
     """
-    _register_backend(name, factory, description, available, replace)
+    name = _name(name, "register_backend: name")
+    where = f"register_backend('{name}')"
+    if not callable(factory):
+        raise ArgumentTypeError(f"{where}: the factory is {_check.describe(factory)}, expected a "
+                                f"class or callable taking (model, options)")
+    if available is not None and not callable(available):
+        raise ArgumentTypeError(f"{where}: available is {_check.describe(available)}, expected "
+                                f"a callable taking the options and returning why not (or None)")
+    _gengraph.register_backend(
+        name, _backend.timed_factory(name, factory, call_timeout_s),
+        _check.text(description, f"{where}: description"),
+        _backend.without_timeout_option(available), _check.boolean(replace, f"{where}: replace"))
     return factory
+
+
+def unregister_backend(name):
+    """Removes a backend registered from Python."""
+    _gengraph.unregister_backend(_name(name, "unregister_backend: name"))
+
+
+def format_table(doc):
+    """The readable table `gengraph run` prints, of a results document."""
+    if not isinstance(doc, dict):
+        raise ArgumentTypeError(f"format_table: expected a results document (a dict), found "
+                                f"{_check.describe(doc)}")
+    return _gengraph.format_table(_check.json_value(doc, "format_table: doc"))
 
 
 def check_backend(name, *, options=None, models=("gpt2-tiny", "llama-tiny"), seed=11,
@@ -319,8 +410,15 @@ def check_backend(name, *, options=None, models=("gpt2-tiny", "llama-tiny"), see
     every strategy's tokens and scores, prefill and decode logits with a beam reorder, and
     verify/rewind with prompt lookup. Returns the report; raises gengraph.Error listing what
     failed unless raise_on_failure=False."""
-    opts = {k: _option_text(k, v) for k, v in (options or {}).items()}
-    report = _check_backend(name, opts, list(models), seed, max_new_tokens)
+    name = _name(name, "check_backend: name")
+    opts = _backend_options(options, "check_backend")
+    if isinstance(models, (str, bytes)) or _check._sequence(models) is None:
+        raise ArgumentTypeError(f"check_backend: models: expected a list of model names or "
+                                f"folders, found {_check.describe(models)}")
+    models = [_model_name(m, f"check_backend: models[{i}]") for i, m in enumerate(models)]
+    report = _gengraph.check_backend(
+        name, opts, models, _seed(seed, "check_backend"),
+        _check.integer(max_new_tokens, "check_backend: max_new_tokens", 1))
     if raise_on_failure and not report["passed"]:
         failed = [f"{c['model']} {c['check']}: {c['detail']}" for c in report["checks"]
                   if not c["passed"]]

@@ -38,3 +38,195 @@ class Backend:
     # Optional: rewind(length) keeps the first `length` positions of the cache (speculative
     # decoding drops the candidates it did not keep); report() returns a dict of str -> float
     # for the results' report block.
+
+
+# --- A time limit on a Python backend's calls (call_timeout_s; docs/python.md#time-limits) ---
+#
+# A Python call cannot be stopped from outside while it waits in C code (time.sleep, a socket, a
+# C extension that does not return to the interpreter), so the limit does not try to: each call
+# of prefill, decode, prepare, rewind and report runs on the backend's helper thread while the
+# generating thread waits for it, at most call_timeout_s. Past the limit the generation fails
+# with a gengraph.Error naming the backend, the call and the limit; the helper thread is left
+# to finish on its own (an exception is also set in it, which stops a call that is running
+# Python code at its next line), and the backend object is dropped: the Engine's next
+# generation creates a new one from the factory.
+
+import ctypes as _ctypes
+import queue as _queue
+import threading as _threading
+import weakref as _weakref
+
+import torch as _torch
+
+from . import _check
+
+_METHODS = ("prepare", "prefill", "decode", "rewind", "report")
+TIMEOUT_OPTION = "call_timeout_s"
+
+
+class Refusal(Exception):
+    """A refusal whose message is complete: the module shows it after the backend's name, as
+    it is (no exception type, no place in the code)."""
+
+    _gengraph_complete = True
+
+
+class _Abandoned(BaseException):
+    """Set in a helper thread whose call ran past its limit; a BaseException, so that a
+    backend's `except Exception` does not swallow it."""
+
+
+class _Job:
+    __slots__ = ("fn", "args", "grad", "result", "error", "done")
+
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+        self.grad = _torch.is_grad_enabled()  # thread-local in torch: the caller's, carried over
+        self.result = self.error = None
+        self.done = _threading.Event()
+
+
+def _work(jobs, state):
+    try:
+        while not state["abandoned"]:
+            job = jobs.get()
+            if job is None:
+                return
+            try:
+                with _torch.set_grad_enabled(job.grad):
+                    job.result = job.fn(*job.args)
+            except BaseException as e:  # handed to the caller, who raises it
+                job.error = e
+            finally:
+                job.done.set()
+                job = None
+    except _Abandoned:
+        pass
+
+
+class _Helper:
+    """One thread that runs a backend's calls, one at a time."""
+
+    def __init__(self, name):
+        self.jobs = _queue.SimpleQueue()
+        self.state = {"abandoned": False}
+        self.thread = _threading.Thread(target=_work, args=(self.jobs, self.state), daemon=True,
+                                         name=f"gengraph backend '{name}'")
+        self.thread.start()
+
+    def abandon(self):
+        self.state["abandoned"] = True
+        self.jobs.put(None)
+        if self.thread.ident is not None and self.thread.is_alive():
+            _ctypes.pythonapi.PyThreadState_SetAsyncExc(_ctypes.c_ulong(self.thread.ident),
+                                                        _ctypes.py_object(_Abandoned))
+
+
+def _seconds(limit):
+    return f"{limit:g} s"
+
+
+class TimedBackend:
+    """A Python backend whose calls have a time limit (see above)."""
+
+    def __init__(self, name, factory, model, options, limit):
+        self._name, self._factory, self._model = name, factory, model
+        self._options, self._limit = options, limit
+        self._impl = factory(model, dict(options))
+        # The contract's methods the backend has: the module asks with hasattr() which optional
+        # ones there are, also while the backend is dropped.
+        self._has = frozenset(m for m in _METHODS if hasattr(self._impl, m))
+        self._helper = None
+        self._failed = None  # what ran past the limit, until the backend is created anew
+
+    def __getattr__(self, method):
+        if method in self.__dict__.get("_has", ()):
+            return lambda *args: self._call(method, args)
+        raise AttributeError(method)
+
+    def _call(self, method, args):
+        if self._failed is not None:
+            # Past the call that hung, the generation failed: what comes next is a new
+            # generation (prepare) or the Engine's report, on a backend created anew.
+            if method not in ("prepare", "report"):
+                raise Refusal(f"{method}() refused: {self._failed}; the next generation "
+                              f"creates the backend anew")
+            self._impl = self._factory(self._model, dict(self._options))
+            self._failed = None
+        if self._helper is None:
+            self._helper = _Helper(self._name)
+            _weakref.finalize(self, self._helper.jobs.put, None)  # the thread ends with us
+        helper = self._helper
+        job = _Job(getattr(self._impl, method), args)
+        helper.jobs.put(job)
+        try:
+            finished = job.done.wait(self._limit)
+        except BaseException:  # KeyboardInterrupt while waiting: the call goes on without us
+            self._drop(helper, f"{method}() was interrupted")
+            raise
+        if not finished:
+            self._drop(helper, f"{method}() did not return within {_seconds(self._limit)}")
+            raise Refusal(
+                f"{method}() did not return within the limit of {_seconds(self._limit)} "
+                f"(call_timeout_s); the call may go on running on its helper thread, which "
+                f"gengraph cannot stop while it waits outside Python code (time.sleep, I/O, a "
+                f"C extension); the next generation creates the backend anew")
+        error, result = job.error, job.result
+        job.result = job.error = None
+        if error is not None:
+            raise error
+        return result
+
+    def _drop(self, helper, what):
+        helper.abandon()
+        self._helper = None
+        self._failed = f"an earlier {what} (call_timeout_s)"
+        self._impl = None
+
+
+def _limit(value, what):
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise _check.ArgumentValueError(f"{what}: expected a number of seconds > 0, found "
+                                            f"{value!r}") from None
+    if value is None:
+        return None
+    value = _check.number(value, what)
+    if not value > 0:
+        raise _check.ArgumentValueError(f"{what}: expected a number of seconds > 0, found "
+                                        f"{value!r}")
+    return float(value)
+
+
+def timed_factory(name, factory, call_timeout_s):
+    """The factory the module registers: the backend option call_timeout_s (a row's or an
+    Engine's) over the registration's limit; without either, the backend itself, untouched."""
+    default = _limit(call_timeout_s, f"register_backend('{name}'): call_timeout_s")
+
+    def create(model, options):
+        options = dict(options)
+        limit = default
+        if TIMEOUT_OPTION in options:
+            try:
+                limit = _limit(options.pop(TIMEOUT_OPTION), f"option {TIMEOUT_OPTION}")
+            except _check.Error as e:
+                raise Refusal(str(e)) from None
+        if limit is None:
+            return factory(model, options)
+        return TimedBackend(name, factory, model, options, limit)
+
+    create.__wrapped__ = factory
+    return create
+
+
+def without_timeout_option(available):
+    """available(options) as the backend's author wrote it: without call_timeout_s."""
+    if available is None:
+        return None
+
+    def check(options):
+        return available({k: v for k, v in options.items() if k != TIMEOUT_OPTION})
+
+    return check

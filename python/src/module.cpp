@@ -32,13 +32,26 @@
 namespace gengraph::python {
 
 nlohmann::json to_json(const py::handle& value, const std::string& what) {
+  // The package checks every value on its way in (python/gengraph/_check.py, naming the key
+  // path); this is the module's own guard for a caller that went around it.
+  std::string text;
   try {
-    const std::string text = py::module_::import("json").attr("dumps")(value).cast<std::string>();
-    return nlohmann::json::parse(text);
+    text = py::module_::import("json")
+               .attr("dumps")(value, py::arg("allow_nan") = false)
+               .cast<std::string>();
   } catch (py::error_already_set& e) {
-    throw Error(
-        what + ": expected a JSON value (dict, list, str, int, float, bool or None), found " +
-        std::string(py::str(py::type::handle_of(value).attr("__name__"))) + " (" + e.what() + ")");
+    throw Error(what +
+                ": expected a JSON value (dict, list, str, int, float, bool or None; numbers "
+                "finite), found " +
+                std::string(py::str(py::type::handle_of(value).attr("__name__"))) + " (" +
+                std::string(py::str(e.value())) + ")");
+  }
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    throw Error(what +
+                ": expected a JSON value, found one JSON cannot hold (an integer past "
+                "64 bits?)");
   }
 }
 
@@ -80,6 +93,8 @@ ModelOptions model_options(const py::dict& o) {
       m.group_size = v.cast<int64_t>();
     } else if (key == "quantize_head") {
       m.quantize_head = v.cast<bool>();
+    } else if (key == "int8_head") {
+      m.int8_head = v.cast<bool>();
     } else if (key == "int8_activation_rows") {
       m.int8_activation_rows = v.cast<int64_t>();
     } else if (key == "int8_activation_block") {

@@ -5,6 +5,7 @@
 #include "python/src/py_backend.h"
 
 #include <ATen/ATen.h>
+#include <frameobject.h>                          // PyTracebackObject, PyFrame_GetCode
 #include <torch/csrc/autograd/python_variable.h>  // THPVariable_Check
 #include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor, at::ScalarType, at::Device
 
@@ -47,6 +48,29 @@ std::shared_ptr<py::object> hold(py::object o) {
 std::string type_name(const py::handle& o) {
   return py::str(py::type::handle_of(o).attr("__name__"));
 }
+
+// What a backend's Python code raised, in one line: "ValueError: no logits today (at
+// backend.py:12 in prefill)", the place being the deepest frame, where it was raised. Not
+// pybind's what(), which appends the whole stack ("At: ...") and the package's own frames.
+std::string raised(py::error_already_set& e) {
+  std::string out = type_name(e.value());
+  const std::string message = py::str(e.value());
+  if (!message.empty()) out += ": " + message;
+  if (e.trace()) {
+    py::object tb = e.trace();
+    while (!tb.attr("tb_next").is_none()) tb = tb.attr("tb_next");
+    const py::object code = tb.attr("tb_frame").attr("f_code");
+    const std::string file = py::str(code.attr("co_filename"));
+    out += " (at " + std::filesystem::path(file).filename().string() + ":" +
+           std::string(py::str(tb.attr("tb_lineno"))) + " in " +
+           std::string(py::str(code.attr("co_name"))) + ")";
+  }
+  return out;
+}
+
+// The package's own refusals (gengraph.backend.Refusal: a call past its time limit) carry
+// their whole message: shown after the backend's name as they are.
+bool is_complete(py::error_already_set& e) { return py::hasattr(e.value(), "_gengraph_complete"); }
 
 // The model a Python backend is created for: its configuration, and its weights as tensors (the
 // loaded ones, not copies).
@@ -113,7 +137,9 @@ class PyBackend final : public ForwardBackend {
     try {
       return impl_->attr(method)(std::forward<A>(args)...);
     } catch (py::error_already_set& e) {
-      throw Error("backend '" + name_ + "': " + method + "() raised " + e.what());
+      if (is_complete(e))
+        throw Error("backend '" + name_ + "': " + std::string(py::str(e.value())));
+      throw Error("backend '" + name_ + "': " + method + "() raised " + raised(e));
     }
   }
   // What prefill and decode must return: logits [rows, vocab], floating point, on the model's
@@ -228,7 +254,8 @@ void register_backend(const std::string& name, const py::object& factory,
     try {
       impl = (*f)(ModelInfo{model}, opts);
     } catch (py::error_already_set& e) {
-      throw Error("backend '" + name + "': creating it raised " + e.what());
+      if (is_complete(e)) throw Error("backend '" + name + "': " + std::string(py::str(e.value())));
+      throw Error("backend '" + name + "': creating it raised " + raised(e));
     }
     for (const char* method : {"prefill", "decode"}) {
       if (!py::hasattr(impl, method)) {
@@ -249,7 +276,7 @@ void register_backend(const std::string& name, const py::object& factory,
         const py::object why = (*a)(opts);
         return why.is_none() ? std::string() : std::string(py::str(why));
       } catch (py::error_already_set& e) {
-        return std::string("its available() raised ") + e.what();
+        return "its available() raised " + raised(e);
       }
     };
   }

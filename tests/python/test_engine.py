@@ -159,7 +159,7 @@ def test_errors_are_gengraph_errors_naming_the_input():
         engine.generate([[1, 2]], top_kk=3)
     with pytest.raises(gengraph.Error, match="outside|vocab"):
         engine.generate([[1, 5000]], max_new_tokens=2)
-    with pytest.raises(gengraph.Error, match="input 1: expected a list of token ids"):
+    with pytest.raises(gengraph.Error, match=r"prompt\[1\]: expected a list of int token ids"):
         engine.generate([[1, 2], "text"], max_new_tokens=2)
     with pytest.raises(gengraph.Error, match="integer tensor"):
         engine.generate(torch.tensor([[1.0, 2.0]]))
