@@ -11,12 +11,14 @@ CACHE="${GENGRAPH_CACHE:-$HOME/.cache/gengraph}"
 cd "$ROOT"
 CONFIG=configs/quickstart.yaml
 MODEL="$CACHE/models/smollm2-135m"
-if [ ! -f "$MODEL/config.json" ]; then
+# Set up as the conversion wrote it (the check gengraph makes too: tools/fetch_real_model.py).
+if ! check="$(GENGRAPH_CACHE="$CACHE" "$ROOT/.venv/bin/python" "$ROOT/tools/fetch_real_model.py" \
+                --check --quiet 2>&1)"; then
   if [ "${GENGRAPH_NO_REAL_MODEL:-0}" = 1 ]; then
     reason="GENGRAPH_NO_REAL_MODEL=1 skipped it"
   else
     reason="$(head -n 1 "$MODEL.unavailable" 2>/dev/null || true)"
-    [ -n "$reason" ] || reason="the set-up has not made $MODEL"
+    [ -n "$reason" ] || reason="$(printf '%s\n' "$check" | tail -n 1)"
   fi
   echo "[quickstart] the real model smollm2-135m is not set up here ($reason); running" \
        "configs/quickstart-random.yaml (random weights) instead" >&2
