@@ -205,6 +205,8 @@ def check_folder(models, target):
         stats[name] = st
     sidecar = folder + ".verified.json"
     try:
+        if not stat.S_ISREG(os.lstat(sidecar).st_mode):  # not opened: a FIFO would block
+            raise ValueError(sidecar)
         with open(sidecar) as f:
             verified = json.load(f)["files"]
         if not isinstance(verified, dict):

@@ -84,6 +84,16 @@ TEST(RealModelCache, AWholeSetUpIsUsedAndItsCheckIsRecorded) {
   EXPECT_TRUE(fs::exists(sidecar));
   std::tie(rc, out) = run_fetch_real_model("", c.dir.path());
   EXPECT_EQ(rc, 0) << out;  // done: nothing to convert
+  // A record that is no regular file is not opened (a FIFO would block), only replaced.
+  fs::remove(sidecar);
+  ASSERT_EQ(::mkfifo(sidecar.c_str(), 0644), 0);
+  EXPECT_EQ(resolve_known_model(kRealModelName), folder);
+  EXPECT_TRUE(fs::is_regular_file(sidecar));
+  fs::remove(sidecar);
+  ASSERT_EQ(::mkfifo(sidecar.c_str(), 0644), 0);
+  std::tie(rc, out) = run_fetch_real_model("--check", c.dir.path());
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(fs::is_regular_file(sidecar));
 }
 
 TEST(RealModelCache, AFileCutShortIsRefusedByName) {
