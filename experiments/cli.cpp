@@ -486,8 +486,7 @@ int run_cli(int argc_in, char** argv_in) {
         return 0;
       }
       check_usage(cmd, a, {"--set", "--slurm-option", "--job-dir", "--gengraph"}, 1);
-      submit_experiment(a.positional[0], a.sets, a.slurm_options, a.job_dir, std::cout,
-                        a.gengraph);
+      submit_experiment(a.positional[0], a.sets, a.slurm_options, a.job_dir, std::cout, a.gengraph);
       return 0;
     }
     if (cmd == "collect") {

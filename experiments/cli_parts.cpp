@@ -122,6 +122,8 @@ Args parse_args(int argc, char** argv, int first) {
       a.job_dir = value();
     else if (s == "--rerun")
       a.rerun = value();
+    else if (s == "--gengraph")
+      a.gengraph = value();
     else if (s.rfind("--", 0) == 0)
       throw UsageError("unknown option '" + s + "'");
     else

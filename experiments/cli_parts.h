@@ -34,7 +34,7 @@ struct Args {
   std::vector<std::string> positional;
   std::vector<std::string> sets;
   std::vector<std::string> prompts, texts, slurm_options;
-  std::string job_dir, rerun;
+  std::string job_dir, rerun, gengraph;  // gengraph: submit's --gengraph PATH
   std::string output, model, backend = "eager", device = "cpu", dtype = "float32",
                              metric = "total_ms";
   std::optional<std::string> max_new;          // --max-new-tokens as given

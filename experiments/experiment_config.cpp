@@ -187,10 +187,8 @@ std::vector<int64_t> token_list(const YAML::Node& n, const std::string& path,
 // not hold came from ("the default" or "the experiment's model:"), for the combination's errors.
 void read_weight_format(MapReader& r, ModelSpec& m, const std::string& inherited) {
   m.weights = r.choice("weights", m.weights, {"float", "int8", "int4", "bfloat16"});
-  m.group_size = r.integer("group_size", m.group_size, 32, 256);
-  if (m.group_size != 32 && m.group_size != 64 && m.group_size != 128 && m.group_size != 256) {
-    r.fail("group_size", "32, 64, 128 or 256");
-  }
+  m.group_size = r.scalar<int64_t>("group_size", m.group_size, kGroupSizes);
+  if (!is_group_size(m.group_size)) r.fail("group_size", kGroupSizes);
   m.quantize_head = r.scalar<bool>("quantize_head", m.quantize_head, "true or false");
   m.int8_head = r.scalar<bool>("int8_head", m.int8_head, "true or false");
   m.int8_activation_rows = r.integer("int8_activation_rows", m.int8_activation_rows, 0, 1 << 20);
@@ -400,6 +398,8 @@ nlohmann::json read_generation(MapReader r, const YAML::Node& node, const std::s
 }
 
 }  // namespace
+
+bool is_group_size(int64_t n) { return n == 32 || n == 64 || n == 128 || n == 256; }
 
 bool sbatch_option_name(const std::string& k) {
   return !k.empty() && k[0] != '-' &&

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 
@@ -79,19 +81,44 @@ void record_comparison(nlohmann::json& run, const nlohmann::json& first_outputs)
 }
 
 void check_output_path(const std::filesystem::path& path, const std::string& what) {
-  for (std::filesystem::path p = path.parent_path(); !p.empty(); p = p.parent_path()) {
-    std::error_code ec;
-    const auto st = std::filesystem::status(p, ec);
-    if (std::filesystem::exists(st)) {
-      if (!std::filesystem::is_directory(st)) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // The nearest folder that exists: the output is made there (its missing folders too, as
+  // write_outputs makes them), so it must be a folder this process may write into.
+  fs::path existing = ".";
+  for (fs::path p = path.parent_path(); !p.empty(); p = p.parent_path()) {
+    const auto st = fs::status(p, ec);
+    if (fs::exists(st)) {
+      if (!fs::is_directory(st)) {
         throw Error(what + " '" + path.string() + "': '" + p.string() + "' is not a folder");
       }
+      existing = p;
       break;
     }
     if (p == p.parent_path()) break;
   }
-  if (std::filesystem::is_directory(path))
+  if (fs::is_directory(path, ec))
     throw Error(what + " '" + path.string() + "' is a folder, expected a file");
+  // A device, pipe or link (/dev/stdout) is written through: it must take writes itself; a link
+  // to a file still to be made, the folder the file is made in.
+  fs::path target = existing;
+  std::string named = existing == "." ? "the working folder '" + fs::current_path(ec).string() + "'"
+                                      : "the folder '" + existing.string() + "'";
+  int mode = W_OK | X_OK;
+  const auto st = fs::symlink_status(path, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    if (fs::exists(fs::status(path, ec))) {
+      target = path, named = "it", mode = W_OK;
+    } else {
+      target = fs::weakly_canonical(path, ec).parent_path();
+      named = "the folder '" + target.string() + "' of the file its link names";
+    }
+  }
+  if (::access(target.c_str(), mode) != 0) {
+    const int err = errno;
+    throw Error(what + " '" + path.string() + "' cannot be written: " + named +
+                " refuses writes (" + std::strerror(err) + ")");
+  }
 }
 
 void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,

@@ -50,8 +50,10 @@ std::vector<std::string> failed_runs(const nlohmann::json& doc);
 void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
                    const std::filesystem::path& plot);
 
-// Refuses an output path that cannot be a file: a parent that exists but is not a folder, or the
-// path itself a folder. `what` names it in the error ("results", "plot").
+// Refuses an output path that cannot be a file: a parent that exists but is not a folder, the
+// path itself a folder, or a nearest existing folder (or device) this process may not write to.
+// Commands call it before their work, so that a path that can never be written fails first.
+// `what` names it in the error ("results", "plot").
 void check_output_path(const std::filesystem::path& path, const std::string& what);
 
 // The readers of results files (show, compare) read every field through JsonAt

@@ -80,7 +80,47 @@ std::string self_executable() {
   const auto p = fs::read_symlink("/proc/self/exe", ec);
   if (ec)
     throw Error("cannot tell where this gengraph binary is (/proc/self/exe): " + ec.message());
+  // A binary replaced since it started (a rebuild) reads "PATH (deleted)": PATH is the gengraph
+  // meant.
+  std::string path = p.string();
+  const std::string deleted = " (deleted)";
+  if (path.size() > deleted.size() &&
+      path.compare(path.size() - deleted.size(), deleted.size(), deleted) == 0)
+    path.resize(path.size() - deleted.size());
+  return path;
+}
+
+// What is at `p` when it is not the executable file a job needs, for messages.
+std::string what_is_there(const fs::path& p) {
+  std::error_code ec;
+  const auto st = fs::status(p, ec);
+  if (!fs::exists(st)) return "which does not exist here";
+  if (!fs::is_regular_file(st)) return "which is not a file";
+  return "which is not executable here";
+}
+
+// The gengraph binary the tasks run: this one, or `named` (--gengraph PATH), the user's own
+// choice, which must be an executable file; its absolute path.
+std::string chosen_gengraph(const std::string& named) {
+  if (named.empty()) return self_executable();
+  const fs::path p = fs::absolute(named).lexically_normal();
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec) || ::access(p.c_str(), X_OK) != 0) {
+    throw Error("--gengraph " + shown(named) +
+                ": expected the path of the gengraph binary the tasks run (an executable file), "
+                "found " +
+                shown(p.string()) + ", " + what_is_there(p));
+  }
   return p.string();
+}
+
+// Whether `path` is the binary this process runs: the same file (device and inode, so that a
+// link to it counts), or the same path.
+bool is_this_gengraph(const std::string& path) {
+  std::error_code ec;
+  if (fs::equivalent(path, "/proc/self/exe", ec) && !ec) return true;
+  const fs::path canonical = fs::weakly_canonical(path, ec);
+  return !ec && canonical == fs::path(self_executable());
 }
 
 // The values of a job script besides the sbatch options, with where each came from.
@@ -249,7 +289,8 @@ fs::path find_job_dir(const std::string& arg) {
 
 std::string submit_experiment(const std::string& config_path, const std::vector<std::string>& sets,
                               const std::vector<std::string>& slurm_options,
-                              const std::string& job_dir, std::ostream& out) {
+                              const std::string& job_dir, std::ostream& out,
+                              const std::string& gengraph) {
   const ExperimentConfig c = load_experiment(config_path, sets);
   check_sweep_size(c);                      // before each point is parsed
   const auto points = check_experiment(c);  // every point checked before anything is submitted
@@ -268,7 +309,7 @@ std::string submit_experiment(const std::string& config_path, const std::vector<
             {"config_text", c.source_text},
             {"overrides", sets},
             {"cwd", fs::current_path().string()},
-            {"gengraph", self_executable()},
+            {"gengraph", chosen_gengraph(gengraph)},
             {"created", now_iso8601()},
             {"points", Json::array()},
             {"jobs", Json::array()}};
@@ -280,11 +321,11 @@ std::string submit_experiment(const std::string& config_path, const std::vector<
   const std::string manifest_file = (dir / "job.json").string();
   std::string text = manifest_text(m, manifest_file);
   check_job_manifest(m, manifest_file);
-  const std::string script =
-      job_script({dir, "the job folder (--job-dir, else results/NAME.slurm)", c.name,
-                  c.file + ": the experiment's name", m["cwd"].get<std::string>(),
-                  "the working folder", m["gengraph"].get<std::string>(), "gengraph's own path"},
-                 options, tasks);
+  const std::string script = job_script(
+      {dir, "the job folder (--job-dir, else results/NAME.slurm)", c.name,
+       c.file + ": the experiment's name", m["cwd"].get<std::string>(), "the working folder",
+       m["gengraph"].get<std::string>(), gengraph.empty() ? "gengraph's own path" : "--gengraph"},
+      options, tasks);
   fs::create_directories(dir / "logs");
   fs::create_directories(dir / "parts");
   try {
@@ -304,7 +345,7 @@ std::string submit_experiment(const std::string& config_path, const std::vector<
 }
 
 int resubmit_missing(const std::string& job_dir, const std::vector<std::string>& slurm_options,
-                     std::ostream& out) {
+                     std::ostream& out, const std::string& gengraph) {
   const fs::path dir = fs::absolute(job_dir);
   JobManifest m = read_manifest(dir);
   const PartState st = read_parts(dir, m);
@@ -316,21 +357,42 @@ int resubmit_missing(const std::string& job_dir, const std::vector<std::string>&
     return 0;
   }
   check_experiment(m.config);
-  if (!fs::is_regular_file(m.gengraph) || ::access(m.gengraph.c_str(), X_OK) != 0) {
-    throw Error(file_source(m.file) +
-                ": key 'gengraph': expected the path of the gengraph binary the tasks " +
-                "run, found " + shown(m.gengraph) + ", which is not an executable file here");
+  // The tasks run in job.json's cwd, which must still be a folder.
+  std::error_code ec;
+  const auto cwd = fs::status(m.cwd, ec);
+  if (!fs::is_directory(cwd)) {
+    throw Error(file_source(m.file) + ": key 'cwd': expected the folder the tasks run in (" +
+                "an existing folder), found " + shown(m.cwd) + ", " +
+                (fs::exists(cwd) ? "which is not a folder" : "which does not exist here"));
   }
-  const std::string script = job_script(
-      {dir, "the job folder", m.experiment, file_source(m.file) + ": key 'experiment'", m.cwd,
-       file_source(m.file) + ": key 'cwd'", m.gengraph, file_source(m.file) + ": key 'gengraph'"},
-      sbatch_options(m.config, slurm_options), tasks);
+  // The tasks run job.json's gengraph only when it is this very binary; any other only when
+  // named on the command line: an edited job.json never chooses what the tasks execute.
+  std::string binary = m.gengraph, binary_origin = file_source(m.file) + ": key 'gengraph'";
+  if (!gengraph.empty()) {
+    binary = chosen_gengraph(gengraph);
+    binary_origin = "--gengraph";
+  } else if (!is_this_gengraph(m.gengraph)) {
+    std::error_code ignored;
+    const bool runnable =
+        fs::is_regular_file(m.gengraph, ignored) && ::access(m.gengraph.c_str(), X_OK) == 0;
+    throw Error(file_source(m.file) +
+                ": key 'gengraph': expected the path of the gengraph binary the tasks run, this "
+                "one (" +
+                shown(self_executable()) + "), found " + shown(m.gengraph) + ", " +
+                (runnable ? "another file" : what_is_there(m.gengraph)) +
+                "; to run another gengraph, name it: gengraph submit --rerun DIR --gengraph PATH");
+  }
+  const std::string script =
+      job_script({dir, "the job folder", m.experiment, file_source(m.file) + ": key 'experiment'",
+                  m.cwd, file_source(m.file) + ": key 'cwd'", binary, binary_origin},
+                 sbatch_options(m.config, slurm_options), tasks);
   for (const int64_t i : tasks) {  // the old error parts go; the rerun writes new ones
     std::error_code ignored;
     fs::remove(dir / "parts" / (std::to_string(i) + ".error.json"), ignored);
   }
   const std::string id = write_and_submit(dir, script);
   m.doc["jobs"].push_back({{"job_id", id}, {"tasks", tasks}, {"submitted", now_iso8601()}});
+  m.doc["gengraph"] = binary;  // what the tasks now run
   write_file_atomically(dir / "job.json", manifest_text(m.doc, m.file), "the job manifest");
   out << "submitted Slurm job " << id << ": " << tasks.size()
       << " point(s) without a result: " << array_spec(tasks) << "\n";
@@ -361,6 +423,7 @@ int run_task(const std::string& job_dir, std::optional<int64_t> index, std::ostr
   const fs::path part = dir / "parts" / (std::to_string(*index) + ".json");
   const fs::path error_part = dir / "parts" / (std::to_string(*index) + ".error.json");
   Json header = {{"schema", kPartSchema}, {"job", m.id}, {"index", *index}};
+  check_output_path(part, "the result part");  // before the point's work, not after it
   try {
     // The manifest's points are the sweep's own (checked when it was read): parse only this one.
     const ExperimentConfig pc = point_config(m.config, m.points[static_cast<size_t>(*index)]);

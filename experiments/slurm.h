@@ -1,9 +1,10 @@
 // Sweeps on a Slurm cluster: one array task per sweep point, results merged as one.
 //   gengraph submit CONFIG [--set K=V]... [--slurm-option K=V]... [--job-dir DIR]
+//                   [--gengraph PATH]
 //       checks every point, writes DIR (default results/<name>.slurm/) with job.json (the
 //       experiment as submitted), job.sbatch and logs/, and submits the array with sbatch
-//   gengraph submit --rerun DIR [--slurm-option K=V]...
-//       submits again only the points without a result
+//   gengraph submit --rerun DIR [--slurm-option K=V]... [--gengraph PATH]
+//       submits again only the points without a result (with this binary, or PATH)
 //   gengraph task DIR [INDEX]            (what each array task runs; INDEX: $SLURM_ARRAY_TASK_ID)
 //       runs one point, writes DIR/parts/INDEX.json (or INDEX.error.json) atomically
 //   gengraph collect DIR|JOB_ID [--output FILE]
@@ -75,13 +76,18 @@ class BatchScript {
 void check_job_manifest(const nlohmann::json& manifest, const std::string& file);
 
 // Returns the job folder. `slurm_options`: "key=value" or "key" (sbatch long options, no "--").
+// `gengraph`: the binary the tasks run (--gengraph PATH, an executable file); "" for this one.
 std::string submit_experiment(const std::string& config_path, const std::vector<std::string>& sets,
                               const std::vector<std::string>& slurm_options,
-                              const std::string& job_dir, std::ostream& out);
+                              const std::string& job_dir, std::ostream& out,
+                              const std::string& gengraph = "");
 
-// Submits the points of `job_dir` that have no result; returns how many.
+// Submits the points of `job_dir` that have no result; returns how many. The tasks run in
+// job.json's cwd, which must be an existing folder, and run job.json's gengraph only when it is
+// this binary (the same file); another is run only when named as `gengraph` (--gengraph PATH),
+// which job.json then records. Errors name job.json and the key.
 int resubmit_missing(const std::string& job_dir, const std::vector<std::string>& slurm_options,
-                     std::ostream& out);
+                     std::ostream& out, const std::string& gengraph = "");
 
 // Runs one point of the job (the array task's work). Returns the process exit status: 0 when the
 // part was written, 1 when the point failed (its error part was written).

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -172,10 +173,100 @@ void write_file_or_throw(const std::filesystem::path& path, const std::string& b
     fail(write_err ? write_err : (flush_err ? flush_err : close_err));
 }
 
+namespace {
+
+// Temporary files removed when SIGINT or SIGTERM ends the process while they exist. While one is
+// registered, each of the two signals whose action is the default (ending the process silently)
+// gets a handler that removes every registered file, prints the line an interrupted gengraph
+// command prints, and exits with 128 + the signal, as the CLI does. A signal that has a handler
+// already (the CLI's InterruptGuard, which notes it and removes its files on the way out; an
+// embedding program's own) is left alone. A writer killed by SIGKILL leaves its file to the next
+// writer (remove_stale_temporaries).
+constexpr int kMaxTemporaries = 64;  // files being written at once; more are not registered
+std::atomic<const char*> g_temporaries[kMaxTemporaries];
+std::atomic<bool> g_removing{false};
+std::mutex g_temporaries_mutex;  // registration (never taken by the handler)
+int g_registered = 0;
+bool g_handles[2] = {false, false};  // SIGINT, SIGTERM: the handler was installed by us
+constexpr int kSignals[2] = {SIGINT, SIGTERM};
+
+extern "C" void remove_temporaries_and_exit(int sig) {
+  g_removing = true;
+  for (auto& slot : g_temporaries) {
+    if (const char* p = slot.load()) ::unlink(p);
+  }
+  // Only async-signal-safe calls: the digits by hand, one write(2).
+  char line[128];
+  size_t n = 0;
+  for (const char* c = "error: interrupted by signal "; *c;) line[n++] = *c++;
+  char digits[8];
+  int d = 0;
+  for (int v = sig; v > 0 && d < 7; v /= 10) digits[d++] = static_cast<char>('0' + v % 10);
+  while (d > 0) line[n++] = digits[--d];
+  for (const char* c = ": temporary files removed, no results written\n"; *c;) line[n++] = *c++;
+  (void)!::write(STDERR_FILENO, line, n);
+  ::_exit(128 + sig);
+}
+
+// Registers `path` (not yet created, or being written) for removal on SIGINT or SIGTERM.
+class RemovedOnInterrupt {
+ public:
+  explicit RemovedOnInterrupt(const std::filesystem::path& path) : path_(path.string()) {
+    const std::lock_guard<std::mutex> lock(g_temporaries_mutex);
+    for (int i = 0; i < kMaxTemporaries; ++i) {
+      const char* expected = nullptr;
+      if (g_temporaries[i].compare_exchange_strong(expected, path_.c_str())) {
+        slot_ = i;
+        break;
+      }
+    }
+    if (g_registered++ > 0) return;
+    for (int i = 0; i < 2; ++i) {
+      struct sigaction current {};
+      if (::sigaction(kSignals[i], nullptr, &current) != 0 || current.sa_handler != SIG_DFL ||
+          (current.sa_flags & SA_SIGINFO) != 0)
+        continue;
+      struct sigaction sa {};
+      sa.sa_handler = remove_temporaries_and_exit;
+      sigfillset(&sa.sa_mask);  // one signal at a time
+      g_handles[i] = ::sigaction(kSignals[i], &sa, nullptr) == 0;
+    }
+  }
+  ~RemovedOnInterrupt() {
+    const std::lock_guard<std::mutex> lock(g_temporaries_mutex);
+    if (slot_ >= 0) g_temporaries[slot_] = nullptr;
+    // The handler runs in another thread and may hold this path: the process is ending.
+    while (g_removing) ::pause();
+    if (--g_registered > 0) return;
+    for (int i = 0; i < 2; ++i) {
+      if (!g_handles[i]) continue;
+      g_handles[i] = false;
+      struct sigaction current {};
+      // Restored only while it is still ours (another handler set meanwhile is kept).
+      if (::sigaction(kSignals[i], nullptr, &current) == 0 &&
+          current.sa_handler == remove_temporaries_and_exit) {
+        struct sigaction dfl {};
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        ::sigaction(kSignals[i], &dfl, nullptr);
+      }
+    }
+  }
+  RemovedOnInterrupt(const RemovedOnInterrupt&) = delete;
+  RemovedOnInterrupt& operator=(const RemovedOnInterrupt&) = delete;
+
+ private:
+  std::string path_;
+  int slot_ = -1;
+};
+
+}  // namespace
+
 void write_file_atomically(const std::filesystem::path& path, const std::string& bytes,
                            const std::string& what) {
   remove_stale_temporaries(path);
   const std::filesystem::path tmp = temporary_path_for(path);
+  const RemovedOnInterrupt removed_on_interrupt(tmp);  // from before it exists to the rename
   try {
     write_file_or_throw(tmp, bytes, what);
   } catch (...) {

@@ -421,8 +421,12 @@ TEST(HostileSlurm, ARerunQuotesJobJsonPaths) {
   fs::permissions(odd, fs::perms::owner_all);
   m["gengraph"] = odd.string();
   m["cwd"] = (s.dir / "it's a \"folder\"").string();
+  fs::create_directories(m["cwd"].get<std::string>());
   s.write_manifest(m);
-  auto [rc, err] = testing::cli_stderr({"submit", "--rerun", s.job.string()});
+  // Another binary than this one runs only when named on the command line (below, the rerun of
+  // an edited job.json alone).
+  auto [rc, err] =
+      testing::cli_stderr({"submit", "--rerun", s.job.string(), "--gengraph", odd.string()});
   ASSERT_EQ(rc, 0) << err;
   const std::string script = testing::read_file(s.job / "job.sbatch");
   EXPECT_EQ(sbatch_reads(script).at("chdir"), m["cwd"].get<std::string>());
@@ -432,12 +436,109 @@ TEST(HostileSlurm, ARerunQuotesJobJsonPaths) {
   EXPECT_FALSE(fs::exists(s.dir / "pwned"));
   m = Json::parse(testing::read_file(s.job / "job.json"));
   EXPECT_EQ(m["jobs"].size(), 2u);
+  EXPECT_EQ(m["gengraph"], odd.string());  // what the tasks now run
   m["gengraph"] = (s.dir / "nothing here").string();
   s.write_manifest(m);
   std::tie(rc, err) = testing::cli_stderr({"submit", "--rerun", s.job.string()});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err,
               HasSubstr("job.json': key 'gengraph': expected the path of the gengraph binary"));
+}
+
+// Third pass (issue 49): a rerun took job.json's `gengraph` as it was (`/bin/echo` was submitted
+// as what every task runs) and a `cwd` that does not exist. The tasks run job.json's gengraph only
+// when it is this very binary (the same file: a link to it counts), another only when named with
+// --gengraph; the cwd must be an existing folder. Errors name job.json, the key, what was
+// expected and what was found; nothing is submitted.
+TEST(HostileSlurm, ARerunRunsThisGengraphOrOneNamedInAFolderThatExists) {
+  SubmittedJob s;
+  const Json good = s.manifest;
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  if (self.size() > 10 && self.substr(self.size() - 10) == " (deleted)")  // rebuilt meanwhile
+    self.resize(self.size() - 10);
+  ASSERT_EQ(good["gengraph"], self);
+  const std::string file = "'" + (s.job / "job.json").string() + "': ";
+  write_file(s.dir / "a file", "x");
+  write_file(s.dir / "not executable", "#!/bin/sh\n");
+  fs::create_directories(s.dir / "a folder");
+  struct Edit {
+    std::string key;
+    Json value;
+    std::string found;  // the end of the message
+  };
+  const std::vector<Edit> edits = {
+      {"gengraph", "/bin/echo", "found \"/bin/echo\", another file"},
+      {"gengraph", "/bin/sh", "found \"/bin/sh\", another file"},
+      {"gengraph", (s.dir / "gone").string(), "\", which does not exist here"},
+      {"gengraph", (s.dir / "a folder").string(), "\", which is not a file"},
+      {"gengraph", (s.dir / "not executable").string(), "\", which is not executable here"},
+      {"cwd", (s.dir / "gone").string(), "\", which does not exist here"},
+      {"cwd", (s.dir / "a file").string(), "\", which is not a folder"},
+  };
+  for (const auto& e : edits) {
+    Json m = good;
+    m[e.key] = e.value;
+    s.write_manifest(m);
+    auto [rc, err] = testing::cli_stderr({"submit", "--rerun", s.job.string()});
+    EXPECT_EQ(rc, 1) << e.value;
+    EXPECT_THAT(err, HasSubstr(file + "key '" + e.key + "': expected ")) << err;
+    EXPECT_THAT(err, HasSubstr(e.found)) << err;
+    if (e.key == "gengraph") {
+      EXPECT_THAT(err, HasSubstr("this one (\"" + self + "\")")) << err;
+      EXPECT_THAT(err, HasSubstr("gengraph submit --rerun DIR --gengraph PATH")) << err;
+    } else {
+      EXPECT_THAT(err, HasSubstr("expected the folder the tasks run in (an existing folder)"));
+    }
+    // The job folder is as it was: nothing submitted, job.json not rewritten.
+    EXPECT_EQ(Json::parse(testing::read_file(s.job / "job.json")), m);
+  }
+  EXPECT_EQ(testing::read_file(s.sbatch.bin / "calls"), (s.job / "job.sbatch").string() + "\n");
+
+  // --gengraph names the binary: it must be an executable file, named by the option.
+  for (const auto& bad : {s.dir / "gone", s.dir / "a folder", s.dir / "not executable"}) {
+    s.write_manifest(good);
+    auto [rc, err] =
+        testing::cli_stderr({"submit", "--rerun", s.job.string(), "--gengraph", bad.string()});
+    EXPECT_EQ(rc, 1);
+    EXPECT_THAT(err, HasSubstr("--gengraph \"" + bad.string() +
+                               "\": expected the path of the gengraph binary the tasks run"))
+        << err;
+  }
+  EXPECT_EQ(testing::read_file(s.sbatch.bin / "calls"), (s.job / "job.sbatch").string() + "\n");
+
+  // This binary through a link: the same file, accepted, and the link is what job.json keeps.
+  fs::create_symlink(self, s.dir / "gengraph-link");
+  Json m = good;
+  m["gengraph"] = (s.dir / "gengraph-link").string();
+  s.write_manifest(m);
+  auto [rc, err] = testing::cli_stderr({"submit", "--rerun", s.job.string()});
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_EQ(
+      bash_reads(checked_exec_line(testing::read_file(s.job / "job.sbatch")), s.dir.path()).front(),
+      (s.dir / "gengraph-link").string());
+  // Another binary named on the command line (a relative path, made absolute) runs, and job.json
+  // records it.
+  const fs::path cwd = fs::current_path();
+  fs::current_path(s.dir.path());
+  std::tie(rc, err) =
+      testing::cli_stderr({"submit", "--rerun", s.job.string(), "--gengraph", "./gengraph-link"});
+  fs::current_path(cwd);
+  ASSERT_EQ(rc, 0) << err;
+  m = Json::parse(testing::read_file(s.job / "job.json"));
+  EXPECT_EQ(m["gengraph"], (s.dir / "gengraph-link").string());
+  EXPECT_EQ(m["jobs"].size(), 3u);
+  // The first submission may name its binary too; --gengraph is refused where it does not apply.
+  std::tie(rc, err) = testing::cli_stderr({"submit", (s.dir / "s.yaml").string(), "--job-dir",
+                                           (s.dir / "job2").string(), "--gengraph", "/bin/sh"});
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_EQ(Json::parse(testing::read_file(s.dir / "job2" / "job.json"))["gengraph"], "/bin/sh");
+  EXPECT_EQ(
+      bash_reads(checked_exec_line(testing::read_file(s.dir / "job2" / "job.sbatch")), s.dir.path())
+          .front(),
+      "/bin/sh");
+  std::tie(rc, err) = testing::cli_stderr({"collect", s.job.string(), "--gengraph", "/bin/sh"});
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(err, HasSubstr("option --gengraph does not apply to this command"));
 }
 
 TEST(HostileSlurm, OutOfRangeTaskNumbersAndForeignPartsAreNamed) {
