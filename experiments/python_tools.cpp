@@ -108,11 +108,20 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
 }
 
 nlohmann::json tokenizer_request(const std::string& folder, const nlohmann::json& request,
-                                 const char* field, size_t count, std::ostream& log) {
+                                 const char* field, size_t count, std::ostream& log,
+                                 int64_t timeout_s) {
   const std::string op = request.contains("encode")   ? "encode"
                          : request.contains("decode") ? "decode"
                                                       : "chat";
-  ToolResult r = run_tool("hf_tokenizer.py", request, 0, log);
+  ToolResult r = run_tool("hf_tokenizer.py", request, timeout_s, log);
+  if (!r.out && timeout_s > 0 && (r.rc == 124 || r.rc == 137)) {
+    const std::string what = op == "chat" ? "the chat template of '" + folder + "'"
+                                          : "tools/hf_tokenizer.py (" + op +
+                                                " with the "
+                                                "tokenizer in '" +
+                                                folder + "')";
+    throw Error(what + " ran past " + std::to_string(timeout_s) + " s and was stopped");
+  }
   if (!r.out) {
     throw Error("inputs.texts: tools/hf_tokenizer.py could not " + op + " with the tokenizer in '" +
                 folder + "' (exit " + std::to_string(r.rc) + "; any message it printed is above)");

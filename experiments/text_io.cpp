@@ -1,9 +1,11 @@
 #include "experiments/text_io.h"
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
 #include "experiments/python_tools.h"
+#include "framework/text/chat_template.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
 
@@ -84,9 +86,42 @@ std::vector<std::string> TextCodec::decode(const std::vector<std::vector<int64_t
       .get<std::vector<std::string>>();
 }
 
+namespace {
+
+// The chat template's rendering limits (tools/hf_tokenizer.py enforces them): seconds per text
+// (GENGRAPH_CHAT_TEMPLATE_SECONDS, default 30), and characters: 4 per character of the text plus
+// a million (a prompt of a million characters is some 250,000 tokens, past the context of any
+// model gengraph runs).
+int64_t chat_template_seconds() {
+  const char* env = std::getenv("GENGRAPH_CHAT_TEMPLATE_SECONDS");
+  if (env == nullptr || *env == '\0') return 30;
+  char* end = nullptr;
+  const long long v = std::strtoll(env, &end, 10);
+  if (*end != '\0' || v < 1 || v > 86400) {
+    throw Error(
+        "GENGRAPH_CHAT_TEMPLATE_SECONDS: expected a whole number of seconds from 1 to "
+        "86400, found '" +
+        std::string(env) + "'");
+  }
+  return v;
+}
+
+}  // namespace
+
 std::vector<std::string> TextCodec::chat_prompts(const std::vector<std::string>& texts) const {
-  nlohmann::json request = {{"model", folder_}, {"chat", texts}};
-  return tokenizer_request(folder_, request, "texts", texts.size(), log_)
+  // The template is checked here first (UTF-8, size), naming its file and key; a folder without
+  // one is left to the tool, which says so.
+  const auto chat_template = read_chat_template(folder_);
+  const int64_t seconds = chat_template_seconds();
+  nlohmann::json request = {
+      {"model", folder_},
+      {"chat", texts},
+      {"limits", {{"seconds", seconds}, {"characters_per_character", 4}, {"characters", 1000000}}}};
+  if (chat_template) request["template_source"] = chat_template->source;
+  // The tool bounds each rendering itself; the process's limit is the backstop (Python's start
+  // and the tokenizer's load take some seconds more).
+  const int64_t process_limit = seconds * static_cast<int64_t>(texts.size()) + 300;
+  return tokenizer_request(folder_, request, "texts", texts.size(), log_, process_limit)
       .get<std::vector<std::string>>();
 }
 

@@ -12,16 +12,29 @@ REQ: {"model": FOLDER, "encode": [text, ...]}   -> OUT: {"ids": [[id, ...], ...]
 (apply_chat_template with add_generation_prompt, not tokenized): the prompt text that gengraph then
 encodes without special tokens, as apply_chat_template(tokenize=True) does.
 
+"chat" takes "limits": {"seconds": S, "characters": C, "characters_per_character": K} (defaults
+30, 1000000, 4) and "template_source" (where the template is, for messages): each rendering may run
+S seconds and make C + K x len(text) characters, and may use 1 GiB of memory more than the process
+had before it (RLIMIT_AS). Past a limit the template is refused by name ("the chat template of
+'<folder>' ran past 30 s on text 0"). The sandbox is transformers' own (jinja2's
+ImmutableSandboxedEnvironment), with '*', '**' and '+' checked before they build a value past C.
+
 A folder with tokenizer.json but no tokenizer_config.json loads tokenizer.json itself. A decoded id
 outside the tokenizer's vocabulary is an error (the tokenizer does not match the model).
 Encoding is what `tokenizer(text)` gives: special tokens added as the tokenizer's configuration
 says (none for GPT-2, BOS for LLaMA). Decoding keeps special tokens, so an EOS shows as text.
-Errors go to stderr with exit status 1, naming the folder; nothing is written to OUT then.
+Errors go to stderr with exit status 1, naming the folder; nothing is written to OUT then. A panic
+of the `tokenizers` library (a regular expression that Oniguruma gives up on) is reported naming the
+file and the pattern, without the library's trace.
 """
 import argparse
+import contextlib
 import json
 import os
+import resource
+import signal
 import sys
+import tempfile
 import warnings
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -32,6 +45,110 @@ warnings.filterwarnings("ignore")
 def fail(message):
     print(f"hf_tokenizer.py: {message}", file=sys.stderr)
     sys.exit(1)
+
+
+def is_panic(e):
+    """A Rust panic inside the tokenizers library (pyo3's PanicException, a BaseException)."""
+    return type(e).__name__ == "PanicException"
+
+
+@contextlib.contextmanager
+def library_stderr():
+    """Holds what is written to file descriptor 2 (a Rust panic's own message and trace goes there)
+    and shows it only when the block ends without an exception."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if ok:
+                held.seek(0)
+                text = held.read()
+                if text:
+                    os.write(2, text)
+
+
+def first_bad_utf8(path):
+    """(offset, byte) of the first byte of `path` that is not valid UTF-8, or None."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        data.decode("utf-8")
+        return None
+    except UnicodeDecodeError as e:
+        return e.start, data[e.start]
+
+
+def check_text_files(folder):
+    """The files transformers reads as text when it loads a tokenizer, refused by name when they are
+    not UTF-8 (transformers would say only 'UnicodeDecodeError')."""
+    names = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"]
+    extra = os.path.join(folder, "additional_chat_templates")
+    if os.path.isdir(extra):
+        names += [os.path.join("additional_chat_templates", n) for n in sorted(os.listdir(extra))
+                  if n.endswith(".jinja")]
+    for name in names:
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        bad = first_bad_utf8(path)
+        if bad:
+            what = "the chat template " if name.endswith(".jinja") else ""
+            fail(f"'{path}': {what}is not valid UTF-8: byte {bad[0]} (0x{bad[1]:02X}) does not begin or "
+                 f"continue a character")
+
+
+def regex_patterns(folder):
+    """(key, pattern) of every regular expression in the folder's tokenizer.json."""
+    path = os.path.join(folder, "tokenizer.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except Exception:
+        return []
+    found = []
+
+    def walk(v, key):
+        if isinstance(v, dict):
+            if isinstance(v.get("Regex"), str):
+                found.append((key, v["Regex"]))
+            for k, x in v.items():
+                walk(x, f"{key}.{k}" if key else k)
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                walk(x, f"{key}[{i}]")
+
+    walk(doc, "")
+    return found
+
+
+def library_failure(folder, e, text=None):
+    """What a panic of the tokenizers library on `text` (or at load) means, naming the file and the
+    pattern when one of the file's regular expressions is what fails on the text."""
+    path = os.path.join(folder, "tokenizer.json")
+    reason = str(e)
+    if "retry-limit-in-match" in reason or "match-stack-limit" in reason or "time-limit" in reason:
+        why = "it backtracks past the limit of the regular-expression engine (Oniguruma)"
+    else:
+        why = "the regular-expression engine (Oniguruma) refused it"
+    if text is not None:
+        from tokenizers import Regex, pre_tokenizers
+        for key, pattern in regex_patterns(folder):
+            try:
+                with library_stderr():
+                    pre_tokenizers.Split(Regex(pattern), "isolated").pre_tokenize_str(text)
+            except BaseException as inner:  # noqa: B036 (a panic is a BaseException)
+                if isinstance(inner, (KeyboardInterrupt, SystemExit)):
+                    raise
+                return f"'{path}': {key}: the regular expression {json.dumps(pattern)} could not be matched: {why}"
+    return f"the tokenizers library failed on the tokenizer in '{folder}' ({why})"
 
 
 def main():
@@ -45,17 +162,23 @@ def main():
     if not os.path.isdir(folder):
         fail(f"model folder '{folder}' does not exist")
 
+    check_text_files(folder)
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     try:
-        if os.path.isfile(os.path.join(folder, "tokenizer.json")) and not os.path.isfile(
-                os.path.join(folder, "tokenizer_config.json")):
-            # Without tokenizer_config.json AutoTokenizer guesses a class from config.json's
-            # model_type, which may read tokenizer.json as something else. Load the file itself.
-            tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"))
-        else:
-            tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except Exception as e:  # transformers raises many kinds here; all mean "no usable tokenizer"
+        with library_stderr():
+            if os.path.isfile(os.path.join(folder, "tokenizer.json")) and not os.path.isfile(
+                    os.path.join(folder, "tokenizer_config.json")):
+                # Without tokenizer_config.json AutoTokenizer guesses a class from config.json's
+                # model_type, which may read tokenizer.json as something else. Load the file itself.
+                tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"))
+            else:
+                tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except BaseException as e:  # noqa: B036 transformers raises many kinds; a panic is a BaseException
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        if is_panic(e):
+            fail(library_failure(folder, e))
         fail(f"no usable tokenizer in '{folder}' (expected tokenizer.json or the files of a "
              f"transformers tokenizer beside config.json): {type(e).__name__}: {e}")
     if isinstance(tok, bool) or not hasattr(tok, "decode"):
@@ -65,7 +188,13 @@ def main():
     if "encode" in req:
         ids = []
         for i, text in enumerate(req["encode"]):
-            enc = tok(text, add_special_tokens=bool(req.get("add_special_tokens", True)))["input_ids"]
+            try:
+                with library_stderr():
+                    enc = tok(text, add_special_tokens=bool(req.get("add_special_tokens", True)))["input_ids"]
+            except BaseException as e:  # noqa: B036 a panic is a BaseException
+                if not is_panic(e):
+                    raise
+                fail(f"text {i}: {library_failure(folder, e, text)}")
             if not enc:
                 fail(f"inputs.texts[{i}] ({json.dumps(text)}) encodes to no tokens with the tokenizer in '{folder}'")
             ids.append(enc)
@@ -82,13 +211,13 @@ def main():
         if not getattr(tok, "chat_template", None):
             fail(f"the tokenizer in '{folder}' has no chat template (tokenizer_config.json's chat_template "
                  f"or chat_template.jinja): --chat / inputs.chat need one")
+        limits = {"seconds": 30, "characters": 1000000, "characters_per_character": 4}
+        limits.update(req.get("limits") or {})
+        source = req.get("template_source")
+        name = f"the chat template of '{folder}'" + (f" ({source})" if source else "")
         prompts = []
         for i, text in enumerate(req["chat"]):
-            try:
-                prompts.append(tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                       add_generation_prompt=True))
-            except Exception as e:  # jinja errors of many kinds
-                fail(f"the chat template of '{folder}' failed on text {i}: {type(e).__name__}: {e}")
+            prompts.append(render_chat(tok, text, limits, name, i))
         out["texts"] = prompts
     else:
         fail("the request has none of 'encode', 'decode' or 'chat'")
@@ -96,6 +225,112 @@ def main():
     with open(tmp, "w") as f:
         json.dump(out, f)
     os.replace(tmp, args.out)
+
+
+class TemplateLimit(BaseException):
+    """A limit of the rendering reached (a BaseException, so that no `except Exception` inside
+    transformers or jinja2 holds it)."""
+
+
+LIMITS = {"characters": 0}
+MEMORY_BUDGET = 1 << 30
+
+
+def install_limited_environment():
+    """transformers compiles chat templates in jinja2's ImmutableSandboxedEnvironment, named in its
+    chat_template_utils module: put in its place a subclass that checks the size of what '*', '**',
+    '+' and the rendering itself make (jinja2's sandbox already caps range() at 100,000)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from transformers.utils import chat_template_utils
+
+    def too_big(what):
+        raise TemplateLimit(f"rendered more than {LIMITS['characters']} characters ({what})")
+
+    def size(x):
+        return len(x) if isinstance(x, (str, bytes, list, tuple)) else None
+
+    class LimitedEnvironment(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset(["*", "**", "+"])
+
+        def call_binop(self, context, operator, left, right):
+            limit = LIMITS["characters"]
+            if operator == "*":
+                for seq, n in ((left, right), (right, left)):
+                    if size(seq) is not None and isinstance(n, int) and size(seq) * n > limit:
+                        too_big(f"a value of {size(seq)} x {n}")
+            elif operator == "**":
+                if (isinstance(left, int) and isinstance(right, int) and abs(left) > 1
+                        and right * max(abs(left).bit_length(), 1) > 64 * limit):
+                    too_big(f"{left} ** {right}")
+            elif operator == "+":
+                if size(left) is not None and size(right) is not None and size(left) + size(right) > limit:
+                    too_big(f"a value of {size(left)} + {size(right)}")
+            return super().call_binop(context, operator, left, right)
+
+        def concat(self, parts):
+            out, total = [], 0
+            for part in parts:
+                total += len(part)
+                if total > LIMITS["characters"]:
+                    too_big("the template's output")
+                out.append(part)
+            return "".join(out)
+
+    if getattr(chat_template_utils, "ImmutableSandboxedEnvironment", None) is ImmutableSandboxedEnvironment:
+        chat_template_utils.ImmutableSandboxedEnvironment = LimitedEnvironment
+        chat_template_utils._compile_jinja_template.cache_clear()
+
+
+def virtual_memory_bytes():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def render_chat(tok, text, limits, name, i):
+    """One user message through the chat template, within `limits` (see the module's text)."""
+    seconds = float(limits["seconds"])
+    LIMITS["characters"] = int(limits["characters"]) + int(limits["characters_per_character"]) * len(text)
+    install_limited_environment()
+
+    def on_alarm(signum, frame):
+        raise TemplateLimit(f"ran past {limits['seconds']} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    used = virtual_memory_bytes()
+    if used is not None:
+        cap = used + MEMORY_BUDGET
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        if soft == resource.RLIM_INFINITY or cap < soft:
+            resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        prompt = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                         add_generation_prompt=True)
+    except TemplateLimit as e:
+        fail(f"{name} {e} on text {i}")
+    except MemoryError:
+        fail(f"{name} needed more than {MEMORY_BUDGET >> 30} GiB of memory on text {i}")
+    except RecursionError:
+        fail(f"{name} recursed too deeply on text {i}")
+    except Exception as e:  # jinja errors of many kinds
+        fail(f"{name} failed on text {i}: {type(e).__name__}: {e}")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    if not isinstance(prompt, str):
+        fail(f"{name} gave no text on text {i}")
+    if len(prompt) > LIMITS["characters"]:
+        fail(f"{name} rendered more than {LIMITS['characters']} characters on text {i}")
+    return prompt
 
 
 if __name__ == "__main__":

@@ -85,6 +85,24 @@ const SentencePieceApi& sentencepiece_api() {
   return api;
 }
 
+// Why libsentencepiece refused `file`, in our words (its own status text names its source lines).
+std::string not_a_model(const std::filesystem::path& file, const std::string& library_text) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(file, ec);
+  std::string why;
+  if (!ec && size == 0) {
+    why = "the file is empty";
+  } else if (library_text.find("ParseFrom") != std::string::npos ||
+             library_text.find("parse") != std::string::npos) {
+    why = "its " + (ec ? std::string("bytes") : std::to_string(size) + " bytes") +
+          " do not parse as a serialized SentencePiece ModelProto";
+  } else {
+    why = "it parses, but libsentencepiece does not accept its contents as a model";
+  }
+  return "'" + file.string() + "' is not a SentencePiece model (" + why +
+         "); a tokenizer.model is the file SentencePiece's trainer writes";
+}
+
 class SentencePieceTokenizer : public Tokenizer {
  public:
   SentencePieceTokenizer(const std::filesystem::path& file, bool add_bos)
@@ -92,8 +110,7 @@ class SentencePieceTokenizer : public Tokenizer {
     check_regular_file(file, "SentencePiece model '" + file_ + "'", "a tokenizer.model file");
     char error[512] = {0};
     model_ = api_.load(file_.c_str(), error, sizeof error);
-    if (model_ == nullptr)
-      throw Error("SentencePiece model '" + file_ + "' does not load: " + error);
+    if (model_ == nullptr) throw Error(not_a_model(file, error));
     pieces_ = api_.piece_size(model_);
     bos_ = api_.bos_id(model_);
   }

@@ -69,8 +69,15 @@ class MetaspaceDecoder : public Decoder {
 class ReplaceDecoder : public Decoder {
  public:
   explicit ReplaceDecoder(ReplaceNormalizer r) : replace_(std::move(r)) {}
+  // The tokens share one bound: what they add up to may grow as a normalizer's output may.
   std::vector<std::string> chain(std::vector<std::string> tokens) const override {
-    for (auto& t : tokens) t = replace_.apply(t);
+    size_t input = 0;
+    for (const auto& t : tokens) input += t.size();
+    OutputBound bound(input);
+    for (auto& t : tokens) {
+      t = replace_.apply(t, bound);
+      bound.used += t.size();
+    }
     return tokens;
   }
 
@@ -180,8 +187,9 @@ std::unique_ptr<Decoder> make_decoder(const JsonAt& j, const std::string& source
     return std::make_unique<MetaspaceDecoder>(single_char(j["replacement"]), prepend_scheme(j));
   }
   if (type == "Replace") {
+    const std::string step = step_name(source, j, type);
     return std::make_unique<ReplaceDecoder>(
-        ReplaceNormalizer(Pattern(j["pattern"], source), j["content"].string()));
+        ReplaceNormalizer(Pattern(j["pattern"], step), j["content"].string(), step));
   }
   if (type == "Fuse") return std::make_unique<FuseDecoder>();
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();

@@ -176,22 +176,32 @@ class JsonTokenizer : public Tokenizer {
     // 1. Added tokens matched on the raw text (those with normalized = false).
     split_added(Piece{valid, -1, true}, raw_trie_, raw_tokens_, pieces);
     // 2. The rest normalized, then added tokens matched on the normalized text.
+    // The normalizer's output over all pieces is bounded by the text's size, the pre-tokenizer's
+    // by the normalized text's (OutputBound).
     std::vector<Piece> normalized;
+    OutputBound normalizer_bound(valid.size());
+    size_t to_pre_tokenize = 0;
     for (auto& piece : pieces) {
       if (piece.id >= 0) {
         normalized.push_back(std::move(piece));
         continue;
       }
-      if (normalizer_) normalizer_->normalize(piece.text);
+      if (normalizer_) normalizer_->normalize(piece.text, normalizer_bound);
+      normalizer_bound.used += piece.text.size();
+      to_pre_tokenize += piece.text.size();
       split_added(piece, normalized_trie_, normalized_tokens_, normalized);
     }
     // 3. Pre-tokenize what is not an added token; 4. the model.
     std::vector<int64_t> ids(add_special_tokens ? post_.before : std::vector<int64_t>{});
     Bpe::Cache& cache = bpe_->thread_cache();
     std::vector<Piece> run;
+    OutputBound pre_tokenizer_bound(to_pre_tokenize);
     auto flush = [&] {
       if (run.empty()) return;
-      if (pre_tokenizer_) pre_tokenizer_->apply(run);
+      if (pre_tokenizer_) {
+        pre_tokenizer_->apply(run, pre_tokenizer_bound);
+        pre_tokenizer_bound.used += total_bytes(run);
+      }
       for (const auto& p : run) bpe_->tokenize(p.text, ids, cache);
       run.clear();
     };
@@ -260,9 +270,19 @@ class JsonTokenizer : public Tokenizer {
                  " is not)");
   }
 
+  // The library gives each added token its id (below) and ignores the one the file states; a file
+  // whose stated id differs (-1, 10^9, a hole) would have its token silently renumbered, so it is
+  // refused, naming the key, the valid range and the id the token gets.
   void read_added_tokens(const JsonAt& list) {
     int64_t next_id = static_cast<int64_t>(bpe_->vocab().size());
-    for (const auto& t : list.items(1 << 20)) {
+    const std::vector<JsonAt> items = list.items(1 << 20);
+    const int64_t most = static_cast<int64_t>(bpe_->vocab().size() + items.size()) - 1;
+    for (const auto& t : items) {
+      const int64_t stated =
+          t["id"].integer_in(0, most,
+                             "a token id from 0 to " + std::to_string(most) + " (the model's " +
+                                 std::to_string(bpe_->vocab().size()) + " entries and " +
+                                 std::to_string(items.size()) + " added tokens)");
       AddedToken a;
       a.content = t["content"].string();
       a.special = t.boolean_or("special", false);
@@ -286,8 +306,13 @@ class JsonTokenizer : public Tokenizer {
             max_added < 0 ? vocab : (max_added >= vocab || vocab == 0 ? max_added + 1 : vocab);
         a.id = next_id;
       }
+      if (stated != a.id) {
+        t["id"].fail(std::to_string(a.id) +
+                     ", the id this token gets (its id in the model's vocabulary, " +
+                     "else the next after the model's entries and the added tokens before it)");
+      }
       std::string pattern = a.content;
-      if (a.normalized && normalizer_) normalizer_->normalize(pattern);
+      if (a.normalized && normalizer_) normalizer_->normalize(pattern, OutputBound(pattern.size()));
       added_by_content_[a.content] = a.id;
       if (a.special) special_contents_.insert(a.content);
       added_by_id_[a.id] = Added{a.normalized ? pattern : a.content, a.special};

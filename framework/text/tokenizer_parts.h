@@ -7,6 +7,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -83,19 +84,25 @@ class MatchData {
   pcre2_match_data* md_;
 };
 
+// PCRE2's limits for one match attempt, set here rather than left to the library's build: the
+// steps of backtracking (its default, 10^7) and the depth of nested backtracking points. A pattern
+// that backtracks past them on a text (`(.*a){25}`) is refused, naming the step and the pattern.
+inline constexpr uint32_t kRegexMatchLimit = 10000000;
+inline constexpr uint32_t kRegexDepthLimit = 10000000;
+pcre2_match_context* regex_match_context();
+
 class Regex {
  public:
-  Regex(const std::string& pattern, const std::string& where) {
+  // `where` names the step in errors ("'<file>': pre_tokenizer.pretokenizers[1] (Split)").
+  Regex(const std::string& pattern, const std::string& where) : pattern_(pattern), where_(where) {
     const std::string translated = translate(pattern, where);
     int code = 0;
     PCRE2_SIZE offset = 0;
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                           PCRE2_UTF | PCRE2_UCP, &code, &offset, nullptr);
     if (code_ == nullptr) {
-      PCRE2_UCHAR buffer[256];
-      pcre2_get_error_message(code, buffer, sizeof buffer);
       throw Error(where + ": the regular expression " + JsonAt::quoted(pattern) +
-                  " does not compile: " + reinterpret_cast<const char*>(buffer));
+                  " does not compile: " + error_text(code));
     }
     jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
   }
@@ -116,21 +123,21 @@ class Regex {
   void for_each(std::string_view s, Fn&& fn) const {
     thread_local MatchData md_holder;
     pcre2_match_data* md = md_holder.get();
+    pcre2_match_context* context = regex_match_context();
     size_t pos = 0;
     std::optional<size_t> last_match_end;
     while (pos <= s.size()) {
       const auto subject = reinterpret_cast<PCRE2_SPTR>(s.data());
-      int rc = jit_ ? pcre2_jit_match(code_, subject, s.size(), pos, 0, md, nullptr)
+      int rc = jit_ ? pcre2_jit_match(code_, subject, s.size(), pos, 0, md, context)
                     : PCRE2_ERROR_JIT_STACKLIMIT;
       // The interpreter when there is no JIT code, or when the JIT's stack is too small for this
       // text (a very long run of one class).
       if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
-        rc = pcre2_match(code_, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+        rc = pcre2_match(code_, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, md, context);
       }
       if (rc < 0) {
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        throw Error("tokenizer regular expression: matching failed (PCRE2 error " +
-                    std::to_string(rc) + ")");
+        match_failed(rc, s.size(), pos);
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const size_t start = ov[0], end = ov[1];
@@ -147,6 +154,15 @@ class Regex {
   }
 
  private:
+  static std::string error_text(int code) {
+    PCRE2_UCHAR buffer[256];
+    if (pcre2_get_error_message(code, buffer, sizeof buffer) < 0) {
+      return "PCRE2 error " + std::to_string(code);
+    }
+    return reinterpret_cast<const char*>(buffer);
+  }
+  [[noreturn]] void match_failed(int rc, size_t length, size_t pos) const;
+
   static std::string translate(const std::string& p, const std::string& where) {
     static const std::string space = "\\t\\n\\x{0B}\\f\\r\\x{85}\\p{Z}";
     static const std::string word = "\\p{L}\\p{M}\\p{Nd}\\p{Pc}";
@@ -223,17 +239,22 @@ class Regex {
     return out;
   }
 
+  std::string pattern_, where_;
   pcre2_code* code_ = nullptr;
   bool jit_ = false;
 };
 
-// A Split or Replace pattern: {"String": "..."} (literal) or {"Regex": "..."}.
+// A Split or Replace pattern: {"String": "..."} (literal) or {"Regex": "..."}. The library compiles
+// a String as the regular expression of its escaped text, so the empty String is the empty
+// expression: an empty match before every character and at the end (Split then cuts the text
+// into characters; Replace puts its content between them).
 class Pattern {
  public:
   Pattern(const JsonAt& j, const std::string& where) {
     j.object("an object {\"String\": ...} or {\"Regex\": ...}");
     if (j.has("String")) {
       literal_ = j["String"].string();
+      if (literal_.empty()) regex_ = std::make_shared<Regex>("", where);
     } else if (j.has("Regex")) {
       regex_ = std::make_shared<Regex>(j["Regex"].string(), where);
     } else {
@@ -246,8 +267,6 @@ class Pattern {
     std::vector<Offsets> found;
     if (regex_) {
       found = regex_->find_all(s);
-    } else if (literal_.empty()) {
-      return {{{0, s.size()}, false}};
     } else {
       size_t at = 0;
       while ((at = s.find(literal_, at)) != std::string_view::npos) {
@@ -286,29 +305,57 @@ void emit_parts(const Piece& piece, const std::vector<Offsets>& offsets, std::ve
 
 Matches invert(Matches m);
 
+// The most a normalizer, pre-tokenizer or Replace decoder may make of a text: 16 times its bytes,
+// or its bytes + 4096, whichever is more. Real steps stay far below (ByteLevel doubles at most,
+// Metaspace triples a space, NFKD's widest expansion is 18 characters from one); a step past it
+// (a Replace of one character by 20,000) is refused, naming it, before its output is built.
+// A bound covers one encode (or decode) call: the pieces of the text share it (`used`).
+inline constexpr size_t kStepGrowth = 16;
+inline constexpr size_t kStepSlack = 4096;
+struct OutputBound {
+  explicit OutputBound(size_t input_bytes)
+      : input(input_bytes), max(std::max(input_bytes * kStepGrowth, input_bytes + kStepSlack)) {}
+  size_t input, max;
+  size_t used = 0;  // bytes already made by earlier pieces
+  // Refuses `bytes` more, naming `step`.
+  void check(size_t bytes, const std::string& step) const {
+    if (bytes > max - used) refuse(step);
+  }
+  [[noreturn]] void refuse(const std::string& step) const;
+};
+
+// The name of a step in errors: "'<file>': pre_tokenizer.pretokenizers[1] (Split)".
+std::string step_name(const std::string& source, const JsonAt& j, const std::string& type);
+
 class Normalizer {
  public:
   virtual ~Normalizer() = default;
-  virtual void normalize(std::string& s) const = 0;
+  // Normalizes `s`, refusing (through `bound`) an output past it.
+  virtual void normalize(std::string& s, const OutputBound& bound) const = 0;
 };
 
 // Replaces every match of a pattern by a string (the Replace normalizer and decoder).
 class ReplaceNormalizer : public Normalizer {
  public:
-  ReplaceNormalizer(Pattern p, std::string c) : pattern(std::move(p)), content(std::move(c)) {}
+  ReplaceNormalizer(Pattern p, std::string c, std::string step)
+      : pattern(std::move(p)), content(std::move(c)), step_(std::move(step)) {}
   Pattern pattern;
   std::string content;
-  std::string apply(std::string_view s) const {
+  std::string apply(std::string_view s, const OutputBound& bound) const {
     std::string out;
     for (const auto& [off, is_match] : pattern.find(s)) {
       if (is_match)
         out += content;
       else
         out.append(s.substr(off.first, off.second - off.first));
+      bound.check(out.size(), step_);
     }
     return out;
   }
-  void normalize(std::string& s) const override { s = apply(s); }
+  void normalize(std::string& s, const OutputBound& bound) const override { s = apply(s, bound); }
+
+ private:
+  std::string step_;
 };
 
 std::unique_ptr<Normalizer> make_normalizer(const JsonAt& j, const std::string& source);
@@ -340,9 +387,12 @@ struct ByteLevelTables {
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  // Splits (and may rewrite) each piece; empty pieces are dropped.
-  virtual void apply(std::vector<Piece>& pieces) const = 0;
+  // Splits (and may rewrite) each piece; empty pieces are dropped. The pieces' bytes after it
+  // must stay within `bound`.
+  virtual void apply(std::vector<Piece>& pieces, const OutputBound& bound) const = 0;
 };
+
+size_t total_bytes(const std::vector<Piece>& pieces);
 
 enum class PrependScheme { Always, First, Never };
 

@@ -18,6 +18,45 @@ namespace gengraph::tokenizer_detail {
               "' is not supported natively (supported: " + supported + ")");
 }
 
+pcre2_match_context* regex_match_context() {
+  static pcre2_match_context* const context = [] {
+    pcre2_match_context* c = pcre2_match_context_create(nullptr);
+    if (c == nullptr) throw Error("PCRE2: no memory for a match context");
+    pcre2_set_match_limit(c, kRegexMatchLimit);
+    pcre2_set_depth_limit(c, kRegexDepthLimit);
+    return c;
+  }();
+  return context;
+}
+
+void Regex::match_failed(int rc, size_t length, size_t pos) const {
+  std::string why = error_text(rc);
+  if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT) {
+    why += " (the pattern backtracks more than the " + std::to_string(kRegexMatchLimit) +
+           " steps allowed for one match; the tokenizers library's engine gives up on it too)";
+  }
+  throw Error(where_ + ": the regular expression " + JsonAt::quoted(pattern_) +
+              " could not be matched on a text of " + std::to_string(length) +
+              " bytes, from byte " + std::to_string(pos) + ": " + why);
+}
+
+void OutputBound::refuse(const std::string& step) const {
+  throw Error(step + ": the output grows past " + std::to_string(max) + " bytes for a text of " +
+              std::to_string(input) + " bytes (a tokenizer step may make at most " +
+              std::to_string(kStepGrowth) + " times its input, or its input + " +
+              std::to_string(kStepSlack) + " bytes); the text is refused");
+}
+
+std::string step_name(const std::string& source, const JsonAt& j, const std::string& type) {
+  return source + ": " + j.path() + " (" + type + ")";
+}
+
+size_t total_bytes(const std::vector<Piece>& pieces) {
+  size_t n = 0;
+  for (const auto& p : pieces) n += p.text.size();
+  return n;
+}
+
 // --- characters -----------------------------------------------------------------------------
 
 // Unicode White_Space (Rust's char::is_whitespace, the regex crate's \s): what lstrip/rstrip of
@@ -128,14 +167,14 @@ Matches invert(Matches m) {
 class SequenceNormalizer : public Normalizer {
  public:
   std::vector<std::unique_ptr<Normalizer>> parts;
-  void normalize(std::string& s) const override {
-    for (const auto& p : parts) p->normalize(s);
+  void normalize(std::string& s, const OutputBound& bound) const override {
+    for (const auto& p : parts) p->normalize(s, bound);
   }
 };
 
 class UnicodeNormalizer : public Normalizer {
  public:
-  explicit UnicodeNormalizer(const std::string& form) {
+  UnicodeNormalizer(const std::string& form, std::string step) : step_(std::move(step)) {
     UErrorCode status = U_ZERO_ERROR;
     if (form == "NFC")
       n_ = icu::Normalizer2::getNFCInstance(status);
@@ -148,43 +187,57 @@ class UnicodeNormalizer : public Normalizer {
     if (U_FAILURE(status))
       throw Error("ICU: no " + form + " normaliser (" + u_errorName(status) + ")");
   }
-  void normalize(std::string& s) const override {
+  void normalize(std::string& s, const OutputBound& bound) const override {
     UErrorCode status = U_ZERO_ERROR;
     if (n_->isNormalized(icu::UnicodeString::fromUTF8(s), status) && U_SUCCESS(status)) return;
     status = U_ZERO_ERROR;
     const icu::UnicodeString out = n_->normalize(icu::UnicodeString::fromUTF8(s), status);
     if (U_FAILURE(status))
-      throw Error(std::string("ICU normalisation failed: ") + u_errorName(status));
+      throw Error(step_ + ": ICU normalisation failed: " + u_errorName(status));
     s.clear();
     out.toUTF8String(s);
+    bound.check(s.size(), step_);
   }
 
  private:
   const icu::Normalizer2* n_ = nullptr;
+  std::string step_;
 };
 
 class LowercaseNormalizer : public Normalizer {
  public:
-  void normalize(std::string& s) const override {
+  explicit LowercaseNormalizer(std::string step) : step_(std::move(step)) {}
+  void normalize(std::string& s, const OutputBound& bound) const override {
     icu::UnicodeString u = icu::UnicodeString::fromUTF8(s);
     u.toLower(icu::Locale::getRoot());
     s.clear();
     u.toUTF8String(s);
+    bound.check(s.size(), step_);
   }
+
+ private:
+  std::string step_;
 };
 
 class PrependNormalizer : public Normalizer {
  public:
+  PrependNormalizer(std::string p, std::string step)
+      : prepend(std::move(p)), step_(std::move(step)) {}
   std::string prepend;
-  void normalize(std::string& s) const override {
-    if (!s.empty()) s.insert(0, prepend);
+  void normalize(std::string& s, const OutputBound& bound) const override {
+    if (s.empty()) return;
+    bound.check(s.size() + prepend.size(), step_);
+    s.insert(0, prepend);
   }
+
+ private:
+  std::string step_;
 };
 
 class StripNormalizer : public Normalizer {
  public:
   bool left = false, right = false;
-  void normalize(std::string& s) const override {
+  void normalize(std::string& s, const OutputBound&) const override {
     if (right) {
       while (!s.empty() && is_white_space(last_char(s))) {
         size_t i = s.size();
@@ -214,18 +267,15 @@ std::unique_ptr<Normalizer> make_normalizer(const JsonAt& j, const std::string& 
       seq->parts.push_back(make_normalizer(item, source));
     return seq;
   }
+  const std::string step = step_name(source, j, type);
   if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
-    return std::make_unique<UnicodeNormalizer>(type);
+    return std::make_unique<UnicodeNormalizer>(type, step);
   }
-  if (type == "Lowercase") return std::make_unique<LowercaseNormalizer>();
-  if (type == "Prepend") {
-    auto p = std::make_unique<PrependNormalizer>();
-    p->prepend = j["prepend"].string();
-    return p;
-  }
+  if (type == "Lowercase") return std::make_unique<LowercaseNormalizer>(step);
+  if (type == "Prepend") return std::make_unique<PrependNormalizer>(j["prepend"].string(), step);
   if (type == "Replace") {
-    return std::make_unique<ReplaceNormalizer>(Pattern(j["pattern"], source),
-                                               j["content"].string());
+    return std::make_unique<ReplaceNormalizer>(Pattern(j["pattern"], step), j["content"].string(),
+                                               step);
   }
   if (type == "Strip") {
     auto p = std::make_unique<StripNormalizer>();
@@ -246,8 +296,8 @@ const ByteLevelTables& byte_level() {
 class SequencePreTokenizer : public PreTokenizer {
  public:
   std::vector<std::unique_ptr<PreTokenizer>> parts;
-  void apply(std::vector<Piece>& pieces) const override {
-    for (const auto& p : parts) p->apply(pieces);
+  void apply(std::vector<Piece>& pieces, const OutputBound& bound) const override {
+    for (const auto& p : parts) p->apply(pieces, bound);
   }
 };
 
@@ -256,11 +306,11 @@ const char* const kGpt2Pattern =
 
 class ByteLevelPreTokenizer : public PreTokenizer {
  public:
-  ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex, const std::string& source)
-      : add_prefix_space_(add_prefix_space) {
-    if (use_regex) regex_ = std::make_unique<Regex>(kGpt2Pattern, source);
+  ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex, const std::string& step)
+      : add_prefix_space_(add_prefix_space), step_(step) {
+    if (use_regex) regex_ = std::make_unique<Regex>(kGpt2Pattern, step);
   }
-  void apply(std::vector<Piece>& pieces) const override {
+  void apply(std::vector<Piece>& pieces, const OutputBound& bound) const override {
     std::vector<Piece> out;
     out.reserve(pieces.size() * 4);
     const auto& table = byte_level().byte_to_text;
@@ -288,11 +338,13 @@ class ByteLevelPreTokenizer : public PreTokenizer {
         emit(piece, 0, piece.text.size());
       }
     }
+    bound.check(total_bytes(out), step_);
     pieces = std::move(out);
   }
 
  private:
   bool add_prefix_space_;
+  std::string step_;
   std::unique_ptr<Regex> regex_;
 };
 
@@ -300,7 +352,7 @@ class SplitPreTokenizer : public PreTokenizer {
  public:
   SplitPreTokenizer(Pattern p, Behavior b, bool inv)
       : pattern_(std::move(p)), behavior_(b), invert_(inv) {}
-  void apply(std::vector<Piece>& pieces) const override {
+  void apply(std::vector<Piece>& pieces, const OutputBound&) const override {
     std::vector<Piece> out;
     for (const auto& piece : pieces) {
       Matches m = pattern_.find(piece.text);
@@ -319,7 +371,7 @@ class SplitPreTokenizer : public PreTokenizer {
 class DigitsPreTokenizer : public PreTokenizer {
  public:
   explicit DigitsPreTokenizer(bool individual) : individual_(individual) {}
-  void apply(std::vector<Piece>& pieces) const override {
+  void apply(std::vector<Piece>& pieces, const OutputBound&) const override {
     std::vector<Piece> out;
     out.reserve(pieces.size());
     for (auto& piece : pieces) {
@@ -349,11 +401,11 @@ class DigitsPreTokenizer : public PreTokenizer {
 
 class MetaspacePreTokenizer : public PreTokenizer {
  public:
-  MetaspacePreTokenizer(char32_t replacement, PrependScheme scheme, bool split)
-      : replacement_(replacement), scheme_(scheme), split_(split) {
+  MetaspacePreTokenizer(char32_t replacement, PrependScheme scheme, bool split, std::string step)
+      : replacement_(replacement), scheme_(scheme), split_(split), step_(std::move(step)) {
     utf8::append(rep_, replacement);
   }
-  void apply(std::vector<Piece>& pieces) const override {
+  void apply(std::vector<Piece>& pieces, const OutputBound& bound) const override {
     std::vector<Piece> out;
     for (auto& piece : pieces) {
       std::string s;
@@ -379,6 +431,7 @@ class MetaspacePreTokenizer : public PreTokenizer {
         out.push_back(std::move(piece));
       }
     }
+    bound.check(total_bytes(out), step_);
     pieces = std::move(out);
   }
 
@@ -387,6 +440,7 @@ class MetaspacePreTokenizer : public PreTokenizer {
   std::string rep_;
   PrependScheme scheme_;
   bool split_;
+  std::string step_;
 };
 
 char32_t single_char(const JsonAt& j) {
@@ -432,19 +486,20 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const JsonAt& j, const std::str
     }
     return seq;
   }
+  const std::string step = step_name(source, j, type);
   if (type == "ByteLevel") {
     return std::make_unique<ByteLevelPreTokenizer>(j.boolean_or("add_prefix_space", true),
-                                                   j.boolean_or("use_regex", true), source);
+                                                   j.boolean_or("use_regex", true), step);
   }
   if (type == "Split") {
-    return std::make_unique<SplitPreTokenizer>(Pattern(j["pattern"], source),
+    return std::make_unique<SplitPreTokenizer>(Pattern(j["pattern"], step),
                                                behavior_of(j["behavior"]), j["invert"].boolean());
   }
   if (type == "Digits")
     return std::make_unique<DigitsPreTokenizer>(j["individual_digits"].boolean());
   if (type == "Metaspace") {
     return std::make_unique<MetaspacePreTokenizer>(single_char(j["replacement"]), prepend_scheme(j),
-                                                   j.boolean_or("split", true));
+                                                   j.boolean_or("split", true), step);
   }
   unsupported(source, "pre-tokenizer", type, "Sequence, ByteLevel, Split, Digits, Metaspace");
 }
