@@ -75,7 +75,7 @@ def cache_dir():
 
 def model_folder():
     """The folder of the real model, or exits 77 saying why it is not set up here."""
-    from fetch_real_model import check  # noqa: E402  (standard library only)
+    from real_model_cache import check  # noqa: E402  (standard library only)
     models = os.path.join(cache_dir(), "models")
     link = os.path.join(models, NAME)
     state, where, fault = check(models) if os.path.isdir(models) else ("missing", link, None)
