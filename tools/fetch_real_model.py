@@ -18,17 +18,17 @@ Under $GENGRAPH_CACHE (default ~/.cache/gengraph):
 
 The folder is built beside its final place and renamed into it when complete, so a folder that
 exists is whole. A second run checks the link and its folder as gengraph does
-(framework/model/known_models.cpp): the link names a folder smollm2-135m-<hex> beside it, the
-marker's wheel hash begins with <hex>, the folder holds exactly the files the marker lists, each
-of the size it records, and each of its SHA-256 (hashed again only when a file's size, times or
-inode changed since it was last verified). When all holds it returns at once (no torch);
-otherwise it says what is wrong and converts again (a folder or file in the link's place is
-refused: move it away). `--check` only checks: exit 0 when the model is set up, else 1 with the
-reason. On failure (no network, a pip error, a conversion error) it prints one line saying what
-failed, removes what it had half-written, writes the reason to the .unavailable file and exits 1.
-One conversion runs at a time: another run waits for the lock models/.smollm2-135m.lock, saying
-for how long and whom for, up to $GENGRAPH_LOCK_TIMEOUT_S seconds (default 600), as gengraph's
-own locks do.
+(tools/real_model_cache.py; framework/model/known_models.cpp): the link names a folder
+smollm2-135m-<hex> beside it, the marker's wheel hash begins with <hex>, the folder holds exactly
+the files the marker lists, each of the size it records, and each of its SHA-256 (hashed again
+only when a file's size, times or inode changed since it was last verified). When all holds it
+returns at once (no torch); otherwise it says what is wrong and converts again (a folder or file
+in the link's place is refused: move it away). `--check` only checks: exit 0 when the model is
+set up, else 1 with the reason. On failure (no network, a pip error, a conversion error) it
+prints one line saying what failed, removes what it had half-written, writes the reason to the
+.unavailable file and exits 1. One conversion runs at a time: another run waits for the lock
+models/.smollm2-135m.lock, saying for how long and whom for, up to $GENGRAPH_LOCK_TIMEOUT_S
+seconds (default 600), as gengraph's own locks do.
 
 The conversion: transformers loads the GGUF file (dequantizing Q4_1 to float32), a plain
 LlamaForCausalLM is built from its configuration without the quantization marker, the weights are
