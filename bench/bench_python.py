@@ -97,6 +97,11 @@ def main():
     ap.add_argument("--steps", type=int, default=200, help="decode steps, part 2")
     ap.add_argument("--output")
     args = ap.parse_args()
+    if args.output:  # checked before the work, not after it
+        folder = pathlib.Path(args.output).resolve().parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            sys.exit(f"error: --output {args.output}: the folder {folder} does not exist or "
+                     "refuses writes")
     gengraph_bin = os.environ.get("GENGRAPH_CLI", str(ROOT / "build" / "gengraph"))
 
     rows = [("eager", "eager", {}), ("eager-static", "eager", {"cache": "static"}),

@@ -6,8 +6,10 @@
 // and judges the slope. Prints the combinations and a summary.
 #include <gengraph/gengraph.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -34,6 +36,13 @@ struct Combo {
 int main(int argc, char** argv) {
   const int64_t total = argc > 1 ? std::stoll(argv[1]) : 10000;
   const std::string csv = argc > 2 ? argv[2] : "soak.csv";
+  // Opened before the work: a CSV that cannot be written fails now, not after the generations.
+  std::ofstream out(csv);
+  if (!out) {
+    std::fprintf(stderr, "error: cannot write the soak's CSV '%s': %s\n", csv.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
   const std::vector<nlohmann::json> strategies = {
       {{"max_new_tokens", 8}},
       {{"max_new_tokens", 8}, {"do_sample", true}, {"top_p", 0.9}, {"temperature", 0.8}},
@@ -70,7 +79,6 @@ int main(int argc, char** argv) {
             << prompt_sets.size() << " prompt sets = " << combos << " combinations, " << total
             << " generations\n";
   for (const auto& l : labels) std::cout << "  " << l << "\n";
-  std::ofstream out(csv);
   out << "generation,seconds,rss_bytes\n";
   const auto t0 = std::chrono::steady_clock::now();
   int64_t tokens = 0;
@@ -91,6 +99,11 @@ int main(int argc, char** argv) {
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "error: writing the soak's CSV '%s' failed\n", csv.c_str());
+    return 1;
+  }
   std::printf("%lld generations, %lld tokens in %.1f s; final RSS %.1f MB\n",
               static_cast<long long>(total), static_cast<long long>(tokens), secs,
               static_cast<double>(rss_bytes()) / 1e6);
