@@ -277,8 +277,8 @@ def convert(gguf_dir, gguf_name, out, wheel_sha, quiet):
 def folder_at(path, what):
     """`path` made a folder if missing; a Failure naming it when something else is there."""
     if os.path.lexists(path) and not os.path.isdir(path):
-        raise Failure(f"{what} '{path}' is {'a link to nothing' if os.path.islink(path) else 'a file'}"
-                      ", expected a folder")
+        kind = "a link to nothing" if not os.path.exists(path) else "a file"
+        raise Failure(f"{what} '{path}' is {kind}, expected a folder")
     try:
         os.makedirs(path, exist_ok=True)
     except (FileExistsError, NotADirectoryError):

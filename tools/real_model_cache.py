@@ -205,7 +205,8 @@ def check(models):
     made = f"a folder {NAME}-<12 hex digits> beside it"
     if not stat.S_ISLNK(st.st_mode):
         kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a file"
-        return "refused", link, f"it is {kind}, not the set-up's link to {made} (move it away first)"
+        return ("refused", link,
+                f"it is {kind}, not the set-up's link to {made} (move it away first)")
     target = os.readlink(link)
     if re.fullmatch(re.escape(NAME) + r"-[0-9a-f]{12}", target) is None:
         return "refused", link, f"it is a link to '{printable(target)}', not to {made}"
@@ -338,9 +339,10 @@ def take_lock(path, what):
                 advice = ("That process is still running: wait for it to finish or stop it"
                           if here and running(holder["pid"]) else
                           f"If that process is gone, remove '{path}'")
-                raise LockTimeout(f"timed out after {seconds_text(timeout)} s waiting for {what} "
-                                  f"'{path}', held by {who}. {advice}; GENGRAPH_LOCK_TIMEOUT_S sets "
-                                  f"how long to wait (now {seconds_text(timeout)} s)")
+                raise LockTimeout(
+                    f"timed out after {seconds_text(timeout)} s waiting for {what} '{path}', held "
+                    f"by {who}. {advice}; GENGRAPH_LOCK_TIMEOUT_S sets how long to wait (now "
+                    f"{seconds_text(timeout)} s)")
             if not said:
                 print(f"fetch_real_model: waiting for {what} for up to {seconds_text(timeout)} s "
                       f"(GENGRAPH_LOCK_TIMEOUT_S sets it): '{path}' is held by {who}",
