@@ -22,9 +22,13 @@ MAX_DEPTH = 100
 class ArgumentTypeError(Error, TypeError):
     """An argument of the wrong type (also a TypeError)."""
 
+    __module__ = "gengraph"
+
 
 class ArgumentValueError(Error, ValueError):
     """An argument of the right type with an impossible value (also a ValueError)."""
+
+    __module__ = "gengraph"
 
 
 def _short(text, limit=60):

@@ -5,12 +5,23 @@ COLUMNS = ("point", "label", "backend", "repeat", *_TIMINGS, "steps", "fused", "
            "tokens_match_first_row", "peer", "error")
 
 
+def _check(value, kinds, where, expected):
+    if not isinstance(value, kinds):
+        from ._check import ArgumentTypeError, describe
+        raise ArgumentTypeError(f"to_frame: {where}: expected {expected} (a results document, "
+                                f"docs/results-schema.md), found {describe(value)}")
+    return value
+
+
 def _points(doc):
+    _check(doc, dict, "doc", "a dict")
     if "points" in doc:
-        for p in doc["points"]:
-            yield ", ".join(p.get("point", [])), p
+        for i, p in enumerate(_check(doc["points"], list, "doc['points']", "a list")):
+            _check(p, dict, f"doc['points'][{i}]", "a dict")
+            names = _check(p.get("point", []), list, f"doc['points'][{i}]['point']", "a list")
+            yield ", ".join(map(str, names)), p, f"doc['points'][{i}]"
     else:
-        yield "", doc
+        yield "", doc, "doc"
 
 
 def rows(doc):
@@ -18,16 +29,23 @@ def rows(doc):
 
     A run that failed (a peer's error) gives one row with its error and no timings."""
     out = []
-    for point, d in _points(doc):
-        weights = d.get("model", {}).get("weights")
-        for run in d.get("runs", []):
-            timings = run.get("timings") or {}
-            series = {k: (timings.get(k) or {}).get("values") or [] for k in _TIMINGS}
+    for point, d, where in _points(doc):
+        weights = _check(d.get("model") or {}, dict, f"{where}['model']", "a dict").get("weights")
+        for r, run in enumerate(_check(d.get("runs", []), list, f"{where}['runs']", "a list")):
+            at = f"{where}['runs'][{r}]"
+            _check(run, dict, at, "a dict")
+            timings = _check(run.get("timings") or {}, dict, f"{at}['timings']", "a dict")
+            series = {}
+            for k in _TIMINGS:
+                t = _check(timings.get(k) or {}, dict, f"{at}['timings'][{k!r}]", "a dict")
+                series[k] = _check(t.get("values") or [], list,
+                                   f"{at}['timings'][{k!r}]['values']", "a list")
             repeats = max((len(v) for v in series.values()), default=0)
-            base = {"point": point, "label": run.get("label"), "backend": run.get("backend"),
+            backend = run.get("backend")
+            base = {"point": point, "label": run.get("label"), "backend": backend,
                     "steps": run.get("steps"), "fused": run.get("fused"), "weights": weights,
                     "tokens_match_first_row": run.get("tokens_match_first_row"),
-                    "peer": run.get("backend", "").startswith("peer:"),
+                    "peer": isinstance(backend, str) and backend.startswith("peer:"),
                     "error": run.get("error")}
             if repeats == 0:
                 out.append({**base, "repeat": None, **{k: None for k in _TIMINGS}})

@@ -16,4 +16,7 @@ namespace py = pybind11;
 nlohmann::json to_json(const py::handle& value, const std::string& what);
 py::object from_json(const nlohmann::json& value);
 
+// An error message as a Python str: bytes that are not UTF-8 (a file name) as \xNN.
+py::str message(const char* text);
+
 }  // namespace gengraph::python

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <iostream>
 #include <mutex>
@@ -53,6 +54,15 @@ nlohmann::json to_json(const py::handle& value, const std::string& what) {
                 ": expected a JSON value, found one JSON cannot hold (an integer past "
                 "64 bits?)");
   }
+}
+
+py::str message(const char* text) {
+  // A message may quote a file name that is not UTF-8: its bytes shown as \xNN rather than the
+  // error lost to a UnicodeDecodeError.
+  PyObject* s =
+      PyUnicode_DecodeUTF8(text, static_cast<Py_ssize_t>(std::strlen(text)), "backslashreplace");
+  if (!s) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
 }
 
 py::object from_json(const nlohmann::json& value) {
@@ -388,10 +398,10 @@ PYBIND11_MODULE(_gengraph, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const gengraph::Error& e) {
-      py::set_error(error, e.what());
+      py::set_error(error, gengraph::python::message(e.what()));
     } catch (const c10::Error& e) {
       // LibTorch's message without its C++ stack.
-      py::set_error(PyExc_RuntimeError, e.what_without_backtrace());
+      py::set_error(PyExc_RuntimeError, gengraph::python::message(e.what_without_backtrace()));
     }
   });
 

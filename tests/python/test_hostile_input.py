@@ -206,6 +206,27 @@ def test_good_arguments_of_other_integer_types_still_pass(engine):
     assert engine.generate([np.int64(1), np.int32(2)], max_new_tokens=2).tokens == ids
 
 
+def test_paths_that_are_not_utf8_are_named_not_lost(engine, tmp_path):
+    # A str from os.listdir of a name that is not UTF-8 holds a surrogate: the bytes go to C++
+    # as they are, and the message shows them as \xNN (it was a UnicodeDecodeError).
+    refused(lambda: gengraph.Engine(str(tmp_path / "m\udcff")), gengraph.Error,
+            r"Engine: model '.*m\\xff': no such model folder")
+    refused(lambda: gengraph.Model(str(tmp_path / "m\udcff")), gengraph.Error, r"m\\xff")
+    refused(lambda: gengraph.run(str(tmp_path / "e\udcff.yaml")), gengraph.Error, r"e\\xff.yaml")
+    refused(lambda: gengraph.Engine("gpt2-tiny\0"), ValueError, r"a path holds no NUL character")
+
+
+def test_to_frame_names_what_is_not_a_results_document():
+    refused(lambda: gengraph.to_frame([1]), TypeError,
+            r"to_frame: doc: expected a dict \(a results document, docs/results-schema.md\), "
+            r"found list")
+    refused(lambda: gengraph.to_frame({"runs": [{"timings": {"total_ms": {"values": 3}}}]}),
+            TypeError, r"to_frame: doc\['runs'\]\[0\]\['timings'\]\['total_ms'\]\['values'\]: "
+                       r"expected a list .* found int 3")
+    refused(lambda: gengraph.to_frame({"points": [{"runs": "x"}]}), TypeError,
+            r"doc\['points'\]\[0\]\['runs'\]: expected a list")
+
+
 # 5. a prompt of the wrong shape says what a prompt must be, and where it went wrong.
 
 @pytest.mark.parametrize("prompt, kind, message", [
