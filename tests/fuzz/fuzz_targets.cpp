@@ -15,6 +15,7 @@
 #include "experiments/slurm.h"
 #include "experiments/table.h"
 #include "framework/model/safetensors.h"
+#include "framework/text/chat_template.h"
 #include "framework/text/tokenizer.h"
 #include "framework/text/utf8.h"
 #include "framework/util/error.h"
@@ -264,13 +265,34 @@ void tokenizer_text(const uint8_t* data, size_t size) {
   }
 }
 
+void chat_template(const uint8_t* data, size_t size) {
+  const fs::path dir = scratch() / "chat";
+  fs::create_directories(dir);
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string separator = "\n--jinja--\n";
+  const size_t at = text.find(separator);
+  write_file_or_throw(dir / "tokenizer_config.json", text.substr(0, at), "fuzz input");
+  std::error_code ignored;
+  if (at == std::string::npos) {
+    fs::remove(dir / "chat_template.jinja", ignored);
+  } else {
+    write_file_or_throw(dir / "chat_template.jinja", text.substr(at + separator.size()),
+                        "fuzz input");
+  }
+  expect_result_or_error([&] {
+    const auto t = read_chat_template(dir);
+    if (t && (!utf8::is_valid(t->text) || t->text.size() > kMaxChatTemplateBytes))
+      throw std::logic_error("a template that fails the checks was accepted");
+  });
+}
+
 const std::vector<NamedTarget>& targets() {
   static const std::vector<NamedTarget> all = {
       {"safetensors_file", safetensors_file}, {"safetensors_index", safetensors_index},
       {"experiment_yaml", experiment_yaml},   {"results_json", results_json},
       {"trace_metadata", trace_metadata},     {"job_json", job_json},
       {"aoti_package", aoti_package},         {"tokenizer_json", tokenizer_json},
-      {"tokenizer_text", tokenizer_text}};
+      {"tokenizer_text", tokenizer_text},     {"chat_template", chat_template}};
   return all;
 }
 

@@ -28,6 +28,13 @@ void job_json(const uint8_t* data, size_t size);
 // An AOTInductor package (.pt2), through the structure and checksum checks that run before
 // LibTorch's loader may see it (check_aoti_package); nothing is loaded.
 void aoti_package(const uint8_t* data, size_t size);
+// tokenizer.json as the native tokenizer reads it; when it loads, a few texts through it and back.
+void tokenizer_json(const uint8_t* data, size_t size);
+// Any bytes as text through two small tokenizers, both ways and streamed.
+void tokenizer_text(const uint8_t* data, size_t size);
+// A model folder's chat template as read_chat_template reads and checks it before rendering: the
+// input is tokenizer_config.json, and what follows a line "--jinja--" is chat_template.jinja.
+void chat_template(const uint8_t* data, size_t size);
 
 using Target = void (*)(const uint8_t*, size_t);
 struct NamedTarget {
