@@ -206,7 +206,13 @@ def main():
             if bad:
                 fail(f"token id {bad[0]} is outside the vocabulary of the tokenizer in '{folder}' ({size} tokens): "
                      f"the tokenizer does not match the model")
-        out["texts"] = [tok.decode(seq, skip_special_tokens=False) for seq in req["decode"]]
+        try:
+            with library_stderr():
+                out["texts"] = [tok.decode(seq, skip_special_tokens=False) for seq in req["decode"]]
+        except BaseException as e:  # noqa: B036 a panic is a BaseException
+            if not is_panic(e):
+                raise
+            fail(library_failure(folder, e))
     elif "chat" in req:
         if not getattr(tok, "chat_template", None):
             fail(f"the tokenizer in '{folder}' has no chat template (tokenizer_config.json's chat_template "
