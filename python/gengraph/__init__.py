@@ -267,8 +267,7 @@ class Engine:
         if seq is None or isinstance(ids, (str, bytes, bytearray)):
             raise ArgumentTypeError(f"decode: ids: expected a list (or tensor) of int token ids, "
                                     f"found {_check.describe(ids)}")
-        return self._engine.decode([_check.token_id(t, f"decode: ids[{i}]")
-                                    for i, t in enumerate(seq)],
+        return self._engine.decode(_check.token_ids(seq, "decode: ids"),
                                    _check.boolean(skip_special_tokens, "decode: skip_special_tokens"))
 
     def manual_seed(self, seed):

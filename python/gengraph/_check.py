@@ -186,6 +186,14 @@ def token_id(value, what):
     return integer(value, what, expected="an int token id")
 
 
+def token_ids(values, what):
+    """A list of token ids; `what` names the list (positions are added)."""
+    if all(type(t) is int for t in values) and (
+            not values or INT64_MIN <= min(values) and max(values) <= INT64_MAX):
+        return values  # the common case, without a call per id
+    return [token_id(t, f"{what}[{i}]") for i, t in enumerate(values)]
+
+
 def _sequence(value):
     """A list of a list, tuple, tensor or array; None for anything else."""
     if isinstance(value, (list, tuple)):
@@ -220,7 +228,7 @@ def prompts(inputs, call):
     if isinstance(first, (int, bool)) or (hasattr(first, "__index__") and
                                           _sequence(first) is None and
                                           not isinstance(first, (float, bytes))):
-        return [[token_id(x, f"{where}[{i}]") for i, x in enumerate(items)]], []
+        return [token_ids(items, where)], []
     if _sequence(first) is not None and not isinstance(first, (bytes, bytearray)):
         rows = []
         for i, row in enumerate(items):
@@ -229,7 +237,7 @@ def prompts(inputs, call):
                 raise ArgumentTypeError(
                     f"{where}[{i}]: expected a list of int token ids (as prompt[0] is), found "
                     f"{describe(row)}")
-            rows.append([token_id(x, f"{where}[{i}][{j}]") for j, x in enumerate(ids)])
+            rows.append(token_ids(ids, f"{where}[{i}]"))
         return rows, []
     hint = ("; bytes are neither text nor token ids: decode them to str first"
             if isinstance(first, (bytes, bytearray, memoryview)) else "")
