@@ -6,8 +6,12 @@
 // named.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -539,6 +543,35 @@ TEST(HostileSlurm, ARerunRunsThisGengraphOrOneNamedInAFolderThatExists) {
   std::tie(rc, err) = testing::cli_stderr({"collect", s.job.string(), "--gengraph", "/bin/sh"});
   EXPECT_EQ(rc, 2);
   EXPECT_THAT(err, HasSubstr("option --gengraph does not apply to this command"));
+}
+
+// Third pass (issue 49): a task whose part could never be written ran its whole point first. Its
+// part's folder is checked before the point runs. (The folder refuses writes as a read-only tmpfs
+// under root, without write permission otherwise.)
+TEST(HostileSlurm, ATaskWhosePartCannotBeWrittenFailsBeforeItsPoint) {
+  SubmittedJob s;
+  const fs::path parts = s.job / "parts";
+  if (::geteuid() == 0) {
+    if (::mount("tmpfs", parts.c_str(), "tmpfs", MS_RDONLY, "size=64k") != 0)
+      GTEST_SKIP() << "cannot mount a read-only tmpfs here: " << std::strerror(errno);
+  } else {
+    fs::permissions(parts, fs::perms::owner_read | fs::perms::owner_exec);
+  }
+  struct Restore {
+    fs::path p;
+    ~Restore() {
+      if (::geteuid() == 0) ::umount(p.c_str());
+      std::error_code ignored;
+      fs::permissions(p, fs::perms::owner_all, ignored);
+    }
+  } restore{parts};
+  auto [rc, err] = testing::cli_stderr({"task", s.job.string(), "0"});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(
+      err, HasSubstr("the result part '" + (parts / "0.json").string() +
+                     "' cannot be written: the folder '" + parts.string() + "' refuses writes ("))
+      << err;
+  EXPECT_THAT(err, Not(HasSubstr("gengraph task: point 0")));  // the point never ran
 }
 
 TEST(HostileSlurm, OutOfRangeTaskNumbersAndForeignPartsAreNamed) {
