@@ -137,7 +137,6 @@ class TimedBackend:
         # ones there are, also while the backend is dropped.
         self._has = frozenset(m for m in _METHODS if hasattr(self._impl, m))
         self._helper = None
-        self._failed = None  # what ran past the limit, until the backend is created anew
 
     def __getattr__(self, method):
         if method in self.__dict__.get("_has", ()):
@@ -145,14 +144,10 @@ class TimedBackend:
         raise AttributeError(method)
 
     def _call(self, method, args):
-        if self._failed is not None:
-            # Past the call that hung, the generation failed: what comes next is a new
-            # generation (prepare) or the Engine's report, on a backend created anew.
-            if method not in ("prepare", "report"):
-                raise Refusal(f"{method}() refused: {self._failed}; the next generation "
-                              f"creates the backend anew")
+        if self._impl is None:
+            # The call that ran past its limit failed its generation: any call now belongs to a
+            # later one (or is the Engine's report), made on a backend created anew.
             self._impl = self._factory(self._model, dict(self._options))
-            self._failed = None
         if self._helper is None:
             self._helper = _Helper(self._name)
             _weakref.finalize(self, self._helper.jobs.put, None)  # the thread ends with us
@@ -162,10 +157,10 @@ class TimedBackend:
         try:
             finished = job.done.wait(self._limit)
         except BaseException:  # KeyboardInterrupt while waiting: the call goes on without us
-            self._drop(helper, f"{method}() was interrupted")
+            self._drop(helper)
             raise
         if not finished:
-            self._drop(helper, f"{method}() did not return within {_seconds(self._limit)}")
+            self._drop(helper)
             raise Refusal(
                 f"{method}() did not return within the limit of {_seconds(self._limit)} "
                 f"(call_timeout_s); the call may go on running on its helper thread, which "
@@ -177,10 +172,9 @@ class TimedBackend:
             raise error
         return result
 
-    def _drop(self, helper, what):
+    def _drop(self, helper):
         helper.abandon()
         self._helper = None
-        self._failed = f"an earlier {what} (call_timeout_s)"
         self._impl = None
 
 

@@ -103,6 +103,9 @@ def test_a_call_that_always_hangs_fails_clearly_every_time():
             str(box.get("error")), box
     # Between generations, the report is a new backend's.
     assert engine.backend_report() == {"fixed": 1.0}
+    Fixed.stall = {}
+    assert engine.generate([[3, 4]], max_new_tokens=4).steps == 4
+    Fixed.stall = {"decode": "sleep"}
     # The stream's iterator reports it as well.
     stream = engine.stream([[3, 4]], max_new_tokens=4)
     box = bounded(lambda: list(stream))
@@ -121,6 +124,31 @@ def test_a_spinning_call_is_stopped_on_its_helper_thread():
     Fixed.spinning[0].join(30)
     assert not Fixed.spinning[0].is_alive(), "the spinning call's helper thread still runs"
     assert engine.generate([[3]], max_new_tokens=2).steps == 2
+
+
+def test_a_backend_with_prefill_and_decode_only_is_created_anew_too():
+    class Bare:
+        calls = 0
+
+        def __init__(self, model, options):
+            self.vocab = model.vocab_size
+
+        def prefill(self, input_ids, positions, token_valid):
+            Bare.calls += 1
+            if Bare.calls == 1:
+                time.sleep(1000)
+            logits = torch.zeros(input_ids.shape[0], self.vocab)
+            logits[:, 1] = 1.0
+            return logits
+
+        def decode(self, input_ids, positions, token_valid, parent_rows):
+            return self.prefill(input_ids, positions, token_valid)
+
+    gengraph.register_backend("timed", Bare, call_timeout_s=1)
+    engine = gengraph.Engine("gpt2-tiny", backend="timed")
+    box = bounded(lambda: engine.generate([[3]], max_new_tokens=3))
+    assert "prefill() did not return within the limit of 1 s" in str(box.get("error")), box
+    assert engine.generate([[3]], max_new_tokens=3).tokens == [[[1, 1, 1]]]
 
 
 def test_errors_and_results_under_a_limit_are_the_backends_own():
