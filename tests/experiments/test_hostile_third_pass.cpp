@@ -125,7 +125,7 @@ TEST(HostileCaches, AnInterruptWhileATraceCacheFileIsWrittenRemovesItAndSaysSo) 
     if (e.path().extension() == ".pt") files.push_back(e.path());
   ASSERT_EQ(files.size(), 1u);
   const fs::path file = files[0];
-  ASSERT_GT(fs::file_size(file), 4096u);  // more than the FIFO holds (below)
+  const auto file_size = fs::file_size(file);
   fs::remove(file);
 
   for (const int sig : {SIGTERM, SIGINT}) {
@@ -140,6 +140,8 @@ TEST(HostileCaches, AnInterruptWhileATraceCacheFileIsWrittenRemovesItAndSaysSo) 
     const int reader = ::open(tmp.c_str(), O_RDONLY | O_NONBLOCK);
     ASSERT_GE(reader, 0);
     ::fcntl(reader, F_SETPIPE_SZ, 4096);
+    // More than the FIFO holds: the writer blocks inside its write.
+    ASSERT_GT(file_size, static_cast<uintmax_t>(::fcntl(reader, F_GETPIPE_SZ)));
     p.go();
     // Data in the FIFO: the writer is inside its write (and blocked once the FIFO is full).
     pollfd pfd{reader, POLLIN, 0};
