@@ -23,8 +23,7 @@ _os.environ.setdefault("GENGRAPH_PYTHON", _sys.executable)
 
 from . import _check, _gengraph
 from ._check import ArgumentTypeError, ArgumentValueError
-from ._gengraph import (Error, Generation, ModelInfo, Sequence, StreamedText, StreamedToken,
-                        backends, models, presets)
+from ._gengraph import Error, Generation, ModelInfo, Sequence, StreamedText, StreamedToken
 from .frame import to_frame
 from . import backend as _backend
 from .backend import Backend
@@ -40,6 +39,22 @@ _MODEL_KEYS = ("device", "dtype", "fused", "check_weights", "weights", "group_si
                "model_config", "weights_seed")
 _BOOL_KEYS = ("fused", "check_weights", "quantize_head", "int8_head")
 _INT_KEYS = ("group_size", "int8_activation_rows", "int8_activation_block")
+
+
+def backends():
+    """The registered backends: name, description, whether usable here (and why not), and
+    whether defined in Python."""
+    return _gengraph.backends()
+
+
+def presets():
+    """The built-in model shapes (random weights from a seed): name -> config.json."""
+    return _gengraph.presets()
+
+
+def models():
+    """The known real models and whether the set-up has them here."""
+    return _gengraph.models()
 
 
 def _model_option(call, key, value):
@@ -267,8 +282,8 @@ class Engine:
         if seq is None or isinstance(ids, (str, bytes, bytearray)):
             raise ArgumentTypeError(f"decode: ids: expected a list (or tensor) of int token ids, "
                                     f"found {_check.describe(ids)}")
-        return self._engine.decode(_check.token_ids(seq, "decode: ids"),
-                                   _check.boolean(skip_special_tokens, "decode: skip_special_tokens"))
+        skip = _check.boolean(skip_special_tokens, "decode: skip_special_tokens")
+        return self._engine.decode(_check.token_ids(seq, "decode: ids"), skip)
 
     def manual_seed(self, seed):
         self._engine.manual_seed(_seed(seed, "manual_seed"))

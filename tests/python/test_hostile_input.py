@@ -128,7 +128,8 @@ def test_run_takes_tuples_and_numpy_like_values():
 def test_seeds_token_ids_texts_and_names_out_of_range_or_type(engine):
     for seed, kind, message in ((-1, ValueError, r"expected an int seed within \[0, 2\^64 - 1\], "
                                                  r"found -1"),
-                                (2**70, ValueError, r"expected an int seed within \[0, 2\^64 - 1\], found "
+                                (2**70, ValueError, r"expected an int seed within "
+                                                    r"\[0, 2\^64 - 1\], found "
                                                     r"1180591620717411303424"),
                                 (1.5, TypeError, r"expected an int seed, found float 1.5"),
                                 ("7", TypeError, r"expected an int seed, found str '7'")):
@@ -193,6 +194,9 @@ def test_seeds_token_ids_texts_and_names_out_of_range_or_type(engine):
             r"check_backend: models: expected a list of model names or folders, found str")
     refused(lambda: gengraph.check_backend("eager", max_new_tokens=0), ValueError,
             r"check_backend: max_new_tokens: expected an int within \[1, 2\^63 - 1\], found 0")
+    for listing in (gengraph.backends, gengraph.presets, gengraph.models):
+        with pytest.raises(TypeError, match=r"takes 0 positional arguments but 1 was given"):
+            listing("x")  # Python's own words, not pybind's
     refused(lambda: gengraph.format_table([1]), TypeError,
             r"format_table: expected a results document \(a dict\), found list")
 
