@@ -318,6 +318,13 @@ int run_quality(const Args& a) {
                   : a.texts;
   const std::string out = a.output.empty() ? "results/quality.json" : a.output;
   check_output_path(out, "results");
+  // Outputs never replace inputs: the text, or a file of a model folder given by its path.
+  if (same_file(out, o.text_file) ||
+      (std::filesystem::is_directory(o.model) && inside_folder(out, o.model))) {
+    throw UsageError("quality: the output '" + out + "' is " +
+                     (same_file(out, o.text_file) ? "the text file" : "inside the model folder") +
+                     "; outputs never replace inputs: choose another --output");
+  }
   std::ostringstream sink;
   const nlohmann::json doc =
       measure_quality(o, a.quiet ? static_cast<std::ostream&>(sink) : std::cerr);

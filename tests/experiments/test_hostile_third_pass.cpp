@@ -206,6 +206,16 @@ TEST(HostileOutputs, QualityMakesItsResultsFolderAndOutputsAreCheckedBeforeTheWo
   EXPECT_EQ(rc, 0) << err;
   EXPECT_TRUE(fs::is_regular_file(work / "results" / "quality.json")) << err;
   EXPECT_EQ(temporaries_in(work), std::vector<std::string>{});
+  // Outputs never replace inputs: the text file, or a file in the model folder.
+  for (const fs::path& input : {dir / "text.txt", model / "config.json", model / "new.json"}) {
+    const std::string before = fs::exists(input) ? testing::read_file(input) : "";
+    std::tie(rc, err) =
+        testing::cli_stderr({"quality", "--model", model.string(), "--text-file",
+                             (dir / "text.txt").string(), "--output", input.string()});
+    EXPECT_EQ(rc, 2) << input;
+    EXPECT_THAT(err, HasSubstr("outputs never replace inputs")) << err;
+    EXPECT_EQ(fs::exists(input) ? testing::read_file(input) : "", before);
+  }
 
   // Outputs that can never be written: the error names the output, before the work (quality's
   // model does not exist: had the work come first, its error would be the model's).
