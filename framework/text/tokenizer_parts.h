@@ -319,7 +319,7 @@ struct OutputBound {
   size_t used = 0;  // bytes already made by earlier pieces
   // Refuses `bytes` more, naming `step`.
   void check(size_t bytes, const std::string& step) const {
-    if (bytes > max - used) refuse(step);
+    if (used > max || bytes > max - used) refuse(step);
   }
   [[noreturn]] void refuse(const std::string& step) const;
 };
