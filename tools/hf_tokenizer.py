@@ -190,7 +190,10 @@ def main():
         for i, text in enumerate(req["encode"]):
             try:
                 with library_stderr():
+                    check_growth(tok, folder, text, i)
                     enc = tok(text, add_special_tokens=bool(req.get("add_special_tokens", True)))["input_ids"]
+            except Refusal as e:
+                fail(str(e))
             except BaseException as e:  # noqa: B036 a panic is a BaseException
                 if not is_panic(e):
                     raise
@@ -231,6 +234,74 @@ def main():
     with open(tmp, "w") as f:
         json.dump(out, f)
     os.replace(tmp, args.out)
+
+
+# The growth a normalizer or pre-tokenizer step may make, as the native tokenizer bounds it
+# (framework/text/tokenizer_parts.h): 16 times its input, or its input + 4096 bytes.
+GROWTH, SLACK, CHUNK = 16, 4096, 256
+
+
+class Refusal(Exception):
+    """A reason to refuse, raised where the library's standard error is held (library_stderr) and
+    reported once it is released."""
+
+
+def flat_steps(component, key, members):
+    """(key, step) of a normalizer or pre-tokenizer, its Sequences flattened."""
+    if component is None:
+        return []
+    if type(component).__name__ == "Sequence":
+        out = []
+        for k in range(100000):  # pre_tokenizers.Sequence has items but no len()
+            try:
+                part = component[k]
+            except IndexError:
+                break
+            out += flat_steps(part, f"{key}.{members}[{k}]", members)
+        return out
+    return [(key, component)]
+
+
+def check_growth(tok, folder, text, i):
+    """Refuses a tokenizer whose normalizer or pre-tokenizer steps grow the text past the bound the
+    native tokenizer keeps, before the library builds the whole output (a Replace of one character
+    by 20,000 made 2.7 GB): the text goes through each step alone, in chunks of 256 characters."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        return
+    try:
+        norms = flat_steps(backend.normalizer, "normalizer", "normalizers")
+        pres = flat_steps(backend.pre_tokenizer, "pre_tokenizer", "pretokenizers")
+    except Exception:  # a library without these accessors: the encode itself goes unchecked
+        return
+    if not norms and not pres:
+        return
+    size = len(text.encode("utf-8", "replace"))
+    limit = max(GROWTH * size, size + SLACK)
+    file = os.path.join(folder, "tokenizer.json")
+
+    def refuse(key, step, made):
+        raise Refusal(f"text {i}: '{file}': {key} ({type(step).__name__}): the output grows past {limit} bytes "
+             f"for a text of {size} bytes (a tokenizer step may make at most {GROWTH} times its input, "
+             f"or its input + {SLACK} bytes); the text is refused")
+
+    made_n = made_p = 0
+    for start in range(0, len(text), CHUNK):
+        chunk = text[start:start + CHUNK]
+        chunk_limit = GROWTH * len(chunk.encode("utf-8", "replace")) + SLACK
+        for key, step in norms:
+            chunk = step.normalize_str(chunk)
+            n = len(chunk.encode("utf-8", "replace"))
+            if n > chunk_limit or made_n + n > limit:
+                refuse(key, step, made_n + n)
+        made_n += len(chunk.encode("utf-8", "replace"))
+        pieces = [chunk]
+        for key, step in pres:
+            pieces = [p for piece in pieces for p, _ in step.pre_tokenize_str(piece)]
+            n = sum(len(p.encode("utf-8", "replace")) for p in pieces)
+            if n > chunk_limit or made_p + n > limit:
+                refuse(key, step, made_p + n)
+        made_p += sum(len(p.encode("utf-8", "replace")) for p in pieces)
 
 
 class TemplateLimit(BaseException):

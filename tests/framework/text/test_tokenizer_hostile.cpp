@@ -387,6 +387,30 @@ TEST(HostileTokenizer, APanicOfThePythonTokenizerNamesTheFileAndPattern) {
   }
 }
 
+// The Python tokenizer (--tokenizer python, or a file the native reader refuses) keeps the same
+// bound: each step alone, in chunks, before the library builds the whole output.
+TEST(HostileTokenizer, TheGrowthBoundHoldsInThePythonTokenizerToo) {
+  TempDir dir;
+  const fs::path folder = python_tokenizer_folder(dir);
+  auto doc = byte_level_file(nullptr);
+  doc["normalizer"] = {{"type", "Sequence"},
+                       {"normalizers",
+                        {{{"type", "NFC"}},
+                         {{"type", "Replace"},
+                          {"pattern", {{"String", "a"}}},
+                          {"content", std::string(20000, 'b')}}}}};
+  testing::write_file(folder / "tokenizer.json", doc.dump());
+  fs::remove(folder / "tokenizer_config.json");
+  const auto [rc, err] =
+      testing::cli_stderr({"generate", "--model", folder.string(), "--tokenizer", "python",
+                           "--text", std::string(2000, 'a'), "--max-new-tokens", "1", "--quiet"});
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("text 0: '" + (folder / "tokenizer.json").string() +
+                             "': normalizer.normalizers[1] (Replace): the output grows past 32000 "
+                             "bytes for a text of 2000 bytes"))
+      << err;
+}
+
 TEST(HostileChatTemplate, AChatTemplateNotInUtf8IsNamedNotCalledNoTokenizer) {
   TempDir dir;
   const fs::path folder = python_tokenizer_folder(dir);
