@@ -84,11 +84,14 @@ class MatchData {
   pcre2_match_data* md_;
 };
 
-// PCRE2's limits for one match attempt, set here rather than left to the library's build: the
-// steps of backtracking (its default, 10^7) and the depth of nested backtracking points. A pattern
-// that backtracks past them on a text (`(.*a){25}`) is refused, naming the step and the pattern.
+// PCRE2's limits for one search (one pcre2_match call, over every start position it tries), set
+// here rather than left to the library's build: the steps of backtracking (its default, 10^7), the
+// depth of nested backtracking points, and the interpreter's heap (in KiB; its default is 20 GB).
+// A pattern that backtracks past them on a text (`(.*a){25}`) is refused, naming the step and the
+// pattern.
 inline constexpr uint32_t kRegexMatchLimit = 10000000;
 inline constexpr uint32_t kRegexDepthLimit = 10000000;
+inline constexpr uint32_t kRegexHeapLimitKiB = 1u << 20;
 pcre2_match_context* regex_match_context();
 
 class Regex {
@@ -131,9 +134,11 @@ class Regex {
       int rc = jit_ ? pcre2_jit_match(code_, subject, s.size(), pos, 0, md, context)
                     : PCRE2_ERROR_JIT_STACKLIMIT;
       // The interpreter when there is no JIT code, or when the JIT's stack is too small for this
-      // text (a very long run of one class).
+      // text (a very long run of one class). PCRE2_NO_JIT: pcre2_match would run the JIT code
+      // again otherwise.
       if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
-        rc = pcre2_match(code_, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, md, context);
+        rc = pcre2_match(code_, subject, s.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                         context);
       }
       if (rc < 0) {
         if (rc == PCRE2_ERROR_NOMATCH) break;

@@ -24,6 +24,7 @@ pcre2_match_context* regex_match_context() {
     if (c == nullptr) throw Error("PCRE2: no memory for a match context");
     pcre2_set_match_limit(c, kRegexMatchLimit);
     pcre2_set_depth_limit(c, kRegexDepthLimit);
+    pcre2_set_heap_limit(c, kRegexHeapLimitKiB);
     return c;
   }();
   return context;
@@ -32,8 +33,10 @@ pcre2_match_context* regex_match_context() {
 void Regex::match_failed(int rc, size_t length, size_t pos) const {
   std::string why = error_text(rc);
   if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT) {
-    why += " (the pattern backtracks more than the " + std::to_string(kRegexMatchLimit) +
-           " steps allowed for one match; the tokenizers library's engine gives up on it too)";
+    why +=
+        " (the pattern backtracks more than the " + std::to_string(kRegexMatchLimit) +
+        " steps, or the memory, allowed for one search; the tokenizers library's engine gives up "
+        "on such patterns too)";
   }
   throw Error(where_ + ": the regular expression " + JsonAt::quoted(pattern_) +
               " could not be matched on a text of " + std::to_string(length) +
