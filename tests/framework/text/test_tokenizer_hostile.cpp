@@ -168,6 +168,17 @@ TEST(HostileTokenizer, ARegexPastTheMatchLimitIsNamedWithItsStepAndPattern) {
       << e;
   EXPECT_THAT(e, HasSubstr("match limit exceeded")) << e;
   EXPECT_THAT(e, Not(HasSubstr("PCRE2 error -47"))) << e;
+  // Past the JIT's stack, the interpreter takes over (before, pcre2_match ran the JIT code again:
+  // "JIT stack limit reached"), within the same limits.
+  testing::write_file(dir / "tokenizer.json",
+                      byte_level_file(split({{"Regex", "(a|a)*[cd]"}}, "Isolated", false)).dump());
+  const auto jit = load_tokenizer_json(dir / "tokenizer.json");
+  const std::string j = encode_error(*jit, std::string(4000, 'a') + "b");
+  EXPECT_THAT(j,
+              HasSubstr("pre_tokenizer.pretokenizers[0] (Split): the regular expression "
+                        "\"(a|a)*[cd]\" could not be matched on a text of 4001 bytes, from byte 0: "
+                        "match limit exceeded"))
+      << j;
 }
 
 // --- steps whose output runs away ---------------------------------------------------------------
