@@ -6,11 +6,13 @@
 //
 // loop/<strategy>/rows:R (its per_step counter), GPT-2's vocabulary (50257), 32 new tokens with
 // min_new_tokens 32 (as the seed's config), on GENGRAPH_BENCH_DEVICE; loop/<strategy>_whole the
-// same through the whole-step loop.
+// same through the whole-step loop. loop_check/non_finite/rows:R: the per-step check for NaN and
+// inf logits alone.
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <limits>
 
 #include "bench/bench_common.h"
 #include "framework/decoding/generator.h"
@@ -107,9 +109,28 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
                                                         benchmark::Counter::kInvert);
 }
 
+// The loop's check for NaN and inf logits alone (decode_loop.cpp: largest_magnitude, then the
+// read that the host loop makes on the CPU), over GPT-2's vocabulary: what the check adds to
+// each host-loop step, to compare with loop/<strategy>'s per_step.
+void BM_NonFiniteCheck(benchmark::State& state) {
+  at::manual_seed(0);
+  const at::Tensor logits = at::randn({state.range(0), 50257}).to(bench_device());
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(at::linalg_vector_norm(logits, std::numeric_limits<double>::infinity(),
+                                                    std::nullopt, false, at::kFloat)
+                                 .item<float>());
+  }
+}
+
 }  // namespace
 
 void register_loop_benchmarks() {
+  benchmark::RegisterBenchmark("loop_check/non_finite", BM_NonFiniteCheck)
+      ->ArgName("rows")
+      ->Arg(1)
+      ->Arg(8)
+      ->Arg(16)
+      ->Unit(benchmark::kMicrosecond);
   const std::vector<std::pair<LoopCase, std::vector<int64_t>>> cases = {
       {{"greedy", 1, false}, {1, 8}},
       {{"sample", 1, true}, {1, 8}},

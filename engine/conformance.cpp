@@ -10,6 +10,7 @@
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
 #include "framework/util/error.h"
+#include "framework/util/path_errors.h"
 
 namespace gengraph {
 
@@ -38,7 +39,7 @@ namespace {
 
 std::shared_ptr<const CausalLM> conformance_model(const std::string& which, uint64_t seed) {
   ModelSource s;
-  if (std::filesystem::is_directory(which)) {
+  if (checked_is_directory(which, "model folder")) {
     s.path = which;
   } else {
     s.preset = which.rfind("preset:", 0) == 0 ? which.substr(7) : which;

@@ -11,6 +11,7 @@
 #include "experiments/process.h"
 #include "experiments/table.h"
 #include "framework/decoding/generator.h"
+#include "framework/util/path_errors.h"
 
 namespace gengraph {
 
@@ -82,6 +83,8 @@ void record_comparison(nlohmann::json& run, const nlohmann::json& first_outputs)
 
 void check_output_path(const std::filesystem::path& path, const std::string& what) {
   namespace fs = std::filesystem;
+  // A link loop at the end or on the way, a folder that cannot be searched: named as such.
+  checked_status(path, what);
   std::error_code ec;
   // The nearest folder that exists: the output is made there (its missing folders too, as
   // write_outputs makes them), so it must be a folder this process may write into.

@@ -8,6 +8,7 @@
 #include "framework/model/safetensors.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
+#include "framework/util/path_errors.h"
 
 namespace gengraph {
 
@@ -15,7 +16,9 @@ namespace {
 
 void write_folder(const CausalLM& model, nlohmann::json config,
                   const std::filesystem::path& folder) {
-  std::filesystem::create_directories(folder);
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) throw Error("making the model folder '" + folder.string() + "': " + path_problem(ec));
   write_safetensors(folder / "model.safetensors",
                     std::vector<std::pair<std::string, at::Tensor>>(model.weights().begin(),
                                                                     model.weights().end()));
