@@ -12,7 +12,6 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
-#include <limits>
 
 #include "bench/bench_common.h"
 #include "framework/decoding/generator.h"
@@ -109,16 +108,17 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
                                                         benchmark::Counter::kInvert);
 }
 
-// The loop's check for NaN and inf logits alone (decode_loop.cpp: largest_magnitude, then the
-// read that the host loop makes on the CPU), over GPT-2's vocabulary: what the check adds to
-// each host-loop step, to compare with loop/<strategy>'s per_step.
+// The loop's check for NaN and inf logits alone (decode_loop.cpp), over GPT-2's vocabulary:
+// loop_check/non_finite/rows:R/double:0 the host loop's on the CPU (a float sum, read),
+// double:1 the sum in double that the whole step and CUDA leave on the device (read here too).
+// What the check adds to each step, to compare with loop/<strategy>'s per_step.
 void BM_NonFiniteCheck(benchmark::State& state) {
   at::manual_seed(0);
   const at::Tensor logits = at::randn({state.range(0), 50257}).to(bench_device());
+  const bool in_double = state.range(1) != 0;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(at::linalg_vector_norm(logits, std::numeric_limits<double>::infinity(),
-                                                    std::nullopt, false, at::kFloat)
-                                 .item<float>());
+    benchmark::DoNotOptimize(
+        (in_double ? at::sum(logits, at::kDouble) : logits.sum()).item<double>());
   }
 }
 
@@ -126,10 +126,8 @@ void BM_NonFiniteCheck(benchmark::State& state) {
 
 void register_loop_benchmarks() {
   benchmark::RegisterBenchmark("loop_check/non_finite", BM_NonFiniteCheck)
-      ->ArgName("rows")
-      ->Arg(1)
-      ->Arg(8)
-      ->Arg(16)
+      ->ArgNames({"rows", "double"})
+      ->ArgsProduct({{1, 8, 16}, {0, 1}})
       ->Unit(benchmark::kMicrosecond);
   const std::vector<std::pair<LoopCase, std::vector<int64_t>>> cases = {
       {{"greedy", 1, false}, {1, 8}},

@@ -42,12 +42,25 @@ bool emit(const TokenStream& stream, const StepDecision& d, int64_t per_input, i
   return go_on;
 }
 
-// The largest magnitude of `logits` (max |x|) as a [] float tensor: one reduction, NaN when
-// any logit is NaN, inf when any is infinite, else finite. Exactly "every logit is finite", where
-// a sum could overflow to inf over finite values.
-at::Tensor largest_magnitude(const at::Tensor& logits) {
-  return at::linalg_vector_norm(logits, std::numeric_limits<double>::infinity(), std::nullopt,
-                                false, at::kFloat);
+// Whether every logit is finite, read at once: their sum (one reduction, the cheapest on the CPU)
+// is finite only when every logit is (NaN and infinities carry through a sum, and nothing turns
+// them finite again). A sum that is not finite may still be finite values overflowing float
+// (3e38 twice), which the exact test then settles; that path is as rare as such logits.
+bool all_finite(const at::Tensor& logits) {
+  if (std::isfinite(logits.sum().item<double>())) return true;
+  return at::isfinite(logits).all().item<bool>();
+}
+
+// The same as a value left on the device to read later ([] double): the sum accumulated in
+// double, which no float logits can overflow (it would take some 10^270 of them), so it is
+// finite exactly when every logit is. The logits themselves are gone or changed by the time it
+// is read (processors edit their scores in place).
+at::Tensor finite_sum(const at::Tensor& logits) { return at::sum(logits, at::kDouble); }
+
+// What a non-finite sum says of the logits it summed.
+std::string sum_says(double sum) {
+  return std::isnan(sum) ? "NaN, or infinities of both signs"
+                         : (sum > 0 ? "inf" : "-inf") + std::string(" among them");
 }
 
 // "NaN", "inf" or "-inf".
@@ -92,9 +105,7 @@ std::string first_nonfinite(const at::Tensor& logits) {
 
 // Checks the logits of `step` at once (one reduction and one read).
 void check_finite_now(const ForwardBackend& backend, const at::Tensor& logits, int64_t step) {
-  if (!std::isfinite(largest_magnitude(logits).item<float>())) {
-    refuse_nonfinite(backend, step, first_nonfinite(logits));
-  }
+  if (!all_finite(logits)) refuse_nonfinite(backend, step, first_nonfinite(logits));
 }
 
 // The logits as the parts read them: float32 (no operator when they already are).
@@ -188,7 +199,7 @@ void Generator::set_up(ForwardBackend& backend, Pipeline pipe, int64_t rows, int
     written_ = at::zeros({}, l);
     running_ = at::zeros({}, l.dtype(at::kBool));
     live_steps_ = at::zeros({}, l);
-    magnitudes_ = at::zeros({max_length}, l.dtype(at::kFloat));
+    logit_sums_ = at::zeros({max_length}, l.dtype(at::kDouble));
   }
 }
 
@@ -199,7 +210,7 @@ void Generator::forget() {
   static_decode_ = nullptr;
   pipe_ = Pipeline{};
   seqs_ = Sequences{};
-  written_ = running_ = live_steps_ = magnitudes_ = at::Tensor();
+  written_ = running_ = live_steps_ = logit_sums_ = at::Tensor();
   reorder_ = false;
 }
 
@@ -278,36 +289,29 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
     live_steps_.zero_();
   }
   // NaN or inf logits are refused at every decode step (refuse_nonfinite), one reduction a step.
-  // On the CPU the host loop checks each step's logits before deciding over them (a read costs no
-  // wait there). On CUDA the host loop reads the step's check where it reads the flag anyway; the
-  // whole step keeps each step's largest magnitude on the device (magnitudes_, by cache slot, so
-  // a captured graph records it) and reads those of the steps since its last read at its own
-  // flag reads, the steps that decided while running only.
+  // On the CPU the host loop checks each step's logits before deciding over them (all_finite: a
+  // read costs no wait there). On CUDA the host loop reads the step's finite_sum where it reads
+  // the flag anyway; the whole step, on any device, keeps each step's finite_sum on the device
+  // (logit_sums_, by cache slot, so that a captured graph records it) and reads those of the
+  // steps since its last read at its own flag reads, the steps that decided while running only.
   const bool check_at_once = !whole && !device.is_cuda();
-  at::Tensor pending;        // the host loop on CUDA: the last step's largest magnitude, unread
+  at::Tensor pending;        // the host loop on CUDA: the last step's finite_sum, unread
   int64_t pending_step = 0;  // its decode step
   int64_t checked = 0;       // the whole step: decode steps 1 .. checked were read
   const auto check_pending = [&] {
     if (!pending.defined()) return;
-    const double m = pending.item<double>();
+    const double sum = pending.item<double>();
     pending = at::Tensor();
-    if (!std::isfinite(m)) {
-      refuse_nonfinite(*backend_, pending_step, std::isnan(m) ? "NaN" : "an infinite value");
-    }
+    if (!std::isfinite(sum)) refuse_nonfinite(*backend_, pending_step, sum_says(sum));
   };
   const auto check_steps = [&](int64_t through) {  // the whole step: decode steps up to `through`
     if (through <= checked) return;
-    const at::Tensor m = magnitudes_.narrow(0, len + checked, through - checked);
-    if (!at::isfinite(m).all().item<bool>()) {
-      const at::Tensor host = m.to(at::kCPU);
+    const at::Tensor sums = logit_sums_.narrow(0, len + checked, through - checked);
+    if (!std::isfinite(sums.sum().item<double>())) {
+      const at::Tensor host = sums.to(at::kCPU);
       for (int64_t i = 0; i < host.size(0); ++i) {
-        const double v = host[i].item<double>();
-        if (std::isfinite(v)) continue;
-        const int64_t bad = checked + 1 + i;
-        // The logits buffer still holds the step's logits when it was the last one run.
-        refuse_nonfinite(*backend_, bad,
-                         bad == through ? first_nonfinite(static_decode_->logits)
-                                        : (std::isnan(v) ? "NaN" : "an infinite value"));
+        const double sum = host[i].item<double>();
+        if (!std::isfinite(sum)) refuse_nonfinite(*backend_, checked + 1 + i, sum_says(sum));
       }
     }
     checked = through;
@@ -339,8 +343,8 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
   const auto step = [&] {
     if (whole) {
       static_decode_->run(reorder_);
-      magnitudes_.index_copy_(0, static_decode_->slot,
-                              largest_magnitude(static_decode_->logits).view({1}));
+      logit_sums_.index_copy_(0, static_decode_->slot,
+                              finite_sum(static_decode_->logits).view({1}));
       static_decode_->slot.add_(1);
       decide(as_float(static_decode_->logits));
     } else {
@@ -349,7 +353,7 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
       if (check_at_once) {
         check_finite_now(*backend_, logits, run);
       } else {
-        pending = largest_magnitude(logits);
+        pending = finite_sum(logits);
         pending_step = run;
       }
       decide(logits);

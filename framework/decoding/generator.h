@@ -111,9 +111,9 @@ class Generator {
   at::Tensor written_;     // the whole step's length ([] int64)
   at::Tensor running_;     // [] bool: the last decision's `running`
   at::Tensor live_steps_;  // [] int64: decisions made while running (the whole step)
-  // [max_length] float (the whole step): the largest magnitude of the logits of the decode step
-  // that wrote each slot, NaN or inf when they held such values; read where the flag is read.
-  at::Tensor magnitudes_;
+  // [max_length] double (the whole step): the sum of the logits of the decode step that wrote
+  // each slot, finite exactly when they all were; read where the flag is read.
+  at::Tensor logit_sums_;
   // The storage of the backend's static buffers as the graph was captured over them.
   std::vector<const void*> captured_over_;
   bool reorder_ = false;          // the strategy reorders rows (parent_rows defined)
