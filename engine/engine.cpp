@@ -122,6 +122,10 @@ ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
   src.load.fused = o.fused;
   src.load.check_weights = o.check_weights;
   src.load.weights.kind = parse_weight_kind(o.weights, "EngineOptions::weights");
+  if (!is_group_size(o.group_size)) {
+    throw Error("EngineOptions::group_size: expected " + std::string(kGroupSizes) + ", found " +
+                std::to_string(o.group_size));
+  }
   src.load.weights.group_size = o.group_size;
   src.load.weights.lm_head = o.quantize_head;
   if (o.int8_head && (src.load.weights.kind != WeightFormat::Kind::kInt4 || !o.quantize_head)) {

@@ -399,8 +399,6 @@ nlohmann::json read_generation(MapReader r, const YAML::Node& node, const std::s
 
 }  // namespace
 
-bool is_group_size(int64_t n) { return n == 32 || n == 64 || n == 128 || n == 256; }
-
 bool sbatch_option_name(const std::string& k) {
   return !k.empty() && k[0] != '-' &&
          k.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") == std::string::npos;

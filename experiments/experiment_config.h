@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "framework/decoding/loop_options.h"
+#include "framework/model/model_config.h"
 
 namespace gengraph {
 
@@ -33,10 +34,7 @@ struct ModelSpec {
   int64_t int8_activation_block = 0;  // their activation scales per block of channels (0: per row)
 };
 
-// The int4 group sizes (input channels per scale) gengraph's kernels take: the one check of
-// model.group_size and of gengraph quality --group-size, whose errors say "expected " kGroupSizes.
-constexpr const char* kGroupSizes = "32, 64, 128 or 256";
-bool is_group_size(int64_t n);
+// model.group_size's check: is_group_size and kGroupSizes (framework/model/model_config.h).
 
 struct BackendSpec {
   std::string name;                            // registry name

@@ -57,6 +57,8 @@ WeightFormat::Kind parse_weight_kind(const std::string& name, const std::string&
   throw Error(where + ": expected float, int8, int4 or bfloat16, found '" + name + "'");
 }
 
+bool is_group_size(int64_t n) { return n == 32 || n == 64 || n == 128 || n == 256; }
+
 ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source) {
   if (!doc.is_object()) throw Error(source + ": expected a JSON object");
   if (!doc.contains("model_type") || !doc["model_type"].is_string()) {

@@ -50,6 +50,11 @@ struct WeightFormat {
 };
 // "float" | "int8" | "int4" | "bfloat16"; anything else is refused naming `where`.
 WeightFormat::Kind parse_weight_kind(const std::string& name, const std::string& where);
+// The int4 group sizes (input channels per scale) gengraph's kernels take: the one check of
+// model.group_size, gengraph quality --group-size, EngineOptions::group_size and the quantization
+// at load, whose errors say "expected " kGroupSizes.
+constexpr const char* kGroupSizes = "32, 64, 128 or 256";
+bool is_group_size(int64_t n);
 
 // Rotary position embedding parameters as transformers 5.17 standardizes them (config.json
 // "rope_parameters", or the older "rope_scaling" plus a top-level "rope_theta").

@@ -406,6 +406,24 @@ TEST(Engine, ReportsTheModelsDefaultsAndItsBackend) {
   EXPECT_EQ(d["top_k"], 50);
 }
 
+// EngineOptions::group_size went to the quantizer unchecked: 0 divided by zero (SIGFPE), 16 was
+// refused only by the kernel at the first generate. Now model.group_size's one check, at once.
+TEST(Engine, GroupSizeIsCheckedAsModelGroupSizeIs) {
+  for (const int64_t g : {0, -32, 7, 16, 48, 512}) {
+    EngineOptions o;
+    o.weights = "int4";
+    o.group_size = g;
+    EXPECT_EQ(error_of([&] { Engine("gpt2-tiny", o); }),
+              "EngineOptions::group_size: expected 32, 64, 128 or 256, found " + std::to_string(g))
+        << g;
+  }
+  EngineOptions o;
+  o.weights = "int4";
+  o.group_size = 64;
+  Engine engine("gpt2-tiny", o);
+  EXPECT_EQ(engine.generate({{1, 2, 3}}, {{"max_new_tokens", 2}}).outputs.size(), 1u);
+}
+
 // Two threads on one Engine segfaulted inside the model's forward (issue 25): calls are now
 // serialised, so each thread gets what it gets alone, whatever the interleaving; and a call from
 // the Engine's own stream callback, which would wait on itself, is refused.

@@ -263,6 +263,12 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
       break;
     }
     case WeightFormat::Kind::kInt4: {
+      // Every entry point checks it first (YAML, the Engine, quality); this is the last line
+      // before a division by it.
+      if (!is_group_size(format.group_size)) {
+        throw Error("model.group_size: expected " + std::string(kGroupSizes) + ", found " +
+                    std::to_string(format.group_size));
+      }
       if (weight.size(1) % format.group_size != 0) {
         throw Error("model.weights int4: a projection's " + std::to_string(weight.size(1)) +
                     " input channels are not a multiple of group_size " +
