@@ -149,8 +149,8 @@ TEST(NonFiniteLogits, InThePrefillAreRefusedNamingTheBackend) {
   }
 }
 
-// Finite logits, however large, pass: the check is on each value, not on a sum that could
-// overflow.
+// Finite logits, however large, pass: their float sum overflows to inf, and the exact test then
+// finds every value finite.
 TEST(NonFiniteLogits, LargeFiniteLogitsPass) {
   Fixture f;
   at::Tensor big = at::full({8, f.vocab}, 3.0e38f);
@@ -158,6 +158,14 @@ TEST(NonFiniteLogits, LargeFiniteLogitsPass) {
   PoisonedBackend backend(f.model, big, -1, 0, 0, 0);
   for (const std::string strategy : {"greedy", "sampling", "beam search"}) {
     const Generation g = Generator(settings(strategy)).generate(backend, {{1, 2}});
+    EXPECT_EQ(g.steps, 12) << strategy;
+  }
+  // The whole step's sums, read later, are in double: no overflow either.
+  backend.offer_whole_step(true);
+  for (const std::string strategy : {"greedy", "sampling", "beam search"}) {
+    const Generation g =
+        Generator(settings(strategy), {}, whole_step(3)).generate(backend, {{1, 2}});
+    EXPECT_TRUE(g.whole_step) << strategy;
     EXPECT_EQ(g.steps, 12) << strategy;
   }
 }
