@@ -20,6 +20,7 @@
 #include <iostream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "backends/aoti/aoti_step.h"
 #include "backends/register_builtin.h"
@@ -150,6 +151,23 @@ inline std::set<fs::path> unpacked_copies() {
     }
   }
   return out;
+}
+
+// The copies in /tmp that were not there `before` and are still there: those this process left
+// behind. Tests of other processes (ctest runs two at a time) unpack packages into /tmp too, and
+// remove their copies when their backends go; so a new copy is judged only after it has had up to
+// `patience` to go. A copy left behind never goes.
+inline std::set<fs::path> copies_left_behind(
+    const std::set<fs::path>& before, std::chrono::seconds patience = std::chrono::seconds(120)) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  for (;;) {
+    std::set<fs::path> left;
+    for (const auto& d : unpacked_copies()) {
+      if (!before.count(d)) left.insert(d);
+    }
+    if (left.empty() || std::chrono::steady_clock::now() > deadline) return left;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
 }
 
 // std::cerr into a string for the object's lifetime.

@@ -80,15 +80,13 @@ TEST(HostileCaches, APackageThatFailsToLoadLeavesNothingInTmp) {
                 }),
                 HasSubstr("package '" + path.string() + "' could not be loaded"));
   }
-  for (const auto& d : unpacked_copies()) {
-    EXPECT_TRUE(before.count(d)) << "left behind: " << d;
-  }
+  for (const auto& d : copies_left_behind(before)) ADD_FAILURE() << "left behind: " << d;
   // A good package still loads, and its copy goes when the backend does.
   {
     auto b = make("aoti", tiny(), {{"package", good_package().string()}});
     EXPECT_EQ(first_tokens(*b).size(), 4u);
   }
-  for (const auto& d : unpacked_copies()) EXPECT_TRUE(before.count(d)) << "left behind: " << d;
+  for (const auto& d : copies_left_behind(before)) ADD_FAILURE() << "left behind: " << d;
 }
 
 // A cached package damaged after it was built (its checksum is recorded beside it) is rebuilt; with
