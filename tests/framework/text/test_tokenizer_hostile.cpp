@@ -11,7 +11,7 @@
 
 #include "framework/text/chat_template.h"
 #include "framework/text/tokenizer.h"
-#include "framework/text/utf8.h"
+#include "framework/text/tokenizer_parts.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
 #include "tests/support/test_util.h"
@@ -33,15 +33,9 @@ std::string tool(const std::string& name) {
 // tokens 0..255, the merge "a b" (token 256), and `pre_tokenizer` in front of a ByteLevel step
 // without its regex.
 nlohmann::json byte_level_file(const nlohmann::json& pre_tokenizer) {
+  static const tokenizer_detail::ByteLevelTables tables;  // the native tokenizer's own table
   nlohmann::json vocab = nlohmann::json::object();
-  int next = 0;
-  for (int b = 0; b < 256; ++b) {
-    int cp = b;
-    if (!((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE))) cp = 256 + next++;
-    std::string s;
-    utf8::append(s, static_cast<char32_t>(cp));
-    vocab[s] = b;
-  }
+  for (int b = 0; b < 256; ++b) vocab[tables.byte_to_text[b]] = b;
   vocab["ab"] = 256;
   const nlohmann::json byte_level = {{"type", "ByteLevel"},
                                      {"add_prefix_space", false},
