@@ -18,7 +18,7 @@
 #include <sstream>
 
 #include "bench/bench_common.h"
-#include "experiments/text_io.h"
+#include "experiments/tools/text_io.h"
 #include "framework/model/known_models.h"
 #include "framework/text/tokenizer.h"
 #include "framework/text/utf8.h"

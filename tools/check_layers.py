@@ -8,7 +8,7 @@ Layers, lowest first:
   backends           backends/ (a backend never includes a sibling backend; register_builtin
                      lists them all)
   engine             engine/, include/gengraph/gengraph.h and include/gengraph/extension.h
-  experiments        experiments/ (the CLI's library; experiments/main.cpp is the CLI) and
+  experiments        experiments/ (the CLI's library; experiments/cli/main.cpp is the CLI) and
                      include/gengraph/cli.h
   python             python/ (the Python package's extension module)
   bench              bench/

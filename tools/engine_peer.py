@@ -74,7 +74,7 @@ BEAMS_ONLY = {"length_penalty", "early_stopping", "num_beam_groups", "diversity_
 
 
 def refusal(engine, gen):
-    """The first setting `engine` (its module) cannot honour, as experiments/peers.cpp words it."""
+    """The first setting `engine` (its module) cannot honour, as experiments/tools/peers.cpp words it."""
     for key, value in gen.items():
         if key in COMMON or key in engine.SUPPORTED:
             continue

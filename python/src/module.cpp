@@ -19,11 +19,11 @@
 #include <thread>
 
 #include "backends/register_builtin.h"
-#include "experiments/cli_parts.h"
-#include "experiments/experiment_config.h"
-#include "experiments/results.h"
-#include "experiments/runner.h"
-#include "experiments/table.h"
+#include "experiments/cli/cli_parts.h"
+#include "experiments/experiment/experiment_config.h"
+#include "experiments/experiment/runner.h"
+#include "experiments/results/results.h"
+#include "experiments/results/table.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/model/known_models.h"
 #include "framework/model/loader.h"

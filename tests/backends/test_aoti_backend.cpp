@@ -11,7 +11,7 @@
 
 #include "backends/aoti/aoti_step.h"
 #include "backends/register_builtin.h"
-#include "experiments/process.h"
+#include "experiments/tools/process.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"

@@ -16,10 +16,10 @@
 #include <streambuf>
 #include <tuple>
 
-#include "experiments/compare.h"
-#include "experiments/results.h"
-#include "experiments/statistics.h"
-#include "experiments/table.h"
+#include "experiments/results/compare.h"
+#include "experiments/results/results.h"
+#include "experiments/results/statistics.h"
+#include "experiments/results/table.h"
 #include "framework/util/error.h"
 #include "tests/support/test_util.h"
 

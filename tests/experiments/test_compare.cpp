@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "experiments/compare.h"
+#include "experiments/results/compare.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {

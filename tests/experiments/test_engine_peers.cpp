@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <regex>
 
-#include "experiments/experiment_config.h"
-#include "experiments/peers.h"
-#include "experiments/runner.h"
+#include "experiments/experiment/experiment_config.h"
+#include "experiments/experiment/runner.h"
+#include "experiments/tools/peers.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {

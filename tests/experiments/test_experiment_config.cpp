@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "experiments/experiment_config.h"
+#include "experiments/experiment/experiment_config.h"
 #include "framework/util/error.h"
 #include "tests/support/test_util.h"
 

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <filesystem>
 
-#include "experiments/compare.h"
+#include "experiments/results/compare.h"
 #include "framework/model/loader.h"
 #include "framework/model/safetensors.h"
 #include "tests/support/test_util.h"

@@ -17,8 +17,8 @@
 #include <map>
 #include <sstream>
 
-#include "experiments/experiment_config.h"
-#include "experiments/slurm.h"
+#include "experiments/cluster/slurm.h"
+#include "experiments/experiment/experiment_config.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "experiments/experiment_config.h"
+#include "experiments/experiment/experiment_config.h"
 #include "framework/util/error.h"
 #include "tests/support/test_util.h"
 

@@ -14,7 +14,7 @@
 #include <new>
 
 #include "backends/register_builtin.h"
-#include "experiments/experiment_config.h"
+#include "experiments/experiment/experiment_config.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"

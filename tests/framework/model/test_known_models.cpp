@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "experiments/experiment_config.h"
+#include "experiments/experiment/experiment_config.h"
 #include "framework/model/known_models.h"
 #include "framework/util/error.h"
 #include "tests/framework/model/real_model_cache_support.h"

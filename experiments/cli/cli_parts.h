@@ -1,5 +1,6 @@
-// The `gengraph` command line's parts shared by its commands (experiments/cli.cpp): the argument
-// parser, usage checks, standard output written and checked, and the streamed-token printers.
+// The `gengraph` command line's parts shared by its commands (experiments/cli/cli.cpp): the
+// argument parser, usage checks, standard output written and checked, and the streamed-token
+// printers.
 #pragma once
 
 #include <gengraph/stream.h>
@@ -15,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "experiments/table.h"
+#include "experiments/results/table.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
 

@@ -1,4 +1,4 @@
-#include "experiments/yaml_input.h"
+#include "experiments/experiment/yaml_input.h"
 
 #include <yaml-cpp/eventhandler.h>
 

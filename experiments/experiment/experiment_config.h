@@ -80,7 +80,7 @@ struct RunSpec {
 };
 
 // A peer on the same model, inputs and settings: transformers' generate() (tools/hf_peer.py) or
-// another engine (tools/engine_peer.py); experiments/peers.h lists them.
+// another engine (tools/engine_peer.py); experiments/tools/peers.h lists them.
 struct PeerSpec {
   std::string name;   // hf_eager | hf_jit_trace | hf_static_compile | ct2 | ct2_int8 | llama_cpp |
                       // llama_cpp_q8_0 | llama_cpp_q4_0

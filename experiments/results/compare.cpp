@@ -1,4 +1,4 @@
-#include "experiments/compare.h"
+#include "experiments/results/compare.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,8 +9,8 @@
 #include <sstream>
 #include <utility>
 
-#include "experiments/results.h"
-#include "experiments/table.h"
+#include "experiments/results/results.h"
+#include "experiments/results/table.h"
 #include "framework/util/error.h"
 
 namespace gengraph {

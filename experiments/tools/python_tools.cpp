@@ -1,4 +1,4 @@
-#include "experiments/python_tools.h"
+#include "experiments/tools/python_tools.h"
 
 #include <ATen/Parallel.h>
 #include <unistd.h>
@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "backends/aoti/aoti_step.h"
-#include "experiments/peers.h"
-#include "experiments/results.h"
-#include "experiments/text_io.h"
+#include "experiments/results/results.h"
+#include "experiments/tools/peers.h"
+#include "experiments/tools/text_io.h"
 #include "framework/model/loader.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"

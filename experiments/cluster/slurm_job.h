@@ -1,6 +1,6 @@
-// Parts of gengraph's Slurm jobs (experiments/slurm.cpp) shared by submit, task and collect: the
-// job manifest and its checks, the sweep's points, and the values bound for the job script.
-// Internal to experiments/.
+// Parts of gengraph's Slurm jobs (experiments/cluster/slurm.cpp) shared by submit, task and
+// collect: the job manifest and its checks, the sweep's points, and the values bound for the job
+// script. Internal to experiments/.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "experiments/experiment_config.h"
-#include "experiments/slurm.h"
+#include "experiments/cluster/slurm.h"
+#include "experiments/experiment/experiment_config.h"
 
 namespace gengraph::slurm {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/experiment_config.h"
+#include "experiments/experiment/experiment_config.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "experiments/experiment_config.h"
+#include "experiments/experiment/experiment_config.h"
 #include "framework/decoding/generation_config.h"
 #include "framework/util/error.h"
 
@@ -38,6 +38,6 @@ nlohmann::json run_experiment(const ExperimentConfig& config, std::ostream& log,
 // tools/engine_peer.py).
 nlohmann::json run_point(const ExperimentConfig& config, std::ostream& log);
 
-// A readable table of a results document: experiments/table.h.
+// A readable table of a results document: experiments/results/table.h.
 
 }  // namespace gengraph

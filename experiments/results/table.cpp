@@ -1,4 +1,4 @@
-#include "experiments/table.h"
+#include "experiments/results/table.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -7,8 +7,8 @@
 #include <sstream>
 #include <vector>
 
-#include "experiments/results.h"
-#include "experiments/statistics.h"
+#include "experiments/results/results.h"
+#include "experiments/results/statistics.h"
 #include "framework/util/error.h"
 
 namespace gengraph {

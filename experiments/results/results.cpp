@@ -1,4 +1,4 @@
-#include "experiments/results.h"
+#include "experiments/results/results.h"
 
 #include <unistd.h>
 
@@ -8,8 +8,8 @@
 #include <ctime>
 #include <fstream>
 
-#include "experiments/process.h"
-#include "experiments/table.h"
+#include "experiments/results/table.h"
+#include "experiments/tools/process.h"
 #include "framework/decoding/generator.h"
 #include "framework/util/path_errors.h"
 

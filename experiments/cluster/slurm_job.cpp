@@ -1,4 +1,4 @@
-#include "experiments/slurm_job.h"
+#include "experiments/cluster/slurm_job.h"
 
 #include <algorithm>
 #include <sstream>

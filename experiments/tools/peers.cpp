@@ -1,4 +1,4 @@
-#include "experiments/peers.h"
+#include "experiments/tools/peers.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>

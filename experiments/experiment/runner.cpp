@@ -1,4 +1,4 @@
-#include "experiments/runner.h"
+#include "experiments/experiment/runner.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -12,13 +12,13 @@
 
 #include "backends/register_builtin.h"
 #include "engine/engine_access.h"
-#include "experiments/bandwidth.h"
-#include "experiments/peers.h"
-#include "experiments/process.h"
-#include "experiments/python_tools.h"
-#include "experiments/results.h"
-#include "experiments/statistics.h"
-#include "experiments/text_io.h"
+#include "experiments/results/bandwidth.h"
+#include "experiments/results/results.h"
+#include "experiments/results/statistics.h"
+#include "experiments/tools/peers.h"
+#include "experiments/tools/process.h"
+#include "experiments/tools/python_tools.h"
+#include "experiments/tools/text_io.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/statistics.h"
+#include "experiments/results/statistics.h"
 
 namespace gengraph {
 

@@ -1,4 +1,4 @@
-#include "experiments/bandwidth.h"
+#include "experiments/results/bandwidth.h"
 
 #include <ATen/ATen.h>
 

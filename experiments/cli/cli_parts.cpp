@@ -1,4 +1,4 @@
-#include "experiments/cli_parts.h"
+#include "experiments/cli/cli_parts.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <sstream>
 
-#include "experiments/experiment_config.h"
-#include "experiments/results.h"
+#include "experiments/experiment/experiment_config.h"
+#include "experiments/results/results.h"
 
 namespace gengraph::cli {
 

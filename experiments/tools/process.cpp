@@ -1,4 +1,4 @@
-#include "experiments/process.h"
+#include "experiments/tools/process.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "experiments/slurm.h"
+#include "experiments/cluster/slurm.h"
 
 #include <gengraph/plugin.h>
 #include <unistd.h>
@@ -11,12 +11,12 @@
 #include <random>
 #include <sstream>
 
-#include "experiments/experiment_config.h"
-#include "experiments/process.h"
-#include "experiments/results.h"
-#include "experiments/runner.h"
-#include "experiments/slurm_job.h"
-#include "experiments/table.h"
+#include "experiments/cluster/slurm_job.h"
+#include "experiments/experiment/experiment_config.h"
+#include "experiments/experiment/runner.h"
+#include "experiments/results/results.h"
+#include "experiments/results/table.h"
+#include "experiments/tools/process.h"
 #include "framework/model/model_config.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"

@@ -1,4 +1,4 @@
-#include "experiments/experiment_config.h"
+#include "experiments/experiment/experiment_config.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -13,8 +13,8 @@
 #include <set>
 #include <sstream>
 
-#include "experiments/peers.h"
-#include "experiments/yaml_input.h"
+#include "experiments/experiment/yaml_input.h"
+#include "experiments/tools/peers.h"
 #include "framework/decoding/generation_config.h"
 #include "framework/model/known_models.h"
 #include "framework/util/error.h"

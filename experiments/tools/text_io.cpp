@@ -1,10 +1,10 @@
-#include "experiments/text_io.h"
+#include "experiments/tools/text_io.h"
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
-#include "experiments/python_tools.h"
+#include "experiments/tools/python_tools.h"
 #include "framework/text/chat_template.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"

@@ -1,4 +1,4 @@
-#include "experiments/quality.h"
+#include "experiments/results/quality.h"
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include "experiments/plugin_check.h"
+#include "experiments/cli/plugin_check.h"
 
 #include <gengraph/plugin.h>
 
@@ -10,8 +10,8 @@
 #include <set>
 #include <sstream>
 
-#include "experiments/cli_parts.h"
-#include "experiments/process.h"
+#include "experiments/cli/cli_parts.h"
+#include "experiments/tools/process.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/backend/model_step.h"
 #include "framework/decoding/registry.h"

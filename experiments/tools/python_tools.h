@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "experiments/experiment_config.h"
-#include "experiments/process.h"
+#include "experiments/experiment/experiment_config.h"
+#include "experiments/tools/process.h"
 
 namespace gengraph {
 
