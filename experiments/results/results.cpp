@@ -8,7 +8,6 @@
 #include <ctime>
 #include <fstream>
 
-#include "experiments/results/table.h"
 #include "experiments/tools/process.h"
 #include "framework/decoding/generator.h"
 #include "framework/util/path_errors.h"

@@ -12,7 +12,6 @@
 #include "backends/aoti/aoti_step.h"
 #include "experiments/results/results.h"
 #include "experiments/tools/peers.h"
-#include "experiments/tools/text_io.h"
 #include "framework/model/loader.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
@@ -144,31 +143,6 @@ nlohmann::json tokenizer_request(const std::string& folder, const nlohmann::json
     }
   }
   return (*r.out)[field];
-}
-
-void decode_outputs(nlohmann::json& runs, const TextCodec& codec) {
-  // Read through JsonAt: a peer's row was checked when it came, gengraph's are its own.
-  const JsonAt all(runs, "the results");
-  std::vector<std::vector<int64_t>> seqs;
-  for (const auto& run : all.items()) {
-    if (!run.has("outputs")) continue;
-    for (const auto& in : run["outputs"].items()) {
-      for (const auto& s : in["sequences"].items()) {
-        std::vector<int64_t> ids;
-        for (const auto& id : s["tokens"].items()) ids.push_back(id.integer());
-        seqs.push_back(std::move(ids));
-      }
-    }
-  }
-  if (seqs.empty()) return;
-  const std::vector<std::string> texts = codec.decode(seqs);
-  size_t k = 0;
-  for (auto& run : runs) {
-    if (!run.contains("outputs")) continue;
-    for (auto& in : run["outputs"]) {
-      for (auto& s : in["sequences"]) s["text"] = texts[k++];
-    }
-  }
 }
 
 namespace {

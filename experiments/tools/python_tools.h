@@ -50,8 +50,4 @@ nlohmann::json tokenizer_request(const std::string& folder, const nlohmann::json
                                  const char* field, size_t count, std::ostream& log,
                                  int64_t timeout_s = 0);
 
-class TextCodec;
-// Adds "text" to every generated sequence of every row.
-void decode_outputs(nlohmann::json& runs, const TextCodec& codec);
-
 }  // namespace gengraph

@@ -8,6 +8,7 @@
 #include "framework/text/chat_template.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
+#include "framework/util/json_at.h"
 
 namespace gengraph {
 
@@ -123,6 +124,31 @@ std::vector<std::string> TextCodec::chat_prompts(const std::vector<std::string>&
   const int64_t process_limit = seconds * static_cast<int64_t>(texts.size()) + 300;
   return tokenizer_request(folder_, request, "texts", texts.size(), log_, process_limit)
       .get<std::vector<std::string>>();
+}
+
+void decode_outputs(nlohmann::json& runs, const TextCodec& codec) {
+  // Read through JsonAt: a peer's row was checked when it came, gengraph's are its own.
+  const JsonAt all(runs, "the results");
+  std::vector<std::vector<int64_t>> seqs;
+  for (const auto& run : all.items()) {
+    if (!run.has("outputs")) continue;
+    for (const auto& in : run["outputs"].items()) {
+      for (const auto& s : in["sequences"].items()) {
+        std::vector<int64_t> ids;
+        for (const auto& id : s["tokens"].items()) ids.push_back(id.integer());
+        seqs.push_back(std::move(ids));
+      }
+    }
+  }
+  if (seqs.empty()) return;
+  const std::vector<std::string> texts = codec.decode(seqs);
+  size_t k = 0;
+  for (auto& run : runs) {
+    if (!run.contains("outputs")) continue;
+    for (auto& in : run["outputs"]) {
+      for (auto& s : in["sequences"]) s["text"] = texts[k++];
+    }
+  }
 }
 
 }  // namespace gengraph

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -46,5 +47,8 @@ class TextCodec {
   std::string description_;
   std::ostream& log_;
 };
+
+// Adds "text" to every generated sequence of every row of a results document's `runs`.
+void decode_outputs(nlohmann::json& runs, const TextCodec& codec);
 
 }  // namespace gengraph

@@ -17,7 +17,7 @@
 #include <map>
 #include <sstream>
 
-#include "experiments/cluster/slurm.h"
+#include "experiments/cluster/slurm_job.h"
 #include "experiments/experiment/experiment_config.h"
 #include "tests/support/test_util.h"
 

@@ -9,7 +9,7 @@
 
 #include "backends/aoti/aoti_step.h"
 #include "backends/trace/traced_step.h"
-#include "experiments/cluster/slurm.h"
+#include "experiments/cluster/slurm_job.h"
 #include "experiments/experiment/experiment_config.h"
 #include "experiments/results/compare.h"
 #include "experiments/results/results.h"
