@@ -67,9 +67,9 @@ std::vector<int64_t> row_counts_with_8() {
 // Random history of `rows` rows: kPrompt prompt tokens (all valid) then `generated` generated
 // ones, in a buffer of `capacity` columns (at least that many), the length on the host as the
 // host loop has it.
-Sequences history(int64_t rows, int64_t vocab, int64_t generated, int64_t capacity = 0) {
+TokenHistory history(int64_t rows, int64_t vocab, int64_t generated, int64_t capacity = 0) {
   const int64_t len = kPrompt + generated;
-  Sequences s;
+  TokenHistory s;
   s.buffer = at::randint(vocab, {rows, std::max(len, capacity)}, at::kLong);
   s.prompt_valid = at::ones({rows, kPrompt}, at::kBool);  // [rows, kPrompt]
   s.prompt_length = kPrompt;
@@ -155,7 +155,7 @@ void BM_Processor(benchmark::State& state, BuildChain build) {
   }
   at::manual_seed(kSeed);
   const at::Tensor logits = at::randn({rows, vocab});  // [rows, vocab] float32
-  const Sequences seqs = history(rows, vocab, kGenerated);
+  const TokenHistory seqs = history(rows, vocab, kGenerated);
   at::Tensor scores = logits.clone();  // [rows, vocab]
   // Untimed, once: how many scores the processor changes (a check that it acts), and whether it
   // edits its input, which then has to be refreshed (untimed) before each call.
@@ -186,7 +186,7 @@ const std::vector<StrategyCase>& strategy_cases() {
 // A strategy with its stopping criteria (max length, EOS), begun on a fresh prompt.
 struct StrategyRun {
   Pipeline pipeline;
-  Sequences seqs;
+  TokenHistory seqs;
   int64_t max_length = 0;
 };
 

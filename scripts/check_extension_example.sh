@@ -2,9 +2,9 @@
 # Installs gengraph into a fresh BUILD/install, builds tests/extension_example (a backend, a
 # processor, a stopping criterion and a strategy) against the installed package, and runs its
 # tests. The example includes gengraph's headers as <gengraph/...> only, and the install holds
-# the public headers and the internal ones they include, no others: an example that needed any
-# other internal header would not compile. Usage: check_extension_example.sh BUILD_DIR SOURCE_DIR
-# TORCH_PREFIX
+# the public headers alone (the extension surface under include/gengraph/ext/), no internal one:
+# an example that needed an internal header would not compile. Usage:
+# check_extension_example.sh BUILD_DIR SOURCE_DIR TORCH_PREFIX
 set -euo pipefail
 BUILD="$1"; SRC="$2"; TORCH_PREFIX="$3"
 fail() { echo "extension example: $*" >&2; exit 1; }
@@ -15,13 +15,15 @@ $bad"
 rm -rf "$BUILD/install"
 cmake --install "$BUILD" --prefix "$BUILD/install" >/dev/null
 H="$BUILD/install/include/gengraph"
-for public in gengraph.h extension.h cli.h plugin.h error.h; do
+for public in gengraph.h extension.h cli.h plugin.h error.h ext/backend.h ext/decoding.h \
+              ext/registry.h ext/model.h ext/cache.h ext/token_history.h; do
   [ -f "$H/$public" ] || fail "the public header $public is not installed"
 done
-for internal in framework/decoding/generator.h framework/model/loader.h experiments engine; do
-  [ ! -e "$H/$internal" ] || fail "the internal $internal is installed (no public header reaches it)"
+for internal in framework backends engine experiments; do
+  [ ! -e "$H/$internal" ] || fail "the internal folder $internal is installed (only public are)"
 done
-echo "installed headers: $(find "$H" -maxdepth 1 -name '*.h' | wc -l) public, $(find "$H" -mindepth 2 -name '*.h' | wc -l) internal ones they include"
+echo "installed headers: $(find "$H" -name '*.h' | wc -l), all public" \
+     "($(find "$H/ext" -name '*.h' | wc -l) of them under ext/)"
 cmake -S "$SRC/tests/extension_example" -B "$BUILD/extension_example" -G Ninja \
       -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$BUILD/install;$TORCH_PREFIX" >/dev/null
 cmake --build "$BUILD/extension_example" -j "${GENGRAPH_JOBS:-2}"

@@ -209,7 +209,7 @@ void Generator::forget() {
   backend_ = nullptr;
   static_decode_ = nullptr;
   pipe_ = Pipeline{};
-  seqs_ = Sequences{};
+  seqs_ = TokenHistory{};
   written_ = running_ = live_steps_ = logit_sums_ = at::Tensor();
   reorder_ = false;
 }
@@ -475,7 +475,7 @@ void Generator::run_speculative(const std::vector<int64_t>& prompt, int64_t pad,
       const int64_t at_len = n + static_cast<int64_t>(i);
       const float v =
           pipe_.processors
-              .process(Sequences{scratch, seqs_.prompt_valid, len, Length(at_len)}, ones.clone())
+              .process(TokenHistory{scratch, seqs_.prompt_valid, len, Length(at_len)}, ones.clone())
               .select(0, 0)[c[i]]
               .item<float>();
       if (v == -std::numeric_limits<float>::infinity() || v == std::numeric_limits<float>::lowest())
@@ -499,7 +499,7 @@ void Generator::run_speculative(const std::vector<int64_t>& prompt, int64_t pad,
               at::tensor(std::vector<int64_t>(drafted.begin(), drafted.begin() + fits), at::kLong));
     }
     return pipe_.processors.process(
-        Sequences{scratch, seqs_.prompt_valid, len, Length(std::min(n + d, max_length_))},
+        TokenHistory{scratch, seqs_.prompt_valid, len, Length(std::min(n + d, max_length_))},
         logits.to(at::kFloat));
   };
   // Speculative sampling when the strategy samples and the candidates come with the draft's

@@ -6,7 +6,7 @@
 //   until the strategy stops running:   step = forward(next tokens, positions + 1, parents)
 //                                              + decide(logits)
 //
-// over one form of the sequences (sequences.h: a fixed buffer and its length) and one
+// over one form of the sequences (token_history.h: a fixed buffer and its length) and one
 // implementation of every part. It runs in one of two modes, chosen per generation:
 //  - the host loop: the length is known on the host, the forward is ForwardBackend::decode, and
 //    the `running` flag is read after every step. Any backend, any part, streaming.
@@ -107,7 +107,7 @@ class Generator {
   StaticDecode* static_decode_ = nullptr;  // the whole step's forward, else nullptr
   int64_t rows_ = 0, max_length_ = 0, prompt_length_ = 0, per_input_ = 1;
   Pipeline pipe_;
-  Sequences seqs_;
+  TokenHistory seqs_;
   at::Tensor written_;     // the whole step's length ([] int64)
   at::Tensor running_;     // [] bool: the last decision's `running`
   at::Tensor live_steps_;  // [] int64: decisions made while running (the whole step)

@@ -4,6 +4,14 @@
 
 namespace gengraph {
 
+void throw_unknown_part(const std::string& kind, const std::string& name,
+                        const std::vector<std::string>& known) {
+  throw Error("unknown " + kind + " '" + name + "'" + did_you_mean(name, known) + "; known: " +
+              (known.empty() ? std::string("none") : join(known, ", ")) + plugin_hint());
+}
+
+nlohmann::json generation_settings_json(const GenerationConfig& config) { return config.to_json(); }
+
 // Each registry holds gengraph's own parts from its first use on (builtin_parts.cpp): one path for
 // built-in and registered parts alike.
 Registry<ProcessorInfo>& processor_registry() {

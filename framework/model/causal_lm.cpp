@@ -84,6 +84,31 @@ at::Tensor run_forward_step(const CausalLM& model, KVCache& cache, const at::Ten
   return model.forward(ForwardBatch{input_ids, positions, slots, mask, all_positions}, cache);
 }
 
+ModelShape model_shape(const CausalLM& model) {
+  const ModelConfig& c = model.config();
+  ModelShape s;
+  s.model_type = c.model_type;
+  s.vocab_size = c.vocab_size;
+  s.hidden_size = c.hidden_size;
+  s.num_layers = c.num_layers;
+  s.num_heads = c.num_heads;
+  s.num_kv_heads = c.num_kv_heads;
+  s.head_dim = c.head_dim;
+  s.max_positions = c.max_positions;
+  return s;
+}
+
+at::ScalarType model_dtype(const CausalLM& model) { return model.dtype(); }
+at::Device model_device(const CausalLM& model) { return model.device(); }
+
+CacheShape model_cache_shape(const CausalLM& model, int64_t rows, int64_t max_len) {
+  return model.cache_shape(rows, max_len);
+}
+
+at::Tensor model_forward(const CausalLM& model, const ForwardBatch& batch, KVCache& cache) {
+  return model.forward(batch, cache);
+}
+
 std::string model_fingerprint(const CausalLM& model) {
   std::ostringstream o;
   const auto& c = model.config();

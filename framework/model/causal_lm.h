@@ -1,7 +1,10 @@
 // The model side of a forward step: a causal language model reading and writing a KV cache.
+// What a backend reads of it (ForwardBatch, ModelShape, run_forward_step) is public:
+// <gengraph/ext/model.h>; the class itself, with its weights and configuration, is internal.
 #pragma once
 
 #include <ATen/Tensor.h>
+#include <gengraph/ext/model.h>
 
 #include <cstdint>
 #include <memory>
@@ -14,17 +17,6 @@
 #include "framework/model/weights.h"
 
 namespace gengraph {
-
-// One forward call over T new tokens per row.
-struct ForwardBatch {
-  at::Tensor input_ids;  // [rows, T] int64
-  at::Tensor positions;  // [rows, T] int64, position ids as transformers computes them
-  at::Tensor slots;      // [T] int64, cache slots these tokens are written to
-  at::Tensor attn_mask;  // [rows, 1, T, L] bool, true where a query may read a cache slot
-  // Logits of every position ([rows, T, vocab], speculative decoding's verify) instead of the
-  // last one's.
-  bool all_positions = false;
-};
 
 class CausalLM {
  public:
@@ -73,13 +65,6 @@ class CausalLM {
   WeightMap weights_;
   double quantized_bytes_saved_ = 0;  // checkpoint bytes minus stored bytes, quantized projections
 };
-
-// One decoding step of any backend: record validity, build the mask, run the model.
-//   token_valid: [rows, T] bool. Returns [rows, vocab] logits ([rows, T, vocab] with
-//   all_positions).
-at::Tensor run_forward_step(const CausalLM& model, KVCache& cache, const at::Tensor& input_ids,
-                            const at::Tensor& positions, const at::Tensor& slots,
-                            const at::Tensor& token_valid, bool all_positions = false);
 
 // A stable identifier of a model's weights and shape (config, tensor names/shapes, value samples):
 // what traces and compiled packages record so that one made for other weights is refused.

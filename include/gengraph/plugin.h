@@ -19,10 +19,16 @@
 #include <string>
 #include <vector>
 
-// The version of the interfaces a plug-in implements (ForwardBackend, StaticDecode, the decoding
-// parts, the registries). A plug-in built against another version is refused at load, naming
-// both: rebuild it against this gengraph.
-#define GENGRAPH_PLUGIN_ABI 1
+// The version of the interfaces a plug-in implements, the public headers under <gengraph/ext/>
+// (ForwardBackend, StaticDecode, the decoding parts, the registries, the KV caches, the model
+// functions). A plug-in built against another version is refused at load, naming both: rebuild it
+// against this gengraph.
+//   2: the interfaces became public headers of their own. The token history the parts read is
+//      TokenHistory (was Sequences), so every part's virtual functions changed their signatures,
+//      and a backend reads the model through model_shape() and the other functions of
+//      <gengraph/ext/model.h> (CausalLM's class is no longer installed): a plug-in built for 1
+//      would fail at load on missing symbols, or call the wrong functions.
+#define GENGRAPH_PLUGIN_ABI 2
 
 #define GENGRAPH_PLUGIN(register_function)                                            \
   extern "C" __attribute__((visibility("default"))) int gengraph_plugin_abi() {       \

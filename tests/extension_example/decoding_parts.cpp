@@ -35,7 +35,7 @@ class BanTokenRange final : public gengraph::LogitsProcessor {
  public:
   BanTokenRange(int64_t first, int64_t last) : first_(first), last_(last) {}
   std::string name() const override { return "ban_token_range"; }
-  at::Tensor process(const gengraph::Sequences&, at::Tensor scores) const override {
+  at::Tensor process(const gengraph::TokenHistory&, at::Tensor scores) const override {
     const int64_t vocab = scores.size(1);
     const int64_t first = std::min(first_, vocab), end = std::min(last_ + 1, vocab);
     scores.narrow(1, first, end - first).fill_(-std::numeric_limits<float>::infinity());
@@ -50,8 +50,8 @@ class StopOnRepeat final : public gengraph::StoppingCriterion {
  public:
   explicit StopOnRepeat(int64_t n) : n_(n) {}
   std::string name() const override { return "stop_on_repeat"; }
-  at::Tensor should_stop(const gengraph::Sequences& seqs) const override {
-    // The last n tokens (sequences.h's helpers read the history in either loop).
+  at::Tensor should_stop(const gengraph::TokenHistory& seqs) const override {
+    // The last n tokens (token_history.h's helpers read the history in either loop).
     const gengraph::Flag long_enough = seqs.length.ge(n_);
     if (long_enough.never())
       return at::zeros({seqs.rows()}, seqs.buffer.options().dtype(at::kBool));

@@ -37,7 +37,8 @@ class RecomputeBackend final : public gengraph::ForwardBackend {
 
  private:
   at::Tensor run() {
-    gengraph::GrowingCache fresh(model().config().num_layers);  // thrown away after the step
+    // A cache thrown away after the step.
+    gengraph::GrowingCache fresh(gengraph::model_shape(model()).num_layers);
     const auto slots = at::arange(ids_.size(1), ids_.options());
     return gengraph::run_forward_step(model(), fresh, ids_, pos_, slots, valid_);
   }

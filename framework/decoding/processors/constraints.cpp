@@ -82,7 +82,7 @@ SequenceBias::SequenceBias(std::vector<std::pair<std::vector<int64_t>, double>> 
   multi_on_device_.resize(multi_.size());
 }
 
-at::Tensor SequenceBias::process(const Sequences& seqs, at::Tensor scores) const {
+at::Tensor SequenceBias::process(const TokenHistory& seqs, at::Tensor scores) const {
   const int64_t vocab = scores.size(-1);
   if (!single_bias_.defined() || single_bias_.device() != scores.device()) {
     std::vector<float> dense(vocab, 0.0f);
@@ -128,7 +128,7 @@ LogitBias::LogitBias(std::vector<std::pair<int64_t, double>> bias, int64_t vocab
   for (const auto& [id, b] : bias_) check_vocab({id}, vocab, "logit_bias");
 }
 
-at::Tensor LogitBias::process(const Sequences&, at::Tensor scores) const {
+at::Tensor LogitBias::process(const TokenHistory&, at::Tensor scores) const {
   if (!dense_.defined() || dense_.device() != scores.device()) {
     std::vector<float> dense(scores.size(-1), 0.0f);
     for (const auto& [id, b] : bias_) dense[id] += static_cast<float>(b);
@@ -141,7 +141,7 @@ SuppressTokens::SuppressTokens(std::vector<int64_t> tokens, std::optional<int64_
                                bool relative)
     : tokens_(std::move(tokens)), at_length_(at_length), relative_(relative) {}
 
-at::Tensor SuppressTokens::process(const Sequences& seqs, at::Tensor scores) const {
+at::Tensor SuppressTokens::process(const TokenHistory& seqs, at::Tensor scores) const {
   const at::Tensor& mask = cached_vocab_mask(mask_, tokens_, scores);
   if (at_length_) {
     const int64_t trigger = *at_length_ + (relative_ ? seqs.prompt_length : 0);
@@ -153,7 +153,7 @@ at::Tensor SuppressTokens::process(const Sequences& seqs, at::Tensor scores) con
 ForceTokens::ForceTokens(std::string name, std::vector<int64_t> tokens, int64_t at_length)
     : name_(std::move(name)), tokens_(std::move(tokens)), at_length_(at_length) {}
 
-at::Tensor ForceTokens::process(const Sequences& seqs, at::Tensor scores) const {
+at::Tensor ForceTokens::process(const TokenHistory& seqs, at::Tensor scores) const {
   return pick(
       seqs.length.eq(at_length_),
       [&] {
@@ -169,7 +169,7 @@ MinLength::MinLength(int64_t min, std::vector<int64_t> eos, bool new_only)
   if (eos_.empty()) throw Error(name() + ": needs an eos_token_id");
 }
 
-at::Tensor MinLength::process(const Sequences& seqs, at::Tensor scores) const {
+at::Tensor MinLength::process(const TokenHistory& seqs, at::Tensor scores) const {
   const at::Tensor& mask = cached_vocab_mask(mask_, eos_, scores);
   const Flag too_short = seqs.length.lt(new_only_ ? min_ + seqs.prompt_length : min_);
   return fill_columns(scores, eos_, mask, too_short);

@@ -16,7 +16,7 @@ class SequenceBias : public LogitsProcessor {
  public:
   SequenceBias(std::vector<std::pair<std::vector<int64_t>, double>> biases, int64_t vocab);
   std::string name() const override { return "sequence_bias"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -41,7 +41,7 @@ class LogitBias final : public LogitsProcessor {
  public:
   LogitBias(std::vector<std::pair<int64_t, double>> bias, int64_t vocab);
   std::string name() const override { return "logit_bias"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -58,7 +58,7 @@ class SuppressTokens final : public LogitsProcessor {
   std::string name() const override {
     return at_length_ ? "begin_suppress_tokens" : "suppress_tokens";
   }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -74,7 +74,7 @@ class ForceTokens final : public LogitsProcessor {
  public:
   ForceTokens(std::string name, std::vector<int64_t> tokens, int64_t at_length);
   std::string name() const override { return name_; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -90,7 +90,7 @@ class MinLength final : public LogitsProcessor {
  public:
   MinLength(int64_t min, std::vector<int64_t> eos, bool new_tokens_only);
   std::string name() const override { return new_only_ ? "min_new_tokens" : "min_length"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:

@@ -17,7 +17,7 @@ std::string ProcessorChain::whole_step_blocker() const {
   return first_whole_step_blocker(members_);
 }
 
-at::Tensor ProcessorChain::process(const Sequences& seqs, at::Tensor scores) const {
+at::Tensor ProcessorChain::process(const TokenHistory& seqs, at::Tensor scores) const {
   for (size_t i = 0; i < members_.size(); ++i) {
     if (!timing_) {
       scores = members_[i]->process(seqs, std::move(scores));

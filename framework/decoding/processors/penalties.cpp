@@ -15,7 +15,7 @@ RepetitionPenalty::RepetitionPenalty(double penalty) : penalty_(penalty) {
     throw Error("repetition_penalty: expected a number > 0, found " + std::to_string(penalty));
 }
 
-at::Tensor RepetitionPenalty::process(const Sequences& seqs, at::Tensor scores) const {
+at::Tensor RepetitionPenalty::process(const TokenHistory& seqs, at::Tensor scores) const {
   const at::Tensor ids = written_tokens(seqs);  // [rows, n]
   at::Tensor s = scores.gather(1, ids);
   s = at::where(s.lt(0), s * penalty_, s / penalty_);
@@ -25,7 +25,7 @@ at::Tensor RepetitionPenalty::process(const Sequences& seqs, at::Tensor scores) 
 FrequencyPresencePenalty::FrequencyPresencePenalty(double frequency, double presence)
     : frequency_(frequency), presence_(presence) {}
 
-at::Tensor FrequencyPresencePenalty::process(const Sequences& seqs, at::Tensor scores) const {
+at::Tensor FrequencyPresencePenalty::process(const TokenHistory& seqs, at::Tensor scores) const {
   if (seqs.length.le(seqs.prompt_length).always()) return scores;  // nothing generated yet
   // Generated columns weigh 1, the prompt and unwritten columns 0.
   const auto [ids, weight] = weighted_tokens(seqs, seqs.prompt_length, scores.scalar_type());
@@ -38,7 +38,7 @@ NoRepeatNGram::NoRepeatNGram(int64_t n) : n_(n) {
     throw Error("no_repeat_ngram_size: expected an integer > 0, found " + std::to_string(n));
 }
 
-at::Tensor NoRepeatNGram::process(const Sequences& seqs, at::Tensor scores) const {
+at::Tensor NoRepeatNGram::process(const TokenHistory& seqs, at::Tensor scores) const {
   if (seqs.length.lt(n_).always() || seqs.capacity() < n_) return scores;
   const at::Tensor ids = written_span(seqs);  // [rows, len]
   const int64_t vocab = scores.size(-1);
@@ -59,7 +59,8 @@ ExponentialDecayLengthPenalty::ExponentialDecayLengthPenalty(int64_t start, doub
   if (eos_.empty()) throw Error("exponential_decay_length_penalty: needs an eos_token_id");
 }
 
-at::Tensor ExponentialDecayLengthPenalty::process(const Sequences& seqs, at::Tensor scores) const {
+at::Tensor ExponentialDecayLengthPenalty::process(const TokenHistory& seqs,
+                                                  at::Tensor scores) const {
   const int64_t regulation_start = start_ + seqs.prompt_length;
   const Flag active = seqs.length.gt(regulation_start);
   if (active.never()) return scores;

@@ -15,7 +15,7 @@ class RepetitionPenalty final : public LogitsProcessor {
  public:
   explicit RepetitionPenalty(double penalty);
   std::string name() const override { return "repetition_penalty"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -28,7 +28,7 @@ class FrequencyPresencePenalty final : public LogitsProcessor {
  public:
   FrequencyPresencePenalty(double frequency, double presence);
   std::string name() const override { return "frequency_presence_penalty"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -41,7 +41,7 @@ class NoRepeatNGram final : public LogitsProcessor {
  public:
   explicit NoRepeatNGram(int64_t n);
   std::string name() const override { return "no_repeat_ngram"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -54,7 +54,7 @@ class ExponentialDecayLengthPenalty final : public LogitsProcessor {
  public:
   ExponentialDecayLengthPenalty(int64_t start, double factor, std::vector<int64_t> eos);
   std::string name() const override { return "exponential_decay_length_penalty"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:

@@ -26,12 +26,14 @@ at::Tensor below_kth(const at::Tensor& scores, int64_t k) {
 Temperature::Temperature(double t) : t_(t) {
   require(t > 0, "temperature: expected a number > 0, found " + std::to_string(t));
 }
-at::Tensor Temperature::process(const Sequences&, at::Tensor scores) const { return scores / t_; }
+at::Tensor Temperature::process(const TokenHistory&, at::Tensor scores) const {
+  return scores / t_;
+}
 
 TopK::TopK(int64_t k, int64_t keep) : k_(std::max(k, keep)) {
   require(k > 0, "top_k: expected an integer > 0, found " + std::to_string(k));
 }
-at::Tensor TopK::process(const Sequences&, at::Tensor scores) const {
+at::Tensor TopK::process(const TokenHistory&, at::Tensor scores) const {
   const int64_t k = std::min(k_, scores.size(-1));
   return scores.masked_fill(below_kth(scores, k), -kInf);
 }
@@ -39,7 +41,7 @@ at::Tensor TopK::process(const Sequences&, at::Tensor scores) const {
 TopP::TopP(double p, int64_t keep) : p_(p), keep_(keep) {
   require(p >= 0 && p <= 1, "top_p: expected a number in [0, 1], found " + std::to_string(p));
 }
-at::Tensor TopP::process(const Sequences&, at::Tensor scores) const {
+at::Tensor TopP::process(const TokenHistory&, at::Tensor scores) const {
   auto [sorted, idx] = at::sort(scores, -1, /*descending=*/false);
   const at::Tensor cum = sorted.softmax(-1).cumsum(-1);
   at::Tensor remove = cum.le(1 - p_);
@@ -53,7 +55,7 @@ at::Tensor TopP::process(const Sequences&, at::Tensor scores) const {
 MinP::MinP(double p, int64_t keep) : p_(p), keep_(keep) {
   require(p >= 0 && p <= 1, "min_p: expected a number in [0, 1], found " + std::to_string(p));
 }
-at::Tensor MinP::process(const Sequences&, at::Tensor scores) const {
+at::Tensor MinP::process(const TokenHistory&, at::Tensor scores) const {
   const at::Tensor probs = at::softmax(scores, -1);
   const at::Tensor top = std::get<0>(probs.max(-1, /*keepdim=*/true));
   at::Tensor remove = probs.lt(top * p_);
@@ -66,7 +68,7 @@ Typical::Typical(double mass, int64_t keep) : mass_(mass), keep_(keep) {
   require(mass > 0 && mass < 1,
           "typical_p: expected a number in (0, 1), found " + std::to_string(mass));
 }
-at::Tensor Typical::process(const Sequences&, at::Tensor scores) const {
+at::Tensor Typical::process(const TokenHistory&, at::Tensor scores) const {
   const at::Tensor normalized = at::log_softmax(scores, -1);
   const at::Tensor p = at::exp(normalized);
   const at::Tensor ent = at::nansum(normalized * p, {-1}, /*keepdim=*/true).neg();
@@ -86,7 +88,7 @@ EpsilonCutoff::EpsilonCutoff(double epsilon, int64_t keep, bool eta)
                                           ": expected a number in (0, 1), found " +
                                           std::to_string(epsilon));
 }
-at::Tensor EpsilonCutoff::process(const Sequences&, at::Tensor scores) const {
+at::Tensor EpsilonCutoff::process(const TokenHistory&, at::Tensor scores) const {
   const at::Tensor probs = scores.softmax(-1);
   at::Tensor remove;
   if (eta_) {
@@ -105,11 +107,11 @@ at::Tensor EpsilonCutoff::process(const Sequences&, at::Tensor scores) const {
   return scores.masked_fill(remove.logical_and(below_kth(scores, k)), -kInf);
 }
 
-at::Tensor Renormalize::process(const Sequences&, at::Tensor scores) const {
+at::Tensor Renormalize::process(const TokenHistory&, at::Tensor scores) const {
   return scores.log_softmax(-1);
 }
 
-at::Tensor RemoveInvalidValues::process(const Sequences&, at::Tensor scores) const {
+at::Tensor RemoveInvalidValues::process(const TokenHistory&, at::Tensor scores) const {
   const double hi = std::numeric_limits<float>::max(), lo = std::numeric_limits<float>::lowest();
   // NaN to 0, +inf to the largest float32, -inf to the lowest: one kernel.
   return at::nan_to_num(scores, 0.0, hi, lo);

@@ -10,7 +10,7 @@ class Temperature final : public LogitsProcessor {
  public:
   explicit Temperature(double t);
   std::string name() const override { return "temperature"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -21,7 +21,7 @@ class TopK final : public LogitsProcessor {
  public:
   TopK(int64_t k, int64_t min_tokens_to_keep);
   std::string name() const override { return "top_k"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -32,7 +32,7 @@ class TopP final : public LogitsProcessor {
  public:
   TopP(double p, int64_t min_tokens_to_keep);
   std::string name() const override { return "top_p"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -44,7 +44,7 @@ class MinP final : public LogitsProcessor {
  public:
   MinP(double p, int64_t min_tokens_to_keep);
   std::string name() const override { return "min_p"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -56,7 +56,7 @@ class Typical final : public LogitsProcessor {
  public:
   Typical(double mass, int64_t min_tokens_to_keep);
   std::string name() const override { return "typical_p"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -69,7 +69,7 @@ class EpsilonCutoff final : public LogitsProcessor {
  public:
   EpsilonCutoff(double epsilon, int64_t min_tokens_to_keep, bool eta);
   std::string name() const override { return eta_ ? "eta_cutoff" : "epsilon_cutoff"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -82,7 +82,7 @@ class EpsilonCutoff final : public LogitsProcessor {
 class Renormalize final : public LogitsProcessor {
  public:
   std::string name() const override { return "renormalize"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 };
 
@@ -90,7 +90,7 @@ class Renormalize final : public LogitsProcessor {
 class RemoveInvalidValues final : public LogitsProcessor {
  public:
   std::string name() const override { return "remove_invalid_values"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 };
 

@@ -26,7 +26,7 @@ bool best_at_max_length(const BeamSearchOptions& o) {
 
 BeamSearch::BeamSearch(BeamSearchOptions options) : options_(options) {}
 
-void BeamSearch::begin(const Sequences& seqs) {
+void BeamSearch::begin(const TokenHistory& seqs) {
   const int64_t nb = options_.num_beams;
   batch_ = seqs.rows() / nb;
   prompt_len_ = seqs.prompt_length;
@@ -55,7 +55,7 @@ void BeamSearch::begin(const Sequences& seqs) {
 }
 
 StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& processors,
-                              Sequences& seqs, const StoppingCriteria& stop) {
+                              TokenHistory& seqs, const StoppingCriteria& stop) {
   const int64_t nb = options_.num_beams, b = batch_, k = candidates_, vocab = logits.size(-1);
   const int64_t cap = seqs.capacity();
   const bool early_true = options_.early_stopping == EarlyStopping::kTrue;
@@ -92,8 +92,8 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
     cand_scores = gather_beams(running_token_scores_, beam);  // [B, K, cap]
     write_column(cand_scores, 2, cur, log_probs.view({b, nb * vocab}).gather(1, top_idx));
   }
-  const at::Tensor hits = stop.should_stop(Sequences{cand.view({b * k, cap}), seqs.prompt_valid,
-                                                     seqs.prompt_length, new_len})
+  const at::Tensor hits = stop.should_stop(TokenHistory{cand.view({b * k, cap}), seqs.prompt_valid,
+                                                        seqs.prompt_length, new_len})
                               .view({b, k});  // [B, K]
 
   // The best num_beams candidates that did not stop keep running.
@@ -160,7 +160,7 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
   return d;
 }
 
-std::vector<std::vector<Sequence>> BeamSearch::finalize(const Sequences&) {
+std::vector<std::vector<Sequence>> BeamSearch::finalize(const TokenHistory&) {
   const at::Tensor tokens = fin_tokens_.to(at::kCPU).contiguous();
   const at::Tensor scores = fin_scores_.to(at::kCPU).to(at::kDouble);
   const at::Tensor lengths = fin_lengths_.to(at::kCPU);

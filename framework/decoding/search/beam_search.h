@@ -28,10 +28,10 @@ class BeamSearch final : public SearchStrategy {
   std::string name() const override { return options_.do_sample ? "beam_sample" : "beam_search"; }
   int64_t rows_per_input() const override { return options_.num_beams; }
   bool scores_tokens() const override { return options_.output_scores; }
-  void begin(const Sequences& seqs) override;
-  StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
+  void begin(const TokenHistory& seqs) override;
+  StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, TokenHistory& seqs,
                     const StoppingCriteria& stop) override;
-  std::vector<std::vector<Sequence>> finalize(const Sequences& seqs) override;
+  std::vector<std::vector<Sequence>> finalize(const TokenHistory& seqs) override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:

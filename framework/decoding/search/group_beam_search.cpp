@@ -7,7 +7,7 @@
 
 namespace gengraph {
 
-at::Tensor HammingDiversity::process(const Sequences&, at::Tensor scores) const {
+at::Tensor HammingDiversity::process(const TokenHistory&, at::Tensor scores) const {
   const DiverseBeamState& s = *state_;
   const int64_t start = s.group * s.group_size;
   if (start == 0) return scores;
@@ -30,7 +30,7 @@ GroupBeamSearch::GroupBeamSearch(GroupBeamSearchOptions options,
   state_->group_size = group_size_;
 }
 
-void GroupBeamSearch::begin(const Sequences& seqs) {
+void GroupBeamSearch::begin(const TokenHistory& seqs) {
   batch_ = seqs.rows() / options_.num_beams;
   prompt_len_ = seqs.prompt_length;
   // In place where the shapes repeat (refill), as BeamSearch::begin.
@@ -114,7 +114,7 @@ void GroupBeamSearch::add_to_pools(int64_t g, const at::Tensor& valid, const at:
 }
 
 StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcessor& processors,
-                                   Sequences& seqs, const StoppingCriteria& stop) {
+                                   TokenHistory& seqs, const StoppingCriteria& stop) {
   const int64_t nb = options_.num_beams, gs = group_size_, vocab = logits.size(-1);
   const int64_t cap = seqs.capacity(), groups = options_.num_beam_groups;
   const int64_t k = std::max<int64_t>(2, 1 + static_cast<int64_t>(options_.eos.size())) * gs;
@@ -142,8 +142,8 @@ StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcess
             .view({-1});
     const at::Tensor group_tokens = seqs.buffer.index_select(0, rows);
     state_->group = g;
-    const Sequences group_seqs{group_tokens, seqs.prompt_valid.index_select(0, rows),
-                               seqs.prompt_length, seqs.length};
+    const TokenHistory group_seqs{group_tokens, seqs.prompt_valid.index_select(0, rows),
+                                  seqs.prompt_length, seqs.length};
     const at::Tensor lp =
         processors.process(group_seqs, at::log_softmax(logits.index_select(0, rows), -1));
     const at::Tensor acc =
@@ -210,9 +210,10 @@ StepDecision GroupBeamSearch::step(const at::Tensor& logits, const LogitsProcess
                         next_rows.div(gs, "floor") * nb + g * gs + next_rows.remainder(gs));
   }
   write_column(tokens, 1, seqs.length, current_);
-  const at::Tensor stop_all = stop.should_stop(Sequences{tokens, seqs.prompt_valid,
-                                                         seqs.prompt_length, seqs.length.plus(1)})
-                                  .all();
+  const at::Tensor stop_all =
+      stop.should_stop(
+              TokenHistory{tokens, seqs.prompt_valid, seqs.prompt_length, seqs.length.plus(1)})
+          .all();
   keep(seqs.buffer, tokens, seqs, live);
   if (scored) keep(running_token_scores_, token_scores, seqs, live);
   end_length_.add_(live);  // finalize() reads the length the search ended at
@@ -260,7 +261,7 @@ std::vector<GroupBeamSearch::Pool> GroupBeamSearch::read_pools() const {
   return pools;
 }
 
-std::vector<std::vector<Sequence>> GroupBeamSearch::finalize(const Sequences& seqs) {
+std::vector<std::vector<Sequence>> GroupBeamSearch::finalize(const TokenHistory& seqs) {
   std::vector<Pool> pools = read_pools();
   const at::Tensor tokens = seqs.buffer.to(at::kCPU).contiguous();
   const at::Tensor scores = beam_scores_.to(at::kCPU);

@@ -28,7 +28,7 @@ class HammingDiversity final : public LogitsProcessor {
   HammingDiversity(std::shared_ptr<const DiverseBeamState> state, double penalty)
       : state_(std::move(state)), penalty_(penalty) {}
   std::string name() const override { return "hamming_diversity"; }
-  at::Tensor process(const Sequences& seqs, at::Tensor scores) const override;
+  at::Tensor process(const TokenHistory& seqs, at::Tensor scores) const override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:
@@ -49,12 +49,12 @@ class GroupBeamSearch final : public SearchStrategy {
   std::string name() const override { return "group_beam_search"; }
   int64_t rows_per_input() const override { return options_.num_beams; }
   bool scores_tokens() const override { return options_.output_scores; }
-  void begin(const Sequences& seqs) override;
+  void begin(const TokenHistory& seqs) override;
   // The pools are fixed tensors: each add is transformers' BeamHypotheses.add (evict the lowest
   // score, the oldest among equals) done for every input at once; finalize() reads them back.
-  StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
+  StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, TokenHistory& seqs,
                     const StoppingCriteria& stop) override;
-  std::vector<std::vector<Sequence>> finalize(const Sequences& seqs) override;
+  std::vector<std::vector<Sequence>> finalize(const TokenHistory& seqs) override;
   std::string whole_step_blocker() const override { return ""; }
 
  private:

@@ -6,7 +6,7 @@
 
 namespace gengraph {
 
-void RowwiseSearch::begin(const Sequences& seqs) {
+void RowwiseSearch::begin(const TokenHistory& seqs) {
   const auto opts = seqs.buffer.options();
   refill(unfinished_, {seqs.rows()}, opts.dtype(at::kBool), true);
   refill(lengths_, {seqs.rows()}, opts.dtype(at::kLong), 0);
@@ -15,19 +15,19 @@ void RowwiseSearch::begin(const Sequences& seqs) {
 }
 
 StepDecision RowwiseSearch::step(const at::Tensor& logits, const LogitsProcessor& processors,
-                                 Sequences& seqs, const StoppingCriteria& stop) {
+                                 TokenHistory& seqs, const StoppingCriteria& stop) {
   const at::Tensor scores = processors.process(seqs, logits);
   return advance(scores, choose(scores), seqs, stop);
 }
 
 StepDecision RowwiseSearch::step_choosing(
-    const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
+    const at::Tensor& logits, const LogitsProcessor& processors, TokenHistory& seqs,
     const StoppingCriteria& stop, const std::function<at::Tensor(const at::Tensor&)>& choose) {
   const at::Tensor scores = processors.process(seqs, logits);
   return advance(scores, choose(scores), seqs, stop);
 }
 
-StepDecision RowwiseSearch::advance(const at::Tensor& scores, at::Tensor next, Sequences& seqs,
+StepDecision RowwiseSearch::advance(const at::Tensor& scores, at::Tensor next, TokenHistory& seqs,
                                     const StoppingCriteria& stop) {
   at::Tensor token_scores;
   if (score_tokens_) {
@@ -57,7 +57,7 @@ StepDecision RowwiseSearch::advance(const at::Tensor& scores, at::Tensor next, S
   return d;
 }
 
-std::vector<std::vector<Sequence>> RowwiseSearch::finalize(const Sequences& seqs) {
+std::vector<std::vector<Sequence>> RowwiseSearch::finalize(const TokenHistory& seqs) {
   const at::Tensor tokens = seqs.buffer.to(at::kCPU).contiguous();
   const at::Tensor lengths = lengths_.to(at::kCPU);
   const at::Tensor scores = score_tokens_ ? token_scores_.to(at::kCPU).contiguous() : at::Tensor();

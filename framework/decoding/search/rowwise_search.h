@@ -1,44 +1,12 @@
-// Strategies that extend every row independently (greedy, sampling): transformers' _sample loop.
-// A finished row receives pad tokens from then on and its returned length stops growing.
+// gengraph's row-wise strategies, greedy search and sampling. Their base, RowwiseSearch
+// (transformers' _sample loop), is public: <gengraph/ext/decoding.h>.
 #pragma once
+
+#include <gengraph/ext/decoding.h>
 
 #include <optional>
 
-#include "framework/decoding/search/search_strategy.h"
-
 namespace gengraph {
-
-class RowwiseSearch : public SearchStrategy {
- public:
-  // `score_tokens`: record each token's log-probability under the processed distribution
-  // (output_scores).
-  explicit RowwiseSearch(std::optional<int64_t> pad_token_id, bool score_tokens = false)
-      : pad_token_id_(pad_token_id), score_tokens_(score_tokens) {}
-  bool streams() const override { return true; }
-  bool scores_tokens() const override { return score_tokens_; }
-  void begin(const Sequences& seqs) override;
-  StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, Sequences& seqs,
-                    const StoppingCriteria& stop) override;
-  StepDecision step_choosing(const at::Tensor& logits, const LogitsProcessor& processors,
-                             Sequences& seqs, const StoppingCriteria& stop,
-                             const std::function<at::Tensor(const at::Tensor&)>& choose) override;
-  std::vector<std::vector<Sequence>> finalize(const Sequences& seqs) override;
-
- protected:
-  // scores: [rows, vocab] float32, processed -> [rows] int64. A strategy whose choice reads
-  // nothing back to the host and keeps its shapes overrides whole_step_blocker() with "".
-  virtual at::Tensor choose(const at::Tensor& scores) = 0;
-
- private:
-  // The step after the choice: scores, padding, the column written, stopping.
-  StepDecision advance(const at::Tensor& scores, at::Tensor next, Sequences& seqs,
-                       const StoppingCriteria& stop);
-  std::optional<int64_t> pad_token_id_;
-  bool score_tokens_ = false;
-  at::Tensor unfinished_;    // [rows] bool
-  at::Tensor lengths_;       // [rows] int64, generated tokens counted while unfinished
-  at::Tensor token_scores_;  // [rows, capacity] float32 (score_tokens_): by the token's column
-};
 
 class GreedySearch final : public RowwiseSearch {
  public:

@@ -15,15 +15,15 @@ std::string StoppingCriteria::whole_step_blocker() const {
   return first_whole_step_blocker(members_);
 }
 
-at::Tensor MaxLengthCriterion::should_stop(const Sequences& seqs) const {
+at::Tensor MaxLengthCriterion::should_stop(const TokenHistory& seqs) const {
   return flag_rows(seqs.length.ge(max_length_), seqs.rows(), seqs.buffer.options());
 }
 
-std::optional<bool> MaxLengthCriterion::decided_on_host(const Sequences& seqs) const {
+std::optional<bool> MaxLengthCriterion::decided_on_host(const TokenHistory& seqs) const {
   return seqs.length.ge(max_length_).known();
 }
 
-at::Tensor EosCriterion::should_stop(const Sequences& seqs) const {
+at::Tensor EosCriterion::should_stop(const TokenHistory& seqs) const {
   const at::Tensor last = last_token(seqs);
   if (eos_ids_.size() == 1) return last.eq(eos_ids_[0]);
   return at::isin(last, ids_on_device(eos_, eos_ids_, seqs.buffer.device()));
@@ -32,17 +32,17 @@ at::Tensor EosCriterion::should_stop(const Sequences& seqs) const {
 MaxTimeCriterion::MaxTimeCriterion(double seconds)
     : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
 
-std::optional<bool> MaxTimeCriterion::decided_on_host(const Sequences&) const {
+std::optional<bool> MaxTimeCriterion::decided_on_host(const TokenHistory&) const {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   return elapsed > seconds_;
 }
 
-at::Tensor MaxTimeCriterion::should_stop(const Sequences& seqs) const {
+at::Tensor MaxTimeCriterion::should_stop(const TokenHistory& seqs) const {
   return at::full({seqs.rows()}, *decided_on_host(seqs), seqs.buffer.options().dtype(at::kBool));
 }
 
-at::Tensor StopSequencesCriterion::should_stop(const Sequences& seqs) const {
+at::Tensor StopSequencesCriterion::should_stop(const TokenHistory& seqs) const {
   at::Tensor stop = at::zeros({seqs.rows()}, seqs.buffer.options().dtype(at::kBool));
   for (size_t i = 0; i < sequences_.size(); ++i) {
     const int64_t n = static_cast<int64_t>(sequences_[i].size());
@@ -54,7 +54,7 @@ at::Tensor StopSequencesCriterion::should_stop(const Sequences& seqs) const {
   return stop;
 }
 
-at::Tensor StoppingCriteria::should_stop(const Sequences& seqs) const {
+at::Tensor StoppingCriteria::should_stop(const TokenHistory& seqs) const {
   const auto flags = seqs.buffer.options().dtype(at::kBool);
   // Members whose answer the host knows (the host loop's max_length, max_time) add no operator;
   // the others are combined out of place from the first (an answer may be a view: max_length

@@ -27,13 +27,13 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // One row; prompt_length tokens of `tokens` are prompt, the rest generated; then three unwritten
 // columns holding `filler` (a part must not read them). The length on the host (the host loop) or
 // on the device (the whole step).
-Sequences seqs(std::vector<int64_t> tokens, int64_t prompt_length, bool on_device = false,
-               int64_t filler = 0) {
+TokenHistory seqs(std::vector<int64_t> tokens, int64_t prompt_length, bool on_device = false,
+                  int64_t filler = 0) {
   const auto n = static_cast<int64_t>(tokens.size());
   tokens.insert(tokens.end(), 3, filler);
   const auto t = at::tensor(tokens, at::kLong).unsqueeze(0);
-  return Sequences{t, at::ones({1, prompt_length}, at::kBool), prompt_length,
-                   on_device ? Length(at::scalar_tensor(n, at::kLong)) : Length(n)};
+  return TokenHistory{t, at::ones({1, prompt_length}, at::kBool), prompt_length,
+                      on_device ? Length(at::scalar_tensor(n, at::kLong)) : Length(n)};
 }
 
 at::Tensor row(std::vector<float> v) { return at::tensor(v, at::kFloat).unsqueeze(0); }
@@ -350,7 +350,7 @@ TEST(GenerationConfigKeys, ValueErrorsNameKeyAndValue) {
 TEST(StoppingCriteria, StopSequencesAndMaxTime) {
   StopSequencesCriterion stop({{2, 3}, {9}});
   const auto t = at::tensor({1, 3, 2, 4, 2, 3, 5, 9, 9}, at::kLong).reshape({3, 3});
-  const Sequences s{t, at::ones({3, 1}, at::kBool), 1, Length(3)};
+  const TokenHistory s{t, at::ones({3, 1}, at::kBool), 1, Length(3)};
   const auto got = stop.should_stop(s);
   EXPECT_FALSE(got[0].item<bool>());
   EXPECT_TRUE(got[1].item<bool>());
@@ -377,7 +377,7 @@ TEST(StoppingCriteria, TheChainIsTheOrOfItsMembersInBothForms) {
     int64_t ops = 0;
     {
       AtenOpCounter counter;
-      got = chain.should_stop(Sequences{t, valid, 1, Length(3)});
+      got = chain.should_stop(TokenHistory{t, valid, 1, Length(3)});
       ops = counter.top_level();
     }
     // max_length 3 is reached: every row stops, decided on the host (one fill, no member's
@@ -389,8 +389,8 @@ TEST(StoppingCriteria, TheChainIsTheOrOfItsMembersInBothForms) {
     // A [rows, capacity] buffer with 3 columns written (unwritten ones hold EOS), the length on
     // the host and on the device.
     const auto buffer = at::cat({t, at::full({3, 2}, 7, at::kLong)}, 1);
-    const Sequences host{buffer, valid, 1, Length(3)};
-    const Sequences fixed{buffer, valid, 1, Length(at::scalar_tensor(3, at::kLong))};
+    const TokenHistory host{buffer, valid, 1, Length(3)};
+    const TokenHistory fixed{buffer, valid, 1, Length(at::scalar_tensor(3, at::kLong))};
     EXPECT_TRUE(at::equal(chain.should_stop(host), want)) << max_length;
     EXPECT_TRUE(at::equal(chain.should_stop(fixed), want)) << max_length;
   }

@@ -23,7 +23,7 @@ class AddToToken final : public LogitsProcessor {
  public:
   AddToToken(int64_t token, double bias) : token_(token), bias_(bias) {}
   std::string name() const override { return "test_add_to_token"; }
-  at::Tensor process(const Sequences&, at::Tensor scores) const override {
+  at::Tensor process(const TokenHistory&, at::Tensor scores) const override {
     scores.select(1, token_).add_(bias_);
     return scores;
   }
@@ -38,7 +38,7 @@ class StopAfter final : public StoppingCriterion {
  public:
   StopAfter(int64_t prompt_length, int64_t after) : end_(prompt_length + after) {}
   std::string name() const override { return "test_stop_after"; }
-  at::Tensor should_stop(const Sequences& seqs) const override {
+  at::Tensor should_stop(const TokenHistory& seqs) const override {
     return flag_rows(seqs.length.ge(end_), seqs.rows(), seqs.buffer.options());
   }
 

@@ -207,12 +207,12 @@ TEST(WholeStep, ReadsTheDoneFlagEverySyncEverySteps) {
 class Silent final : public LogitsProcessor {
  public:
   std::string name() const override { return "silent"; }
-  at::Tensor process(const Sequences&, at::Tensor scores) const override { return scores; }
+  at::Tensor process(const TokenHistory&, at::Tensor scores) const override { return scores; }
 };
 class SilentStop final : public StoppingCriterion {
  public:
   std::string name() const override { return "silent_stop"; }
-  at::Tensor should_stop(const Sequences& seqs) const override {
+  at::Tensor should_stop(const TokenHistory& seqs) const override {
     return at::zeros({seqs.rows()}, at::kBool);
   }
 };
@@ -281,13 +281,13 @@ TEST(WholeStep, APartWithoutAWholeStepFormIsNamed) {
 TEST(WholeStep, TheSequenceHelpersAgreeOnBothForms) {
   const at::Tensor buffer = at::arange(16, at::kLong).view({2, 8});
   const at::Tensor valid = at::ones({2, 3}, at::kBool);
-  const Sequences host{buffer, valid, 3, Length(5)};
-  const Sequences device{buffer, valid, 3, Length(at::scalar_tensor(5, at::kLong))};
+  const TokenHistory host{buffer, valid, 3, Length(5)};
+  const TokenHistory device{buffer, valid, 3, Length(at::scalar_tensor(5, at::kLong))};
   EXPECT_THAT(testing::error_of([&] { (void)device.length.known(); }),
               HasSubstr("lives on the device"));
   EXPECT_TRUE(host.length.ge(5).always());
   EXPECT_FALSE(device.length.ge(5).known().has_value());
-  for (const Sequences* s : {&host, &device}) {
+  for (const TokenHistory* s : {&host, &device}) {
     const std::string form = s == &host ? "host" : "device";
     EXPECT_TRUE(at::equal(last_tokens(*s, 2), at::tensor({3, 4, 11, 12}, at::kLong).view({2, 2})))
         << form;

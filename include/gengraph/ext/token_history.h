@@ -1,7 +1,8 @@
-// The token history that processors, stopping criteria and strategies read: one form.
+// The token history, a public header (<gengraph/extension.h> includes it): what logits
+// processors, stopping criteria and search strategies read and write, in one form.
 //
-// `buffer` is a fixed [rows, capacity] int64 tensor written in place, one column per step, and
-// `length` says how many columns hold tokens (prompt included). The loop (generator.h) runs
+// `TokenHistory::buffer` is a fixed [rows, capacity] int64 tensor written in place, one column per
+// step, and `length` says how many columns hold tokens (prompt included). The decoding loop runs
 // every part the same way in both of its modes; only where the length lives differs:
 //  - the host loop knows it on the host (`Length` holds an integer): a part's test of it costs
 //    nothing and a slice of the written columns is a view;
@@ -97,7 +98,10 @@ class Length {
   mutable at::Tensor index_;  // device_ as [1], made on first use
 };
 
-struct Sequences {
+// Every row's tokens so far: the (left-padded) prompt, then one column per decoding step. Not the
+// result (that is Sequence, <gengraph/generation.h>): the loop's working buffer, which parts read
+// through the helpers below.
+struct TokenHistory {
   at::Tensor buffer;          // [rows, capacity] int64, prompts left-padded, written in place
   at::Tensor prompt_valid;    // [rows, prompt_length] bool, false on left padding
   int64_t prompt_length = 0;  // padded prompt length, the same for every row
@@ -108,26 +112,26 @@ struct Sequences {
 
 // [rows, n]: the last n written tokens of every row. Columns before 0 clamp to column 0: callers
 // that need n tokens test length.ge(n).
-at::Tensor last_tokens(const Sequences& seqs, int64_t n);
+at::Tensor last_tokens(const TokenHistory& seqs, int64_t n);
 // [rows]: the last written token of every row.
-at::Tensor last_token(const Sequences& seqs);
+at::Tensor last_token(const TokenHistory& seqs);
 // The written tokens, [rows, length] in the host loop; in the whole step [rows, capacity] with
 // every unwritten column holding column 0's token (a token of the history, so gathering and
 // scattering it again changes nothing).
-at::Tensor written_tokens(const Sequences& seqs);
+at::Tensor written_tokens(const TokenHistory& seqs);
 // The tokens of columns from `first` on, with a weight per column: 1 where written, 0 elsewhere
 // (in the host loop only the written columns, all weighing 1). {[rows, n] int64, [rows, n] dtype}.
-std::pair<at::Tensor, at::Tensor> weighted_tokens(const Sequences& seqs, int64_t first,
+std::pair<at::Tensor, at::Tensor> weighted_tokens(const TokenHistory& seqs, int64_t first,
                                                   at::ScalarType dtype);
 // The sequences as far as they are written ([rows, length] in the host loop, the whole buffer in
 // the whole step), for parts that slide windows over them; within_written() then keeps only the
 // windows that lie in the written columns.
-at::Tensor written_span(const Sequences& seqs);
+at::Tensor written_span(const TokenHistory& seqs);
 // window_flags [rows, W] for windows of `extent` columns starting at 0..W-1 of written_span():
 // false for the windows that reach unwritten columns.
-at::Tensor within_written(const Sequences& seqs, const at::Tensor& window_flags, int64_t extent);
+at::Tensor within_written(const TokenHistory& seqs, const at::Tensor& window_flags, int64_t extent);
 // [capacity] bool: which columns are written.
-at::Tensor written_columns(const Sequences& seqs);
+at::Tensor written_columns(const TokenHistory& seqs);
 
 // x's column `at` along `dim` (the dimension dropped).
 at::Tensor read_column(const at::Tensor& x, int64_t dim, const Length& at);
@@ -140,13 +144,14 @@ void fill_from(const at::Tensor& x, const Length& from, const at::Scalar& value)
 // step writes it in place, because a graph replays those very buffers, and there, when `live`
 // ([] bool) is given, only while it holds: a step run past the end changes nothing. `seqs` says
 // which loop runs.
-void keep(at::Tensor& state, const at::Tensor& fresh, const Sequences& seqs,
+void keep(at::Tensor& state, const at::Tensor& fresh, const TokenHistory& seqs,
           const at::Tensor& live = {});
 
 // Sets a piece of a strategy's state with an elementwise op that writes `out` (which may alias
 // its inputs): into a new tensor in the host loop (the old one stays valid for whoever holds it),
 // into the state itself in the whole step (one kernel, no copy).
-void update(at::Tensor& state, const Sequences& seqs, const std::function<void(at::Tensor&)>& op);
+void update(at::Tensor& state, const TokenHistory& seqs,
+            const std::function<void(at::Tensor&)>& op);
 
 // Makes `t` a tensor of `sizes` and `options` filled with `value`: in place when it already is one
 // (so that a graph captured over it in an earlier generation stays valid), allocated otherwise.

@@ -1,6 +1,5 @@
-#include "framework/decoding/sequences.h"
-
 #include <ATen/ATen.h>
+#include <gengraph/ext/token_history.h>
 
 #include <cmath>
 
@@ -60,7 +59,8 @@ int64_t Length::known() const {
   if (device_.defined()) {
     throw Error(
         "internal: Length::known() in the whole step, where the length lives on the device "
-        "(a part that reads it on the host cannot be captured: see sequences.h)");
+        "(a part that reads it on the host cannot be captured: see "
+        "<gengraph/ext/token_history.h>)");
   }
   return known_;
 }
@@ -114,7 +114,7 @@ at::Tensor Length::filled(at::IntArrayRef sizes, const at::TensorOptions& option
   return device_.expand(sizes);
 }
 
-at::Tensor last_tokens(const Sequences& seqs, int64_t n) {
+at::Tensor last_tokens(const TokenHistory& seqs, int64_t n) {
   const Length& len = seqs.length;
   if (len.on_host() && len.known() >= n) return seqs.buffer.narrow(1, len.known() - n, n);
   const at::Tensor end = len.as_tensor(seqs.buffer.options());
@@ -123,24 +123,24 @@ at::Tensor last_tokens(const Sequences& seqs, int64_t n) {
   return seqs.buffer.index_select(1, cols);
 }
 
-at::Tensor last_token(const Sequences& seqs) {
+at::Tensor last_token(const TokenHistory& seqs) {
   const Length& len = seqs.length;
   if (len.on_host()) return seqs.buffer.select(1, std::max<int64_t>(len.known() - 1, 0));
   return last_tokens(seqs, 1).squeeze(1);
 }
 
-at::Tensor written_columns(const Sequences& seqs) {
+at::Tensor written_columns(const TokenHistory& seqs) {
   const at::Tensor cols = at::arange(seqs.capacity(), seqs.buffer.options());
   if (seqs.length.on_host()) return cols.lt(seqs.length.known());
   return cols.lt(seqs.length.tensor());
 }
 
-at::Tensor written_tokens(const Sequences& seqs) {
+at::Tensor written_tokens(const TokenHistory& seqs) {
   if (seqs.length.on_host()) return seqs.buffer.narrow(1, 0, seqs.length.known());
   return at::where(written_columns(seqs), seqs.buffer, seqs.buffer.narrow(1, 0, 1));
 }
 
-std::pair<at::Tensor, at::Tensor> weighted_tokens(const Sequences& seqs, int64_t first,
+std::pair<at::Tensor, at::Tensor> weighted_tokens(const TokenHistory& seqs, int64_t first,
                                                   at::ScalarType dtype) {
   const auto opts = seqs.buffer.options().dtype(dtype);
   if (seqs.length.on_host()) {
@@ -153,12 +153,13 @@ std::pair<at::Tensor, at::Tensor> weighted_tokens(const Sequences& seqs, int64_t
   return {seqs.buffer, weight.expand(seqs.buffer.sizes())};
 }
 
-at::Tensor written_span(const Sequences& seqs) {
+at::Tensor written_span(const TokenHistory& seqs) {
   if (seqs.length.on_host()) return seqs.buffer.narrow(1, 0, seqs.length.known());
   return seqs.buffer;
 }
 
-at::Tensor within_written(const Sequences& seqs, const at::Tensor& window_flags, int64_t extent) {
+at::Tensor within_written(const TokenHistory& seqs, const at::Tensor& window_flags,
+                          int64_t extent) {
   if (seqs.length.on_host()) return window_flags;  // written_span() holds only written columns
   const at::Tensor starts = at::arange(window_flags.size(-1), seqs.buffer.options());
   return window_flags.logical_and(starts.le(seqs.length.tensor() - extent));
@@ -186,7 +187,7 @@ void fill_from(const at::Tensor& x, const Length& from, const at::Scalar& value)
   x.masked_fill_(at::arange(size, x.options().dtype(at::kLong)).ge(from.tensor()), value);
 }
 
-void keep(at::Tensor& state, const at::Tensor& fresh, const Sequences& seqs,
+void keep(at::Tensor& state, const at::Tensor& fresh, const TokenHistory& seqs,
           const at::Tensor& live) {
   if (seqs.length.on_host()) {
     state = fresh;
@@ -197,7 +198,8 @@ void keep(at::Tensor& state, const at::Tensor& fresh, const Sequences& seqs,
   }
 }
 
-void update(at::Tensor& state, const Sequences& seqs, const std::function<void(at::Tensor&)>& op) {
+void update(at::Tensor& state, const TokenHistory& seqs,
+            const std::function<void(at::Tensor&)>& op) {
   if (seqs.length.on_host()) {
     at::Tensor out = at::empty_like(state);
     op(out);
