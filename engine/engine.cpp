@@ -17,6 +17,7 @@
 #include "framework/decoding/generator.h"
 #include "framework/model/known_models.h"
 #include "framework/model/loader.h"
+#include "framework/quant/weight_format.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
@@ -121,44 +122,15 @@ ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
   src.load.device = parse_device(o.device.str());
   src.load.fused = o.fused;
   src.load.check_weights = o.check_weights;
-  src.load.weights.kind = parse_weight_kind(o.weights, "EngineOptions::weights");
-  if (!is_group_size(o.group_size)) {
-    throw Error("EngineOptions::group_size: expected " + std::string(kGroupSizes) + ", found " +
-                std::to_string(o.group_size));
-  }
-  src.load.weights.group_size = o.group_size;
-  src.load.weights.lm_head = o.quantize_head;
-  if (o.int8_head && (src.load.weights.kind != WeightFormat::Kind::kInt4 || !o.quantize_head)) {
-    throw Error(
-        "EngineOptions::int8_head: expected false unless weights is int4 and quantize_head is "
-        "true; found weights '" +
-        o.weights + "'" + (o.quantize_head ? "" : " with quantize_head false"));
-  }
-  src.load.weights.int8_head = o.int8_head;
-  if (o.int8_activation_rows < 0 ||
-      (o.int8_activation_rows > 0 && src.load.weights.kind != WeightFormat::Kind::kInt8 &&
-       src.load.weights.kind != WeightFormat::Kind::kInt4)) {
-    throw Error(
-        "EngineOptions::int8_activation_rows: expected 0, or a row count with weights "
-        "int8 or int4 (int8 activations multiply integer weights); found " +
-        std::to_string(o.int8_activation_rows) + " with weights '" + o.weights + "'");
-  }
-  src.load.weights.int8_activation_rows = o.int8_activation_rows;
-  if (o.int8_activation_block < 0 || o.int8_activation_block % 32 != 0) {
-    throw Error(
-        "EngineOptions::int8_activation_block: expected 0 (a scale per row) or a multiple of 32 "
-        "(a scale per block of that many channels); found " +
-        std::to_string(o.int8_activation_block));
-  }
-  if (o.int8_activation_rows > 0 && src.load.weights.kind == WeightFormat::Kind::kInt4 &&
-      o.int8_activation_block != 32) {
-    throw Error(
-        "EngineOptions::int8_activation_block: expected 32 with weights int4 and "
-        "int8_activation_rows (the W4A8 kernel quantizes activations in blocks of 32 channels); "
-        "found " +
-        std::to_string(o.int8_activation_block));
-  }
-  src.load.weights.int8_activation_block = o.int8_activation_block;
+  WeightFormatKeys keys;
+  keys.weights = o.weights;
+  keys.group_size = o.group_size;
+  keys.quantize_head = o.quantize_head;
+  keys.int8_head = o.int8_head;
+  keys.int8_activation_rows = o.int8_activation_rows;
+  keys.int8_activation_block = o.int8_activation_block;
+  keys.fused = o.fused;
+  src.load.weights = parse_weight_format(keys, key_names_with_prefix("EngineOptions::"));
   return src;
 }
 

@@ -280,32 +280,29 @@ int run_quality(const Args& a) {
   if (a.model.empty()) throw UsageError("quality: --model FOLDER|NAME is required");
   QualityOptions o;
   o.model = a.model;
-  const auto w = a.quality.find("--weights");
-  std::stringstream formats(w == a.quality.end() ? "int8,int4,bfloat16" : w->second);
-  for (std::string f; std::getline(formats, f, ',');) {
-    if (f.rfind("w8a8/", 0) == 0) {  // w8a8/B: int8 activations with a scale per B channels
-      const std::string b = f.substr(5);
-      if (b.empty() || b.find_first_not_of("0123456789") != std::string::npos || b.size() > 6 ||
-          std::stoi(b) == 0 || std::stoi(b) % 32 != 0) {
-        throw UsageError("--weights: " + f + ": expected w8a8/B with B a multiple of 32 (w8a8/32)");
-      }
-    } else if (f != "w8a8" && f != "w4a8" && f != "int4+h8" && f != "w4a8+h8") {
-      parse_weight_kind(f, "--weights");  // w8a8 / w4a8: int8 / int4 with int8 activations
-    }
-    if (f == "float")
-      throw UsageError("--weights: float is the reference; list int8, int4 or bfloat16");
-    o.formats.push_back(f);
-  }
-  if (o.formats.empty()) throw UsageError("--weights: expected a list such as int8,int4");
   if (const auto g = a.quality.find("--group-size"); g != a.quality.end()) {
-    const std::string& v = g->second;  // model.group_size's check, in the flag's words
-    if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos ||
-        !is_group_size(std::stoll(v))) {
+    const std::string& v = g->second;  // a number's spelling here; its value is the parser's
+    if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos) {
       throw UsageError("--group-size: expected " + std::string(kGroupSizes) + ", found '" + v +
                        "'");
     }
     o.group_size = std::stoll(v);
   }
+  const auto w = a.quality.find("--weights");
+  std::stringstream formats(w == a.quality.end() ? "int8,int4,bfloat16" : w->second);
+  for (std::string f; std::getline(formats, f, ',');) {
+    // Each format through the one weight-format parser, before any model loads.
+    bool quantized = false;
+    try {
+      quantized = quality_weight_format(f, o.group_size, o.quantize_head).quantized();
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+    if (!quantized)
+      throw UsageError("--weights: float is the reference; list int8, int4 or bfloat16");
+    o.formats.push_back(f);
+  }
+  if (o.formats.empty()) throw UsageError("--weights: expected a list such as int8,int4");
   if (a.quality.count("--text-file")) o.text_file = a.quality.at("--text-file");
   o.windows = count_flag(a, "--windows", 8, 256);
   o.window = count_flag(a, "--window", 256, 8192);

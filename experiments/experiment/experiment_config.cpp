@@ -17,6 +17,7 @@
 #include "experiments/tools/peers.h"
 #include "framework/decoding/generation_config.h"
 #include "framework/model/known_models.h"
+#include "framework/quant/weight_format.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -61,18 +62,14 @@ class MapReader {
   std::string key_path(const std::string& key) const {
     return path_.empty() ? key : path_ + "." + key;
   }
-  [[noreturn]] void fail(const std::string& key, const std::string& expected) {
+  // The key as an error names it: its position in the file (the mapping's, for a key it does not
+  // hold) and its path.
+  std::string located(const std::string& key) {
     const YAML::Node n = child(key);
-    throw Error(where(file_, n.IsDefined() ? n : node_) + key_path(key) + ": expected " + expected +
-                ", found " + describe(n));
+    return where(file_, n.IsDefined() ? n : node_) + key_path(key);
   }
-
-  // For a key the mapping does not hold: its value came from elsewhere (`found` says from where).
-  [[noreturn]] void fail_inherited(const std::string& key, const std::string& expected,
-                                   const std::string& found) {
-    known_.insert(key);
-    throw Error(where(file_, node_) + key_path(key) + ": expected " + expected + ", found " +
-                found);
+  [[noreturn]] void fail(const std::string& key, const std::string& expected) {
+    throw Error(located(key) + ": expected " + expected + ", found " + describe(child(key)));
   }
 
   template <typename T>
@@ -182,52 +179,34 @@ std::vector<int64_t> token_list(const YAML::Node& n, const std::string& path,
 }
 
 // The weight-format keys (model.weights, group_size, quantize_head, int8_head,
-// int8_activation_rows, int8_activation_block), read over `m`'s values, then checked together. A
-// row's `model:` reads them over the experiment's; `inherited` names where a key the mapping does
-// not hold came from ("the default" or "the experiment's model:"), for the combination's errors.
+// int8_activation_rows, int8_activation_block), read over `m`'s values, then checked together by
+// the one weight-format parser (framework/quant/weight_format.h). A row's `model:` reads them over
+// the experiment's; `inherited` names where a key the mapping does not hold came from ("the
+// default" or "the experiment's model:"), for the combination's errors.
 void read_weight_format(MapReader& r, ModelSpec& m, const std::string& inherited) {
-  m.weights = r.choice("weights", m.weights, {"float", "int8", "int4", "bfloat16"});
+  m.weights = r.scalar<std::string>("weights", m.weights, "float, int8, int4 or bfloat16");
   m.group_size = r.scalar<int64_t>("group_size", m.group_size, kGroupSizes);
-  if (!is_group_size(m.group_size)) r.fail("group_size", kGroupSizes);
   m.quantize_head = r.scalar<bool>("quantize_head", m.quantize_head, "true or false");
   m.int8_head = r.scalar<bool>("int8_head", m.int8_head, "true or false");
   m.int8_activation_rows = r.integer("int8_activation_rows", m.int8_activation_rows, 0, 1 << 20);
   m.int8_activation_block = r.integer("int8_activation_block", m.int8_activation_block, 0, 1 << 20);
-  // A combination's error names the key; one the mapping does not hold shows its inherited value.
-  const auto bad = [&](const std::string& key, const std::string& expected,
-                       const std::string& value) {
-    if (r.has(key)) r.fail(key, expected);
-    r.fail_inherited(key, expected, value + " (" + inherited + ")");
+  WeightFormatKeys keys;
+  keys.weights = m.weights;
+  keys.group_size = m.group_size;
+  keys.quantize_head = m.quantize_head;
+  keys.int8_head = m.int8_head;
+  keys.int8_activation_rows = m.int8_activation_rows;
+  keys.int8_activation_block = m.int8_activation_block;
+  keys.fused = m.fused;
+  // An error names the key where the file sets it; one the mapping does not hold shows its
+  // inherited value and where it came from.
+  WeightKeyNames names;
+  names.name = [&](std::string_view key) { return r.located(std::string(key)); };
+  names.found = [&](std::string_view key, const std::string& value) {
+    const std::string k(key);
+    return r.has(k) ? describe(r.child(k)) : value + " (" + inherited + ")";
   };
-  if (m.int8_head && (m.weights != "int4" || !m.quantize_head)) {
-    bad("int8_head",
-        "false unless model.weights is int4 and quantize_head is true (it puts an int4 "
-        "model's output head in int8)",
-        "true");
-  }
-  if (m.int8_activation_rows > 0 && m.weights != "int8" && m.weights != "int4") {
-    bad("int8_activation_rows",
-        "0 unless model.weights is int8 or int4 (int8 activations multiply integer weights)",
-        std::to_string(m.int8_activation_rows));
-  }
-  if (m.int8_activation_block % 32 != 0) {
-    bad("int8_activation_block",
-        "0 (a scale per row) or a multiple of 32 (a scale per block of that many channels of the "
-        "products that int8_activation_rows quantizes)",
-        std::to_string(m.int8_activation_block));
-  }
-  if (m.int8_activation_rows > 0 && m.weights == "int4" && m.int8_activation_block != 32) {
-    bad("int8_activation_block",
-        "32 with model.weights int4 and int8_activation_rows (the W4A8 kernel quantizes "
-        "activations in blocks of 32 channels)",
-        std::to_string(m.int8_activation_block));
-  }
-  if (m.weights != "float" && !m.fused) {
-    bad("weights",
-        "float with fused: false (weights are quantized in the fused form's projections; "
-        "transformers' op-by-op form keeps them as loaded)",
-        "'" + m.weights + "'");
-  }
+  parse_weight_format(keys, names);
 }
 
 ModelSpec read_model(MapReader r, const std::string& file) {

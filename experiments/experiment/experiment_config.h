@@ -34,7 +34,8 @@ struct ModelSpec {
   int64_t int8_activation_block = 0;  // their activation scales per block of channels (0: per row)
 };
 
-// model.group_size's check: is_group_size and kGroupSizes (framework/model/model_config.h).
+// The weight-format keys above are checked together by parse_weight_format
+// (framework/quant/weight_format.h), as every other entry point checks them.
 
 struct BackendSpec {
   std::string name;                            // registry name

@@ -57,6 +57,39 @@ void teacher_forced(ForwardBackend& be, const at::Tensor& ids, Visit&& visit) {
 
 }  // namespace
 
+WeightFormat quality_weight_format(const std::string& name, int64_t group_size,
+                                   bool quantize_head) {
+  const bool h8 = name == "int4+h8" || name == "w4a8+h8";
+  const std::string base = h8 ? name.substr(0, 4) : name;
+  const bool blocks = base.rfind("w8a8/", 0) == 0;
+  const bool w8a8 = base == "w8a8" || blocks, w4a8 = base == "w4a8";
+  WeightFormatKeys keys;
+  keys.weights = w8a8 ? "int8" : w4a8 ? "int4" : base;
+  keys.group_size = group_size;
+  keys.quantize_head = quantize_head;
+  keys.int8_head = h8;
+  if (w8a8 || w4a8) keys.int8_activation_rows = 1;
+  if (w4a8) keys.int8_activation_block = 32;
+  if (blocks) {  // the spelling; what B may be is the parser's int8_activation_block rule
+    const std::string b = base.substr(5);
+    if (b.empty() || b.size() > 6 || b.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoll(b) == 0) {
+      throw Error("--weights: " + name + ": expected w8a8/B with B a multiple of 32 (w8a8/32)");
+    }
+    keys.int8_activation_block = std::stoll(b);
+  }
+  WeightKeyNames names;
+  names.name = [&](std::string_view key) -> std::string {
+    if (key == "weights") return "--weights";
+    if (key == "group_size") return "--group-size";
+    return "--weights: " + name + " (" + std::string(key) + ")";
+  };
+  names.found = [](std::string_view key, const std::string& value) {
+    return key == "group_size" ? "'" + value + "'" : value;  // as the flag's spelling check says
+  };
+  return parse_weight_format(keys, names);
+}
+
 nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log) {
   register_builtin_backends();
   const std::string folder =
@@ -108,22 +141,7 @@ nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log) {
                         {"float", {{"perplexity", std::exp(ref_nll / positions)}}},
                         {"formats", nlohmann::json::array()}};
   for (const auto& name : o.formats) {
-    WeightFormat f;
-    // w8a8: int8 weights with every product's activations quantized to int8 too, a scale per
-    // row; w8a8/B a scale per block of B channels.
-    // w4a8: int4 weights (groups of --group-size) with activations in blocks of 32. A suffix
-    // "+h8" on int4 or w4a8 puts the output head in int8.
-    const bool h8 = name == "int4+h8" || name == "w4a8+h8";
-    const std::string base = h8 ? name.substr(0, 4) : name;
-    const bool w8a8 = base == "w8a8" || base.rfind("w8a8/", 0) == 0;
-    const bool w4a8 = base == "w4a8";
-    f.kind = parse_weight_kind(w8a8 ? "int8" : w4a8 ? "int4" : base, "--weights");
-    f.int8_head = h8;
-    if (w8a8 || w4a8) f.int8_activation_rows = 1;
-    if (w4a8) f.int8_activation_block = 32;
-    if (base.rfind("w8a8/", 0) == 0) f.int8_activation_block = std::stoll(name.substr(5));
-    f.group_size = o.group_size;
-    f.lm_head = o.quantize_head;
+    const WeightFormat f = quality_weight_format(name, o.group_size, o.quantize_head);
     log << "format " << f.describe() << "\n";
     Loaded q = load(folder, f);
     double nll = 0, kl = 0;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "framework/quant/weight_format.h"
+
 namespace gengraph {
 
 struct QualityOptions {
@@ -28,6 +30,11 @@ struct QualityOptions {
 // (teacher-forced), and over the prompts' greedy generations the share of identical outputs and
 // the mean length of the common prefix. Progress goes to `log`.
 nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log);
+// A format of --weights (int8, int4, bfloat16, float; w8a8: int8 weights with every product's
+// activations in int8, a scale per row; w8a8/B a scale per block of B channels; w4a8: int4 with
+// activations in blocks of 32; a suffix "+h8" on int4 or w4a8 puts the output head in int8) with
+// --group-size, through the one weight-format parser: errors name --weights or --group-size.
+WeightFormat quality_weight_format(const std::string& name, int64_t group_size, bool quantize_head);
 std::string format_quality(const nlohmann::json& doc);
 
 }  // namespace gengraph

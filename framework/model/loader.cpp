@@ -10,6 +10,7 @@
 #include "framework/model/memory.h"
 #include "framework/model/model_registry.h"
 #include "framework/model/safetensors.h"
+#include "framework/quant/weight_format.h"
 #include "framework/util/error.h"
 #include "framework/util/path_errors.h"
 
@@ -261,11 +262,9 @@ ModelConfig model_config_of(const ModelSource& src) {
 }
 
 LoadedModel load_model(const ModelSource& src) {
-  if (src.load.weights.quantized() && !src.load.fused) {
-    throw Error("model.weights " + src.load.weights.name() +
-                ": weights are quantized in the fused form's projections; the unfused form "
-                "(model.fused: false) computes transformers' way with the weights as loaded");
-  }
+  // Every entry point checked the keys where the user set them; LoadOptions made in code meet the
+  // same rules here, named as the YAML keys.
+  check_weight_format(src.load.weights, src.load.fused, key_names_with_prefix("model."));
   register_builtin_architectures();
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel out;

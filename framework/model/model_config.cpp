@@ -19,46 +19,6 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
   return parse_json_text(read_regular_file(path, source, "a JSON file", kMaxDocumentBytes), source);
 }
 
-std::string WeightFormat::name() const {
-  switch (kind) {
-    case Kind::kAsLoaded:
-      return "float";
-    case Kind::kInt8:
-      return "int8";
-    case Kind::kInt4:
-      return "int4";
-    case Kind::kBFloat16:
-      return "bfloat16";
-  }
-  return "?";
-}
-
-std::string WeightFormat::describe() const {
-  if (!quantized()) return name();
-  std::string out = name();
-  if (kind == Kind::kInt4) out += " (groups of " + std::to_string(group_size) + ")";
-  if ((kind == Kind::kInt8 || kind == Kind::kInt4) && int8_activation_rows > 0) {
-    out += " (int8 activations from " + std::to_string(int8_activation_rows) + " row" +
-           (int8_activation_rows == 1 ? "" : "s") +
-           (int8_activation_block > 0 ? ", blocks of " + std::to_string(int8_activation_block)
-                                      : std::string()) +
-           ")";
-  }
-  if (!lm_head) out += ", output head as loaded";
-  if (lm_head && int8_head && kind == Kind::kInt4) out += ", output head int8";
-  return out;
-}
-
-WeightFormat::Kind parse_weight_kind(const std::string& name, const std::string& where) {
-  if (name == "float") return WeightFormat::Kind::kAsLoaded;
-  if (name == "int8") return WeightFormat::Kind::kInt8;
-  if (name == "int4") return WeightFormat::Kind::kInt4;
-  if (name == "bfloat16") return WeightFormat::Kind::kBFloat16;
-  throw Error(where + ": expected float, int8, int4 or bfloat16, found '" + name + "'");
-}
-
-bool is_group_size(int64_t n) { return n == 32 || n == 64 || n == 128 || n == 256; }
-
 ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source) {
   if (!doc.is_object()) throw Error(source + ": expected a JSON object");
   if (!doc.contains("model_type") || !doc["model_type"].is_string()) {

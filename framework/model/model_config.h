@@ -9,52 +9,9 @@
 #include <string>
 #include <vector>
 
-namespace gengraph {
+#include "framework/quant/weight_format.h"  // WeightFormat (ModelConfig::weights)
 
-// Weight-only quantization of the linear layers (model.weights): the fused form's projections
-// (q/k/v, output, MLP, and the output head unless lm_head is false) hold their weights as
-//   int8      one int8 per weight, one float scale per output channel (absmax / 127), computed by
-//             gengraph's kernels on CPU (with int8_activation_rows, products of that many rows
-//             quantize their activations too) and at::_weight_int8pack_mm on CUDA;
-//   int4      4-bit values in groups of group_size input channels, a float16 scale and zero per
-//             group and output channel, packed for gengraph's int4 kernels;
-//   bfloat16  bfloat16 weights with float32 activations (the product in bfloat16);
-// and kAsLoaded keeps the model's dtype. Activations, norms, attention and the cache stay in the
-// model's dtype.
-struct WeightFormat {
-  enum class Kind { kAsLoaded, kInt8, kInt4, kBFloat16 };
-  Kind kind = Kind::kAsLoaded;
-  int64_t group_size = 32;  // int4: input channels per scale (32, 64, 128 or 256)
-  bool lm_head = true;      // quantize the output head too
-  // int4 only: the output head in int8 instead (with int8 activations, as int8_activation_rows and
-  // _block say), as 4-bit engines keep it at higher precision.
-  bool int8_head = false;
-  // int8 or int4 on CPU: products of at least this many activation rows quantize the activations
-  // to int8 too (W8A8, kernels::linear_w8a8; W4A8, kernels::linear_w4a8); fewer rows stay
-  // weight-only. 0: never (the default).
-  int64_t int8_activation_rows = 0;
-  // Those products' activation scales: 0, one per row (LibTorch's integer GEMM); B, one per block
-  // of B input channels of each row (a multiple of 32 dividing every projection's input width;
-  // gengraph's VNNI / AVX2 kernels); int4 takes 32 only. No effect while int8_activation_rows is 0.
-  int64_t int8_activation_block = 0;
-  bool quantized() const { return kind != Kind::kAsLoaded; }
-  // "float" (as loaded), "int8", "int4" or "bfloat16"; describe() adds the group and the head.
-  std::string name() const;
-  std::string describe() const;
-  bool operator==(const WeightFormat& o) const {
-    return kind == o.kind && group_size == o.group_size && lm_head == o.lm_head &&
-           int8_head == o.int8_head && int8_activation_rows == o.int8_activation_rows &&
-           int8_activation_block == o.int8_activation_block;
-  }
-  bool operator!=(const WeightFormat& o) const { return !(*this == o); }
-};
-// "float" | "int8" | "int4" | "bfloat16"; anything else is refused naming `where`.
-WeightFormat::Kind parse_weight_kind(const std::string& name, const std::string& where);
-// The int4 group sizes (input channels per scale) gengraph's kernels take: the one check of
-// model.group_size, gengraph quality --group-size, EngineOptions::group_size and the quantization
-// at load, whose errors say "expected " kGroupSizes.
-constexpr const char* kGroupSizes = "32, 64, 128 or 256";
-bool is_group_size(int64_t n);
+namespace gengraph {
 
 // Rotary position embedding parameters as transformers 5.17 standardizes them (config.json
 // "rope_parameters", or the older "rope_scaling" plus a top-level "rope_theta").

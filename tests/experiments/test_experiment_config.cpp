@@ -149,18 +149,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadYaml{"row_model_bad_weights",
                 "model: {preset: gpt2-tiny}\n" + kInputs +
                     "backends: [{name: eager, model: {weights: int3}}]\n",
-                "backends[0].model.weights: expected one of float, int8, int4, bfloat16"},
+                "backends[0].model.weights: expected float, int8, int4 or bfloat16, found 'int3'"},
         BadYaml{"row_model_inherited_block",
                 "model: {preset: gpt2-tiny, weights: int8, int8_activation_rows: 1}\n" + kInputs +
                     "backends: [eager, {name: eager, label: w4a8, model: {weights: int4}}]\n",
-                "backends[1].model.int8_activation_block: expected 32 with model.weights int4 and "
+                "backends[1].model.int8_activation_block: expected 32 with weights int4 and "
                 "int8_activation_rows (the W4A8 kernel quantizes activations in blocks of 32 "
                 "channels), found 0 (the experiment's model:)"},
-        BadYaml{"row_model_rows_on_float",
-                "model: {preset: gpt2-tiny}\n" + kInputs +
-                    "backends: [{name: eager, model: {int8_activation_rows: 1}}]\n",
-                "backends[0].model.int8_activation_rows: expected 0 unless model.weights is int8 "
-                "or int4"},
+        BadYaml{
+            "row_model_rows_on_float",
+            "model: {preset: gpt2-tiny}\n" + kInputs +
+                "backends: [{name: eager, model: {int8_activation_rows: 1}}]\n",
+            "backends[0].model.int8_activation_rows: expected 0 unless weights is int8 or int4"},
         BadYaml{"row_model_unfused_quantized",
                 "model: {preset: gpt2-tiny}\n" + kInputs +
                     "backends: [{name: eager, fused: false, model: {weights: int8}}]\n",

@@ -16,11 +16,22 @@
 #include "framework/model/known_models.h"
 #include "framework/model/loader.h"
 #include "framework/model/model_registry.h"
+#include "framework/quant/weight_format.h"
 #include "framework/util/error.h"
 #include "framework/util/path_errors.h"
 
 namespace gengraph {
 namespace {
+
+// The draft's 'weights' parameter (float, int8, int4 or bfloat16), through the one weight-format
+// parser, its errors naming the parameter.
+WeightFormat draft_weight_format(const std::string& weights) {
+  WeightFormatKeys keys;
+  keys.weights = weights;
+  WeightKeyNames names;
+  names.name = [](std::string_view key) { return "'" + std::string(key) + "'"; };
+  return parse_weight_format(keys, names);
+}
 
 std::string string_param(const nlohmann::json& p, const char* key, const std::string& fallback) {
   if (!p.contains(key)) return fallback;
@@ -55,7 +66,7 @@ std::shared_ptr<const CausalLM> load_draft(const DraftModelOptions& o, const Cau
   }
   src.load.dtype = target.dtype();
   src.load.device = target.device();
-  src.load.weights.kind = parse_weight_kind(o.weights, "'weights'");
+  src.load.weights = draft_weight_format(o.weights);
   LoadedModel draft = load_model(src);
   const int64_t vocab = draft.model->config().vocab_size, want = target.config().vocab_size;
   if (vocab != want) {
@@ -236,7 +247,7 @@ DraftModelOptions read_draft_model_options(const nlohmann::json& p) {
         "parameter 'model' is required (the draft's folder, known name or \"preset:NAME\")");
   o.model = string_param(p, "model", "");
   o.weights = string_param(p, "weights", "float");
-  parse_weight_kind(o.weights, "'weights'");
+  draft_weight_format(o.weights);
   read_run_params(p, o);
   return o;
 }

@@ -242,14 +242,16 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
         "integer GEMM); set 0 on " +
         weight.device().str());
   }
+  // Every entry point checks the format first (YAML, the Engine, quality, the loader); this is the
+  // last line before a division by group_size.
+  if (format.quantized()) check_weight_format(format, true, key_names_with_prefix("model."));
   switch (format.kind) {
     case WeightFormat::Kind::kAsLoaded:
       onednn = onednn_gemm(weight);
       return;
     case WeightFormat::Kind::kInt8: {
       const int64_t block = format.int8_activation_block;
-      if (block != 0 && (block < 0 || block % 32 != 0 ||
-                         (format.int8_activation_rows > 0 && weight.size(1) % block != 0))) {
+      if (block != 0 && format.int8_activation_rows > 0 && weight.size(1) % block != 0) {
         throw Error(
             "model.int8_activation_block: expected 0, or a multiple of 32 dividing every "
             "projection's input channels; found " +
@@ -263,12 +265,6 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
       break;
     }
     case WeightFormat::Kind::kInt4: {
-      // Every entry point checks it first (YAML, the Engine, quality); this is the last line
-      // before a division by it.
-      if (!is_group_size(format.group_size)) {
-        throw Error("model.group_size: expected " + std::string(kGroupSizes) + ", found " +
-                    std::to_string(format.group_size));
-      }
       if (weight.size(1) % format.group_size != 0) {
         throw Error("model.weights int4: a projection's " + std::to_string(weight.size(1)) +
                     " input channels are not a multiple of group_size " +
@@ -279,12 +275,6 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
         qweight = packed.packed;
         scales = packed.scales_and_zeros;
         break;
-      }
-      if (format.int8_activation_rows > 0 && format.int8_activation_block != 32) {
-        throw Error(
-            "model.int8_activation_block: int4 weights with int8 activations take blocks of 32 "
-            "(the W4A8 kernel's unit); found " +
-            std::to_string(format.int8_activation_block));
       }
       Int4Weight q = quantize_int4(weight, format.group_size);
       qweight = kernels::pack_int4(q.q);

@@ -179,7 +179,8 @@ TEST(Quantization, TheUnfusedFormKeepsItsWeightsAndSaysSo) {
   o.weights.kind = WeightFormat::Kind::kInt8;
   EXPECT_THAT(
       testing::error_of([&] { testing::test_model("tiny", 1, o); }),
-      HasSubstr("model.weights int8: weights are quantized in the fused form's projections"));
+      HasSubstr("model.weights: expected float with fused: false (weights are quantized in the "
+                "fused form's projections"));
 }
 
 // aoti asks its package builder for a package of the model's weight format, under a cache name
@@ -371,13 +372,14 @@ TEST(Quantization, Int8ActivationsFromARowCountAndRefusedElsewhere) {
               }),
               HasSubstr("is not exported for gptj"));
   EXPECT_THAT(engine_error("bfloat16", 1, 0),
-              HasSubstr("EngineOptions::int8_activation_rows: expected 0, or a row count with "
-                        "weights int8 or int4"));
+              HasSubstr("EngineOptions::int8_activation_rows: expected 0 unless weights is int8 "
+                        "or int4 (int8 activations multiply integer weights), found 1 with "
+                        "weights 'bfloat16'"));
   const auto [status, err] =
       validate_model("{preset: gpt2-tiny, weights: bfloat16, int8_activation_rows: 2}");
   EXPECT_NE(status, 0);
   EXPECT_THAT(err, HasSubstr("int8_activation_rows"));
-  EXPECT_THAT(err, HasSubstr("0 unless model.weights is int8 or int4"));
+  EXPECT_THAT(err, HasSubstr("0 unless weights is int8 or int4"));
 }
 
 // int4 with int8 activations (W4A8): activation blocks of 32, and only those, wherever the
@@ -404,8 +406,9 @@ TEST(Quantization, Int4ActivationsTakeBlocksOf32AndAreCheckedByName) {
   for (const int64_t block : {0, 64}) {
     o.weights.int8_activation_block = block;
     EXPECT_THAT(testing::error_of([&] { testing::test_model("preset:llama-tiny", 3, o); }),
-                HasSubstr("model.int8_activation_block: int4 weights with int8 activations take "
-                          "blocks of 32 (the W4A8 kernel's unit); found " +
+                HasSubstr("model.int8_activation_block: expected 32 with weights int4 and "
+                          "int8_activation_rows (the W4A8 kernel quantizes activations in blocks "
+                          "of 32 channels), found " +
                           std::to_string(block)));
     EXPECT_THAT(engine_error("int4", 1, block),
                 HasSubstr("EngineOptions::int8_activation_block: expected 32 with weights int4"));
@@ -419,8 +422,10 @@ TEST(Quantization, Int4ActivationsTakeBlocksOf32AndAreCheckedByName) {
   // Against the same body with the head as loaded: the int8 head's logits far nearer than the
   // int4 head's.
   o.weights.lm_head = false;
+  o.weights.int8_head = false;  // a head as loaded has no int8 form (refused with it)
   const at::Tensor f = logits(testing::test_model("preset:llama-tiny", 3, o)), c = logits(h8);
   o.weights.lm_head = true;
+  o.weights.int8_head = true;
   EXPECT_LT((c - f).abs().mean().item<float>(), 0.3 * (b - f).abs().mean().item<float>());
   EXPECT_GT(h8->decode_weight_bytes(), w4a8->decode_weight_bytes());
   EngineOptions e;
@@ -432,13 +437,13 @@ TEST(Quantization, Int4ActivationsTakeBlocksOf32AndAreCheckedByName) {
       validate_model("{preset: gpt2-tiny, weights: int8, int8_head: true}");
   EXPECT_NE(h_status, 0);
   EXPECT_THAT(h_err, HasSubstr("int8_head"));
-  EXPECT_THAT(h_err, HasSubstr("false unless model.weights is int4"));
+  EXPECT_THAT(h_err, HasSubstr("false unless weights is int4"));
 
   const auto [status, err] = validate_model(
       "{preset: gpt2-tiny, weights: int4, int8_activation_rows: 1, int8_activation_block: 64}");
   EXPECT_NE(status, 0);
   EXPECT_THAT(err, HasSubstr("int8_activation_block"));
-  EXPECT_THAT(err, HasSubstr("32 with model.weights int4"));
+  EXPECT_THAT(err, HasSubstr("32 with weights int4"));
   EXPECT_EQ(validate_model("{preset: gpt2-tiny, weights: int4, int8_activation_rows: 1, "
                            "int8_activation_block: 32}")
                 .first,
@@ -468,21 +473,28 @@ TEST(Quantization, Int8ActivationBlocksAreTheirOwnScalesAndCheckedByName) {
   EXPECT_FALSE(at::equal(a, b));
   EXPECT_LT((a - b).abs().max().item<float>(), 0.05 * a.abs().max().item<float>());
 
-  o.weights.int8_activation_block = 48;
+  o.weights.int8_activation_block = 96;
   EXPECT_THAT(testing::error_of([&] { testing::test_model("preset:llama-tiny", 3, o); }),
               HasSubstr("model.int8_activation_block: expected 0, or a multiple of 32 dividing "
-                        "every projection's input channels; found 48 for a projection of 64 "
+                        "every projection's input channels; found 96 for a projection of 64 "
                         "input channels"));
+  o.weights.int8_activation_block = 48;
+  EXPECT_THAT(testing::error_of([&] { testing::test_model("preset:llama-tiny", 3, o); }),
+              HasSubstr("model.int8_activation_block: expected 0 (a scale per row) or a multiple "
+                        "of 32 (a scale per block of that many channels of the products that "
+                        "int8_activation_rows quantizes), found 48"));
   // Without int8_activation_rows no product quantizes its activations: the block has no effect
   // (so that a sweep can cross the two), and 48 still does not pass for one.
   o.weights.int8_activation_rows = 0;
   EXPECT_THAT(testing::error_of([&] { testing::test_model("preset:llama-tiny", 3, o); }),
-              HasSubstr("model.int8_activation_block: expected 0, or a multiple of 32"));
+              HasSubstr("model.int8_activation_block: expected 0 (a scale per row) or a "
+                        "multiple of 32"));
   o.weights.int8_activation_block = 64;
   EXPECT_EQ(testing::test_model("preset:llama-tiny", 3, o)->config().weights.describe(), "int8");
   EXPECT_THAT(engine_error("int8", 0, 40),
               HasSubstr("EngineOptions::int8_activation_block: expected 0 (a scale per row) or a "
-                        "multiple of 32 (a scale per block of that many channels); found 40"));
+                        "multiple of 32 (a scale per block of that many channels of the products "
+                        "that int8_activation_rows quantizes), found 40"));
   const auto [status, err] = validate_model(
       "{preset: gpt2-tiny, weights: int8, int8_activation_rows: 1, int8_activation_block: 40}");
   EXPECT_NE(status, 0);
