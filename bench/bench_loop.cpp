@@ -108,7 +108,7 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
                                                         benchmark::Counter::kInvert);
 }
 
-// The loop's check for NaN and inf logits alone (decode_loop.cpp), over GPT-2's vocabulary:
+// The loop's check for NaN and inf logits alone (generator_loop.cpp), over GPT-2's vocabulary:
 // loop_check/non_finite/rows:R/double:0 the host loop's on the CPU (a float sum, read),
 // double:1 the sum in double that the whole step and CUDA leave on the device (read here too).
 // What the check adds to each step, to compare with loop/<strategy>'s per_step.

@@ -11,11 +11,11 @@
 #include <thread>
 
 #include "backends/register_builtin.h"
-#include "engine/engine_access.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
-#include "framework/model/known_models.h"
+#include "framework/decoding/plan.h"
+#include "framework/model/model_names.h"
 #include "framework/model/loader.h"
 #include "framework/quant/weight_format.h"
 #include "framework/text/tokenizer.h"
@@ -84,37 +84,20 @@ struct Engine::Impl {
 
 namespace {
 
-// A folder when one exists at `model`; a preset name otherwise (a path-like name that is no folder
-// is refused rather than looked up as a preset), as `gengraph generate --model` decides;
-// "preset:NAME" always a preset.
+// The model `model` names (model_names.h: the rules every boundary shares), in the form `o` asks.
 ModelSource model_source_of(const std::string& model, const ModelOptions& o) {
+  const ModelName name = resolve_model_name(model, "Engine: model");
   ModelSource src;
-  if (!checked_exists(model, "Engine: model") && find_known_model(model) != nullptr) {
-    // A known real model (gengraph models): its folder where the set-up put it, or an Error
-    // saying it is not set up here and why.
-    return model_source_of(resolve_known_model(model).string(), o);
-  }
-  if (model.rfind("preset:", 0) == 0) {
-    src.preset = model.substr(7);
+  if (!name.preset.empty()) {
+    src.preset = name.preset;
     src.config_overrides = o.model_config;
     src.seed = o.weights_seed;
-  } else if (checked_is_directory(model, "Engine: model")) {
-    src.path = model;
+  } else {
+    src.path = name.folder;
     if (!o.model_config.is_null()) {
       throw Error("Engine: model_config applies to presets; '" + model +
                   "' is a folder (edit its config.json instead)");
     }
-  } else if (checked_exists(model, "Engine: model")) {
-    throw Error("Engine: model '" + model +
-                "' is not a folder: it is a file (expected a folder with config.json and "
-                "model.safetensors, a preset name or a known model name)");
-  } else if (model.find('/') != std::string::npos || model.rfind('.', 0) == 0) {
-    throw Error("Engine: model '" + model +
-                "': no such model folder (and not a preset name; see gengraph presets)");
-  } else {
-    src.preset = model;
-    src.config_overrides = o.model_config;
-    src.seed = o.weights_seed;
   }
   src.load.dtype = o.dtype == DType::kBFloat16  ? at::kBFloat16
                    : o.dtype == DType::kFloat16 ? at::kHalf
@@ -153,11 +136,34 @@ Model::Model(const std::string& model, const ModelOptions& o) {
 
 Model::Model(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
-const LoadedModel& EngineAccess::loaded(const Model& model) { return model.impl_->loaded; }
-
 const std::string& Model::source() const { return impl_->loaded.source; }
 int64_t Model::vocab_size() const { return impl_->loaded.model->config().vocab_size; }
 const std::vector<std::string>& Model::warnings() const { return impl_->loaded.warnings; }
+
+nlohmann::json Model::describe() const {
+  const LoadedModel& l = impl_->loaded;
+  const ModelConfig& mc = l.model->config();
+  return {{"source", l.source},
+          {"model_type", mc.model_type},
+          {"fused", mc.fused},
+          {"weights", mc.weights.describe()},
+          {"parameters", l.model->parameter_count()},
+          {"layers", mc.num_layers},
+          {"hidden_size", mc.hidden_size},
+          {"vocab_size", mc.vocab_size},
+          {"load_seconds", l.load_seconds}};
+}
+
+double Model::decode_read_bytes(int64_t rows, double mean_cache_length) const {
+  const CausalLM& m = *impl_->loaded.model;
+  const ModelConfig& c = m.config();
+  return m.decode_weight_bytes() + 2.0 * static_cast<double>(c.num_layers) *
+                                       static_cast<double>(rows * c.num_kv_heads * c.head_dim) *
+                                       mean_cache_length *
+                                       static_cast<double>(c10::elementSize(m.dtype()));
+}
+
+void Model::save(const std::string& folder) const { save_model_folder(impl_->loaded, folder); }
 
 namespace {
 
@@ -201,19 +207,71 @@ Engine::~Engine() = default;
 Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;
 
+struct Plan::Impl {
+  const void* engine = nullptr;  // the Engine (its Impl) that made it
+  GenerationPlan plan;
+};
+
+const nlohmann::json& Plan::settings() const { return impl_->plan.settings; }
+const std::vector<std::string>& Plan::ignored_keys() const { return impl_->plan.ignored_keys; }
+int64_t Plan::inputs() const { return impl_->plan.inputs; }
+int64_t Plan::rows_per_input() const { return impl_->plan.rows_per_input; }
+int64_t Plan::prompt_length() const { return impl_->plan.prompt_length; }
+int64_t Plan::max_length() const { return impl_->plan.max_length; }
+double Plan::memory_bytes() const { return impl_->plan.memory.total(); }
+std::string Plan::memory_breakdown() const { return impl_->plan.memory.breakdown(); }
+
+Plan Engine::plan(const std::vector<std::vector<int64_t>>& prompts,
+                  const nlohmann::json& settings) {
+  const Impl::Call call(*impl_, "plan");
+  return plan_locked(prompts, settings);
+}
+
+Plan Engine::plan_locked(const std::vector<std::vector<int64_t>>& prompts,
+                         const nlohmann::json& settings) {
+  Plan out;
+  out.impl_ = std::make_shared<Plan::Impl>();
+  out.impl_->engine = impl_.get();
+  out.impl_->plan = plan_generation(
+      plan_target(*impl_->backend, impl_->loaded().generation_defaults), settings, "generation",
+      prompts);
+  return out;
+}
+
+Plan Engine::plan(const std::vector<std::vector<int64_t>>& prompts,
+                  const GenerationSettings& settings) {
+  return plan(prompts, settings.to_json());
+}
+
 Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts,
                             const nlohmann::json& settings, const TokenStream& stream) {
   const Impl::Call call(*impl_, "generate");
-  const GenerationConfig config = resolve_generation(impl_->loaded(), settings, "generation");
-  const c10::Device device = impl_->loaded().model->device();
-  std::function<void()> sync;
-  if (device.is_cuda()) sync = [device] { synchronize(device); };
-  const nlohmann::json resolved = config.to_json();
-  if (!impl_->generator || impl_->generator_settings != resolved) {
-    impl_->generator = std::make_unique<Generator>(config, sync, impl_->loop);
-    impl_->generator_settings = resolved;
+  return generate_locked(plan_locked(prompts, settings), prompts, stream);
+}
+
+Generation Engine::generate(const Plan& plan, const std::vector<std::vector<int64_t>>& prompts,
+                            const TokenStream& stream) {
+  const Impl::Call call(*impl_, "generate");
+  return generate_locked(plan, prompts, stream);
+}
+
+Generation Engine::generate_locked(const Plan& plan,
+                                   const std::vector<std::vector<int64_t>>& prompts,
+                                   const TokenStream& stream) {
+  if (!plan.impl_ || plan.impl_->engine != impl_.get()) {
+    throw Error("Engine::generate: the plan was made by another Engine (or is empty); make it "
+                "with this Engine's plan()");
   }
-  return impl_->generator->generate(*impl_->backend, prompts, stream);
+  GenerationPlan& p = plan.impl_->plan;
+  // The Generator is kept while the settings stay the same, and with it a whole-step graph.
+  if (!impl_->generator || impl_->generator_settings != p.settings) {
+    const c10::Device device = impl_->loaded().model->device();
+    std::function<void()> sync;
+    if (device.is_cuda()) sync = [device] { synchronize(device); };
+    impl_->generator = std::make_unique<Generator>(p.config, sync, impl_->loop);
+    impl_->generator_settings = p.settings;
+  }
+  return impl_->generator->generate(*impl_->backend, p, prompts, stream);
 }
 
 std::vector<int64_t> Engine::encode(const std::string& text, bool add_special_tokens) const {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """docs/embedding.md's API section against the public header it summarises.
 
-Every declaration of the option structs and of `class Model`'s and `class Engine`'s public parts
+Every declaration of the option structs and of `class Model`'s, `class Plan`'s and `class Engine`'s public parts
 (and their base classes) in include/gengraph/gengraph.h must appear in the page's "## The API" block, and the block must
 declare nothing the header does not: the same declarations, compared without comments and with
 whitespace collapsed (the page's comments may be shorter). Exit 1 listing each difference.
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 CLASSES = ("struct Device", "struct ModelOptions", "struct RunOptions", "struct EngineOptions", "class Model",
-           "class Engine")
+           "class Plan", "class Engine")
 
 
 def declarations(body):

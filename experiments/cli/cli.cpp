@@ -17,7 +17,8 @@
 #include <vector>
 
 #include "backends/register_builtin.h"
-#include "experiments/cli/cli_parts.h"
+#include "experiments/cli/arguments.h"
+#include "experiments/cli/output.h"
 #include "experiments/cli/plugin_check.h"
 #include "experiments/cluster/slurm.h"
 #include "experiments/experiment/experiment_config.h"
@@ -32,6 +33,7 @@
 #include "framework/model/known_models.h"
 #include "framework/model/loader.h"
 #include "framework/model/model_config.h"
+#include "framework/model/model_names.h"
 #include "framework/model/model_registry.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
@@ -40,7 +42,7 @@
 namespace gengraph {
 namespace {
 
-using namespace cli;  // NOLINT: the command line's own parts (cli_parts.h)
+using namespace cli;  // NOLINT: the command line's own parts (arguments.h, output.h)
 
 const char* kUsage = R"(usage: gengraph [--plugin LIB.so]... COMMAND ...
   --plugin LIB.so (repeatable, anywhere on the line; also GENGRAPH_PLUGINS=A.so:B.so) loads a
@@ -184,39 +186,18 @@ std::string generate_yaml(const Args& a) {
     throw UsageError(
         "generate: give --prompt IDS or --text TEXT (one or more of either, not both)");
   }
-  // A model folder (config.json inside), a preset or a known real model. `preset:NAME` always
-  // means the preset; a file or folder in the working folder that is no model folder does not
-  // hide a preset or known model of its name, and a model folder that shares such a name is used
-  // with a note saying so.
-  std::string model = a.model;
-  bool is_folder = false;
-  const auto presets = preset_names();
-  const bool preset_named = std::find(presets.begin(), presets.end(), model) != presets.end();
-  const bool known_named = find_known_model(model) != nullptr;
-  const char* builtin = preset_named ? "built-in preset" : "known real model";
-  if (model.rfind("preset:", 0) == 0) {
-    model = model.substr(7);
-  } else if (checked_exists(model, "--model")) {
-    std::error_code ec;
-    const bool model_folder =
-        std::filesystem::is_regular_file(std::filesystem::path(model) / "config.json", ec);
-    is_folder = model_folder || !(preset_named || known_named);
-    if (model_folder && (preset_named || known_named)) {
-      std::cerr << "note: --model " << model << " is the model folder './" << model << "', not the "
-                << builtin << " of that name"
-                << (preset_named ? " (for the preset: --model preset:" + model + ")" : "") << "\n";
-    } else if (!model_folder && (preset_named || known_named)) {
-      std::cerr << "note: --model " << model << ": '" << model
-                << "' in the working folder is not a model folder (no config.json); using the "
-                << builtin << "\n";
-    }
+  // A model folder, a preset or a known real model, read as every boundary reads a model name
+  // (framework/model/model_names.h), with a note when the name could mean two things.
+  ModelName name;
+  try {
+    name = resolve_model_name(a.model, "--model", /*locate_known=*/false);
+  } catch (const Error& e) {
+    throw Error(std::string("generate: ") + e.what());
   }
-  if (!is_folder && (model.find('/') != std::string::npos || model.rfind('.', 0) == 0)) {
-    throw Error("generate: --model '" + a.model +
-                "': no such model folder (and not a preset or known model name; see gengraph "
-                "models)");
-  }
-  const bool is_known = !is_folder && known_named && a.model.rfind("preset:", 0) != 0;
+  if (!name.note.empty()) std::cerr << "note: " << name.note << "\n";
+  const bool is_folder = !name.folder.empty();
+  const bool is_known = name.known;
+  const std::string model = is_folder ? name.folder.string() : is_known ? a.model : name.preset;
   if (a.max_new && a.max_new->size() > 9 &&
       a.max_new->find_first_not_of("0123456789") == std::string::npos) {
     throw UsageError("--max-new-tokens: too large (the most is 999999999), found '" + *a.max_new +

@@ -12,7 +12,7 @@
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
-#include "framework/model/known_models.h"
+#include "framework/model/model_names.h"
 #include "framework/model/loader.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
@@ -92,10 +92,14 @@ WeightFormat quality_weight_format(const std::string& name, int64_t group_size,
 
 nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log) {
   register_builtin_backends();
-  const std::string folder =
-      std::filesystem::exists(o.model) || find_known_model(o.model) == nullptr
-          ? o.model
-          : resolve_known_model(o.model).string();
+  // The name as every boundary reads one (model_names.h): quality needs trained weights and their
+  // tokenizer, so a preset (random weights, no tokenizer) is refused.
+  const ModelName name = resolve_model_name(o.model, "quality: --model");
+  if (name.folder.empty()) {
+    throw Error("quality: --model '" + o.model + "' is the preset " + name.preset +
+                " (random weights, no tokenizer): give a model folder or a known model name");
+  }
+  const std::string folder = name.folder.string();
   const auto tok = load_tokenizer(folder);
   const std::string text =
       read_regular_file(o.text_file, "text file '" + o.text_file + "'", "a text file", 64u << 20);

@@ -1,5 +1,7 @@
 #include "experiments/tools/python_tools.h"
 
+#include <gengraph/gengraph.h>
+
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
@@ -18,14 +20,14 @@
 
 namespace gengraph {
 
-PeerModelFolder::PeerModelFolder(const ExperimentConfig& c, const LoadedModel& loaded)
+PeerModelFolder::PeerModelFolder(const ExperimentConfig& c, const Model& model)
     : path_(c.model.path) {
   if (!path_.empty()) return;
   path_ = std::filesystem::temp_directory_path() /
           ("gengraph-peer-model-" + std::to_string(::getpid()));
   temporary_ = true;
   try {
-    save_model_folder(loaded, path_);
+    model.save(path_.string());
     throw_if_interrupted();
   } catch (...) {
     remove();

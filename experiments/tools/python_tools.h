@@ -16,13 +16,13 @@
 
 namespace gengraph {
 
-struct LoadedModel;
+class Model;
 
 // The model folder the peers load: the configured one, or (for a preset) the very same random
 // weights written once to a temporary folder, removed when the peers are done.
 class PeerModelFolder {
  public:
-  PeerModelFolder(const ExperimentConfig& c, const LoadedModel& loaded);
+  PeerModelFolder(const ExperimentConfig& c, const Model& model);
   ~PeerModelFolder();
   PeerModelFolder(const PeerModelFolder&) = delete;
   PeerModelFolder& operator=(const PeerModelFolder&) = delete;

@@ -41,114 +41,44 @@ Generator::Generator(GenerationConfig config, std::function<void()> sync, LoopOp
   }
 }
 
-int64_t check_prompts(const ModelConfig& mc, const GenerationConfig& g,
-                      const std::vector<std::vector<int64_t>>& prompts) {
-  g.validate_for_vocab(mc.vocab_size);
-  if (prompts.empty()) throw Error("generate: no input prompts");
-  int64_t prompt_len = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    if (prompts[i].empty()) throw Error("input " + std::to_string(i) + ": empty prompt");
-    for (size_t j = 0; j < prompts[i].size(); ++j) {
-      const int64_t id = prompts[i][j];
-      if (id < 0 || id >= mc.vocab_size) {
-        throw Error("input " + std::to_string(i) + " token " + std::to_string(j) + ": id " +
-                    std::to_string(id) + " is outside the vocabulary [0, " +
-                    std::to_string(mc.vocab_size) + ")");
-      }
-    }
-    prompt_len = std::max<int64_t>(prompt_len, static_cast<int64_t>(prompts[i].size()));
-  }
-  const int64_t max_length = g.resolve_max_length(prompt_len, mc.max_positions);
-  if (prompt_len >= mc.max_positions) {
-    throw Error("the longest prompt has " + std::to_string(prompt_len) +
-                " tokens but the model's context is " + std::to_string(mc.max_positions) +
-                " positions (" + mc.source + ")");
-  }
-  if (max_length > mc.max_positions) {
-    throw Error("the longest prompt (" + std::to_string(prompt_len) + " tokens) plus " +
-                std::to_string(max_length - prompt_len) +
-                " new tokens exceeds the model's context of " + std::to_string(mc.max_positions) +
-                " positions (" + mc.source + ")");
-  }
-
-  return max_length;
-}
-
-Generation within_memory(const ForwardBackend& backend, const GenerationConfig& config,
-                         int64_t inputs, int64_t rows_per_input, int64_t prompt_length,
-                         int64_t max_length, const std::function<Generation()>& work) {
-  const CausalLM& model = backend.model();
-  // What the call will hold (KV cache, the prefill's masks and activations, a decode step, the
-  // search's state), before any of it is allocated; the weights are resident already.
-  GenerationShape shape;
-  shape.inputs = static_cast<double>(inputs);
-  shape.rows_per_input = static_cast<double>(rows_per_input);
-  shape.prompt_length = static_cast<double>(prompt_length);
-  shape.max_length = static_cast<double>(max_length);
-  shape.beam_search = config.num_beams > 1;
-  shape.shared_prefill = backend.shares_prefill();
-  const BackendReport report = backend.report();
-  const auto static_cache = report.find("static_cache");
-  shape.static_cache =
-      backend.name() != "eager" || (static_cache != report.end() && static_cache->second != 0.0);
-  const MemoryEstimate need = estimate_generation_memory(model.config(), model.dtype(), shape);
-  const std::string what = "generating " + std::to_string(inputs * rows_per_input) + " rows (" +
-                           std::to_string(inputs) + " prompts x " + std::to_string(rows_per_input) +
-                           ") of " + std::to_string(max_length) + " positions";
-  const std::string advice =
-      "use fewer or shorter prompts, a smaller num_beams or num_return_sequences, or fewer new "
-      "tokens (max_new_tokens)";
-  check_memory(what + " (" + need.breakdown() + ")", need.total(), model.device(), advice);
-  // An allocation that fails all the same is reported with the estimate, not LibTorch's text.
-  return with_allocation_errors(what, need.total(), model.device(), advice, work);
-}
-
 Generation Generator::generate(ForwardBackend& backend,
                                const std::vector<std::vector<int64_t>>& prompts,
                                const TokenStream& stream) {
-  const ModelConfig& mc = backend.model().config();
-  int64_t prompt_len = 0;
-  for (const auto& p : prompts)
-    prompt_len = std::max<int64_t>(prompt_len, static_cast<int64_t>(p.size()));
-  const int64_t max_length = check_prompts(mc, config_, prompts);
-  Pipeline pipe = build_pipeline(config_, max_length, prompt_len, mc.vocab_size, &backend.model());
-  const int64_t per_input = pipe.strategy->rows_per_input();
-  return within_memory(backend, config_, static_cast<int64_t>(prompts.size()), per_input,
-                       prompt_len, max_length, [&] {
-                         return run_checked(backend, prompts, stream, std::move(pipe), prompt_len,
-                                            max_length);
-                       });
+  GenerationPlan plan = plan_generation(plan_target(backend), config_, prompts);
+  return generate(backend, plan, prompts, stream);
+}
+
+Generation Generator::generate(ForwardBackend& backend, GenerationPlan& plan,
+                               const std::vector<std::vector<int64_t>>& prompts,
+                               const TokenStream& stream) {
+  if (plan.settings != settings_) {
+    throw Error("generate: the plan was made for other settings than this Generator's");
+  }
+  check_planned_prompts(plan, backend.model().config().vocab_size, prompts);
+  // The plan's pipeline serves its first generation; a later one builds its own.
+  Pipeline pipe = plan.pipeline ? std::move(*plan.pipeline)
+                                : build_pipeline(config_, plan.max_length, plan.prompt_length,
+                                                 backend.model().config().vocab_size,
+                                                 &backend.model());
+  plan.pipeline.reset();
+  // An allocation that fails all the same is reported with the plan's estimate, not LibTorch's
+  // text.
+  return with_allocation_errors(plan.memory_what, plan.memory.total(), backend.model().device(),
+                                kGenerationMemoryAdvice,
+                                [&] { return run_checked(backend, prompts, stream, std::move(pipe), plan); });
 }
 
 Generation Generator::run_checked(ForwardBackend& backend,
                                   const std::vector<std::vector<int64_t>>& prompts,
-                                  const TokenStream& stream, Pipeline pipe, int64_t prompt_len,
-                                  int64_t max_length) {
+                                  const TokenStream& stream, Pipeline pipe,
+                                  const GenerationPlan& plan) {
+  const int64_t prompt_len = plan.prompt_length, max_length = plan.max_length;
   const int64_t batch = static_cast<int64_t>(prompts.size());
   const int64_t rows = batch * pipe.strategy->rows_per_input();
   if (stream && !pipe.strategy->streams()) {
     throw Error("streaming: the '" + pipe.strategy->name() +
                 "' strategy chooses its sequences only when it finishes, so its tokens cannot be "
                 "streamed; stream with greedy search or sampling");
-  }
-  if (config_.output_scores && !pipe.strategy->scores_tokens()) {
-    throw Error("output_scores: the '" + pipe.strategy->name() +
-                "' strategy does not score its tokens (SearchStrategy::scores_tokens); the "
-                "built-in greedy search, sampling, beam search and beam sampling do");
-  }
-  if (pipe.candidates) {
-    const std::string what = "speculative decoding ('" + pipe.candidates->name() + "' candidates)";
-    if (rows != 1) {
-      throw Error(what + " verifies one sequence at a time, as transformers' assisted generation " +
-                  "does: found " + std::to_string(batch) + " prompt(s) x " +
-                  std::to_string(rows / batch) + " sequence(s); generate each prompt alone");
-    }
-    if (!pipe.strategy->streams()) {
-      throw Error(what + ": the '" + pipe.strategy->name() +
-                  "' strategy does not choose each token for good as it goes "
-                  "(SearchStrategy::streams), so candidates cannot be checked position by "
-                  "position; use greedy search or sampling");
-    }
   }
   backend.prepare(rows, max_length);
   Generation result;

@@ -35,23 +35,10 @@
 #include "framework/decoding/generation_config.h"
 #include "framework/decoding/loop_options.h"
 #include "framework/decoding/pipeline.h"
+#include "framework/decoding/plan.h"
 #include "framework/model/model_config.h"
 
 namespace gengraph {
-
-// Checks prompts against the model before any work: ids inside the vocabulary (and the generation
-// settings' token ids), the longest prompt plus the new tokens within the context. Returns the
-// total length. Generator::generate calls it; so does experiment validation, without weights.
-int64_t check_prompts(const ModelConfig& model, const GenerationConfig& generation,
-                      const std::vector<std::vector<int64_t>>& prompts);
-
-// Checks that a generation of `inputs` prompts x `rows_per_input` rows of `max_length` positions
-// fits the memory the backend's device has left (model/memory.h: the estimate by part, calibrated
-// on CPU), and throws an Error naming each part otherwise. Then runs `work`, reporting an
-// allocation that fails all the same with the estimate rather than LibTorch's text.
-Generation within_memory(const ForwardBackend& backend, const GenerationConfig& config,
-                         int64_t inputs, int64_t rows_per_input, int64_t prompt_length,
-                         int64_t max_length, const std::function<Generation()>& work);
 
 // "" when the whole step can run with this pipeline and backend (static_decode() is asked, so
 // call after prepare()), else the first reason it cannot, naming the part.
@@ -70,7 +57,14 @@ class Generator {
   // prompts: token ids per input, ragged allowed (left-padded here as transformers does).
   // `stream`, when given, receives each token as it is chosen (gengraph/stream.h); on CUDA that
   // adds one device-to-host copy per step. Not thread-safe: one Generator per thread.
+  // Makes the plan (plan.h) for this Generator's settings and `backend`, then executes it.
   Generation generate(ForwardBackend& backend, const std::vector<std::vector<int64_t>>& prompts,
+                      const TokenStream& stream = {});
+  // Executes `plan` (made for these prompts and `backend`, with this Generator's settings): its
+  // pipeline when no generation has taken it yet, its memory estimate for allocation failures.
+  // Nothing is resolved, built or estimated twice.
+  Generation generate(ForwardBackend& backend, GenerationPlan& plan,
+                      const std::vector<std::vector<int64_t>>& prompts,
                       const TokenStream& stream = {});
   const GenerationConfig& config() const { return config_; }
   const LoopOptions& loop() const { return loop_; }
@@ -78,8 +72,7 @@ class Generator {
  private:
   // generate() after its checks: sets up the loop (or keeps the whole step's), runs it.
   Generation run_checked(ForwardBackend& backend, const std::vector<std::vector<int64_t>>& prompts,
-                         const TokenStream& stream, Pipeline pipe, int64_t prompt_length,
-                         int64_t max_length);
+                         const TokenStream& stream, Pipeline pipe, const GenerationPlan& plan);
   // Whether the kept whole-step loop can run this generation on `backend` as it is.
   bool serves(ForwardBackend& backend, int64_t rows, int64_t max_length,
               int64_t prompt_length) const;
@@ -88,11 +81,11 @@ class Generator {
               int64_t prompt_length, bool whole_step);
   // Drops the loop's state (its buffers, pipeline and graph).
   void forget();
-  // The loop (decode_loop.cpp): lays the prompts out (left-padded with `pad`), prefills and
+  // The loop (generator_loop.cpp): lays the prompts out (left-padded with `pad`), prefills and
   // decides until the strategy stops; fills `out`'s times and loop report.
   void run_loop(const std::vector<std::vector<int64_t>>& prompts, int64_t pad,
                 const TokenStream& stream, Generation& out);
-  // Speculative decoding's loop (decode_loop.cpp), one prompt and one sequence: the pipeline's
+  // Speculative decoding's loop (generator_loop.cpp), one prompt and one sequence: the pipeline's
   // candidates verified in one forward per step, decided position by position.
   void run_speculative(const std::vector<int64_t>& prompt, int64_t pad, const TokenStream& stream,
                        Generation& out);

@@ -42,8 +42,6 @@ struct Device {
   std::string str() const;                           // "cpu", "cuda", "cuda:1"
 };
 
-struct EngineAccess;  // gengraph's own experiment runner, below this API (engine/engine_access.h)
-
 // How a model is loaded: its form in memory, fixed for the life of the loaded model.
 struct ModelOptions {
   Device device;  // the CPU unless set
@@ -100,13 +98,45 @@ class Model {
   const std::string& source() const;  // "preset:NAME" or the folder
   int64_t vocab_size() const;
   const std::vector<std::string>& warnings() const;  // as Engine::warnings
+  // What was loaded: source, model_type, fused, weights (the format, described), parameters,
+  // layers, hidden_size, vocab_size, load_seconds (the results' `model` block).
+  nlohmann::json describe() const;
+  // The least a decode step reads: the weights (as stored) once and the KV cache of `rows` rows of
+  // `mean_cache_length` positions. What bandwidth figures divide by a step's time.
+  double decode_read_bytes(int64_t rows, double mean_cache_length) const;
+  // Writes the model as a Hugging Face folder (config.json, model.safetensors), e.g. a preset's
+  // random weights for another engine to load. The weights as loaded: quantized forms are not
+  // written.
+  void save(const std::string& folder) const;
 
  private:
   friend class Engine;
-  friend struct EngineAccess;
   struct Impl;
   explicit Model(std::shared_ptr<const Impl> impl);
   std::shared_ptr<const Impl> impl_;
+};
+
+// One generation decided before any work (Engine::plan): the settings resolved over the model's
+// defaults, the prompts checked, the decoding pipeline built, the memory it needs estimated and
+// checked. Engine::generate executes a plan as it is, so a plan made once serves repeated
+// generations of the same prompts (each a fresh run) with nothing resolved or checked again.
+// A plan belongs to the Engine that made it.
+class Plan {
+ public:
+  const nlohmann::json& settings() const;  // the resolved settings every Generation reports
+  // Keys of the model's generation_config.json that gengraph does not use.
+  const std::vector<std::string>& ignored_keys() const;
+  int64_t inputs() const;          // prompts
+  int64_t rows_per_input() const;  // num_beams, or num_return_sequences when sampling
+  int64_t prompt_length() const;   // the longest prompt (the others are left-padded)
+  int64_t max_length() const;      // prompt plus new tokens
+  double memory_bytes() const;     // the estimate checked against the device (weights aside)
+  std::string memory_breakdown() const;  // "KV cache 1.2 GB, prefill ..., decode step ..."
+
+ private:
+  friend class Engine;
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
 };
 
 // generate_text's stream: text of prompt `input`'s sequence `sequence` as it becomes final (never
@@ -149,6 +179,13 @@ class Engine {
   // The same with typed settings (gengraph/settings.h): settings.to_json() in the call above.
   Generation generate(const std::vector<std::vector<int64_t>>& prompts,
                       const GenerationSettings& settings, const TokenStream& stream = {});
+  // generate() in two steps: plan() resolves and checks everything (the first error names the
+  // key or input) and generate(plan, ...) runs it, for the prompts it was made for.
+  Plan plan(const std::vector<std::vector<int64_t>>& prompts,
+            const nlohmann::json& settings = nlohmann::json::object());
+  Plan plan(const std::vector<std::vector<int64_t>>& prompts, const GenerationSettings& settings);
+  Generation generate(const Plan& plan, const std::vector<std::vector<int64_t>>& prompts,
+                      const TokenStream& stream = {});
 
   // Text in and out, natively (framework/text/tokenizer.h): the model folder's tokenizer.json (or
   // tokenizer.model), loaded on first use; a preset, or a folder without one, is refused naming
@@ -180,7 +217,10 @@ class Engine {
   const std::vector<std::string>& warnings() const;
 
  private:
-  friend struct EngineAccess;
+  // plan() and generate(plan, ...) inside a call that holds the Engine already.
+  Plan plan_locked(const std::vector<std::vector<int64_t>>& prompts, const nlohmann::json& settings);
+  Generation generate_locked(const Plan& plan, const std::vector<std::vector<int64_t>>& prompts,
+                             const TokenStream& stream);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

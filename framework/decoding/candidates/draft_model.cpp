@@ -13,12 +13,11 @@
 
 #include "framework/backend/backend_registry.h"
 #include "framework/model/causal_lm.h"
-#include "framework/model/known_models.h"
+#include "framework/model/model_names.h"
 #include "framework/model/loader.h"
 #include "framework/model/model_registry.h"
 #include "framework/quant/weight_format.h"
 #include "framework/util/error.h"
-#include "framework/util/path_errors.h"
 
 namespace gengraph {
 namespace {
@@ -52,18 +51,11 @@ std::shared_ptr<const CausalLM> load_draft(const DraftModelOptions& o, const Cau
   const std::lock_guard<std::mutex> lock(mutex);
   auto& slot = loaded[{o.model, o.weights, dtype, device}];
   if (slot) return slot;
+  // The name as every boundary reads one (model_names.h); the draft's form is the target's.
+  const ModelName name = resolve_model_name(o.model, "'model':");
   ModelSource src;
-  if (o.model.rfind("preset:", 0) == 0) {
-    src.preset = o.model.substr(7);
-  } else if (!checked_exists(o.model, "'model'") && find_known_model(o.model) != nullptr) {
-    src.path = resolve_known_model(o.model);
-  } else if (checked_is_directory(o.model, "'model'")) {
-    src.path = o.model;
-  } else {
-    throw Error("'model': '" + o.model +
-                "' is neither a model folder, a known model (gengraph models) nor "
-                "\"preset:NAME\"");
-  }
+  src.preset = name.preset;
+  src.path = name.folder;
   src.load.dtype = target.dtype();
   src.load.device = target.device();
   src.load.weights = draft_weight_format(o.weights);

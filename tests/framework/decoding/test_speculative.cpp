@@ -227,7 +227,7 @@ TEST(DraftModel, BadParametersAndAnotherVocabularyAreRefusedByName) {
       refusal({{"name", "draft_model"}, {"model", "preset:gpt2-tiny"}, {"backend", "egaer"}}),
       HasSubstr("unknown backend 'egaer'"));
   EXPECT_THAT(refusal({{"name", "draft_model"}, {"model", "/no/such/folder"}}),
-              HasSubstr("'/no/such/folder' is neither a model folder"));
+              HasSubstr("'model': '/no/such/folder': no such model folder"));
   const std::string other = testing::fixtures_dir() + "/models/gpt2-a";  // 96 tokens
   EXPECT_THAT(refusal({{"name", "draft_model"}, {"model", other}}),
               HasSubstr("a draft must share the target's vocabulary"));
