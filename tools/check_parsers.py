@@ -54,10 +54,7 @@ RULES = [
                                          "not a parse"}),
     Rule("the weight-kind parser called outside the one parser",
          r"\bparse_weight_kind\s*\(",
-         dict(THE_PARSER, **{
-             "experiments/experiment/runner.cpp":
-                 "rebuilds the format of a ModelSpec that the YAML reader already checked "
-                 "through parse_weight_format"})),
+         dict(THE_PARSER)),
     Rule("the int4 group-size check",
          r"\bis_group_size\s*\(",
          dict(THE_PARSER)),
@@ -67,6 +64,20 @@ RULES = [
          r"unless weights is int8 or int4|32 with weights int4 and int8_activation_rows|"
          r"or a multiple of 32 \(a scale per block|float with fused: false",
          dict(THE_PARSER)),
+    # Model names (presets, known real models, folders): resolve_model_name decides for every
+    # boundary; the known models' table is looked up only there and where it is defined.
+    Rule("known-model name resolution",
+         r"\b(?:resolve_known_model|find_known_model)\s*\(",
+         {"framework/model/known_models.h": "declares them",
+          "framework/model/known_models.cpp": "the table and its resolver",
+          "framework/model/model_names.cpp": "the one resolver of model names",
+          "experiments/experiment/experiment_config.cpp":
+              "model.name, a key that names known models only (not a general model name)"}),
+    Rule("model-name rules in their own words (a second resolver)",
+         r"no such model folder|is not a folder: it is a file \(expected a folder with config|"
+         r"is neither a model folder",
+         {"framework/model/model_names.cpp": "the one resolver of model names",
+          "framework/model/loader.cpp": "check_model_folder: a folder given as model.path"}),
     # The rules' old wordings, each a check written beside the parser before it: allowed nowhere.
     Rule("weight-format rules in their old words (a second check)",
          r"unless model\.weights is|int4 weights with int8 activations take|"
@@ -120,6 +131,9 @@ def self_test():
         "weight-format combination rule texts": '"expected false unless weights is int4"\n',
         "weight-format rules in their old words (a second check)":
             '"0 unless model.weights is int8"\n',
+        "known-model name resolution": "if (find_known_model(name)) {}\n",
+        "model-name rules in their own words (a second resolver)":
+            '"\': no such model folder"\n',
     }
     ok = True
     with tempfile.TemporaryDirectory() as root:
