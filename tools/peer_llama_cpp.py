@@ -189,8 +189,8 @@ class Session:
         L.llama_backend_init()
         mp = L.llama_model_default_params()
         # llama.cpp's AMX-INT8 weight buffers (an "extra buffer type") crash this version with a
-        # segmentation fault at the first evaluation of a Q8_0 or Q4_0 model on a Sapphire Rapids
-        # CPU (seen 2026-12-04; its float32 model runs). Where the CPU has AMX-INT8 the weights
+        # segmentation fault at the first evaluation of a Q8_0 or Q4_0 model on a CPU with AMX-INT8
+        # (its float32 model runs; docs/results/measurements-from-comments.md). There the weights
         # stay in the plain CPU buffers (its AVX-512 / VNNI kernels), and info() says so.
         self.extra_buffer_types = not cpu_has_amx_int8()
         mp.use_extra_bufts = self.extra_buffer_types

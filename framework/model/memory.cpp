@@ -17,20 +17,20 @@ namespace {
 constexpr double kPerTensorOverhead = 2048;
 
 // Calibration of estimate_generation_memory against the peak resident memory of generations
-// measured on CPU (LibTorch 2.11, glibc malloc; the figures are in docs/reliability.md). What
-// glibc keeps of freed blocks counts as used: the peak is what the machine must have.
-constexpr double kWorkingBytes = 32e6;  // first-call overhead: kernels, thread pools (23 MB)
+// measured on CPU (the figures and where they were measured: docs/reliability.md and
+// docs/results/measurements-from-comments.md). What glibc keeps of freed blocks counts as used:
+// the peak is what the machine must have.
+constexpr double kWorkingBytes = 32e6;  // first-call overhead: kernels, thread pools
 // Activations per prompt token, in float32 elements per MLP width (on CPU reduced precisions
 // compute their norms and activations in float32, so they use as many bytes): the fused form
-// (measured 4.6 to 5.3) and transformers' op-by-op one (gelu_new term by term: 10 to 13.4).
+// and transformers' op-by-op one (gelu_new term by term, about twice as many).
 constexpr double kPrefillWidthsFused = 6, kPrefillWidthsUnfused = 14;
 constexpr double kPrefillHiddenWidths = 8;
 // A decode step's activations per row (one token), in the same units.
 constexpr double kStepWidths = 3, kStepHiddenWidths = 6;
 // Float32 copies of a step's [rows, vocab] scores beside the logits themselves: their float
-// form, log_softmax or softmax, the processors' and the strategy's (measured: at most 6 for
-// sampling and 8 for beam search, which also ranks the scores (kBeamTopkBytes), KV cache and
-// activations included).
+// form, log_softmax or softmax, the processors' and the strategy's (beam search also ranks the
+// scores: kBeamTopkBytes), fitted to peaks measured with the KV cache and activations included.
 constexpr double kScoreCopies = 5, kBeamTopkBytes = 8;
 // Beam search's int64 token histories of max_length per row: running beams, 2 x beams
 // candidates and their padded form, the finished hypotheses and their merge (beam_search.cpp).

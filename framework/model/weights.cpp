@@ -32,7 +32,7 @@ std::string shape_str(at::IntArrayRef s) {
 }
 
 // Draws normal(0, std) for `shape` in `dtype`. ATen's CPU normal_ is vectorised for float32 only;
-// drawing bfloat16/float16 directly is about 4x slower (minutes for a 6B-parameter preset), so
+// drawing bfloat16/float16 directly is several times slower (minutes for a large preset), so
 // reduced precisions are drawn in float32 into `scratch` (reused, so large draws do not fault in
 // fresh pages every time) and rounded. float32 and float64 draws are unchanged.
 at::Tensor draw_normal(const std::vector<int64_t>& shape, double std, at::ScalarType dtype,

@@ -1,6 +1,6 @@
 // The aoti backend beyond conformance: the package cache, given packages, and every way a package
-// or its export can be wrong. Each compile costs tens of seconds on 2 cores, so one test builds one
-// package and checks all that needs a fresh one.
+// or its export can be wrong. Each compile is slow (an AOTInductor build of the model), so one
+// test builds one package and checks all that needs a fresh one.
 #include <ATen/ATen.h>
 #include <gengraph/cli.h>
 #include <gmock/gmock.h>

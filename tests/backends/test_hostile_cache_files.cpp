@@ -130,7 +130,7 @@ TEST(HostileCaches, AFifoInPlaceOfACacheFileIsRefusedNotOpened) {
   EXPECT_EQ(builder.builds, 1);
 }
 
-// A writer killed by SIGKILL left its temporary (214 MB for a trace) that no later run removed:
+// A writer killed by SIGKILL left its temporary (as big as the trace) that no later run removed:
 // the next writer of that target removes those of writers that are gone, on this host, and keeps
 // those of running writers and of other hosts.
 TEST(HostileCaches, AKilledWritersTemporaryIsRemovedByTheNextWriter) {

@@ -100,8 +100,8 @@ class HeldProcess {
   bool waited_ = false;
 };
 
-// SIGTERM (or SIGINT) while a trace-cache file was written left its temporary (54 MB in the probe)
-// and the process ended without a word. Now the temporary is removed at once, the line every
+// SIGTERM (or SIGINT) while a trace-cache file was written left its temporary (the size of a
+// trace) and the process ended without a word. Now the temporary is removed at once, the line every
 // interrupted command prints is printed, and the exit status is 128 + the signal. The write is
 // caught in the middle for certain: the temporary that the run will write (its name holds the
 // writer's pid, known between fork and exec) is made a FIFO beforehand, whose reader here takes

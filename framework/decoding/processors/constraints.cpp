@@ -41,9 +41,9 @@ const at::Tensor& cached_vocab_mask(at::Tensor& cache, const std::vector<int64_t
 
 // scores with -inf at `ids` (`mask` over the vocabulary) in the rows where `flag` holds, as
 // at::where(and_flag(mask, flag), -inf, scores) gives. When every row takes it on CPU, a copy with
-// those columns filled instead: at::where broadcasting a [vocab] mask over the rows ran at a few
-// GB/s there (186 us a decode step for 8 rows of GPT-2's 50257 on the machine of 2026-12-05),
-// where the copy runs at memory speed.
+// those columns filled instead: at::where broadcasting a [vocab] mask over the rows runs far below
+// memory speed there, where the copy runs at memory speed (the timing:
+// docs/results/measurements-from-comments.md).
 at::Tensor fill_columns(const at::Tensor& scores, const std::vector<int64_t>& ids,
                         const at::Tensor& mask, const Flag& flag) {
   if (flag.never()) return scores;
