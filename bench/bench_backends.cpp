@@ -53,7 +53,7 @@ std::string check_against_eager(const Variant& v, const std::shared_ptr<const Ca
   auto& registry = BackendRegistry::instance();
   auto reference = registry.create("eager", preset_model(preset), BackendOptions("eager", {}));
   auto backend = registry.create(v.backend, model, BackendOptions(v.backend, v.options));
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 8;
   const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3, 4, 5}, {6, 7}};
   const auto a = Generator(g).generate(*reference, prompts);

@@ -135,7 +135,7 @@ BuildChain single_processor(const std::string& name) {
 // The chain transformers builds for do_sample with temperature, top_k, top_p and a repetition
 // penalty: repetition_penalty, temperature, top_k, top_p.
 void sampling_chain(ProcessorChain& chain, const PartContext& ctx) {
-  GenerationConfig c;
+  ResolvedSettings c;
   c.do_sample = true;
   c.temperature = 0.7;
   c.top_k = 50;
@@ -191,7 +191,7 @@ struct StrategyRun {
 };
 
 StrategyRun begin_strategy(const StrategyCase& c, int64_t rows, int64_t vocab) {
-  GenerationConfig g;
+  ResolvedSettings g;
   g.do_sample = c.sample;
   g.num_beams = c.beams;
   g.eos_token_id = {kEos};

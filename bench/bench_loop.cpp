@@ -59,7 +59,7 @@ void BM_Loop(benchmark::State& state, LoopCase c) {
   at::Tensor logits = at::randn({64, model->config().vocab_size}).to(dev);
   logits.select(1, kEos).fill_(-1e4);
   testing::FixedLogitsBackend backend(model, logits);
-  GenerationConfig g;
+  ResolvedSettings g;
   g.do_sample = c.sample;
   g.num_beams = c.beams;
   g.max_new_tokens = kNew;

@@ -14,17 +14,17 @@
 
 namespace gengraph {
 
-std::vector<std::pair<std::string, GenerationConfig>> every_strategy(const GenerationConfig& base) {
-  GenerationConfig sample = base;
+std::vector<std::pair<std::string, ResolvedSettings>> every_strategy(const ResolvedSettings& base) {
+  ResolvedSettings sample = base;
   sample.do_sample = true;
   sample.top_k = 20;
-  GenerationConfig beam = base;
+  ResolvedSettings beam = base;
   beam.num_beams = 3;
   beam.num_return_sequences = 2;
-  GenerationConfig beam_sample = beam;
+  ResolvedSettings beam_sample = beam;
   beam_sample.do_sample = true;
   beam_sample.early_stopping = EarlyStopping::kTrue;
-  GenerationConfig diverse = beam;
+  ResolvedSettings diverse = beam;
   diverse.num_beams = 4;
   diverse.num_beam_groups = 2;
   diverse.diversity_penalty = 0.5;
@@ -128,7 +128,7 @@ nlohmann::json check_backend_conformance(const std::string& backend,
       auto reference = eager();
       auto tested = under_test();
       const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
-      GenerationConfig g;
+      ResolvedSettings g;
       g.max_new_tokens = how.max_new_tokens;
       for (const auto& [what, config] : every_strategy(g)) {
         at::manual_seed(17);
@@ -192,10 +192,10 @@ nlohmann::json check_backend_conformance(const std::string& backend,
       fresh->decode(StepInputs{one(8), one(5), yes, {}});
       const auto want = fresh->decode(StepInputs{one(12), one(6), yes, {}});
       if (!close(want, after)) return "decode after rewind: " + max_difference(want, after);
-      GenerationConfig g;
+      ResolvedSettings g;
       g.max_new_tokens = 16;
       g.do_sample = false;
-      GenerationConfig lookup = g;
+      ResolvedSettings lookup = g;
       lookup.prompt_lookup_num_tokens = 3;
       const std::vector<std::vector<int64_t>> prompt = {{3, 4, 5, 6, 3, 4, 5, 6, 3, 4}};
       const auto a = Generator(g).generate(*reference, prompt);

@@ -8,13 +8,13 @@
 #include <utility>
 #include <vector>
 
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 
 namespace gengraph {
 
 // Every built-in strategy over the settings of `base`: greedy, seeded sampling (top_k 20), beam
 // search (3 beams, 2 returned), beam sampling (early_stopping true) and diverse beam search (4
 // beams in 2 groups), labelled.
-std::vector<std::pair<std::string, GenerationConfig>> every_strategy(const GenerationConfig& base);
+std::vector<std::pair<std::string, ResolvedSettings>> every_strategy(const ResolvedSettings& base);
 
 }  // namespace gengraph

@@ -15,7 +15,7 @@
 
 #include "experiments/experiment/yaml_input.h"
 #include "experiments/tools/peers.h"
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/model/known_models.h"
 #include "framework/quant/weight_format.h"
 #include "framework/util/error.h"
@@ -361,7 +361,7 @@ InputsSpec read_inputs(MapReader r, const std::string& file) {
 nlohmann::json read_generation(MapReader r, const YAML::Node& node, const std::string& file) {
   nlohmann::json out = nlohmann::json::object();
   if (!node.IsMap()) return out;
-  GenerationConfig probe;
+  ResolvedSettings probe;
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     const nlohmann::json value = to_json(it->second);

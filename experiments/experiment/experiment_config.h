@@ -114,7 +114,7 @@ struct ExperimentConfig {
   ModelSpec model;
   std::vector<BackendSpec> backends;
   InputsSpec inputs;
-  nlohmann::json generation = nlohmann::json::object();  // GenerationConfig keys -> values
+  nlohmann::json generation = nlohmann::json::object();  // ResolvedSettings keys -> values
   RunSpec run;
   std::vector<PeerSpec> peers;
   // Sweep: dotted keys (as for --set) -> values (YAML text); every combination is one point.

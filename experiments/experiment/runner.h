@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "experiments/experiment/experiment_config.h"
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/util/error.h"
 
 namespace gengraph {

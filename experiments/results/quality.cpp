@@ -131,7 +131,7 @@ nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log) {
     ref_logp.push_back(lp);
   });
   const double positions = static_cast<double>(o.windows * (o.window - 1));
-  const GenerationConfig greedy =
+  const ResolvedSettings greedy =
       resolve_generation(ref.loaded, greedy_settings, "gengraph quality");
   const auto ref_out = Generator(greedy).generate(*ref.backend, prompts).outputs;
 

@@ -66,7 +66,7 @@ std::string peer_tool(const std::string& peer) {
   return peer.rfind("hf_", 0) == 0 ? "hf_peer.py" : "engine_peer.py";
 }
 
-std::string peer_refusal(const std::string& peer, const GenerationConfig& g,
+std::string peer_refusal(const std::string& peer, const ResolvedSettings& g,
                          const std::string& device, const std::string& dtype) {
   if (peer.rfind("hf_", 0) == 0) {
     // What tools/hf_peer.py refuses, refused before any row runs (validate, run, submit).
@@ -92,7 +92,7 @@ std::string peer_refusal(const std::string& peer, const GenerationConfig& g,
     return "model.device = " + device + ": the " + e.name + " peers run on the CPU only";
   if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16")
     return "model.dtype = " + dtype + ": expected float32, bfloat16 or float16";
-  const nlohmann::json got = g.to_json(), defaults = GenerationConfig{}.to_json();
+  const nlohmann::json got = g.to_json(), defaults = ResolvedSettings{}.to_json();
   for (auto it = got.begin(); it != got.end(); ++it) {
     const std::string& key = it.key();
     const auto def = defaults.find(key);

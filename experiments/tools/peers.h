@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 
 namespace gengraph {
 
@@ -20,7 +20,7 @@ std::string peer_tool(const std::string& peer);
 // with `dtype`: the first setting it would have to ignore, as "generation.KEY = VALUE: REASON", or
 // "" when it can run them all. Settings that act only under sampling (temperature, top_k, ...) or
 // only with beams (length_penalty, ...) count only then, as in transformers.
-std::string peer_refusal(const std::string& peer, const GenerationConfig& g,
+std::string peer_refusal(const std::string& peer, const ResolvedSettings& g,
                          const std::string& device, const std::string& dtype);
 
 }  // namespace gengraph

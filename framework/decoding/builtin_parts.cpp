@@ -19,14 +19,14 @@ namespace {
 
 using Json = nlohmann::json;
 using FromSettings =
-    std::function<std::unique_ptr<LogitsProcessor>(const GenerationConfig&, const PartContext&)>;
+    std::function<std::unique_ptr<LogitsProcessor>(const ResolvedSettings&, const PartContext&)>;
 
-// A built-in processor: its GenerationConfig keys, when the settings enable it, how it is built
+// A built-in processor: its ResolvedSettings keys, when the settings enable it, how it is built
 // from them. Its list parameters are those keys (and min_tokens_to_keep).
 struct Entry {
   std::string name;
   std::vector<std::string> keys;
-  std::function<bool(const GenerationConfig&)> enabled;
+  std::function<bool(const ResolvedSettings&)> enabled;
   FromSettings build;
   bool warper = false;
 };
@@ -38,9 +38,9 @@ std::unique_ptr<LogitsProcessor> make(A&&... a) {
 
 // A list entry's parameters as settings: each a key the processor reads, read (and checked) by
 // the settings' own reader. `min_keep`, when given, receives min_tokens_to_keep.
-GenerationConfig settings_of(const std::vector<std::string>& keys, const Json& params,
+ResolvedSettings settings_of(const std::vector<std::string>& keys, const Json& params,
                              const std::vector<int64_t>& eos, int64_t* min_keep) {
-  GenerationConfig c;
+  ResolvedSettings c;
   c.eos_token_id = eos;
   std::vector<std::string> allowed = keys;
   allowed.push_back("min_tokens_to_keep");
@@ -216,8 +216,8 @@ void register_builtin_processors(Registry<ProcessorInfo>& registry) {
 
 void register_builtin_stopping(Registry<StoppingCriterionInfo>& registry) {
   const auto add = [&](std::string name, std::string description,
-                       std::function<bool(const GenerationConfig&)> enabled,
-                       std::function<std::unique_ptr<StoppingCriterion>(const GenerationConfig&,
+                       std::function<bool(const ResolvedSettings&)> enabled,
+                       std::function<std::unique_ptr<StoppingCriterion>(const ResolvedSettings&,
                                                                         const PartContext&)>
                            build,
                        std::vector<std::string> keys) {
@@ -229,38 +229,38 @@ void register_builtin_stopping(Registry<StoppingCriterionInfo>& registry) {
     info.from_settings = build;
     info.check_params = [keys](const Json& params) { settings_of(keys, params, {}, nullptr); };
     info.create = [keys, build](const Json& params, const PartContext& ctx) {
-      GenerationConfig c = settings_of(keys, params, ctx.eos, nullptr);
+      ResolvedSettings c = settings_of(keys, params, ctx.eos, nullptr);
       return build(c, ctx);
     };
     registry.add(std::move(info));
   };
   add(
       "max_length", "every row stops at the resolved total length (always on)",
-      [](const GenerationConfig&) { return true; },
-      [](const GenerationConfig&, const PartContext& x) {
+      [](const ResolvedSettings&) { return true; },
+      [](const ResolvedSettings&, const PartContext& x) {
         return std::make_unique<MaxLengthCriterion>(x.max_length);
       },
       {});
   add(
       "max_time", "every row stops once max_time seconds have passed",
-      [](const GenerationConfig& c) { return c.max_time.has_value(); },
-      [](const GenerationConfig& c, const PartContext&) {
+      [](const ResolvedSettings& c) { return c.max_time.has_value(); },
+      [](const ResolvedSettings& c, const PartContext&) {
         if (!c.max_time) throw Error("max_time: needs max_time");
         return std::make_unique<MaxTimeCriterion>(*c.max_time);
       },
       {"max_time"});
   add(
       "stop_sequences", "a row stops when its tokens end with one of the stop sequences",
-      [](const GenerationConfig& c) { return !c.stop_sequences.empty(); },
-      [](const GenerationConfig& c, const PartContext&) {
+      [](const ResolvedSettings& c) { return !c.stop_sequences.empty(); },
+      [](const ResolvedSettings& c, const PartContext&) {
         if (c.stop_sequences.empty()) throw Error("stop_sequences: needs stop_sequences");
         return std::make_unique<StopSequencesCriterion>(c.stop_sequences);
       },
       {"stop_sequences"});
   add(
       "eos", "a row stops at an EOS id",
-      [](const GenerationConfig& c) { return !c.eos_token_id.empty(); },
-      [](const GenerationConfig& c, const PartContext&) {
+      [](const ResolvedSettings& c) { return !c.eos_token_id.empty(); },
+      [](const ResolvedSettings& c, const PartContext&) {
         if (c.eos_token_id.empty()) throw Error("eos: needs eos_token_id");
         return std::make_unique<EosCriterion>(c.eos_token_id);
       },
@@ -269,7 +269,7 @@ void register_builtin_stopping(Registry<StoppingCriterionInfo>& registry) {
 
 namespace {
 
-BeamSearchOptions beam_options(const GenerationConfig& c, const PartContext& x) {
+BeamSearchOptions beam_options(const ResolvedSettings& c, const PartContext& x) {
   BeamSearchOptions beams;
   beams.num_beams = c.num_beams;
   beams.length_penalty = c.length_penalty;
@@ -294,9 +294,9 @@ void no_params(const Json& params) {
 void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
   // Each reads the settings it honours (`keys`) and takes no parameters of its own.
   const auto add = [&](std::string name, std::string description, std::vector<std::string> keys,
-                       std::function<bool(const GenerationConfig&)> enabled,
-                       std::function<int64_t(const GenerationConfig&)> rows,
-                       std::function<std::unique_ptr<SearchStrategy>(const GenerationConfig&,
+                       std::function<bool(const ResolvedSettings&)> enabled,
+                       std::function<int64_t(const ResolvedSettings&)> rows,
+                       std::function<std::unique_ptr<SearchStrategy>(const ResolvedSettings&,
                                                                      const PartContext&)>
                            build) {
     SearchStrategyInfo info;
@@ -304,7 +304,7 @@ void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
     info.description = std::move(description);
     info.keys = std::move(keys);
     info.enabled = std::move(enabled);
-    info.rows_per_input = [rows](const GenerationConfig& c, const Json&) { return rows(c); };
+    info.rows_per_input = [rows](const ResolvedSettings& c, const Json&) { return rows(c); };
     info.check_params = no_params;
     info.create = [build](const Json&, const PartContext& x) {
       if (x.config == nullptr) throw Error("internal: a strategy built without its settings");
@@ -312,13 +312,13 @@ void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
     };
     registry.add(std::move(info));
   };
-  const auto beams = [](const GenerationConfig& c) { return c.num_beams; };
+  const auto beams = [](const ResolvedSettings& c) { return c.num_beams; };
   add(
       "group_beam_search", "diverse beam search (num_beam_groups > 1, transformers 4.55)",
       {"num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "early_stopping",
        "num_return_sequences", "output_scores"},
-      [](const GenerationConfig& c) { return c.num_beam_groups > 1; }, beams,
-      [](const GenerationConfig& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
+      [](const ResolvedSettings& c) { return c.num_beam_groups > 1; }, beams,
+      [](const ResolvedSettings& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
         GroupBeamSearchOptions o;
         static_cast<BeamSearchOptions&>(o) = beam_options(c, x);
         o.num_beam_groups = c.num_beam_groups;
@@ -342,24 +342,24 @@ void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
       "beam_search", "beam search, or beam sampling with do_sample (num_beams > 1)",
       {"num_beams", "length_penalty", "early_stopping", "num_return_sequences", "do_sample",
        "output_scores"},
-      [](const GenerationConfig& c) { return c.num_beams > 1; }, beams,
-      [](const GenerationConfig& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
+      [](const ResolvedSettings& c) { return c.num_beams > 1; }, beams,
+      [](const ResolvedSettings& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
         return std::make_unique<BeamSearch>(beam_options(c, x));
       });
   add(
       "sample", "multinomial sampling (do_sample), num_return_sequences per input",
       {"do_sample", "num_return_sequences", "output_scores"},
-      [](const GenerationConfig& c) { return c.do_sample; },
-      [](const GenerationConfig& c) { return c.num_return_sequences; },
-      [](const GenerationConfig& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
+      [](const ResolvedSettings& c) { return c.do_sample; },
+      [](const ResolvedSettings& c) { return c.num_return_sequences; },
+      [](const ResolvedSettings& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
         return std::make_unique<SampleSearch>(x.finished_pad, c.num_return_sequences,
                                               c.output_scores);
       });
   add(
       "greedy", "greedy search (the default)", {"output_scores"},
-      [](const GenerationConfig&) { return true; },
-      [](const GenerationConfig&) { return int64_t{1}; },
-      [](const GenerationConfig& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
+      [](const ResolvedSettings&) { return true; },
+      [](const ResolvedSettings&) { return int64_t{1}; },
+      [](const ResolvedSettings& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
         return std::make_unique<GreedySearch>(x.finished_pad, c.output_scores);
       });
 }
@@ -371,12 +371,12 @@ void register_builtin_candidates(Registry<CandidateGeneratorInfo>& registry) {
       "prompt lookup: what followed an earlier occurrence of the last n tokens (transformers' "
       "prompt_lookup_num_tokens, max_matching_ngram_size)";
   info.keys = {"prompt_lookup_num_tokens", "max_matching_ngram_size"};
-  info.enabled = [](const GenerationConfig& c) { return c.prompt_lookup_num_tokens.has_value(); };
-  const auto build = [](const GenerationConfig& c) {
+  info.enabled = [](const ResolvedSettings& c) { return c.prompt_lookup_num_tokens.has_value(); };
+  const auto build = [](const ResolvedSettings& c) {
     return std::make_unique<PromptLookup>(c.prompt_lookup_num_tokens.value_or(10),
                                           c.max_matching_ngram_size.value_or(2), c.eos_token_id);
   };
-  info.from_settings = [build](const GenerationConfig& c, const PartContext&) { return build(c); };
+  info.from_settings = [build](const ResolvedSettings& c, const PartContext&) { return build(c); };
   info.check_params = no_params;
   info.create = [build](const nlohmann::json&, const PartContext& x) {
     if (x.config == nullptr) throw Error("internal: a candidate generator built without settings");
@@ -402,8 +402,8 @@ void register_builtin_candidates(Registry<CandidateGeneratorInfo>& registry) {
       "the model's own first layers with its final norm and head (transformers' "
       "assistant_early_exit): layers, backend, options, num_tokens, schedule, sampling";
   early.keys = {"assistant_early_exit"};
-  early.enabled = [](const GenerationConfig& c) { return c.assistant_early_exit.has_value(); };
-  early.from_settings = [](const GenerationConfig& c, const PartContext& x) {
+  early.enabled = [](const ResolvedSettings& c) { return c.assistant_early_exit.has_value(); };
+  early.from_settings = [](const ResolvedSettings& c, const PartContext& x) {
     DraftModelOptions o;  // transformers' num_assistant_tokens 20, schedule constant
     o.layers = *c.assistant_early_exit;
     return std::make_unique<DraftModel>(o, x.target, x.max_length, x.prompt_length);

@@ -17,14 +17,14 @@ nlohmann::json read_generation_defaults(const std::filesystem::path& folder) {
   return doc;
 }
 
-GenerationConfig resolve_generation(const LoadedModel& model, const nlohmann::json& overrides,
+ResolvedSettings resolve_generation(const LoadedModel& model, const nlohmann::json& overrides,
                                     const std::string& source,
                                     std::vector<std::string>* ignored_keys) {
   return resolve_generation(model.model->config(), model.generation_defaults, model.source,
                             overrides, source, ignored_keys);
 }
 
-GenerationConfig resolve_generation(const ModelConfig& mc,
+ResolvedSettings resolve_generation(const ModelConfig& mc,
                                     const nlohmann::json& generation_defaults,
                                     const std::string& model_source,
                                     const nlohmann::json& overrides, const std::string& source,
@@ -33,7 +33,7 @@ GenerationConfig resolve_generation(const ModelConfig& mc,
     throw Error(source + ": expected a mapping of generation keys to values, found " +
                 overrides.dump());
   }
-  GenerationConfig g;
+  ResolvedSettings g;
   if (generation_defaults.is_object()) {
     auto ignored =
         apply_generation_defaults(g, generation_defaults, model_source + "/generation_config.json");

@@ -31,7 +31,7 @@ Generator::Generator(const Generator& other)
 Generator::~Generator() = default;
 Generator::Generator(Generator&&) noexcept = default;
 
-Generator::Generator(GenerationConfig config, std::function<void()> sync, LoopOptions loop)
+Generator::Generator(ResolvedSettings config, std::function<void()> sync, LoopOptions loop)
     : config_(std::move(config)), sync_(std::move(sync)), loop_(loop) {
   config_.validate();
   settings_ = config_.to_json();

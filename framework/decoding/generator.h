@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "framework/backend/forward_backend.h"
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/decoding/loop_options.h"
 #include "framework/decoding/pipeline.h"
 #include "framework/decoding/plan.h"
@@ -48,7 +48,7 @@ std::string whole_step_blocker(const Pipeline& pipe, ForwardBackend& backend, bo
 class Generator {
  public:
   // `sync` waits for the device (CUDA) so that timings are true; empty on CPU.
-  Generator(GenerationConfig config, std::function<void()> sync = {}, LoopOptions loop = {});
+  Generator(ResolvedSettings config, std::function<void()> sync = {}, LoopOptions loop = {});
   // A copy has the same settings and none of the kept whole-step loop.
   Generator(const Generator& other);
   Generator(Generator&&) noexcept;
@@ -66,7 +66,7 @@ class Generator {
   Generation generate(ForwardBackend& backend, GenerationPlan& plan,
                       const std::vector<std::vector<int64_t>>& prompts,
                       const TokenStream& stream = {});
-  const GenerationConfig& config() const { return config_; }
+  const ResolvedSettings& config() const { return config_; }
   const LoopOptions& loop() const { return loop_; }
 
  private:
@@ -90,7 +90,7 @@ class Generator {
   void run_speculative(const std::vector<int64_t>& prompt, int64_t pad, const TokenStream& stream,
                        Generation& out);
 
-  GenerationConfig config_;
+  ResolvedSettings config_;
   nlohmann::json settings_;  // config_.to_json(), made once: every Generation carries it
   std::function<void()> sync_;
   LoopOptions loop_;

@@ -4,7 +4,7 @@
 
 namespace gengraph {
 
-int64_t effective_pad_token(const GenerationConfig& c) {
+int64_t effective_pad_token(const ResolvedSettings& c) {
   if (c.pad_token_id) return *c.pad_token_id;
   if (!c.eos_token_id.empty()) return c.eos_token_id.front();
   return 0;
@@ -27,7 +27,7 @@ auto create_named(const Registry<Info>& registry, const PartSpec& spec, const Pa
 }
 
 // The strategy the settings name, or the first registered one they enable.
-const SearchStrategyInfo& strategy_info(const GenerationConfig& c) {
+const SearchStrategyInfo& strategy_info(const ResolvedSettings& c) {
   if (c.strategy) return strategy_registry().get(c.strategy->name);
   for (const auto& info : strategy_registry().all()) {
     if (info.enabled && info.enabled(c)) return info;
@@ -37,14 +37,14 @@ const SearchStrategyInfo& strategy_info(const GenerationConfig& c) {
 
 }  // namespace
 
-int64_t rows_per_input(const GenerationConfig& c) {
+int64_t rows_per_input(const ResolvedSettings& c) {
   if (c.strategy_object) return c.strategy_object->rows_per_input();
   const auto& info = strategy_info(c);
   const nlohmann::json params = c.strategy ? c.strategy->params : nlohmann::json::object();
   return info.rows_per_input ? info.rows_per_input(c, params) : 1;
 }
 
-void add_processors_from_config(ProcessorChain& chain, const GenerationConfig& c,
+void add_processors_from_config(ProcessorChain& chain, const ResolvedSettings& c,
                                 const PartContext& x) {
   for (const auto& info : processor_registry().all()) {
     if (!info.enabled || !info.from_settings || (info.warper && !c.do_sample)) continue;
@@ -67,7 +67,7 @@ void add_processors_from_list(ProcessorChain& chain, const std::vector<PartSpec>
   }
 }
 
-Pipeline build_pipeline(const GenerationConfig& c, int64_t max_length, int64_t prompt_length,
+Pipeline build_pipeline(const ResolvedSettings& c, int64_t max_length, int64_t prompt_length,
                         int64_t vocab_size, const CausalLM* target) {
   Pipeline p;
   const int64_t n_eos = static_cast<int64_t>(c.eos_token_id.size());

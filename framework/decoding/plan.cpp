@@ -72,7 +72,7 @@ int64_t longest(const std::vector<std::vector<int64_t>>& prompts) {
 
 // The prompts against the model: ids inside the vocabulary (and the settings' token ids), the
 // longest prompt plus the new tokens within the context. Returns the total length.
-int64_t check_lengths(const ModelConfig& mc, const GenerationConfig& g,
+int64_t check_lengths(const ModelConfig& mc, const ResolvedSettings& g,
                       const std::vector<std::vector<int64_t>>& prompts) {
   g.validate_for_vocab(mc.vocab_size);
   check_prompt_ids(mc.vocab_size, prompts);
@@ -93,7 +93,7 @@ int64_t check_lengths(const ModelConfig& mc, const GenerationConfig& g,
 }
 
 // What the pipeline's parts can do against what the settings ask of them.
-void check_parts(const GenerationConfig& config, const Pipeline& pipe, int64_t inputs) {
+void check_parts(const ResolvedSettings& config, const Pipeline& pipe, int64_t inputs) {
   if (config.output_scores && !pipe.strategy->scores_tokens()) {
     throw Error("output_scores: the '" + pipe.strategy->name() +
                 "' strategy does not score its tokens (SearchStrategy::scores_tokens); the "
@@ -116,7 +116,7 @@ void check_parts(const GenerationConfig& config, const Pipeline& pipe, int64_t i
 }
 
 // A plan for settings already resolved and validated.
-GenerationPlan plan_resolved(const PlanTarget& target, GenerationConfig config,
+GenerationPlan plan_resolved(const PlanTarget& target, ResolvedSettings config,
                              const std::vector<std::vector<int64_t>>& prompts, int64_t inputs) {
   const ModelConfig& mc = *target.config;
   GenerationPlan plan;
@@ -159,14 +159,14 @@ GenerationPlan plan_generation(const PlanTarget& target, const nlohmann::json& s
                                const std::string& where,
                                const std::vector<std::vector<int64_t>>& prompts, int64_t inputs) {
   std::vector<std::string> ignored;
-  GenerationConfig config = resolve_generation(*target.config, target.generation_defaults,
+  ResolvedSettings config = resolve_generation(*target.config, target.generation_defaults,
                                                target.source, settings, where, &ignored);
   GenerationPlan plan = plan_resolved(target, std::move(config), prompts, inputs);
   plan.ignored_keys = std::move(ignored);
   return plan;
 }
 
-GenerationPlan plan_generation(const PlanTarget& target, GenerationConfig config,
+GenerationPlan plan_generation(const PlanTarget& target, ResolvedSettings config,
                                const std::vector<std::vector<int64_t>>& prompts, int64_t inputs) {
   config.validate();
   return plan_resolved(target, std::move(config), prompts, inputs);

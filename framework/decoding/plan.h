@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/decoding/pipeline.h"
 #include "framework/model/memory.h"
 #include "framework/model/model_config.h"
@@ -63,7 +63,7 @@ struct PlanTarget {
 PlanTarget plan_target(const ForwardBackend& backend, nlohmann::json generation_defaults = nullptr);
 
 struct GenerationPlan {
-  GenerationConfig config;                // the settings, resolved
+  ResolvedSettings config;                // the settings, resolved
   nlohmann::json settings;                // config.to_json(): what every Generation reports
   std::vector<std::string> ignored_keys;  // generation_config.json keys gengraph does not use
   int64_t inputs = 0;                     // prompts in the batch
@@ -90,8 +90,8 @@ GenerationPlan plan_generation(const PlanTarget& target, const nlohmann::json& s
                                const std::string& where,
                                const std::vector<std::vector<int64_t>>& prompts,
                                int64_t inputs = -1);
-// The same for settings a C++ caller resolved itself (a GenerationConfig it built, parts and all).
-GenerationPlan plan_generation(const PlanTarget& target, GenerationConfig config,
+// The same for settings a C++ caller resolved itself (a ResolvedSettings it built, parts and all).
+GenerationPlan plan_generation(const PlanTarget& target, ResolvedSettings config,
                                const std::vector<std::vector<int64_t>>& prompts,
                                int64_t inputs = -1);
 

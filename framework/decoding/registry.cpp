@@ -10,7 +10,7 @@ void throw_unknown_part(const std::string& kind, const std::string& name,
               (known.empty() ? std::string("none") : join(known, ", ")) + plugin_hint());
 }
 
-nlohmann::json generation_settings_json(const GenerationConfig& config) { return config.to_json(); }
+nlohmann::json generation_settings_json(const ResolvedSettings& config) { return config.to_json(); }
 
 // Each registry holds gengraph's own parts from its first use on (builtin_parts.cpp): one path for
 // built-in and registered parts alike.
@@ -64,7 +64,7 @@ void check_entry(const Registry<Info>& registry, const PartSpec& spec, const std
 
 }  // namespace
 
-void check_registered_parts(const GenerationConfig& c) {
+void check_registered_parts(const ResolvedSettings& c) {
   for (size_t i = 0; i < c.processors.size(); ++i) {
     const auto& p = c.processors[i];
     check_entry(processor_registry(), p, "processors[" + std::to_string(i) + "] '" + p.name + "'");

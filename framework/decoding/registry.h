@@ -5,7 +5,7 @@
 
 #include <gengraph/ext/registry.h>
 
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/decoding/stopping/stopping_criteria.h"
 #include "framework/util/error.h"
 
@@ -21,7 +21,7 @@ void register_builtin_candidates(Registry<CandidateGeneratorInfo>& registry);
 
 // Checks every part a configuration names (processors, stopping_criteria, strategy): that it is
 // registered and, where the part can, its parameters. Errors name
-// the key and the entry. GenerationConfig::validate calls it.
-void check_registered_parts(const GenerationConfig& config);
+// the key and the entry. ResolvedSettings::validate calls it.
+void check_registered_parts(const ResolvedSettings& config);
 
 }  // namespace gengraph

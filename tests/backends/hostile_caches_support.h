@@ -50,8 +50,8 @@ inline std::unique_ptr<ForwardBackend> make(const std::string& name,
                                             BackendOptions(name, std::move(options)));
 }
 
-inline GenerationConfig greedy(int64_t n) {
-  GenerationConfig g;
+inline ResolvedSettings greedy(int64_t n) {
+  ResolvedSettings g;
   g.max_new_tokens = n;
   return g;
 }

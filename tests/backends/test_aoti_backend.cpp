@@ -46,8 +46,8 @@ std::vector<std::vector<int64_t>> tokens(const Generation& r) {
   return out;
 }
 
-GenerationConfig greedy(int64_t n) {
-  GenerationConfig g;
+ResolvedSettings greedy(int64_t n) {
+  ResolvedSettings g;
   g.max_new_tokens = n;
   return g;
 }

@@ -88,7 +88,7 @@ TEST_P(BackendConformance, MatchesEagerTokensAndLogits) {
   auto reference = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
   auto backend = under_test(model);
   const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 12;
   // Greedy, seeded sampling, beam search, beam sampling and diverse beam search (the beam reorder
   // runs inside decode).
@@ -212,14 +212,14 @@ TEST_P(BackendConformance, VerifyRewindAndPromptLookupChangeNoToken) {
   // Generation: a prompt that repeats itself, so that candidates are proposed from the first
   // step; greedy and seeded sampling against the reference without candidates.
   const std::vector<std::vector<int64_t>> prompt = {{3, 4, 5, 6, 3, 4, 5, 6, 3, 4}};
-  GenerationConfig plain;
+  ResolvedSettings plain;
   plain.max_new_tokens = 16;
   for (const bool sample : {false, true}) {
-    GenerationConfig g = plain;
+    ResolvedSettings g = plain;
     g.do_sample = sample;
     g.top_k = 0;
     g.temperature = 0.3;  // sharp enough for the random models to repeat, so lookups match
-    GenerationConfig lookup = g;
+    ResolvedSettings lookup = g;
     lookup.prompt_lookup_num_tokens = 3;
     const std::string what = sample ? "sampling" : "greedy";
     if (variant.loop.whole_step == LoopOptions::WholeStep::kOn) {
@@ -238,7 +238,7 @@ TEST_P(BackendConformance, VerifyRewindAndPromptLookupChangeNoToken) {
     // The scripted candidates: two kept and one rewound per verify, the same tokens.
     register_scripted();
     script() = Script{a.outputs[0][0].tokens, prompt[0].size(), model->config().vocab_size};
-    GenerationConfig scripted = g;
+    ResolvedSettings scripted = g;
     scripted.candidate_generator = PartSpec{"scripted", nlohmann::json::object()};
     at::manual_seed(5);
     const auto c = Generator(scripted, {}, variant.loop).generate(*backend, prompt);

@@ -83,7 +83,7 @@ TEST(CudaGraphBackend, UncapturedPicksTheSmallestBucketThatFits) {
       "cuda_graph", model("tiny", at::kFloat, "cpu"),
       BackendOptions("cuda_graph",
                      {{"capture", "false"}, {"buckets", "2,4,16"}, {"max_length", "16"}}));
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 3;
   Generator(g).generate(*b, {{1}, {2}, {3}});  // 3 rows: bucket 4
   EXPECT_EQ(b->report().at("buckets"), 1.0);
@@ -135,7 +135,7 @@ TEST(CudaGraphBackend, ARegisteredModelStepRunsLikeTheBuiltinOnes) {
     ModelStepRegistry::instance().add(info);
   }
   const auto cpu = model("tiny", at::kFloat, "cpu");
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 5;
   g.num_beams = 2;
   const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4, 5}};
@@ -187,12 +187,12 @@ class CudaGraphGpuModels : public ::testing::TestWithParam<std::string> {
 
 const std::vector<std::vector<int64_t>> kPrompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
 
-std::vector<std::pair<std::string, GenerationConfig>> modes() {
-  GenerationConfig greedy;
+std::vector<std::pair<std::string, ResolvedSettings>> modes() {
+  ResolvedSettings greedy;
   greedy.max_new_tokens = 16;
-  GenerationConfig sample = greedy;
+  ResolvedSettings sample = greedy;
   sample.do_sample = true;
-  GenerationConfig beam = greedy;
+  ResolvedSettings beam = greedy;
   beam.num_beams = 4;
   beam.num_return_sequences = 2;
   return {{"greedy", greedy}, {"sample", sample}, {"beam", beam}};
@@ -204,7 +204,7 @@ std::unique_ptr<ForwardBackend> make(const std::shared_ptr<const CausalLM>& m,
   return BackendRegistry::instance().create(name, m, BackendOptions(name, std::move(options)));
 }
 
-Generation run(const GenerationConfig& config, ForwardBackend& b) {
+Generation run(const ResolvedSettings& config, ForwardBackend& b) {
   at::manual_seed(23);
   return Generator(config, [] { synchronize(at::Device(at::kCUDA, 0)); }).generate(b, kPrompts);
 }
@@ -362,7 +362,7 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaGraphGpuModels,
 // Prompt lookup on `backend` gives `reference`'s plain greedy tokens, with at least one verify.
 void expect_lookup_gives_greedy(ForwardBackend& backend, ForwardBackend& reference,
                                 int64_t new_tokens, int64_t candidates) {
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = new_tokens;
   const std::vector<std::vector<int64_t>> prompt = {{5, 6, 7, 8, 5, 6, 7, 8, 5, 6}};
   const auto want = Generator(g).generate(reference, prompt).outputs[0][0].tokens;
@@ -428,7 +428,7 @@ TEST(CudaGraphGpuErrors, BucketsAndLengthLimitsNameTheOption) {
   const auto m = model("tiny", at::kFloat, "cuda");
   auto b = BackendRegistry::instance().create(
       "cuda_graph", m, BackendOptions("cuda_graph", {{"buckets", "1,2"}, {"max_length", "12"}}));
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 4;
   EXPECT_THAT(error_of([&] {
                 Generator(g).generate(*b, {{1}, {2}, {3}});

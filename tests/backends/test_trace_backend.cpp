@@ -41,8 +41,8 @@ std::unique_ptr<ForwardBackend> make(const std::string& name, std::shared_ptr<co
                                             BackendOptions(name, std::move(options)));
 }
 
-GenerationConfig greedy(int64_t n) {
-  GenerationConfig g;
+ResolvedSettings greedy(int64_t n) {
+  ResolvedSettings g;
   g.max_new_tokens = n;
   return g;
 }

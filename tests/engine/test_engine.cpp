@@ -13,7 +13,7 @@
 #include <thread>
 #include <type_traits>
 
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -347,7 +347,7 @@ TEST(Engine, EveryTypedSettingIsAGenerationKey) {
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, expected);
   // ... and each is read as the JSON form reads it.
-  GenerationConfig c;
+  ResolvedSettings c;
   for (auto it = j.begin(); it != j.end(); ++it) apply_generation_key(c, it.key(), it.value(), "t");
   EXPECT_EQ(c.exponential_decay_length_penalty->second, 1.5);
 }

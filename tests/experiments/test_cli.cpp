@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -168,7 +168,7 @@ TEST(Cli, ABadTokenIdNamesTheFileItCameFrom) {
                         "5000 is outside"));
   EXPECT_THAT(
       testing::error_of([&] {
-        GenerationConfig g;
+        ResolvedSettings g;
         g.eos_token_id = {7};
         g.validate_for_vocab(5);
       }),

@@ -19,13 +19,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
-GenerationConfig settings(const std::string& yaml) {
+ResolvedSettings settings(const std::string& yaml) {
   const auto c = parse_experiment(
       "model: {preset: gpt2-tiny}\ninputs: {prompts: [[1, 2]]}\n"
       "generation: " +
           yaml + "\n",
       "g.yaml");
-  GenerationConfig g;
+  ResolvedSettings g;
   for (auto it = c.generation.begin(); it != c.generation.end(); ++it)
     apply_generation_key(g, it.key(), it.value(), "generation");
   return g;

@@ -10,7 +10,7 @@
 #include <optional>
 #include <thread>
 
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/util/json_at.h"
 #include "tests/support/test_util.h"
 

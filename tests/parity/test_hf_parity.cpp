@@ -58,7 +58,7 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
   src.path = testing::fixtures_dir() + "/models/" + rec["model"].get<std::string>();
   src.load.fused = GetParam().variant != "unfused";
   const LoadedModel loaded = load_model(src);
-  GenerationConfig gen =
+  ResolvedSettings gen =
       resolve_generation(loaded, rec["generation"], rec["name"].get<std::string>());
   // Each token's score too, where transformers recorded them (diverse beam search: where 4.55's
   // own were right, see tools/groupbeam_oracle.py).

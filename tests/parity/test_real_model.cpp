@@ -167,7 +167,7 @@ TEST_P(RealModelParity, SameTokensAsTransformersGenerate) {
   REQUIRE_REAL_MODEL();
   const auto& rec = fixture()["cases"][GetParam().index];
   const LoadedModel& loaded = loaded_model();
-  GenerationConfig gen =
+  ResolvedSettings gen =
       resolve_generation(loaded, rec["generation"], rec["name"].get<std::string>());
   // Each token's score as transformers' compute_transition_scores gave it, too.
   const bool scored = rec["expected"].at(0).at(0).contains("token_scores");

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/conformance.h"
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/model/weights.h"
 
 namespace gengraph {

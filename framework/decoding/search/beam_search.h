@@ -5,7 +5,7 @@
 // sum_logprobs / generated_length ** length_penalty, subject to early_stopping.
 #pragma once
 
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/decoding/search/search_strategy.h"
 
 namespace gengraph {

@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/decoding/search/beam_search.h"
 #include "framework/decoding/search/search_strategy.h"
 

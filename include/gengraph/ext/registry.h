@@ -27,7 +27,7 @@
 
 namespace gengraph {
 
-struct GenerationConfig;  // the resolved settings; read them with generation_settings_json()
+struct ResolvedSettings;  // the resolved settings; read them with generation_settings_json()
 
 // Throws the registries' "unknown <kind> '<name>'" Error: the closest registered name, all of them,
 // and how a part from a plug-in library is loaded.
@@ -48,7 +48,7 @@ struct PartContext {
   int64_t min_tokens_to_keep = 1;  // warpers: 1; for beam sampling n_eos + 1 (at least 2)
   // The resolved settings, which a strategy reads as it honours them (temperature, num_beams);
   // a part built outside gengraph reads them through generation_settings_json(*config).
-  const GenerationConfig* config = nullptr;
+  const ResolvedSettings* config = nullptr;
   // The pipeline's processor chain, for a strategy that works with a processor of its own (diverse
   // beam search inserts its Hamming-diversity processor); null when checking parameters only.
   ProcessorChain* processors = nullptr;
@@ -64,7 +64,7 @@ using DecodingContext [[deprecated("use gengraph::PartContext")]] = PartContext;
 // A registered part of kind `Part` (LogitsProcessor, StoppingCriterion, SearchStrategy): a name,
 // a description, an optional check of its parameters (throws Error when they are wrong, so a
 // config is refused before any model load), and how it is built. Built-in and registered parts
-// are the same kind of entry: a part may also say which GenerationConfig keys it reads (`keys`:
+// are the same kind of entry: a part may also say which ResolvedSettings keys it reads (`keys`:
 // then a list entry's parameters are those keys) and when the settings alone enable it
 // (`enabled`: the built-ins, which the pipeline walks in registration order).
 template <typename Part>
@@ -73,19 +73,19 @@ struct PartInfo {
   std::string description;
   std::function<void(const nlohmann::json& params)> check_params;
   std::vector<std::string> keys;
-  std::function<bool(const GenerationConfig& config)> enabled;
+  std::function<bool(const ResolvedSettings& config)> enabled;
   // From a list entry's parameters (a strategy: its parameters, with the settings in
   // context.config).
   std::function<std::unique_ptr<Part>(const nlohmann::json& params, const PartContext& context)>
       create;
   // From the settings alone (with `enabled`): the chain built when no processor list is given,
   // the criteria max_length, max_time, stop_sequences and eos.
-  std::function<std::unique_ptr<Part>(const GenerationConfig& config, const PartContext& context)>
+  std::function<std::unique_ptr<Part>(const ResolvedSettings& config, const PartContext& context)>
       from_settings;
   // Processors: in the settings' chain only when sampling (do_sample).
   bool warper = false;
   // Strategies: rows per input prompt, known before the strategy is built (default: 1).
-  std::function<int64_t(const GenerationConfig& config, const nlohmann::json& params)>
+  std::function<int64_t(const ResolvedSettings& config, const nlohmann::json& params)>
       rows_per_input;
 };
 using ProcessorInfo = PartInfo<LogitsProcessor>;
@@ -138,9 +138,9 @@ Registry<StoppingCriterionInfo>& stopping_registry();
 Registry<SearchStrategyInfo>& strategy_registry();
 Registry<CandidateGeneratorInfo>& candidate_registry();
 
-// The resolved settings as JSON, transformers' key names (GenerationConfig::to_json): how a part
+// The resolved settings as JSON, transformers' key names (ResolvedSettings::to_json): how a part
 // built outside gengraph reads the settings it honours from PartContext::config, e.g.
 // generation_settings_json(*context.config).value("temperature", 1.0).
-nlohmann::json generation_settings_json(const GenerationConfig& config);
+nlohmann::json generation_settings_json(const ResolvedSettings& config);
 
 }  // namespace gengraph

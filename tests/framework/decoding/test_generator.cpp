@@ -50,7 +50,7 @@ std::vector<int64_t> greedy_without_cache(const CausalLM& m, std::vector<int64_t
 TEST(Generator, LeftPaddedBatchEqualsEachPromptAlone) {
   const auto m = tiny(3);
   const std::vector<std::vector<int64_t>> prompts = {{5, 6, 7, 8, 9}, {10}, {11, 12, 13}};
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 9;
   for (const std::string cache : {"growing", "static"}) {
     auto b = eager(m, cache);
@@ -66,7 +66,7 @@ TEST(Generator, LeftPaddedBatchEqualsEachPromptAlone) {
 TEST(Generator, EosStopsARowAndTheOthersContinue) {
   const auto m = tiny(4);
   const std::vector<std::vector<int64_t>> prompts = {{5, 6, 7}, {100, 200}};
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 10;
   auto b = eager(m);
   const auto free_run = Generator(g).generate(*b, prompts);
@@ -83,7 +83,7 @@ TEST(Generator, EosStopsARowAndTheOthersContinue) {
 
 TEST(GeneratorErrors, TokenOutsideVocabulary) {
   auto b = eager(tiny());
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 2;
   EXPECT_THAT(error_of([&] {
                 Generator(g).generate(*b, {{1, 2}, {3, 1024}});
@@ -93,7 +93,7 @@ TEST(GeneratorErrors, TokenOutsideVocabulary) {
 
 TEST(GeneratorErrors, PromptLongerThanContext) {
   auto b = eager(tiny());
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 2;
   EXPECT_THAT(error_of([&] { Generator(g).generate(*b, {std::vector<int64_t>(300, 1)}); }),
               HasSubstr("the longest prompt has 300 tokens but the model's context is 256"));
@@ -103,24 +103,24 @@ TEST(GeneratorErrors, PromptLongerThanContext) {
 
 TEST(GeneratorErrors, MaxLengthWithoutRoomAndBadSpecialTokens) {
   auto b = eager(tiny());
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_length = 3;
   EXPECT_THAT(error_of([&] {
                 Generator(g).generate(*b, {{1, 2, 3}});
               }),
               HasSubstr("'max_length' 3 leaves no room after the longest prompt (3 tokens"));
-  GenerationConfig e;
+  ResolvedSettings e;
   e.eos_token_id = {5000};
   EXPECT_THAT(error_of([&] { Generator(e).generate(*b, {{1}}); }),
               HasSubstr("'eos_token_id': token id 5000 is outside the model's vocabulary"));
   EXPECT_THAT(error_of([&] {
-                Generator(GenerationConfig{}).generate(*b, {{1}, {}});
+                Generator(ResolvedSettings{}).generate(*b, {{1}, {}});
               }),
               HasSubstr("input 1: empty prompt"));
 }
 
 TEST(GeneratorErrors, InconsistentSearchSettingsAreRefusedNotIgnored) {
-  GenerationConfig g;
+  ResolvedSettings g;
   g.num_beam_groups = 2;
   EXPECT_THAT(error_of([&] { Generator{g}; }),
               HasSubstr("'num_beam_groups' (2) needs num_beams > 1"));
@@ -130,7 +130,7 @@ TEST(GeneratorErrors, InconsistentSearchSettingsAreRefusedNotIgnored) {
   g.do_sample = true;
   EXPECT_THAT(error_of([&] { Generator{g}; }),
               HasSubstr("diverse beam search ('num_beam_groups' > 1) cannot sample"));
-  GenerationConfig d;
+  ResolvedSettings d;
   d.diversity_penalty = 1.0;
   EXPECT_THAT(error_of([&] { Generator{d}; }), HasSubstr("'diversity_penalty' has no effect"));
 }

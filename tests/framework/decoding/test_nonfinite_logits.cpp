@@ -97,8 +97,8 @@ struct Fixture {
   }();
 };
 
-GenerationConfig settings(const std::string& strategy) {
-  GenerationConfig g;
+ResolvedSettings settings(const std::string& strategy) {
+  ResolvedSettings g;
   g.max_new_tokens = 12;
   if (strategy == "sampling") g.do_sample = true;
   if (strategy == "beam search") g.num_beams = 2;
@@ -211,7 +211,7 @@ TEST(NonFiniteLogits, SpeculativeDecodingsVerifyIsChecked) {
   for (const std::string strategy : {"greedy", "sampling"}) {
     SCOPED_TRACE(strategy);
     PoisonedBackend backend(f.model, logits, 6, 0, 17, kInf);
-    GenerationConfig g = settings(strategy);
+    ResolvedSettings g = settings(strategy);
     g.prompt_lookup_num_tokens = 3;
     const std::string err = testing::error_of([&] {
       Generator(g).generate(backend, {{5, 5, 5, 5, 5}});

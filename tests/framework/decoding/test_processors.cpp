@@ -230,14 +230,14 @@ TEST(ProcessorChain, TimesEachMemberWhenAsked) {
   EXPECT_EQ(chain.name(), "chain(temperature, top_k)");
 }
 
-GenerationConfig sampling() {
-  GenerationConfig c;
+ResolvedSettings sampling() {
+  ResolvedSettings c;
   c.do_sample = true;
   c.eos_token_id = {0};
   return c;
 }
 
-std::vector<std::string> chain_names(const GenerationConfig& c) {
+std::vector<std::string> chain_names(const ResolvedSettings& c) {
   Pipeline p = build_pipeline(c, 20, 5, 100);
   std::vector<std::string> out;
   for (size_t i = 0; i < p.processors.size(); ++i) out.push_back(p.processors.at(i).name());
@@ -245,7 +245,7 @@ std::vector<std::string> chain_names(const GenerationConfig& c) {
 }
 
 TEST(ProcessorFactory, DefaultChainFollowsTransformersOrder) {
-  GenerationConfig c = sampling();
+  ResolvedSettings c = sampling();
   c.temperature = 0.7;
   c.top_p = 0.9;
   c.repetition_penalty = 1.1;
@@ -260,7 +260,7 @@ TEST(ProcessorFactory, DefaultChainFollowsTransformersOrder) {
 }
 
 TEST(ProcessorFactory, ExplicitListKeepsItsOrderAndValidatesParameters) {
-  GenerationConfig c = sampling();
+  ResolvedSettings c = sampling();
   c.top_k = 50;
   c.processors = {{"top_p", {{"top_p", 0.5}}},
                   {"temperature", {{"temperature", 0.5}}},
@@ -281,7 +281,7 @@ TEST(ProcessorFactory, ExplicitListKeepsItsOrderAndValidatesParameters) {
 }
 
 TEST(ProcessorFactory, OutOfVocabularyTokensAreRefused) {
-  GenerationConfig c;
+  ResolvedSettings c;
   c.sequence_bias = {{{1, 500}, 1.0}};
   EXPECT_THAT(error_of([&] { chain_names(c); }),
               HasSubstr("sequence_bias: token id 500 is outside the vocabulary [0, 100)"));
@@ -289,7 +289,7 @@ TEST(ProcessorFactory, OutOfVocabularyTokensAreRefused) {
 
 struct BadCombo {
   std::string name;
-  std::function<void(GenerationConfig&)> set;
+  std::function<void(ResolvedSettings&)> set;
   std::string expected;
 };
 void PrintTo(const BadCombo& b, std::ostream* os) { *os << b.name; }
@@ -297,7 +297,7 @@ void PrintTo(const BadCombo& b, std::ostream* os) { *os << b.name; }
 class GenerationConfigErrors : public ::testing::TestWithParam<BadCombo> {};
 
 TEST_P(GenerationConfigErrors, ClearMessage) {
-  GenerationConfig c;
+  ResolvedSettings c;
   c.eos_token_id = {0};
   GetParam().set(c);
   EXPECT_THAT(error_of([&] { c.validate(); }), HasSubstr(GetParam().expected));
@@ -322,7 +322,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 TEST(GenerationConfigKeys, ValueErrorsNameKeyAndValue) {
-  GenerationConfig c;
+  ResolvedSettings c;
   EXPECT_THAT(error_of([&] { apply_generation_key(c, "top_p", 0.0, "g"); }),
               HasSubstr("g: 'top_p': expected a number in (0, 1], found 0.0"));
   EXPECT_THAT(error_of([&] { apply_generation_key(c, "early_stopping", "sometimes", "g"); }),

@@ -92,12 +92,12 @@ struct Fixture {
     logits = at::randn({8, model->config().vocab_size});
   }
   std::vector<int64_t> run(const Json& settings) {
-    GenerationConfig c;
+    ResolvedSettings c;
     for (auto it = settings.begin(); it != settings.end(); ++it)
       apply_generation_key(c, it.key(), it.value(), "test");
     return run(c);
   }
-  std::vector<int64_t> run(const GenerationConfig& c) {
+  std::vector<int64_t> run(const ResolvedSettings& c) {
     testing::FixedLogitsBackend backend(model, logits);
     return Generator(c).generate(backend, {{1, 2, 3}}).outputs.at(0).at(0).tokens;
   }
@@ -110,7 +110,7 @@ TEST(Registry, CallersPassPartObjects) {
   Fixture f;
   const int64_t best = f.logits[0].argmax().item<int64_t>();
   const int64_t worst = f.logits[0].argmin().item<int64_t>();
-  GenerationConfig c;
+  ResolvedSettings c;
   c.max_new_tokens = 5;
   c.processor_objects = {std::make_shared<AddToToken>(7, 100.0)};
   c.stopping_objects = {std::make_shared<StopAfter>(3, 2)};  // the prompt is 3 tokens
@@ -122,27 +122,27 @@ TEST(Registry, CallersPassPartObjects) {
   c.processor_objects.push_back(std::make_shared<AddToToken>(9, 100.0));
   EXPECT_EQ(f.run(c), std::vector<int64_t>(2, 9));
   // A strategy object replaces the one the settings select.
-  GenerationConfig s;
+  ResolvedSettings s;
   s.max_new_tokens = 3;
   s.strategy_object = std::make_shared<Argmin>(std::nullopt);
   EXPECT_EQ(f.run(s), std::vector<int64_t>(3, worst));
-  EXPECT_EQ(f.run(GenerationConfig{}).front(), best);
+  EXPECT_EQ(f.run(ResolvedSettings{}).front(), best);
   const Json j = c.to_json();
   EXPECT_EQ(j.at("processor_objects"), Json::array({"test_add_to_token", "test_add_to_token"}));
   EXPECT_EQ(j.at("stopping_objects"), Json::array({"test_stop_after"}));
   EXPECT_EQ(s.to_json().at("strategy_object"), "test_argmin");
 
-  GenerationConfig bad;
+  ResolvedSettings bad;
   bad.processor_objects = {nullptr};
   EXPECT_THAT(error_of([&] { bad.validate(); }), HasSubstr("'processor_objects[0]' is null"));
   bad.processor_objects.clear();
   bad.stopping_objects = {nullptr};
   EXPECT_THAT(error_of([&] { bad.validate(); }), HasSubstr("'stopping_objects[0]' is null"));
-  GenerationConfig both = s;
+  ResolvedSettings both = s;
   both.strategy = PartSpec{"test_argmin", Json::object()};
   EXPECT_THAT(error_of([&] { both.validate(); }),
               HasSubstr("a strategy object was passed too; give one"));
-  GenerationConfig beams = s;
+  ResolvedSettings beams = s;
   beams.num_beams = 2;
   EXPECT_THAT(error_of([&] { beams.validate(); }),
               HasSubstr("the strategy object 'test_argmin' uses 1 row(s) per input, but num_beams "
@@ -170,20 +170,20 @@ TEST(Registry, RegisteredPartsAreSelectedByName) {
 
 TEST(Registry, UnknownDuplicateAndBuiltinNamesAreRefused) {
   register_test_parts();
-  GenerationConfig c;
+  ResolvedSettings c;
   apply_generation_key(c, "strategy", "test_argmn", "run.yaml: generation");
   EXPECT_THAT(error_of([&] { c.validate(); }),
               HasSubstr("strategy 'test_argmn': unknown search strategy 'test_argmn' (did you "
                         "mean 'test_argmin'?)"));
   // Beams a named strategy would not run are refused, not silently ignored.
-  GenerationConfig beams;
+  ResolvedSettings beams;
   apply_generation_key(beams, "strategy", "test_argmin", "run.yaml: generation");
   beams.num_beams = 2;
   EXPECT_THAT(error_of([&] { beams.validate(); }),
               HasSubstr("strategy 'test_argmin': uses 1 row(s) per input, but num_beams is 2"));
   apply_generation_key(beams, "strategy", "beam_search", "run.yaml: generation");
   EXPECT_NO_THROW(beams.validate());
-  GenerationConfig p;
+  ResolvedSettings p;
   apply_generation_key(p, "processors", Json::array({{{"name", "test_add_to_token"}}}), "x");
   EXPECT_THAT(error_of([&] { p.validate(); }),
               HasSubstr("processors[0] 'test_add_to_token': parameter 'token' is required"));
@@ -206,7 +206,7 @@ TEST(Registry, UnknownDuplicateAndBuiltinNamesAreRefused) {
 
 TEST(Registry, SettingsRecordRegisteredPartsOnlyWhenSet) {
   register_test_parts();
-  GenerationConfig c;
+  ResolvedSettings c;
   EXPECT_FALSE(c.to_json().contains("strategy"));
   EXPECT_FALSE(c.to_json().contains("stopping_criteria"));
   apply_generation_key(c, "strategy", Json{{"name", "test_argmin"}, {"k", 1}}, "x");
@@ -235,14 +235,14 @@ TEST(Registry, BuiltinsAreRegisteredFirstInTheOrderThePipelineWalks) {
 }
 
 // A built-in named in a list is checked like a registered part, before anything runs: its
-// parameters are its GenerationConfig keys.
+// parameters are its ResolvedSettings keys.
 TEST(Registry, ABuiltinInAListIsCheckedAtValidation) {
-  GenerationConfig c;
+  ResolvedSettings c;
   apply_generation_key(c, "processors",
                        Json::array({{{"name", "top_k"}, {"top_k", 3}, {"top_p", 0.5}}}), "x");
   EXPECT_THAT(error_of([&] { c.validate(); }),
               HasSubstr("generation: processors[0] 'top_k': unknown parameter 'top_p'"));
-  GenerationConfig s;
+  ResolvedSettings s;
   apply_generation_key(s, "strategy", Json{{"name", "greedy"}, {"k", 1}}, "x");
   EXPECT_THAT(error_of([&] { s.validate(); }), HasSubstr("strategy 'greedy': takes no parameters"));
 }
@@ -260,8 +260,8 @@ TEST(Registry, NamedBuiltinStrategyAndEnabledExtensionFollowTheSamePath) {
     added = true;
     ProcessorInfo p;
     p.name = "test_lift_at_repetition_penalty_1_234";
-    p.enabled = [](const GenerationConfig& c) { return c.repetition_penalty == 1.234; };
-    p.from_settings = [](const GenerationConfig&, const PartContext&) {
+    p.enabled = [](const ResolvedSettings& c) { return c.repetition_penalty == 1.234; };
+    p.from_settings = [](const ResolvedSettings&, const PartContext&) {
       return std::make_unique<AddToToken>(5, 1e4);
     };
     p.create = [](const Json&, const PartContext&) { return std::make_unique<AddToToken>(5, 1e4); };

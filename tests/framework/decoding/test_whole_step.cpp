@@ -59,14 +59,14 @@ const std::vector<std::vector<int64_t>> kPrompts = {{3, 4, 5, 6, 7, 8}, {9}, {10
 // Every processor that reads the token history, with ids taken from what the model generates
 // (so that EOS, the stop sequence and the biased sequences actually occur): the arithmetic on a
 // length that lives on the device is what differs from the host loop's.
-GenerationConfig history_config(const CausalLM& model) {
+ResolvedSettings history_config(const CausalLM& model) {
   auto eager = backend("eager", std::shared_ptr<const CausalLM>(&model, [](const CausalLM*) {}));
-  GenerationConfig plain;
+  ResolvedSettings plain;
   plain.max_new_tokens = 10;
   const auto out = Generator(plain).generate(*eager, kPrompts).outputs;
   const auto& t0 = out[0][0].tokens;
   const auto& t2 = out[2][0].tokens;
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 14;
   g.eos_token_id = {t0[4]};
   g.pad_token_id = 0;
@@ -128,7 +128,7 @@ TEST(WholeStep, PenaltiesAndBansOverACompetitiveHistory) {
     logits[r][eos] = r == 0 ? 6.0 : 3.2 + 0.2 * double(r);
   }
   testing::FixedLogitsBackend fixed(model, logits);
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 16;
   g.eos_token_id = {eos};
   g.pad_token_id = 0;
@@ -162,7 +162,7 @@ TEST(WholeStep, LaterGenerationsOfAShapeReuseItsStateCleanly) {
   const auto model = testing::test_model("gpt2-a", 5);
   const auto host = backend("eager", model);
   const auto stat = backend("cuda_graph", model, {{"capture", "false"}, {"max_length", "32"}});
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 8;
   g.repetition_penalty = 1.4;
   g.no_repeat_ngram_size = 2;
@@ -188,7 +188,7 @@ TEST(WholeStep, ReadsTheDoneFlagEverySyncEverySteps) {
   const auto model = testing::test_model("tiny", 3);
   at::manual_seed(0);
   testing::FixedLogitsBackend fixed(model, at::randn({4, model->config().vocab_size}));
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 10;  // no EOS: every generation makes 10 decisions
   for (const int64_t sync : {1, 3, 4, 20}) {
     const auto a = Generator(g).generate(fixed, {{1, 2}, {3}});
@@ -228,10 +228,10 @@ class SilentChoice final : public RowwiseSearch {
 TEST(WholeStep, APartWithoutAWholeStepFormIsNamed) {
   const auto model = testing::test_model("tiny", 3);
   const auto stat = backend("cuda_graph", model, {{"capture", "false"}});
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 5;
 
-  GenerationConfig timed = g;
+  ResolvedSettings timed = g;
   timed.max_time = 100.0;
   const auto fell_back =
       Generator(timed, {}, whole(LoopOptions::WholeStep::kAuto)).generate(*stat, kPrompts);
@@ -332,7 +332,7 @@ TEST(WholeStepCuda, CapturedEqualsUncaptured) {
   on_cuda.device = c10::Device(c10::kCUDA, 0);
   const auto model = testing::test_model("gpt2-a", 5, on_cuda);
   const auto graphs = backend("cuda_graph", model);
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 12;
   for (const auto& [what, config] : testing::every_strategy(g)) {
     at::manual_seed(9);

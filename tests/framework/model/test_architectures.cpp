@@ -338,7 +338,7 @@ TEST(ArchitecturePresets, TinyPresetsGenerateTheSameWithEitherCache) {
     s.preset = preset;
     s.seed = 5;
     const auto m = load_model(s).model;
-    GenerationConfig g;
+    ResolvedSettings g;
     g.max_new_tokens = 6;
     g.eos_token_id = {};
     std::vector<std::vector<std::vector<int64_t>>> runs;

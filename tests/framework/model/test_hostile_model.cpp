@@ -248,7 +248,7 @@ TEST(HostileModel, DISABLED_MeasuredPeakChild) {
   const auto model = load_model(measured_model()).model;
   auto backend = BackendRegistry::instance().create("eager", model,
                                                     BackendOptions("eager", {{"cache", c.cache}}));
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 4;
   g.num_beams = c.beams;
   const std::vector<std::vector<int64_t>> prompts(

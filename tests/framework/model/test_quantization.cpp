@@ -623,7 +623,7 @@ TEST_P(QuantizedBackends, GiveEagerTokensOnTheSameQuantizedModel) {
   auto backend =
       BackendRegistry::instance().create(c.backend, model, BackendOptions(c.backend, c.options));
   const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5, 6, 7, 8}, {9}, {10, 11, 12}};
-  GenerationConfig g;
+  ResolvedSettings g;
   g.max_new_tokens = 10;
   // aoti runs a model exported apart (tools/export_aoti.py): the float model's tokens must differ
   // from the quantized model's somewhere, or the comparison could not tell a float package.

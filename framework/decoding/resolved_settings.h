@@ -1,4 +1,8 @@
-// Generation parameters, named and defaulted as in transformers' GenerationConfig (5.17), so that a
+// ResolvedSettings: the generation settings a generation runs with, after the layers are applied
+// (transformers' defaults, the model's generation_config.json, then the caller's keys or
+// GenerationSettings; resolve_generation, generation_defaults.h). What the caller asks for is
+// GenerationSettings (public), what is decided from it a Plan (plan.h), what the Generator returns
+// a Generation. Named and defaulted as in transformers' GenerationConfig (5.17), so that a
 // model's generation_config.json and a YAML `generation:` block mean the same thing here. A few
 // gengraph extensions (marked below) have no transformers counterpart.
 #pragma once
@@ -29,7 +33,7 @@ struct PartSpec {
   nlohmann::json params = nlohmann::json::object();
 };
 
-struct GenerationConfig {
+struct ResolvedSettings {
   // Length. max_new_tokens wins over max_length (which counts the padded prompt); with neither,
   // transformers 5 generates 20 new tokens, capped at the model's context.
   std::optional<int64_t> max_new_tokens;
@@ -139,12 +143,12 @@ bool is_generation_metadata_key(const std::string& key);
 
 // Sets one key from a JSON value; throws naming `source` and the key when the value is wrong or
 // the key unknown (suggesting the closest valid key).
-void apply_generation_key(GenerationConfig& config, const std::string& key,
+void apply_generation_key(ResolvedSettings& config, const std::string& key,
                           const nlohmann::json& value, const std::string& source);
 
 // Applies a generation_config.json document. Keys that gengraph does not implement are returned
 // (the caller reports them) rather than silently dropped.
-std::vector<std::string> apply_generation_defaults(GenerationConfig& config,
+std::vector<std::string> apply_generation_defaults(ResolvedSettings& config,
                                                    const nlohmann::json& doc,
                                                    const std::string& source);
 

@@ -1,4 +1,4 @@
-#include "framework/decoding/generation_config.h"
+#include "framework/decoding/resolved_settings.h"
 
 #include <algorithm>
 #include <cmath>
@@ -101,7 +101,7 @@ struct Reader {
   }
 };
 
-using Setter = std::function<void(GenerationConfig&, const Reader&)>;
+using Setter = std::function<void(ResolvedSettings&, const Reader&)>;
 
 bool positive(double x) { return x > 0; }
 bool unit_open_closed(double x) { return x > 0 && x <= 1; }
@@ -283,7 +283,7 @@ bool is_generation_metadata_key(const std::string& key) {
          key == "output_hidden_states" || key == "decoder_start_token_id";
 }
 
-void apply_generation_key(GenerationConfig& c, const std::string& key, const Json& v,
+void apply_generation_key(ResolvedSettings& c, const std::string& key, const Json& v,
                           const std::string& source) {
   auto it = setters().find(key);
   if (it == setters().end()) {
@@ -293,7 +293,7 @@ void apply_generation_key(GenerationConfig& c, const std::string& key, const Jso
   it->second(c, Reader{source, key, v});
 }
 
-std::vector<std::string> apply_generation_defaults(GenerationConfig& c, const Json& doc,
+std::vector<std::string> apply_generation_defaults(ResolvedSettings& c, const Json& doc,
                                                    const std::string& source) {
   if (!doc.is_object()) throw Error(source + ": expected a JSON object");
   std::vector<std::string> ignored;
@@ -308,7 +308,7 @@ std::vector<std::string> apply_generation_defaults(GenerationConfig& c, const Js
   return ignored;
 }
 
-void GenerationConfig::validate() const {
+void ResolvedSettings::validate() const {
   const std::string beams = std::to_string(num_beams);
   if (num_beams == 1 && num_beam_groups > 1) {
     invalid("'num_beam_groups' (" + std::to_string(num_beam_groups) + ") needs num_beams > 1");
@@ -389,7 +389,7 @@ void GenerationConfig::validate() const {
   }
 }
 
-int64_t GenerationConfig::resolve_max_length(int64_t prompt_length, int64_t max_positions) const {
+int64_t ResolvedSettings::resolve_max_length(int64_t prompt_length, int64_t max_positions) const {
   if (max_new_tokens) return prompt_length + *max_new_tokens;
   if (max_length) {
     if (*max_length <= prompt_length) {
@@ -402,7 +402,7 @@ int64_t GenerationConfig::resolve_max_length(int64_t prompt_length, int64_t max_
   return std::min(prompt_length + 20, max_positions);
 }
 
-void GenerationConfig::validate_for_vocab(
+void ResolvedSettings::validate_for_vocab(
     int64_t vocab, const std::function<std::string(const std::string&)>& source_of) const {
   auto check = [&](const char* key, int64_t id) {
     if (id < 0 || id >= vocab) {
@@ -427,7 +427,7 @@ void GenerationConfig::validate_for_vocab(
     for (auto id : s) check("stop_sequences", id);
 }
 
-bool GenerationConfig::sets_processor_parameters() const {
+bool ResolvedSettings::sets_processor_parameters() const {
   return temperature != 1.0 || top_k != 50 || top_p != 1.0 || min_p || typical_p != 1.0 ||
          epsilon_cutoff != 0.0 || eta_cutoff != 0.0 || repetition_penalty != 1.0 ||
          frequency_penalty != 0.0 || presence_penalty != 0.0 || no_repeat_ngram_size != 0 ||
@@ -437,7 +437,7 @@ bool GenerationConfig::sets_processor_parameters() const {
          remove_invalid_values || renormalize_logits || min_length != 0 || min_new_tokens;
 }
 
-Json GenerationConfig::to_json() const {
+Json ResolvedSettings::to_json() const {
   auto opt = [](const auto& o) { return o ? Json(*o) : Json(); };
   Json j;
   j["max_new_tokens"] = opt(max_new_tokens);
