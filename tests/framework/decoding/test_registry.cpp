@@ -213,6 +213,18 @@ TEST(Registry, SettingsRecordRegisteredPartsOnlyWhenSet) {
   EXPECT_EQ(c.to_json()["strategy"], (Json{{"name", "test_argmin"}, {"k", 1}}));
 }
 
+// A part built outside gengraph sees ResolvedSettings only declared (<gengraph/ext/registry.h>)
+// and reads the resolved settings as JSON, transformers' key names.
+TEST(Registry, PartsReadTheResolvedSettingsAsJson) {
+  ResolvedSettings c;
+  apply_generation_key(c, "temperature", Json(0.5), "x");
+  apply_generation_key(c, "output_scores", Json(true), "x");
+  const Json settings = generation_settings_json(c);
+  EXPECT_DOUBLE_EQ(settings.value("temperature", 1.0), 0.5);
+  EXPECT_TRUE(settings.value("output_scores", false));
+  EXPECT_EQ(settings.value("num_beams", 0), 1);
+}
+
 // One registration path: gengraph's own parts are entries of the same registries, first and in
 // the order the pipeline walks them.
 TEST(Registry, BuiltinsAreRegisteredFirstInTheOrderThePipelineWalks) {
