@@ -237,7 +237,7 @@ def main():
 
 
 # The growth a normalizer or pre-tokenizer step may make, as the native tokenizer bounds it
-# (framework/text/tokenizer_parts.h): 16 times its input, or its input + 4096 bytes.
+# (framework/text/tokenizer_pipeline.h): 16 times its input, or its input + 4096 bytes.
 GROWTH, SLACK, CHUNK = 16, 4096, 256
 
 

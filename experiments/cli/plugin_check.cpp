@@ -1,5 +1,3 @@
-#include "experiments/cli/plugin_check.h"
-
 #include <gengraph/plugin.h>
 
 #include <csignal>
@@ -10,7 +8,8 @@
 #include <set>
 #include <sstream>
 
-#include "experiments/cli/cli_parts.h"
+#include "experiments/cli/arguments.h"
+#include "experiments/cli/plugin_check.h"
 #include "experiments/tools/process.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/backend/model_step.h"

@@ -7,7 +7,7 @@
 #include <set>
 #include <unordered_set>
 
-#include "framework/text/tokenizer_parts.h"
+#include "framework/text/tokenizer_pipeline.h"
 
 namespace gengraph::tokenizer_detail {
 

@@ -1,7 +1,7 @@
-// The native tokenizer.json reader's decoders: token strings back to text (tokenizer_parts.h).
+// The native tokenizer.json reader's decoders: token strings back to text (tokenizer_pipeline.h).
 #include <algorithm>
 
-#include "framework/text/tokenizer_parts.h"
+#include "framework/text/tokenizer_pipeline.h"
 
 namespace gengraph::tokenizer_detail {
 

@@ -17,14 +17,14 @@
 
 #include "framework/text/tokenizer.h"
 #include "framework/text/tokenizer_bpe.h"
-#include "framework/text/tokenizer_parts.h"
+#include "framework/text/tokenizer_pipeline.h"
 #include "framework/text/utf8.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
 namespace gengraph {
 namespace {
 
-using namespace tokenizer_detail;  // NOLINT: this reader's own parts (tokenizer_parts.h)
+using namespace tokenizer_detail;  // NOLINT: this reader's own parts (tokenizer_pipeline.h)
 
 // --- added tokens ---------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "backends/register_builtin.h"
-#include "experiments/cli/cli_parts.h"
+#include "experiments/cli/output.h"
 #include "experiments/experiment/experiment_config.h"
 #include "experiments/experiment/runner.h"
 #include "experiments/results/results.h"

@@ -11,7 +11,7 @@
 
 #include "framework/text/chat_template.h"
 #include "framework/text/tokenizer.h"
-#include "framework/text/tokenizer_parts.h"
+#include "framework/text/tokenizer_pipeline.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
 #include "tests/support/test_util.h"

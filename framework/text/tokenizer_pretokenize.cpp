@@ -1,5 +1,5 @@
-// The steps of the native tokenizer.json reader before the model: characters, pieces, normalizers
-// and pre-tokenizers (tokenizer_parts.h).
+// The steps of the native tokenizer.json reader before the model (tokenizer_pipeline.h): the
+// normalizers and pre-tokenizers, with the characters, patterns and pieces they work on.
 #include <unicode/locid.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <map>
 
-#include "framework/text/tokenizer_parts.h"
+#include "framework/text/tokenizer_pipeline.h"
 
 namespace gengraph::tokenizer_detail {
 

@@ -1,49 +1,27 @@
-// The `gengraph` command line's parts shared by its commands (experiments/cli/cli.cpp): the
-// argument parser, usage checks, standard output written and checked, and the streamed-token
-// printers.
+// What the `gengraph` command line writes (experiments/cli/cli.cpp): standard output written and
+// checked, outputs that never replace inputs, and the streamed-token printers.
 #pragma once
 
 #include <gengraph/stream.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <set>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "experiments/results/table.h"
 #include "framework/text/tokenizer.h"
-#include "framework/util/error.h"
 
 namespace gengraph {
 struct ExperimentConfig;
 }  // namespace gengraph
 
 namespace gengraph::cli {
-
-// A command line that does not fit the usage: exit status 2.
-struct UsageError : Error {
-  explicit UsageError(const std::string& what) : Error(what) {}
-};
-
-struct Args {
-  std::vector<std::string> positional;
-  std::vector<std::string> sets;
-  std::vector<std::string> prompts, texts, slurm_options;
-  std::string job_dir, rerun, gengraph;  // gengraph: submit's --gengraph PATH
-  std::string output, model, backend = "eager", device = "cpu", dtype = "float32",
-                             metric = "total_ms";
-  std::optional<std::string> max_new;          // --max-new-tokens as given
-  std::optional<std::string> tokenizer;        // --tokenizer as given
-  std::map<std::string, std::string> quality;  // gengraph quality's own flags, as given
-  bool quiet = false, stream = false, chat = false;
-  std::vector<std::string> flags;  // every option given, for the per-command check
-};
 
 // The standard output after this command's writes: flushed, and a failed write (a full disk, a
 // closed stdout) is an error naming the system's reason (`write_errno` when the write that failed
@@ -60,15 +38,6 @@ bool inside_folder(const std::filesystem::path& path, const std::filesystem::pat
 // config.json, weights or tokenizer). `what` names the output ("results", "plot").
 void check_not_an_input(const std::string& what, const std::string& path,
                         const ExperimentConfig& c);
-
-Args parse_args(int argc, char** argv, int first);
-
-// Refuses options the command does not take, and a wrong number of positional arguments.
-void check_usage(const std::string& cmd, const Args& a, const std::vector<std::string>& allowed,
-                 size_t positional);
-
-// "1,2,3" -> the ids, or an error naming the flag, the item and what it found.
-std::vector<int64_t> parse_ids(const std::string& flag_value);
 
 // Prints streamed tokens to stdout as they arrive: one line per step, each token as
 // [input] or [input.sequence] followed by the id. The line ends once every sequence streamed has

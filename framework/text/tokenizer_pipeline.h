@@ -1,7 +1,8 @@
-// The parts of the native tokenizer.json reader (framework/text/tokenizer_json.cpp) that its
-// translation units share: characters, patterns (PCRE2 for tokenizer.json's Oniguruma regular
-// expressions), the pieces a string is split into, and the normalizer, pre-tokenizer and decoder
-// steps built from the file. Internal to framework/text.
+// The pipeline of the native tokenizer.json reader (framework/text/tokenizer_json.cpp): the
+// normalizer, pre-tokenizer and decoder steps built from the file, and what they share:
+// characters, patterns (PCRE2 for tokenizer.json's Oniguruma regular expressions) and the pieces a
+// string is split into. The steps before the model are defined in tokenizer_pretokenize.cpp, the
+// decoders in tokenizer_decoders.cpp. Internal to framework/text.
 #pragma once
 
 #define PCRE2_CODE_UNIT_WIDTH 8
