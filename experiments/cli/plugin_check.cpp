@@ -1,3 +1,5 @@
+#include "experiments/cli/plugin_check.h"
+
 #include <gengraph/plugin.h>
 
 #include <csignal>
@@ -9,7 +11,6 @@
 #include <sstream>
 
 #include "experiments/cli/arguments.h"
-#include "experiments/cli/plugin_check.h"
 #include "experiments/tools/process.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/backend/model_step.h"
