@@ -2,7 +2,11 @@
 
 #include <yaml-cpp/eventhandler.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -308,6 +312,142 @@ YAML::Node load_yaml(const std::string& text, const std::string& source) {
   YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
   check_keys(root, source, aliases);
   return root;
+}
+
+namespace {
+
+// Whether `n` is a decimal integer ([+-]digits) too large for 64 bits (int64_t, or uint64_t when
+// not `is_signed`): it is then "too large", not "not an integer".
+bool digits_past_64_bits(const YAML::Node& n, bool is_signed) {
+  if (!n.IsScalar()) return false;
+  const std::string& s = n.Scalar();
+  const size_t first = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  if (first == s.size() || s.find_first_not_of("0123456789", first) != std::string::npos)
+    return false;
+  if (s[0] == '-' && !is_signed) return false;  // negative: not a seed, said as before
+  errno = 0;
+  if (is_signed) {
+    (void)std::strtoll(s.c_str(), nullptr, 10);
+  } else {
+    (void)std::strtoull(s.c_str(), nullptr, 10);
+  }
+  return errno == ERANGE;
+}
+
+}  // namespace
+
+MapReader::MapReader(YAML::Node node, std::string path, std::string file)
+    : node_(std::move(node)), path_(std::move(path)), file_(std::move(file)) {
+  if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap()) {
+    throw Error(where(file_, node_) + path_ + ": expected a mapping, found " + describe(node_));
+  }
+}
+
+bool MapReader::has(const std::string& key) {
+  known_.insert(key);
+  return node_.IsMap() && node_[key].IsDefined() && !node_[key].IsNull();
+}
+
+YAML::Node MapReader::child(const std::string& key) {
+  known_.insert(key);
+  return node_.IsMap() ? node_[key] : YAML::Node();
+}
+
+std::string MapReader::located(const std::string& key) {
+  const YAML::Node n = child(key);
+  return where(file_, n.IsDefined() ? n : node_) + key_path(key);
+}
+
+void MapReader::fail(const std::string& key, const std::string& expected) {
+  throw Error(located(key) + ": expected " + expected + ", found " + describe(child(key)));
+}
+
+void MapReader::too_large(const std::string& key, const std::string& most) {
+  const YAML::Node n = child(key);
+  throw Error(where(file_, n) + key_path(key) + ": too large (the most is " + most + "), found " +
+              describe(n));
+}
+
+int64_t MapReader::integer(const std::string& key, int64_t fallback, int64_t min, int64_t max) {
+  const std::string expected =
+      "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  if (has(key) && digits_past_64_bits(child(key), /*is_signed=*/true)) {
+    if (child(key).Scalar()[0] == '-') fail(key, expected);
+    too_large(key, std::to_string(max));
+  }
+  const int64_t v = scalar<int64_t>(key, fallback, expected);
+  if (v > max) too_large(key, std::to_string(max));
+  if (v < min) fail(key, expected);
+  return v;
+}
+
+uint64_t MapReader::seed(const std::string& key, uint64_t fallback) {
+  if (has(key) && digits_past_64_bits(child(key), /*is_signed=*/false))
+    too_large(key, std::to_string(std::numeric_limits<uint64_t>::max()));
+  return scalar<uint64_t>(key, fallback, "a non-negative integer seed");
+}
+
+std::string MapReader::choice(const std::string& key, const std::string& fallback,
+                              const std::vector<std::string>& allowed) {
+  const std::string v = scalar<std::string>(key, fallback, "one of " + join(allowed, ", "));
+  if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
+    fail(key, "one of " + join(allowed, ", ") + did_you_mean(v, allowed));
+  }
+  return v;
+}
+
+void MapReader::finish() {
+  if (!node_.IsMap()) return;
+  std::vector<std::string> known(known_.begin(), known_.end());
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (!known_.count(k)) {
+      throw Error(where(file_, it->first) + "unknown key '" + key_path(k) + "'" +
+                  did_you_mean(k, known) + "; valid keys here: " + join(known, ", "));
+    }
+  }
+}
+
+nlohmann::json to_json(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return nullptr;
+  if (n.IsSequence()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& x : n) a.push_back(to_json(x));
+    return a;
+  }
+  if (n.IsMap()) {
+    nlohmann::json o = nlohmann::json::object();
+    for (auto it = n.begin(); it != n.end(); ++it)
+      o[it->first.as<std::string>()] = to_json(it->second);
+    return o;
+  }
+  const std::string& s = n.Scalar();
+  if (n.Tag() == "!") return s;  // quoted: a string whatever it looks like
+  int64_t i = 0;
+  double d = 0;
+  bool b = false;
+  if (YAML::convert<int64_t>::decode(n, i)) return i;
+  if (YAML::convert<double>::decode(n, d)) return d;
+  if (YAML::convert<bool>::decode(n, b)) return b;
+  return s;
+}
+
+std::vector<int64_t> token_list(const YAML::Node& n, const std::string& path,
+                                const std::string& file) {
+  if (!n.IsSequence()) {
+    throw Error(where(file, n) + path + ": expected a list of token ids, found " + describe(n));
+  }
+  std::vector<int64_t> out;
+  for (size_t j = 0; j < n.size(); ++j) {
+    const YAML::Node t = n[j];
+    int64_t v = -1;
+    if (!t.IsScalar() || !YAML::convert<int64_t>::decode(t, v) || v < 0) {
+      throw Error(where(file, t) + path + "[" + std::to_string(j) +
+                  "]: expected a non-negative token id, found " + describe(t));
+    }
+    out.push_back(v);
+  }
+  return out;
 }
 
 }  // namespace gengraph
