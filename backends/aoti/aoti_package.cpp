@@ -11,7 +11,6 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "backends/aoti/aoti_step.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
 #include "framework/util/sha256.h"

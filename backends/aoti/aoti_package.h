@@ -1,6 +1,7 @@
-// Checking an AOTInductor package without loading it (check_aoti_package, aoti_step.h): its zip
-// directory, the entries LibTorch's loader unpacks, the program's ELF structure, the metadata and
-// the manifest's SHA-256 digests. Internal to backends/aoti.
+// Checking an AOTInductor package without loading it (check_aoti_package): its zip directory, the
+// entries LibTorch's loader unpacks, the program's ELF structure, the metadata and the manifest's
+// SHA-256 digests. check_aoti_package is also what the tests and the fuzz target call; the rest is
+// internal to backends/aoti.
 #pragma once
 
 #include <cstdint>
@@ -39,5 +40,16 @@ std::string sha256_digest(const JsonAt& v);
 
 // The SHA-256 of a whole file, as 64 lower-case hex digits.
 std::string sha256_of_file(const std::filesystem::path& path);
+
+// Checks the file at `path` as an AOTInductor package without loading anything from it, so that
+// what would take the process down in LibTorch's loader (SIGBUS, SIGSEGV) or hang it is refused
+// first: a regular file (a FIFO is not opened for good); a zip directory that fits in the file,
+// every entry inside it, named inside the package; the files the loader unpacks stored, not
+// compressed; the program (.so) a whole ELF shared library for this machine (its segments, dynamic
+// section, relocation targets inside it); the metadata JSON objects of strings; and, when the
+// package has the manifest tools/export_aoti.py writes (gengraph/manifest.json), every file it
+// lists matching its SHA-256. Throws Error naming the file and the fault. For a fuzz target too:
+// any bytes give a result or an Error.
+void check_aoti_package(const std::filesystem::path& path);
 
 }  // namespace gengraph

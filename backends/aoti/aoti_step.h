@@ -61,22 +61,11 @@ struct AotiMeta {
   std::string weights = "float";
   std::string torch_version, made_by;
 
-  // Reads the package's metadata (from its zip directory, checked as check_aoti_package does but
-  // without the checksums); throws Error naming `path` when it is missing, not an AOTI package,
-  // damaged, or lacks a gengraph key.
+  // Reads the package's metadata (from its zip directory, checked as check_aoti_package
+  // (aoti_package.h) does but without the checksums); throws Error naming `path` when it is
+  // missing, not an AOTI package, damaged, or lacks a gengraph key.
   static AotiMeta read(const std::filesystem::path& path);
 };
-
-// Checks the file at `path` as an AOTInductor package without loading anything from it, so that
-// what would take the process down in LibTorch's loader (SIGBUS, SIGSEGV) or hang it is refused
-// first: a regular file (a FIFO is not opened for good); a zip directory that fits in the file,
-// every entry inside it, named inside the package; the files the loader unpacks stored, not
-// compressed; the program (.so) a whole ELF shared library for this machine (its segments, dynamic
-// section, relocation targets inside it); the metadata JSON objects of strings; and, when the
-// package has the manifest tools/export_aoti.py writes (gengraph/manifest.json), every file it
-// lists matching its SHA-256. Throws Error naming the file and the fault. For a fuzz target too:
-// any bytes give a result or an Error.
-void check_aoti_package(const std::filesystem::path& path);
 
 // What a package for `model` must say (fingerprint, structure, dtype, device, weights, format,
 // torch).

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "backends/aoti/aoti_package.h"
 #include "backends/aoti/aoti_step.h"
 #include "backends/register_builtin.h"
 #include "backends/trace/traced_step.h"

@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "backends/aoti/aoti_step.h"
+#include "backends/aoti/aoti_package.h"
 #include "experiments/cluster/slurm_job.h"
 #include "framework/model/model_config.h"
 #include "tests/support/test_util.h"

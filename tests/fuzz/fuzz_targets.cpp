@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "backends/aoti/aoti_step.h"
+#include "backends/aoti/aoti_package.h"
 #include "backends/trace/traced_step.h"
 #include "experiments/cluster/slurm_job.h"
 #include "experiments/experiment/experiment_config.h"
