@@ -261,6 +261,17 @@ class Engine:
         return (self._engine.generate_text(texts, s) if texts
                 else self._engine.generate(prompts, s))
 
+    def plan(self, inputs, *, attention_mask=None, **settings):
+        """What generate() with these inputs and settings would run, decided and checked without
+        running it (gengraph::Engine::plan): a dict of the resolved settings, inputs,
+        rows_per_input, prompt_length, max_length, memory_bytes (the estimate checked against the
+        device, weights aside), memory_breakdown and ignored_keys. An invalid setting raises
+        gengraph.Error naming the key, as generate() would."""
+        prompts, texts = _prompts(inputs, attention_mask, "plan")
+        if texts:
+            prompts = [self._engine.encode(t, True) for t in texts]
+        return self._engine.plan(prompts, _settings(settings, "plan"))
+
     def stream(self, inputs, *, attention_mask=None, seed=None, **settings):
         """As generate(), handing over each token as it is chosen: a Stream to iterate.
 

@@ -512,6 +512,25 @@ PYBIND11_MODULE(_gengraph, m) {
              py::gil_scoped_release nogil;
              return engine.generate(prompts, settings);
            })
+      .def("plan",
+           [](PyEngine& e, const std::vector<std::vector<int64_t>>& prompts, const py::object& s) {
+             Engine& engine = e.get("plan");
+             const nlohmann::json settings = to_json(s, "plan: the settings");
+             nlohmann::json out;
+             {
+               py::gil_scoped_release nogil;
+               const gengraph::Plan p = engine.plan(prompts, settings);
+               out = {{"settings", p.settings()},
+                      {"ignored_keys", p.ignored_keys()},
+                      {"inputs", p.inputs()},
+                      {"rows_per_input", p.rows_per_input()},
+                      {"prompt_length", p.prompt_length()},
+                      {"max_length", p.max_length()},
+                      {"memory_bytes", p.memory_bytes()},
+                      {"memory_breakdown", p.memory_breakdown()}};
+             }
+             return from_json(out);
+           })
       .def("_generate_timed",
            [](PyEngine& e, const std::vector<std::vector<int64_t>>& prompts, const py::object& s) {
              // bench/bench_python.py: the C++ call's own wall time, to tell the Python layer's

@@ -219,3 +219,15 @@ def test_the_real_model_gives_the_clis_text(tmp_path):
     assert len(out.texts[0][0]) > 0
     pieces = "".join(p.text for p in engine.stream("The capital of France is", max_new_tokens=8))
     assert pieces == out.texts[0][0]
+
+
+def test_plan_decides_what_generate_runs_without_running_it():
+    e = gengraph.Engine("gpt2-tiny")
+    p = e.plan([[1, 2, 3], [4, 5]], max_new_tokens=4, num_beams=2)
+    assert p["settings"]["num_beams"] == 2 and p["settings"]["max_new_tokens"] == 4
+    assert (p["inputs"], p["rows_per_input"], p["prompt_length"], p["max_length"]) == (2, 2, 3, 7)
+    assert p["memory_bytes"] > 0 and "KV cache" in p["memory_breakdown"]
+    # What generate reports it ran with is what the plan decided.
+    assert e.generate([[1, 2, 3], [4, 5]], max_new_tokens=4, num_beams=2).settings == p["settings"]
+    with pytest.raises(gengraph.Error, match="num_beams"):
+        e.plan([[1, 2, 3]], num_beams=0)
