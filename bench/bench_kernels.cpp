@@ -1,7 +1,7 @@
 // kernels/<format>/<shape>/m<rows>: one projection of a decode step, x [rows, in] -> [rows, out],
 // through Projection as the models call it, for each weight format: float (oneDNN or MKL, as
 // gengraph runs float32), int8, int4 (groups of 32), bfloat16 (gengraph's weight-only kernels,
-// framework/kernels/weight_only.h), int8 with int8 activations (w8a8_row: a scale per row,
+// framework/quant/kernels.h), int8 with int8 activations (w8a8_row: a scale per row,
 // gengraph's integer kernels below 32 rows and LibTorch's _int_mm from 32; w8a8_b32: a scale per
 // 32 channels, gengraph's integer kernels; w4a8: int4 weights by int8 activations in blocks of
 // 32; these three also at 256 rows, a batch-8 prefill),
@@ -22,8 +22,9 @@
 
 #include "bench/bench_common.h"
 #include "framework/kernels/layer_ops.h"
-#include "framework/kernels/weight_only.h"
-#include "framework/model/architectures/ops.h"
+#include "framework/model/architectures/layer_functions.h"
+#include "framework/quant/kernels.h"
+#include "framework/quant/projection.h"
 
 namespace gengraph::bench {
 namespace {

@@ -178,10 +178,10 @@ def load(folder, dtype):
 
 
 # ---- Weight-only formats (model.weights, docs/quantization.md), quantized as gengraph does ----
-# (framework/model/architectures/ops.cpp: quantize_int8, quantize_int4, Projection): the same
-# operations in the same order, so the package holds the very int8 / int4 values and scales of
-# gengraph's own model, and its projections call gengraph's operators
-# (framework/kernels/weight_only.h), which the loading process has registered.
+# (framework/quant/quantize.cpp: quantize_int8, quantize_int4; framework/quant/projection.cpp:
+# Projection): the same operations in the same order, so the package holds the very int8 / int4
+# values and scales of gengraph's own model, and its projections call gengraph's operators
+# (framework/quant/kernels.h), which the loading process has registered.
 
 WEIGHT_KINDS = ("int8", "int4", "bfloat16")
 
@@ -227,7 +227,7 @@ def load_operators(path, ops=("linear_int8", "linear_int4", "linear_bf16")):
 
 
 def quantize_int8(w):
-    """ops.cpp quantize_int8, then Projection's CPU scales: (int8 [out, in], float32 [out])."""
+    """quantize.cpp quantize_int8, then Projection's CPU scales: (int8 [out, in], float32 [out])."""
     wf = w.to(torch.float32)
     absmax = wf.abs().amax(1)
     scales = torch.where(absmax > 0, absmax / 127.0, torch.ones_like(absmax))
@@ -236,7 +236,7 @@ def quantize_int8(w):
 
 
 def quantize_int4(w, group):
-    """ops.cpp quantize_int4, then Projection's packing: (uint8 [out, in / 2] in
+    """quantize.cpp quantize_int4, then Projection's packing: (uint8 [out, in / 2] in
     kernels::pack_int4's layout, scales and zeros float16 [out, in / group])."""
     n, k = w.shape
     wf = w.to(torch.float32).reshape(n, k // group, group)

@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "framework/kernels/weight_only.h"
+#include "framework/quant/kernels.h"
 
 namespace gengraph::kernels {
 

@@ -18,8 +18,8 @@ enum class RotaryLayout { kNeighbours, kHalves };
 
 // The fused q/k/v projection's output split into heads, with q and k rotated:
 //   out[d] = x[d] * cos[d] + x[partner(d)] * sin_signed[d]
-// each product rounded and then the sum, exactly as rotate_fused (architectures/ops.h) computes it
-// op by op, so the values are equal bit for bit; sin_signed carries rotate_half's /
+// each product rounded and then the sum, exactly as rotate_fused (architectures/layer_functions.h)
+// computes it op by op, so the values are equal bit for bit; sin_signed carries rotate_half's /
 // rotate_every_two's minus signs.
 //   y: [rows, T, (heads + 2 kv_heads) * hd] (q, then k, then v); cos, sin_signed: [rows, T, hd]
 //   or the models' [rows, T, 1, hd]

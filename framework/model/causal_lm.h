@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "framework/cache/kv_cache.h"
-#include "framework/model/architectures/ops.h"
 #include "framework/model/model_config.h"
 #include "framework/model/weights.h"
+#include "framework/quant/projection.h"
 
 namespace gengraph {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "framework/model/architectures/ops.h"
+#include "framework/model/architectures/layer_functions.h"
 #include "framework/model/causal_lm.h"
 #include "framework/model/json_fields.h"
 #include "framework/model/model_registry.h"

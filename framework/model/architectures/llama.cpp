@@ -12,7 +12,7 @@
 
 #include "framework/kernels/layer_ops.h"
 #include "framework/kernels/rms_norm.h"
-#include "framework/model/architectures/ops.h"
+#include "framework/model/architectures/layer_functions.h"
 #include "framework/model/architectures/rope.h"
 #include "framework/model/causal_lm.h"
 #include "framework/model/json_fields.h"

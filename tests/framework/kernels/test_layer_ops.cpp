@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "framework/kernels/layer_ops.h"
-#include "framework/kernels/weight_only.h"
-#include "framework/model/architectures/ops.h"
+#include "framework/model/architectures/layer_functions.h"
+#include "framework/quant/kernels.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph::kernels {

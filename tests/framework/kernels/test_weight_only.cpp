@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "framework/kernels/rms_norm.h"
-#include "framework/kernels/weight_only.h"
+#include "framework/quant/kernels.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph::kernels {

@@ -2,7 +2,8 @@
 //
 // LibTorch 2.11's weight-only kernels (_weight_int8pack_mm, _weight_int4pack_mm_for_cpu) are
 // vectorized on x86 only for bfloat16 activations: with float32 activations they run a scalar
-// loop, 3-25x slower than the float32 GEMM they replace. These kernels take float32 activations,
+// loop, slower than the float32 GEMM they replace (docs/results/quant-notes-from-comments.md).
+// These kernels take float32 activations,
 // widen the stored weights to float32 in registers (AVX2 + FMA where the CPU has them, a plain
 // loop elsewhere) and accumulate in float32, so a decode step reads a quarter (int8), an eighth
 // (int4) or half (bfloat16) of float32's bytes. For many activation rows (a prefill) they widen
@@ -63,7 +64,7 @@ at::Tensor linear_int4(const at::Tensor& x, const at::Tensor& packed, const at::
 // The same product with the activations quantized too (W4A8): each block of 32 channels of a row
 // to int8 with its own scale (as linear_w8a8's blocks), then per block the exact integer sums of
 // levels by activation levels and of the activation levels, combined in float32 with the group's
-// scale and zero in one fixed order (framework/kernels/weight_only.cpp, w4a8_plain): the same
+// scale and zero in one fixed order (framework/quant/plain_loops.cpp, w4a8_plain): the same
 // floats to the bit on every path (AMX from 16 rows, AVX-512 VNNI, AVX2, the plain loops) and
 // whatever the rows beside a row. A change of arithmetic, opted into with
 // model.int8_activation_rows on int4 weights (docs/quantization.md#w4a8).

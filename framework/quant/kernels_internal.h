@@ -1,0 +1,335 @@
+// What gengraph's quantized and streaming CPU kernels (framework/quant/kernels.h) share between
+// their files: the activation rows' quantized forms, the plain loops' helpers, which instruction
+// sets this CPU runs, and each path's entry points. One file per path and instruction set:
+//   kernel_support.cpp  the CPU's instruction sets, float16 scales widened, rows per task
+//   plain_loops.cpp     every path's plain loops (any CPU; the reference the others equal) and the
+//                       activations' quantization
+//   stream_avx2.cpp     float32, int8 and bfloat16 weights streamed with float32 activations, AVX2
+//   int4_avx2.cpp       int4 weights with float32 activations, AVX2
+//   w8a8_avx2.cpp       int8 by int8 (W8A8) tiles, AVX2; the activations' quantization, AVX2
+//   w8a8_vnni.cpp       W8A8 tiles, AVX-512 VNNI
+//   w8a8_amx.cpp        W8A8 on AMX-INT8 tiles
+//   w4a8_avx2.cpp       int4 by int8 (W4A8), AVX2
+//   w4a8_vnni.cpp       W4A8, AVX-512 VNNI
+//   w4a8_amx.cpp        W4A8 on AMX-INT8 tiles
+//   kernels.cpp         the operators' CPU kernels: argument checks and the choice of path
+//   operators.cpp       the dispatcher's schemas and CPU and Meta registrations
+// Each vectorized function is compiled for its instructions with a target attribute (the
+// GENGRAPH_*_FN macros), whatever the build's flags, and runs only where the CPU reports them.
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <type_traits>
+#include <vector>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define GENGRAPH_X86_AVX2 1
+#define GENGRAPH_AMX_FN __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw")))
+#define GENGRAPH_AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define GENGRAPH_VNNI_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#endif
+
+namespace gengraph::kernels::detail {
+
+// ---- The plain loops: any CPU, and the reference the vectorized paths are tested against. ----
+
+inline float widen(float v) { return v; }
+inline float widen(int8_t v) { return static_cast<float>(v); }
+inline float widen(uint16_t bf16) {
+  const uint32_t bits = static_cast<uint32_t>(bf16) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// out[m, n] = sum_k x[m, k] * w[n, k] over rows [n0, n1).
+template <typename W>
+void dot_rows_plain(const float* x, int64_t M, int64_t K, const W* w, int64_t n0, int64_t n1,
+                    float* out, int64_t ldo) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const W* wr = w + n * K;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xr = x + m * K;
+      float s = 0.f;
+      for (int64_t k = 0; k < K; ++k) s += xr[k] * widen(wr[k]);
+      out[m * ldo + n] = s;
+    }
+  }
+}
+
+// The int4 level of channel k in a row of the pack_int4 layout.
+inline int int4_level(const uint8_t* row, int64_t k) {
+  const uint8_t byte = row[(k / 32) * 16 + k % 16];
+  return (k % 32) < 16 ? (byte & 0x0F) : (byte >> 4);
+}
+
+// Whether this CPU runs each path (false under use_plain_loops, allow_vnni(false),
+// allow_amx(false)): kernel_support.cpp.
+bool cpu_has_avx2();  // and F16C
+bool cpu_has_avx512_vnni();
+bool cpu_has_amx();
+// Output rows per task: enough work to be worth a thread, and every thread busy.
+int64_t grain_rows(int64_t N, int64_t K);
+
+// int4's float16 scales and zeros as float32 (every float16 is a float32 exactly): the kernels
+// read a pass's rows of them in this form, so the arithmetic below is float32 throughout.
+void halves_to_floats(const at::Half* h, int64_t n, float* dst);
+
+// Rows [n, n + rows) of an int4 weight's scales and zeros ([N, groups] float16) as float32: a
+// thread's buffers, grown as needed and kept for its next pass.
+struct GroupParams {
+  std::vector<float> s, z;
+  void load(const at::Half* scales, const at::Half* zeros, int64_t n, int64_t rows,
+            int64_t groups) {
+    const size_t need = static_cast<size_t>(rows * groups);
+    if (s.size() < need) {
+      s.resize(need);
+      z.resize(need);
+    }
+    halves_to_floats(scales + n * groups, rows * groups, s.data());
+    halves_to_floats(zeros + n * groups, rows * groups, z.data());
+  }
+};
+
+// ---- W8A8 with block scales: activations quantized per block of `block` channels. ----
+
+// The activation rows quantized for the integer products: per row m, q[m K + k] = round(x / s)
+// (half to even) with s the absolute maximum of k's block / 127 (1 for a block of zeros), each
+// block's scale (one block a row: the row's scale), and -128 times the sum of levels per lane of
+// four channels (an int32 lane of the vector kernels) and per block (the VNNI path multiplies
+// unsigned weights, w + 128: this takes the 128 back).
+struct BlockRows {
+  int64_t M = 0, K = 0, block = 0;
+  std::vector<int8_t> q;            // [M, K]
+  std::vector<float> block_scale;   // [M, K / block]
+  std::vector<int32_t> lane_bias;   // [M, K / 4]
+  std::vector<int32_t> block_bias;  // [M, K / block]
+};
+
+// With blocks (fewer than the whole row), every path (AMX, AVX-512 VNNI, AVX2, the plain loops)
+// gives the same floats to the bit, whatever the number of rows in the call: each block's integer
+// sum S_b is exact in int32, and the blocks are taken in order,
+//   acc = fma(float(S_b), s_b, acc)   for b = 0, 1, ..., then y = acc * scales[n].
+// A row's outputs do not depend on the path or on the rows beside it.
+
+// The whole-row (scale per row) kernels, VNNI and AMX, sum a row's products in int32: up to 2^16
+// channels they cannot overflow (|sum| <= 127 * 128 * K).
+constexpr int64_t kWholeRowMaxK = int64_t{1} << 16;
+
+// ---- W4A8: int4 weights (pack_int4) by activations quantized in blocks of 32 channels. ----
+//
+// Every path (AMX, AVX-512 VNNI, AVX2, the plain loops) gives the same floats to the bit, whatever
+// the number of rows in the call. Per activation row m and weight row n:
+//   per block b of 32 channels, exact in int32: S_b = sum_k level[n, k] xq[m, k] (the weight's
+//     levels 0..15, the block's activation levels) and A_b = sum_k xq[m, k];
+//   t_b = fma(float(S_b), scales[n, g], float(A_b) * zeros[n, g]), g = b / (group / 32): the
+//     block's product by W = level * scale + zero, before the activations' scale;
+//   16 partial sums, lane l taking the blocks b = l, l + 16, l + 32, ... in order:
+//     acc_l = fma(t_b, s_b, acc_l), s_b the activation block's scale (quantize_blocks);
+//   y = the lanes folded in halves: acc_i + acc_{i+8}, then + 4, + 2, + 1.
+// The activation levels are kept twice: in channel order (a.q, for the plain loops) and in the
+// int4 layout's order (`order`): per run of four blocks (the last run may have fewer, r), the
+// low halves (channels 0-15 of each block) of the r blocks, then their high halves, so that one
+// load of 16 r packed bytes meets its activations in two loads.
+struct W4A8Rows {
+  BlockRows a;                // blocks of 32
+  std::vector<int8_t> order;  // [M, K] in the int4 layout's order
+  std::vector<int32_t> sums;  // [M, K / 32]: A_b
+};
+
+// The plain loops (plain_loops.cpp).
+void int4_rows_plain(const float* x, int64_t M, int64_t K, const uint8_t* q, const at::Half* scales,
+                     const at::Half* zeros, const float* xsum, int64_t group, int64_t n0,
+                     int64_t n1, float* out, int64_t ldo);
+// Fills `r` (its buffers grown as needed, never shrunk: a thread's buffers serve its next call)
+// for M rows of K channels, rows in parallel when there are many.
+void quantize_blocks(const float* x, int64_t M, int64_t K, int64_t block, BlockRows& r);
+// y[m, n] with the blocks in order, as above: the reference the vectorized paths equal.
+void w8a8_blocks_plain(const BlockRows& a, const int8_t* w, const float* scales, int64_t n0,
+                       int64_t n1, float* out, int64_t ldo);
+void quantize_w4a8(const float* x, int64_t M, int64_t K, W4A8Rows& r);
+// y[m, n] as above, channel by channel: the reference the vectorized path equals.
+void w4a8_plain(const W4A8Rows& r, const uint8_t* q, const at::Half* scales, const at::Half* zeros,
+                int64_t group, int64_t n0, int64_t n1, float* out, int64_t ldo);
+
+// From this many activation rows the W8A8 product with a scale per row takes AMX tiles rather than
+// the VNNI tile (at one row, where both stream the weight, AMX is no faster), and a prefill's
+// rows take them rather than _int_mm (docs/results/quant-notes-from-comments.md,
+// docs/results/w8a8_kernels_bench_cpu.txt).
+constexpr int64_t kAmxMinRows = 4;
+// From this many rows (a whole tile) W4A8 takes AMX: faster for a prefill's rows, slower than the
+// VNNI kernel for a batch-8 decode step's 8 rows, where an 8-row tile pays the whole epilogue
+// (docs/results/quant-notes-from-comments.md).
+constexpr int64_t kW4A8AmxMinRows = 16;
+
+// The operators' CPU kernels (kernels.cpp), registered in operators.cpp.
+at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales);
+at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
+                           int64_t block);
+at::Tensor linear_int4_cpu(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                           const at::Tensor& zeros, int64_t group);
+at::Tensor linear_w4a8_cpu(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                           const at::Tensor& zeros, int64_t group);
+at::Tensor linear_bf16_cpu(const at::Tensor& x, const at::Tensor& w);
+at::Tensor linear_f32_cpu(const at::Tensor& x, const at::Tensor& w);
+
+#ifdef GENGRAPH_X86_AVX2
+constexpr int64_t kPrefetchBytes = 8192;
+
+GENGRAPH_AVX2_FN inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Lane i of the result: lanes 2i and 2i + 1 of a and b side by side (a's 16, then b's), summed.
+GENGRAPH_VNNI_FN inline __m512i pair_sums(__m512i a, __m512i b) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b),
+                          _mm512_permutex2var_epi32(a, odd, b));
+}
+
+// The vectorized paths' entry points, each in its instruction set's file.
+// stream_avx2.cpp: rows [n0, n1) for every activation row (W: float, int8_t, uint16_t bfloat16).
+template <typename W>
+GENGRAPH_AVX2_FN void dot_rows_avx2(const float* x, int64_t M, int64_t K, const W* w, int64_t n0,
+                                    int64_t n1, float* out, int64_t ldo);
+extern template void dot_rows_avx2<float>(const float*, int64_t, int64_t, const float*, int64_t,
+                                          int64_t, float*, int64_t);
+extern template void dot_rows_avx2<int8_t>(const float*, int64_t, int64_t, const int8_t*, int64_t,
+                                           int64_t, float*, int64_t);
+extern template void dot_rows_avx2<uint16_t>(const float*, int64_t, int64_t, const uint16_t*,
+                                             int64_t, int64_t, float*, int64_t);
+// int4_avx2.cpp
+GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const uint8_t* q,
+                                     const at::Half* scales, const at::Half* zeros,
+                                     const float* xsum, int64_t group, int64_t n0, int64_t n1,
+                                     float* out, int64_t ldo);
+// w8a8_avx2.cpp
+GENGRAPH_AVX2_FN void quantize_block_avx2(const float* xb, int64_t block, int8_t* qb, float* scale,
+                                          int32_t* lane_bias);
+template <int MB, int NB>
+GENGRAPH_AVX2_FN void w8a8_rows_avx2_tile(const BlockRows& a, int64_t m0, const int8_t* w,
+                                          const float* scales, float* out, int64_t ldo);
+template <int NB>
+GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m, const int8_t* w,
+                                            const float* scales, float* out);
+// w8a8_vnni.cpp
+template <int MB, int NB>
+GENGRAPH_VNNI_FN void w8a8_rows_vnni_tile(const BlockRows& a, int64_t m0, const int8_t* w,
+                                          const float* scales, float* out, int64_t ldo);
+GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m, const int8_t* w,
+                                            int64_t rows, const float* scales, float* out,
+                                            int32_t* sums);
+// w4a8_avx2.cpp, w4a8_vnni.cpp: weight rows [n0, n1) for every activation row.
+GENGRAPH_AVX2_FN void w4a8_avx2_rows(const W4A8Rows& r, const uint8_t* q, const at::Half* scales,
+                                     const at::Half* zeros, int64_t group, int64_t n0, int64_t n1,
+                                     float* out, int64_t ldo);
+GENGRAPH_VNNI_FN void w4a8_vnni_rows(const W4A8Rows& r, const uint8_t* q, const at::Half* scales,
+                                     const at::Half* zeros, int64_t group, int64_t n0, int64_t n1,
+                                     float* out, int64_t ldo);
+// w8a8_amx.cpp, w4a8_amx.cpp
+bool amx_granted();
+void pack_amx(const BlockRows& a, int64_t m0, int64_t mt, int32_t* out);
+void pack_amx_pairs(const BlockRows& a, int64_t mt, int32_t* out);
+void pack_amx_scales(const BlockRows& a, int64_t m0, int64_t mt, float* out);
+GENGRAPH_AMX_FN void amx_load_config(std::initializer_list<int> c, std::initializer_list<int> a,
+                                     std::initializer_list<int> b, int64_t mt, int64_t kstep);
+GENGRAPH_AMX_FN void w8a8_amx_rows(const BlockRows& a, const int32_t* b, const int8_t* w,
+                                   const float* scales, int64_t n0, int64_t n1, float* y,
+                                   int64_t ldo);
+GENGRAPH_AMX_FN void w8a8_amx_blocks(const BlockRows& a, const int32_t* b, const float* bscales,
+                                     const int8_t* w, const float* scales, int64_t n0, int64_t n1,
+                                     float* y, int64_t ldo, bool pairs);
+GENGRAPH_AMX_FN void w4a8_amx(const W4A8Rows& r, const int32_t* b, const float* bscales,
+                              const int32_t* bsums, const uint8_t* q, const at::Half* scales,
+                              const at::Half* zeros, int64_t group, int64_t n0, int64_t n1,
+                              float* y, int64_t ldo);
+
+// Rows [n0, n1) of the product for every activation row: weight rows in passes of 16 (they stay
+// in L1 across the activation rows); one block a row in tiles of up to 4 activation rows, with
+// blocks one activation row at a time.
+template <bool kVnni, bool kWholeRow>
+void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales, int64_t n0,
+                      int64_t n1, float* out, int64_t ldo) {
+  constexpr int64_t kRowsPerPass = 16;
+  const int64_t K = a.K;
+  auto blocks = [&](int64_t m, int64_t nb, int64_t ne) {
+    int64_t n = nb;
+    float* o = out + m * ldo;
+    if constexpr (kVnni) {
+      // The tile's block sums, [groups][16 weight rows][16 blocks].
+      static thread_local std::vector<int32_t> sums;
+      const size_t need = static_cast<size_t>((K / a.block + 15) / 16 * 256);
+      if (sums.size() < need) sums.resize(need);
+      w8a8_blocks_vnni_tile(a, m, w + n * K, ne - nb, scales + n, o + n, sums.data());
+    } else {
+      for (; n + 4 <= ne; n += 4) w8a8_blocks_avx2_tile<4>(a, m, w + n * K, scales + n, o + n);
+      for (; n < ne; ++n) w8a8_blocks_avx2_tile<1>(a, m, w + n * K, scales + n, o + n);
+    }
+  };
+  auto tile = [&](auto mb, int64_t m, int64_t nb, int64_t ne) {
+    constexpr int MB = decltype(mb)::value;
+    int64_t n = nb;
+    float* o = out + m * ldo;
+    if constexpr (kVnni) {
+      for (; n + 4 <= ne; n += 4)
+        w8a8_rows_vnni_tile<MB, 4>(a, m, w + n * K, scales + n, o + n, ldo);
+      for (; n < ne; ++n) w8a8_rows_vnni_tile<MB, 1>(a, m, w + n * K, scales + n, o + n, ldo);
+    } else {
+      constexpr int NB = MB == 1 ? 4 : 2;
+      for (; n + NB <= ne; n += NB) {
+        w8a8_rows_avx2_tile<MB, NB>(a, m, w + n * K, scales + n, o + n, ldo);
+      }
+      for (; n < ne; ++n) w8a8_rows_avx2_tile<MB, 1>(a, m, w + n * K, scales + n, o + n, ldo);
+    }
+  };
+  for (int64_t nb = n0; nb < n1; nb += kRowsPerPass) {
+    const int64_t ne = std::min(n1, nb + kRowsPerPass);
+    if constexpr (!kWholeRow) {
+      for (int64_t m = 0; m < a.M; ++m) blocks(m, nb, ne);
+      continue;
+    }
+    for (int64_t m = 0; m < a.M; m += 4) {
+      switch (std::min<int64_t>(4, a.M - m)) {
+        case 1:
+          tile(std::integral_constant<int, 1>{}, m, nb, ne);
+          break;
+        case 2:
+          tile(std::integral_constant<int, 2>{}, m, nb, ne);
+          break;
+        case 3:
+          tile(std::integral_constant<int, 3>{}, m, nb, ne);
+          break;
+        default:
+          tile(std::integral_constant<int, 4>{}, m, nb, ne);
+          break;
+      }
+    }
+  }
+}
+
+// Instantiated in w8a8_vnni.cpp (kVnni) and w8a8_avx2.cpp, beside the tiles they call.
+extern template void w8a8_blocks_rows<true, true>(const BlockRows&, const int8_t*, const float*,
+                                                  int64_t, int64_t, float*, int64_t);
+extern template void w8a8_blocks_rows<true, false>(const BlockRows&, const int8_t*, const float*,
+                                                   int64_t, int64_t, float*, int64_t);
+extern template void w8a8_blocks_rows<false, true>(const BlockRows&, const int8_t*, const float*,
+                                                   int64_t, int64_t, float*, int64_t);
+extern template void w8a8_blocks_rows<false, false>(const BlockRows&, const int8_t*, const float*,
+                                                    int64_t, int64_t, float*, int64_t);
+#endif  // GENGRAPH_X86_AVX2
+
+}  // namespace gengraph::kernels::detail
