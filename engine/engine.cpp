@@ -15,8 +15,8 @@
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
 #include "framework/decoding/plan.h"
-#include "framework/model/model_names.h"
 #include "framework/model/loader.h"
+#include "framework/model/model_names.h"
 #include "framework/quant/weight_format.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/device.h"
@@ -232,9 +232,9 @@ Plan Engine::plan_locked(const std::vector<std::vector<int64_t>>& prompts,
   Plan out;
   out.impl_ = std::make_shared<Plan::Impl>();
   out.impl_->engine = impl_.get();
-  out.impl_->plan = plan_generation(
-      plan_target(*impl_->backend, impl_->loaded().generation_defaults), settings, "generation",
-      prompts);
+  out.impl_->plan =
+      plan_generation(plan_target(*impl_->backend, impl_->loaded().generation_defaults), settings,
+                      "generation", prompts);
   return out;
 }
 
@@ -259,8 +259,9 @@ Generation Engine::generate_locked(const Plan& plan,
                                    const std::vector<std::vector<int64_t>>& prompts,
                                    const TokenStream& stream) {
   if (!plan.impl_ || plan.impl_->engine != impl_.get()) {
-    throw Error("Engine::generate: the plan was made by another Engine (or is empty); make it "
-                "with this Engine's plan()");
+    throw Error(
+        "Engine::generate: the plan was made by another Engine (or is empty); make it "
+        "with this Engine's plan()");
   }
   GenerationPlan& p = plan.impl_->plan;
   // The Generator is kept while the settings stay the same, and with it a whole-step graph.

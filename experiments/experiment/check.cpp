@@ -146,9 +146,9 @@ void check_runnable(const ExperimentConfig& c) {
   const MemoryEstimate& need = largest->memory;
   const auto [forms, further] = further_forms(c, need.weights);
   const std::string further_text =
-      further > 0 ? ", " + std::to_string(forms) + " further form(s) of the model " +
-                        human_bytes(further)
-                  : std::string();
+      further > 0
+          ? ", " + std::to_string(forms) + " further form(s) of the model " + human_bytes(further)
+          : std::string();
   check_memory(c.file + ": this experiment (" + need.breakdown() + further_text + ")",
                need.total() + further, c10::Device(c.model.device),
                "lower inputs (batch_size or prompts), the prompt length, generation.num_beams / "

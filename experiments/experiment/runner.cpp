@@ -187,8 +187,7 @@ void time_rows(const ExperimentConfig& c, std::vector<Row>& rows,
       Row& row = rows[(k + static_cast<size_t>(i)) % rows.size()];
       at::manual_seed(c.run.seed);
       const bool streamed = stream && i == 0 && &row == &rows.front();
-      Generation r =
-          row.engine->generate(row.plan, prompts, streamed ? stream : TokenStream());
+      Generation r = row.engine->generate(row.plan, prompts, streamed ? stream : TokenStream());
       row.capture_s = std::max(row.capture_s, r.capture_s);
       const nlohmann::json outputs = outputs_json(r, prompts);
       if (row.outputs.is_null()) row.outputs = outputs;
@@ -205,17 +204,16 @@ void time_rows(const ExperimentConfig& c, std::vector<Row>& rows,
 // Speculative decoding, in the last timed repeat: every token after the first came from a
 // verify forward.
 nlohmann::json speculation_json(const Generation& g) {
-  return {{"verify_steps", g.verify_steps},
-          {"candidates_proposed", g.candidates_proposed},
-          {"candidates_accepted", g.candidates_accepted},
-          {"acceptance_rate", g.candidates_proposed > 0
-                                  ? static_cast<double>(g.candidates_accepted) /
-                                        static_cast<double>(g.candidates_proposed)
-                                  : 0.0},
-          {"tokens_per_verify",
-           static_cast<double>(g.steps - 1) / static_cast<double>(g.verify_steps)},
-          {"propose_ms", g.propose_s * 1e3},
-          {"verify_ms", g.verify_s * 1e3}};
+  return {
+      {"verify_steps", g.verify_steps},
+      {"candidates_proposed", g.candidates_proposed},
+      {"candidates_accepted", g.candidates_accepted},
+      {"acceptance_rate", g.candidates_proposed > 0 ? static_cast<double>(g.candidates_accepted) /
+                                                          static_cast<double>(g.candidates_proposed)
+                                                    : 0.0},
+      {"tokens_per_verify", static_cast<double>(g.steps - 1) / static_cast<double>(g.verify_steps)},
+      {"propose_ms", g.propose_s * 1e3},
+      {"verify_ms", g.verify_s * 1e3}};
 }
 
 // A row's entry in the results' `runs`.
@@ -334,7 +332,8 @@ void add_ratios(const ExperimentConfig& c, nlohmann::json& runs) {
     if (r["label"] == c.baseline && !r.contains("error")) base = r;
   }
   for (auto& r : runs) {
-    if (!r.contains("error") && !base.contains("error")) r["vs_baseline"] = ratio_to_baseline(r, base);
+    if (!r.contains("error") && !base.contains("error"))
+      r["vs_baseline"] = ratio_to_baseline(r, base);
   }
 }
 
@@ -379,8 +378,10 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
                         {"method", bandwidth.method}};
   }
   doc["runs"] = nlohmann::json::array();
-  for (const auto& row : rows) doc["runs"].push_back(row_json(c, row, rows.front(), in.prompts, bandwidth));
-  if (!c.peers.empty()) add_peer_rows(c, forms.main(), settings_plan.settings(), in.prompts, doc, log);
+  for (const auto& row : rows)
+    doc["runs"].push_back(row_json(c, row, rows.front(), in.prompts, bandwidth));
+  if (!c.peers.empty())
+    add_peer_rows(c, forms.main(), settings_plan.settings(), in.prompts, doc, log);
   if (in.codec) decode_outputs(doc["runs"], *in.codec);
   add_ratios(c, doc["runs"]);
   return doc;

@@ -12,8 +12,8 @@
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
-#include "framework/model/model_names.h"
 #include "framework/model/loader.h"
+#include "framework/model/model_names.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
 

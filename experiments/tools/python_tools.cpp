@@ -1,8 +1,7 @@
 #include "experiments/tools/python_tools.h"
 
-#include <gengraph/gengraph.h>
-
 #include <ATen/Parallel.h>
+#include <gengraph/gengraph.h>
 #include <unistd.h>
 
 #include <cctype>

@@ -56,16 +56,16 @@ Generation Generator::generate(ForwardBackend& backend, GenerationPlan& plan,
   }
   check_planned_prompts(plan, backend.model().config().vocab_size, prompts);
   // The plan's pipeline serves its first generation; a later one builds its own.
-  Pipeline pipe = plan.pipeline ? std::move(*plan.pipeline)
-                                : build_pipeline(config_, plan.max_length, plan.prompt_length,
-                                                 backend.model().config().vocab_size,
-                                                 &backend.model());
+  Pipeline pipe = plan.pipeline
+                      ? std::move(*plan.pipeline)
+                      : build_pipeline(config_, plan.max_length, plan.prompt_length,
+                                       backend.model().config().vocab_size, &backend.model());
   plan.pipeline.reset();
   // An allocation that fails all the same is reported with the plan's estimate, not LibTorch's
   // text.
-  return with_allocation_errors(plan.memory_what, plan.memory.total(), backend.model().device(),
-                                kGenerationMemoryAdvice,
-                                [&] { return run_checked(backend, prompts, stream, std::move(pipe), plan); });
+  return with_allocation_errors(
+      plan.memory_what, plan.memory.total(), backend.model().device(), kGenerationMemoryAdvice,
+      [&] { return run_checked(backend, prompts, stream, std::move(pipe), plan); });
 }
 
 Generation Generator::run_checked(ForwardBackend& backend,

@@ -32,10 +32,10 @@
 #include <vector>
 
 #include "framework/backend/forward_backend.h"
-#include "framework/decoding/resolved_settings.h"
 #include "framework/decoding/loop_options.h"
 #include "framework/decoding/pipeline.h"
 #include "framework/decoding/plan.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/model/model_config.h"
 
 namespace gengraph {

@@ -8,9 +8,9 @@
 #include <memory>
 
 #include "framework/decoding/candidates/candidate_generator.h"
-#include "framework/decoding/resolved_settings.h"
 #include "framework/decoding/processors/logits_processor.h"
 #include "framework/decoding/registry.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/decoding/search/search_strategy.h"
 #include "framework/decoding/stopping/stopping_criteria.h"
 

@@ -19,8 +19,7 @@ CacheLayout cache_layout(const std::string& backend,
                          const std::map<std::string, std::string>& options) {
   CacheLayout layout;
   const auto cache = options.find("cache"), share = options.find("share_prefill");
-  layout.static_cache =
-      backend != "eager" || (cache != options.end() && cache->second == "static");
+  layout.static_cache = backend != "eager" || (cache != options.end() && cache->second == "static");
   layout.shared_prefill = share == options.end() || share->second != "false";
   return layout;
 }
@@ -139,8 +138,8 @@ GenerationPlan plan_resolved(const PlanTarget& target, ResolvedSettings config,
   shape.shared_prefill = target.cache.shared_prefill;
   shape.static_cache = target.cache.static_cache;
   plan.memory = estimate_generation_memory(mc, target.dtype, shape, target.architecture);
-  plan.memory_what = "generating " + std::to_string(plan.inputs * plan.rows_per_input) +
-                     " rows (" + std::to_string(plan.inputs) + " prompts x " +
+  plan.memory_what = "generating " + std::to_string(plan.inputs * plan.rows_per_input) + " rows (" +
+                     std::to_string(plan.inputs) + " prompts x " +
                      std::to_string(plan.rows_per_input) + ") of " +
                      std::to_string(plan.max_length) + " positions";
   if (target.model != nullptr) {
@@ -178,8 +177,8 @@ void check_planned_prompts(const GenerationPlan& plan, int64_t vocab_size,
   const int64_t count = static_cast<int64_t>(prompts.size()), len = longest(prompts);
   if (count != plan.inputs || len != plan.prompt_length) {
     throw Error("generate: the plan was made for " + std::to_string(plan.inputs) +
-                " prompt(s) of up to " + std::to_string(plan.prompt_length) +
-                " tokens; found " + std::to_string(count) + " of up to " + std::to_string(len) +
+                " prompt(s) of up to " + std::to_string(plan.prompt_length) + " tokens; found " +
+                std::to_string(count) + " of up to " + std::to_string(len) +
                 " (make a plan for these prompts)");
   }
 }

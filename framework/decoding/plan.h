@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/decoding/resolved_settings.h"
 #include "framework/decoding/pipeline.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/model/memory.h"
 #include "framework/model/model_config.h"
 

@@ -11,8 +11,7 @@
 
 namespace gengraph {
 
-ModelName resolve_model_name(const std::string& name, const std::string& what,
-                             bool locate_known) {
+ModelName resolve_model_name(const std::string& name, const std::string& what, bool locate_known) {
   ModelName out;
   if (name.rfind("preset:", 0) == 0) {
     out.preset = name.substr(7);
@@ -33,9 +32,8 @@ ModelName resolve_model_name(const std::string& name, const std::string& what,
                     "model.safetensors, a preset name or a known model name)");
       }
       if (preset_named || known_named) {
-        out.note = what + " " + name + " is the model folder './" + name + "', not the " +
-                   builtin + " of that name" +
-                   (preset_named ? " (for the preset: preset:" + name + ")" : "");
+        out.note = what + " " + name + " is the model folder './" + name + "', not the " + builtin +
+                   " of that name" + (preset_named ? " (for the preset: preset:" + name + ")" : "");
       }
       out.folder = name;
       return out;

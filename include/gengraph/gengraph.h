@@ -126,11 +126,11 @@ class Plan {
   const nlohmann::json& settings() const;  // the resolved settings every Generation reports
   // Keys of the model's generation_config.json that gengraph does not use.
   const std::vector<std::string>& ignored_keys() const;
-  int64_t inputs() const;          // prompts
-  int64_t rows_per_input() const;  // num_beams, or num_return_sequences when sampling
-  int64_t prompt_length() const;   // the longest prompt (the others are left-padded)
-  int64_t max_length() const;      // prompt plus new tokens
-  double memory_bytes() const;     // the estimate checked against the device (weights aside)
+  int64_t inputs() const;                // prompts
+  int64_t rows_per_input() const;        // num_beams, or num_return_sequences when sampling
+  int64_t prompt_length() const;         // the longest prompt (the others are left-padded)
+  int64_t max_length() const;            // prompt plus new tokens
+  double memory_bytes() const;           // the estimate checked against the device (weights aside)
   std::string memory_breakdown() const;  // "KV cache 1.2 GB, prefill ..., decode step ..."
 
  private:
@@ -218,7 +218,8 @@ class Engine {
 
  private:
   // plan() and generate(plan, ...) inside a call that holds the Engine already.
-  Plan plan_locked(const std::vector<std::vector<int64_t>>& prompts, const nlohmann::json& settings);
+  Plan plan_locked(const std::vector<std::vector<int64_t>>& prompts,
+                   const nlohmann::json& settings);
   Generation generate_locked(const Plan& plan, const std::vector<std::vector<int64_t>>& prompts,
                              const TokenStream& stream);
   struct Impl;

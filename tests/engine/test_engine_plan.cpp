@@ -87,20 +87,24 @@ TEST(EnginePlan, ThePipelineIsBuiltOncePerGeneration) {
 
 TEST(EnginePlan, APlanIsRefusedWithTheFirstErrorOrWhereItDoesNotApply) {
   Engine engine("preset:gpt2-tiny");
-  EXPECT_THAT(error_of([&] { engine.plan(kPrompts, {{"num_beams", 0}}); }),
-              HasSubstr("num_beams"));
-  EXPECT_THAT(error_of([&] { engine.plan({{5, 1000000}}); }),
-              HasSubstr("outside the vocabulary"));
+  EXPECT_THAT(error_of([&] { engine.plan(kPrompts, {{"num_beams", 0}}); }), HasSubstr("num_beams"));
+  EXPECT_THAT(error_of([&] { engine.plan({{5, 1000000}}); }), HasSubstr("outside the vocabulary"));
   EXPECT_THAT(error_of([&] {
                 engine.plan(kPrompts, {{"processors", Json::array({{{"name", "no_such"}}})}});
               }),
               HasSubstr("no_such"));
   const Plan plan = engine.plan(kPrompts, {{"max_new_tokens", 2}});
-  EXPECT_THAT(error_of([&] { engine.generate(plan, {{5, 9, 2}}); }),
+  EXPECT_THAT(error_of([&] {
+                engine.generate(plan, {{5, 9, 2}});
+              }),
               HasSubstr("the plan was made for 2 prompt(s) of up to 3 tokens; found 1"));
-  EXPECT_THAT(error_of([&] { engine.generate(plan, {{5, 9, 2, 4}, {1}}); }),
+  EXPECT_THAT(error_of([&] {
+                engine.generate(plan, {{5, 9, 2, 4}, {1}});
+              }),
               HasSubstr("found 2 of up to 4"));
-  EXPECT_THAT(error_of([&] { engine.generate(plan, {{5, 9, 2}, {7, 1000000}}); }),
+  EXPECT_THAT(error_of([&] {
+                engine.generate(plan, {{5, 9, 2}, {7, 1000000}});
+              }),
               HasSubstr("outside the vocabulary"));
   Engine other(engine.model());
   EXPECT_THAT(error_of([&] { other.generate(plan, kPrompts); }),

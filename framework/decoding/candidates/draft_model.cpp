@@ -13,8 +13,8 @@
 
 #include "framework/backend/backend_registry.h"
 #include "framework/model/causal_lm.h"
-#include "framework/model/model_names.h"
 #include "framework/model/loader.h"
+#include "framework/model/model_names.h"
 #include "framework/model/model_registry.h"
 #include "framework/quant/weight_format.h"
 #include "framework/util/error.h"

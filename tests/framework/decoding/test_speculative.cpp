@@ -15,8 +15,8 @@
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/candidates/draft_model.h"
 #include "framework/decoding/candidates/prompt_lookup.h"
-#include "framework/decoding/resolved_settings.h"
 #include "framework/decoding/registry.h"
+#include "framework/decoding/resolved_settings.h"
 #include "framework/model/causal_lm.h"
 #include "tests/support/test_util.h"
 
