@@ -19,9 +19,4 @@ void register_builtin_stopping(Registry<StoppingCriterionInfo>& registry);
 void register_builtin_strategies(Registry<SearchStrategyInfo>& registry);
 void register_builtin_candidates(Registry<CandidateGeneratorInfo>& registry);
 
-// Checks every part a configuration names (processors, stopping_criteria, strategy): that it is
-// registered and, where the part can, its parameters. Errors name
-// the key and the entry. ResolvedSettings::validate calls it.
-void check_registered_parts(const ResolvedSettings& config);
-
 }  // namespace gengraph

@@ -6,7 +6,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "framework/decoding/registry.h"
+#include "framework/decoding/processors/logits_processor.h"
+#include "framework/decoding/search/search_strategy.h"
+#include "framework/decoding/stopping/stopping_criteria.h"
 #include "framework/util/error.h"
 
 namespace gengraph {

@@ -152,4 +152,10 @@ std::vector<std::string> apply_generation_defaults(ResolvedSettings& config,
                                                    const nlohmann::json& doc,
                                                    const std::string& source);
 
+// Checks every part a configuration names (processors, stopping_criteria, strategy): that it is
+// registered and, where the part can, its parameters. Errors name the key and the entry.
+// ResolvedSettings::validate calls it; it is defined with the registries (registry.cpp), so that
+// these settings need not include them.
+void check_registered_parts(const ResolvedSettings& config);
+
 }  // namespace gengraph

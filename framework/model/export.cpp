@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/model/loader.h"
+#include "framework/model/model_registry.h"
 #include "framework/model/safetensors.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"

@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "framework/model/json_fields.h"
-#include "framework/model/model_registry.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
 
@@ -17,26 +16,6 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
   const std::string source = "'" + path.string() + "'";
   // Parse errors and number overflows name the file, the line and the column.
   return parse_json_text(read_regular_file(path, source, "a JSON file", kMaxDocumentBytes), source);
-}
-
-ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source) {
-  if (!doc.is_object()) throw Error(source + ": expected a JSON object");
-  if (!doc.contains("model_type") || !doc["model_type"].is_string()) {
-    throw Error(source + ": missing string field 'model_type' (which architecture is this?)");
-  }
-  ConfigKeyRecorder::note("model_type");
-  const Architecture& arch =
-      ModelRegistry::instance().get(doc["model_type"].get<std::string>(), source);
-  ModelConfig c = arch.parse_config(doc, source);
-  c.model_type = arch.model_type;
-  c.source = source;
-  c.document = std::make_shared<const nlohmann::json>(doc);
-  c.validate();
-  return c;
-}
-
-ModelConfig load_model_config(const std::filesystem::path& path) {
-  return parse_model_config(read_json_file(path), path.string());
 }
 
 void ModelConfig::validate() const {

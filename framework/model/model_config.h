@@ -86,12 +86,6 @@ struct ModelConfig {
   void validate_rope() const;
 };
 
-// Reads config.json at `path` and parses it with the parser registered for its model_type.
-ModelConfig load_model_config(const std::filesystem::path& path);
-
-// Parses an already-read config.json document; `source` names it in errors.
-ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source);
-
 // Reads and parses a JSON file, naming the file (and line/byte) on malformed input.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 

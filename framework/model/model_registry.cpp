@@ -1,8 +1,10 @@
 #include "framework/model/model_registry.h"
 
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "framework/model/causal_lm.h"
+#include "framework/model/json_fields.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -45,6 +47,26 @@ void register_builtin_architectures() {
     registry.add(mistral_architecture());
     registry.add(qwen2_architecture());
   });
+}
+
+ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source) {
+  if (!doc.is_object()) throw Error(source + ": expected a JSON object");
+  if (!doc.contains("model_type") || !doc["model_type"].is_string()) {
+    throw Error(source + ": missing string field 'model_type' (which architecture is this?)");
+  }
+  ConfigKeyRecorder::note("model_type");
+  const Architecture& arch =
+      ModelRegistry::instance().get(doc["model_type"].get<std::string>(), source);
+  ModelConfig c = arch.parse_config(doc, source);
+  c.model_type = arch.model_type;
+  c.source = source;
+  c.document = std::make_shared<const nlohmann::json>(doc);
+  c.validate();
+  return c;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& path) {
+  return parse_model_config(read_json_file(path), path.string());
 }
 
 }  // namespace gengraph

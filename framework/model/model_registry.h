@@ -2,6 +2,7 @@
 // register_builtin_architectures(); an unknown model_type is refused naming the supported ones.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -49,5 +50,12 @@ Architecture gptj_architecture();
 Architecture llama_architecture();
 Architecture mistral_architecture();
 Architecture qwen2_architecture();
+
+// config.json parsed by the architecture registered for its model_type: here, beside the
+// registry, so that ModelConfig itself knows no architecture.
+// Reads config.json at `path` and parses it with the parser registered for its model_type.
+ModelConfig load_model_config(const std::filesystem::path& path);
+// Parses an already-read config.json document; `source` names it in errors.
+ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source);
 
 }  // namespace gengraph
