@@ -33,7 +33,9 @@
 #include "framework/util/clock.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
+#include "framework/util/files.h"
 #include "framework/util/json_at.h"
+#include "framework/util/locks.h"
 
 namespace gengraph {
 namespace {

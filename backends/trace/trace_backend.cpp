@@ -15,6 +15,7 @@
 #include "framework/util/clock.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
+#include "framework/util/files.h"
 #include "framework/util/path_errors.h"
 
 namespace gengraph {

@@ -38,6 +38,7 @@
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
 #include "framework/util/path_errors.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 namespace {

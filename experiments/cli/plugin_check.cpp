@@ -16,6 +16,7 @@
 #include "framework/backend/model_step.h"
 #include "framework/decoding/registry.h"
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 namespace {

@@ -19,6 +19,7 @@
 #include "experiments/tools/process.h"
 #include "framework/model/model_config.h"
 #include "framework/util/error.h"
+#include "framework/util/files.h"
 #include "framework/util/json_at.h"
 
 namespace gengraph {

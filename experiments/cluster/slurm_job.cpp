@@ -5,6 +5,7 @@
 
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 namespace slurm {

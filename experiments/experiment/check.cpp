@@ -15,6 +15,7 @@
 #include "framework/model/model_registry.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 namespace {

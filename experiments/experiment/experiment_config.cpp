@@ -16,6 +16,8 @@
 #include "framework/model/known_models.h"
 #include "framework/quant/weight_format.h"
 #include "framework/util/error.h"
+#include "framework/util/files.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 namespace {

@@ -18,6 +18,7 @@
 #include "experiments/tools/text_io.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 #include "framework/util/version.h"
 
 namespace gengraph {

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 namespace {

@@ -12,6 +12,7 @@
 #include "experiments/results/results.h"
 #include "experiments/results/table.h"
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 

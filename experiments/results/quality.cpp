@@ -16,6 +16,7 @@
 #include "framework/model/model_names.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
+#include "framework/util/files.h"
 
 namespace gengraph {
 namespace {

@@ -10,7 +10,9 @@
 
 #include "experiments/tools/process.h"
 #include "framework/decoding/generator.h"
+#include "framework/util/files.h"
 #include "framework/util/path_errors.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 

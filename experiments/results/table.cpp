@@ -9,7 +9,6 @@
 
 #include "experiments/results/results.h"
 #include "experiments/results/statistics.h"
-#include "framework/util/error.h"
 
 namespace gengraph {
 namespace {

@@ -14,6 +14,7 @@
 
 #include "framework/model/model_config.h"
 #include "framework/util/error.h"
+#include "framework/util/files.h"
 
 namespace gengraph {
 namespace {

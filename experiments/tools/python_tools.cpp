@@ -16,6 +16,7 @@
 #include "framework/model/loader.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
+#include "framework/util/process_checks.h"
 
 namespace gengraph {
 

@@ -5,6 +5,7 @@
 #include "framework/backend/model_step.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 

@@ -13,6 +13,7 @@
 #include "framework/decoding/search/group_beam_search.h"
 #include "framework/decoding/search/rowwise_search.h"
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 namespace {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "framework/util/strings.h"
+
 namespace gengraph {
 
 void throw_unknown_part(const std::string& kind, const std::string& name,

@@ -10,6 +10,7 @@
 #include "framework/decoding/search/search_strategy.h"
 #include "framework/decoding/stopping/stopping_criteria.h"
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 namespace {

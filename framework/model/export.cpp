@@ -9,6 +9,7 @@
 #include "framework/model/safetensors.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
+#include "framework/util/files.h"
 #include "framework/util/path_errors.h"
 
 namespace gengraph {

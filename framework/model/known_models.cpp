@@ -10,8 +10,10 @@
 #include <system_error>
 
 #include "framework/util/error.h"
+#include "framework/util/files.h"
 #include "framework/util/json_at.h"
 #include "framework/util/sha256.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 

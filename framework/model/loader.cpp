@@ -13,6 +13,7 @@
 #include "framework/quant/weight_format.h"
 #include "framework/util/error.h"
 #include "framework/util/path_errors.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 namespace {

@@ -8,6 +8,7 @@
 
 #include "framework/model/json_fields.h"
 #include "framework/util/error.h"
+#include "framework/util/files.h"
 #include "framework/util/json_at.h"
 
 namespace gengraph {

@@ -6,6 +6,7 @@
 #include "framework/model/causal_lm.h"
 #include "framework/model/json_fields.h"
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 

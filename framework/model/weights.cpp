@@ -10,6 +10,7 @@
 #include "framework/model/safetensors.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 namespace {

@@ -6,6 +6,7 @@
 
 #include "framework/text/utf8.h"
 #include "framework/util/error.h"
+#include "framework/util/files.h"
 #include "framework/util/json_at.h"
 
 namespace gengraph {

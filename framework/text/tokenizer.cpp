@@ -10,6 +10,7 @@
 
 #include "framework/text/utf8.h"
 #include "framework/util/error.h"
+#include "framework/util/files.h"
 #include "framework/util/json_at.h"
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -20,7 +20,9 @@
 #include "framework/text/tokenizer_pipeline.h"
 #include "framework/text/utf8.h"
 #include "framework/util/error.h"
+#include "framework/util/files.h"
 #include "framework/util/json_at.h"
+#include "framework/util/strings.h"
 namespace gengraph {
 namespace {
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 

@@ -2,7 +2,7 @@
 // folders) in our words, naming the path and what it was for. std::filesystem's throwing calls
 // say "filesystem error: status: Too many levels of symbolic links [path]"; these say
 // "model folder 'm': a symbolic link loop (too many levels of symbolic links)". Implemented in
-// error.cpp.
+// path_errors.cpp.
 #pragma once
 
 #include <filesystem>

@@ -27,6 +27,7 @@
 #include "framework/backend/backend_registry.h"
 #include "framework/model/known_models.h"
 #include "framework/model/loader.h"
+#include "framework/util/strings.h"
 #include "python/src/convert.h"
 #include "python/src/py_backend.h"
 

@@ -1,5 +1,8 @@
 // Hostile and careless input, second pass (issue 25), continued from test_hostile_caches.cpp: the
 // package cache's files (held locks, FIFOs, killed writers' temporaries, a full disk).
+#include "framework/util/files.h"
+#include "framework/util/locks.h"
+#include "framework/util/process_checks.h"
 #include "tests/backends/hostile_caches_support.h"
 
 namespace gengraph {

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "experiments/experiment/experiment_config.h"
-#include "framework/util/error.h"
+#include "framework/util/files.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "experiments/experiment/experiment_config.h"
-#include "framework/util/error.h"
+#include "framework/util/process_checks.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {

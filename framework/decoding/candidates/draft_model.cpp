@@ -18,6 +18,7 @@
 #include "framework/model/model_registry.h"
 #include "framework/quant/weight_format.h"
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 namespace {

@@ -11,7 +11,6 @@
 #include "framework/model/causal_lm.h"
 #include "framework/model/json_fields.h"
 #include "framework/model/model_registry.h"
-#include "framework/util/error.h"
 
 namespace gengraph {
 namespace {

@@ -10,6 +10,7 @@
 #include "framework/cache/kv_cache.h"
 #include "framework/kernels/layer_ops.h"
 #include "framework/util/error.h"
+#include "framework/util/strings.h"
 
 namespace gengraph {
 

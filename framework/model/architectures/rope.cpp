@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/model/json_fields.h"
-#include "framework/util/error.h"
 
 namespace gengraph {
 namespace {

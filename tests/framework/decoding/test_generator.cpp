@@ -6,7 +6,6 @@
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generator.h"
 #include "framework/model/loader.h"
-#include "framework/util/error.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {

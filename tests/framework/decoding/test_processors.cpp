@@ -12,7 +12,6 @@
 #include "framework/decoding/processors/warpers.h"
 #include "framework/decoding/registry.h"
 #include "framework/decoding/stopping/stopping_criteria.h"
-#include "framework/util/error.h"
 #include "framework/util/op_counter.h"
 #include "tests/support/test_util.h"
 

@@ -12,7 +12,6 @@
 #include "framework/decoding/search/rowwise_search.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/device.h"
-#include "framework/util/error.h"
 #include "tests/support/fixed_logits_backend.h"
 #include "tests/support/test_util.h"
 

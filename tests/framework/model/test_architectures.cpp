@@ -15,7 +15,6 @@
 #include "framework/model/architectures/rope.h"
 #include "framework/model/loader.h"
 #include "framework/model/model_registry.h"
-#include "framework/util/error.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {

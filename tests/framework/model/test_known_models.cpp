@@ -10,7 +10,6 @@
 
 #include "experiments/experiment/experiment_config.h"
 #include "framework/model/known_models.h"
-#include "framework/util/error.h"
 #include "tests/framework/model/real_model_cache_support.h"
 #include "tests/support/test_util.h"
 

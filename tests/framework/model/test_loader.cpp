@@ -5,7 +5,6 @@
 #include "framework/model/loader.h"
 #include "framework/model/model_registry.h"
 #include "framework/model/safetensors.h"
-#include "framework/util/error.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {

@@ -12,7 +12,6 @@
 #include "backends/register_builtin.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/model/loader.h"
-#include "framework/util/error.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {

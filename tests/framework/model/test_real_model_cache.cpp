@@ -17,7 +17,8 @@
 #include <sstream>
 
 #include "framework/model/known_models.h"
-#include "framework/util/error.h"
+#include "framework/util/locks.h"
+#include "framework/util/process_checks.h"
 #include "framework/util/sha256.h"
 #include "tests/framework/model/real_model_cache_support.h"
 #include "tests/support/test_util.h"

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include "framework/model/safetensors.h"
-#include "framework/util/error.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {

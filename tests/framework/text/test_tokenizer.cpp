@@ -14,6 +14,7 @@
 #include "framework/text/utf8.h"
 #include "framework/util/error.h"
 #include "framework/util/json_at.h"
+#include "framework/util/locks.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
