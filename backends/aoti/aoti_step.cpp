@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <dlfcn.h>
-#include <elf.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/headeronly/version.h>
@@ -11,7 +9,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
