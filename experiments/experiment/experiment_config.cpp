@@ -20,6 +20,19 @@
 #include "framework/util/strings.h"
 
 namespace gengraph {
+
+WeightFormatKeys weight_keys(const ModelSpec& m) {
+  WeightFormatKeys keys;
+  keys.weights = m.weights;
+  keys.group_size = m.group_size;
+  keys.quantize_head = m.quantize_head;
+  keys.int8_head = m.int8_head;
+  keys.int8_activation_rows = m.int8_activation_rows;
+  keys.int8_activation_block = m.int8_activation_block;
+  keys.fused = m.fused;
+  return keys;
+}
+
 namespace {
 
 // The weight-format keys (model.weights, group_size, quantize_head, int8_head,
@@ -34,14 +47,7 @@ void read_weight_format(MapReader& r, ModelSpec& m, const std::string& inherited
   m.int8_head = r.scalar<bool>("int8_head", m.int8_head, "true or false");
   m.int8_activation_rows = r.integer("int8_activation_rows", m.int8_activation_rows, 0, 1 << 20);
   m.int8_activation_block = r.integer("int8_activation_block", m.int8_activation_block, 0, 1 << 20);
-  WeightFormatKeys keys;
-  keys.weights = m.weights;
-  keys.group_size = m.group_size;
-  keys.quantize_head = m.quantize_head;
-  keys.int8_head = m.int8_head;
-  keys.int8_activation_rows = m.int8_activation_rows;
-  keys.int8_activation_block = m.int8_activation_block;
-  keys.fused = m.fused;
+  const WeightFormatKeys keys = weight_keys(m);
   // An error names the key where the file sets it; one the mapping does not hold shows its
   // inherited value and where it came from.
   WeightKeyNames names;

@@ -11,6 +11,7 @@
 
 #include "framework/decoding/loop_options.h"
 #include "framework/model/model_config.h"
+#include "framework/quant/weight_format.h"
 
 namespace gengraph {
 
@@ -33,6 +34,9 @@ struct ModelSpec {
                                       // their activations to int8 too
   int64_t int8_activation_block = 0;  // their activation scales per block of channels (0: per row)
 };
+
+// The weight-format keys of `m` as given, for the one parser (framework/quant/weight_format.h).
+WeightFormatKeys weight_keys(const ModelSpec& m);
 
 // The weight-format keys above are checked together by parse_weight_format
 // (framework/quant/weight_format.h), as every other entry point checks them.

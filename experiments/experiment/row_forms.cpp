@@ -42,15 +42,7 @@ RunOptions run_options(const BackendSpec& spec) {
 }
 
 WeightFormat weight_format(const ModelSpec& m) {
-  WeightFormatKeys keys;
-  keys.weights = m.weights;
-  keys.group_size = m.group_size;
-  keys.quantize_head = m.quantize_head;
-  keys.int8_head = m.int8_head;
-  keys.int8_activation_rows = m.int8_activation_rows;
-  keys.int8_activation_block = m.int8_activation_block;
-  keys.fused = m.fused;
-  return parse_weight_format(keys, key_names_with_prefix("model."));
+  return parse_weight_format(weight_keys(m), key_names_with_prefix("model."));
 }
 
 ModelSpec row_model_spec(const ExperimentConfig& c, const BackendSpec& b) {
