@@ -74,8 +74,8 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
 // x.argmax(-1) for x [rows, n]: the index of each row's first maximum, a NaN counting as larger
 // than any number (so the first NaN where a row has one), as torch.argmax answers. A contiguous
 // float32 CPU x takes gengraph's kernel (AVX2 where the CPU has it, rows in parallel): LibTorch's
-// CPU argmax compares element by element on one thread (305 us for 8 rows of GPT-2's 50257 on the
-// machine of 2026-12-05, a few percent of a decode step); anything else takes at::argmax.
+// CPU argmax compares element by element on one thread (its cost is recorded in
+// docs/results/measurements-from-comments.md); anything else takes at::argmax.
 at::Tensor argmax_rows(const at::Tensor& x);
 // Whether decode_attention takes these tensors: float32 CPU, the shapes above.
 bool decode_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
