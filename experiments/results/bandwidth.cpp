@@ -7,7 +7,6 @@
 #include <functional>
 #include <sstream>
 
-#include "framework/model/causal_lm.h"
 #include "framework/util/device.h"
 
 namespace gengraph {
@@ -42,14 +41,6 @@ Bandwidth measure_bandwidth(const c10::Device& device) {
     << " MiB (bytes read + written); " << iters << " op(s) per timing, best of 5 after a warm-up";
   bw.method = d.str();
   return bw;
-}
-
-double decode_bytes_per_step(const CausalLM& m, int64_t rows, double mean_cache_len) {
-  double bytes = m.decode_weight_bytes();
-  const auto& c = m.config();
-  bytes += 2.0 * c.num_layers * rows * c.num_kv_heads * c.head_dim * mean_cache_len *
-           static_cast<double>(c10::elementSize(m.dtype()));
-  return bytes;
 }
 
 }  // namespace gengraph

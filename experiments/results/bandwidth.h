@@ -1,5 +1,5 @@
-// The device's memory bandwidth, and the bytes a decode step must move: what a results row's
-// decode time is compared with (docs/results-schema.md, "bandwidth").
+// The device's memory bandwidth: what a results row's decode time is compared with, beside the
+// bytes a decode step must read (Model::decode_read_bytes; docs/results-schema.md, "bandwidth").
 #pragma once
 
 #include <c10/core/Device.h>
@@ -8,8 +8,6 @@
 #include <string>
 
 namespace gengraph {
-
-class CausalLM;
 
 // The device's memory bandwidth, measured two ways (bytes/s, best of 5 timings after a warm-up):
 // `read` is a float32 matrix-vector product over a matrix far bigger than any cache (bytes of the
@@ -22,10 +20,5 @@ struct Bandwidth {
 };
 
 Bandwidth measure_bandwidth(const c10::Device& device);
-
-// Bytes a decode step must read at least: every weight once as the model holds it (quantized
-// projections at their stored size, CausalLM::decode_weight_bytes), plus the keys/values written
-// so far.
-double decode_bytes_per_step(const CausalLM& m, int64_t rows, double mean_cache_len);
 
 }  // namespace gengraph

@@ -114,9 +114,21 @@ void check_parts(const ResolvedSettings& config, const Pipeline& pipe, int64_t i
   }
 }
 
-// A plan for settings already resolved and validated.
-GenerationPlan plan_resolved(const PlanTarget& target, ResolvedSettings config,
-                             const std::vector<std::vector<int64_t>>& prompts, int64_t inputs) {
+}  // namespace
+
+GenerationPlan plan_generation(const PlanTarget& target, const nlohmann::json& settings,
+                               const std::string& where,
+                               const std::vector<std::vector<int64_t>>& prompts, int64_t inputs) {
+  std::vector<std::string> ignored;
+  ResolvedSettings config = resolve_generation(*target.config, target.generation_defaults,
+                                               target.source, settings, where, &ignored);
+  GenerationPlan plan = plan_generation(target, std::move(config), prompts, inputs);
+  plan.ignored_keys = std::move(ignored);
+  return plan;
+}
+
+GenerationPlan plan_generation(const PlanTarget& target, ResolvedSettings config,
+                               const std::vector<std::vector<int64_t>>& prompts, int64_t inputs) {
   const ModelConfig& mc = *target.config;
   GenerationPlan plan;
   plan.inputs = inputs > 0 ? inputs : static_cast<int64_t>(prompts.size());
@@ -150,25 +162,6 @@ GenerationPlan plan_resolved(const PlanTarget& target, ResolvedSettings config,
   plan.config = std::move(config);
   plan.pipeline = std::move(pipe);
   return plan;
-}
-
-}  // namespace
-
-GenerationPlan plan_generation(const PlanTarget& target, const nlohmann::json& settings,
-                               const std::string& where,
-                               const std::vector<std::vector<int64_t>>& prompts, int64_t inputs) {
-  std::vector<std::string> ignored;
-  ResolvedSettings config = resolve_generation(*target.config, target.generation_defaults,
-                                               target.source, settings, where, &ignored);
-  GenerationPlan plan = plan_resolved(target, std::move(config), prompts, inputs);
-  plan.ignored_keys = std::move(ignored);
-  return plan;
-}
-
-GenerationPlan plan_generation(const PlanTarget& target, ResolvedSettings config,
-                               const std::vector<std::vector<int64_t>>& prompts, int64_t inputs) {
-  config.validate();
-  return plan_resolved(target, std::move(config), prompts, inputs);
 }
 
 void check_planned_prompts(const GenerationPlan& plan, int64_t vocab_size,

@@ -90,7 +90,8 @@ GenerationPlan plan_generation(const PlanTarget& target, const nlohmann::json& s
                                const std::string& where,
                                const std::vector<std::vector<int64_t>>& prompts,
                                int64_t inputs = -1);
-// The same for settings a C++ caller resolved itself (a ResolvedSettings it built, parts and all).
+// The same for settings already resolved and validated (ResolvedSettings::validate), as a
+// Generator holds them (its constructor validates): they are not validated again.
 GenerationPlan plan_generation(const PlanTarget& target, ResolvedSettings config,
                                const std::vector<std::vector<int64_t>>& prompts,
                                int64_t inputs = -1);
