@@ -5,6 +5,7 @@
 #include <ATen/cpu/vec/vec.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -138,6 +139,48 @@ void weighted_sum_avx2(const float* p, const float* v, int64_t vs, int64_t L, in
     for (int64_t l = 0; l < L; ++l) {
       if (p[l] != 0.f) o += p[l] * v[l * vs + i];
     }
+    out[i] = o;
+  }
+}
+
+// weighted_sum_avx2 over a paged cache (paged_attention.cpp): the value at position l is the row at
+// v + (blocks[l / bs] * bs + l % bs) * vs. The positions before `first` are skipped (their p is 0:
+// masked), the rest summed in the order of l with the same fused multiply-adds from 0, so the
+// floats equal weighted_sum_avx2's over the same values laid out in order.
+void weighted_sum_paged_avx2(const float* p, const float* v, int64_t vs, const int64_t* blocks,
+                             int64_t bs, int64_t first, int64_t L, int64_t n, float* out) {
+  using Vec = at::vec::Vectorized<float>;
+  constexpr int64_t kVecs = 8;
+  // f(l, row) for every l in [first, L) with p[l] != 0, in order, row the value's first channel.
+  const auto each = [&](auto&& f) {
+    for (int64_t b = first / bs; b * bs < L; ++b) {
+      const float* base = v + blocks[b] * bs * vs;
+      for (int64_t l = std::max(first, b * bs), end = std::min(L, (b + 1) * bs); l < end; ++l) {
+        if (p[l] != 0.f) f(p[l], base + (l - b * bs) * vs);
+      }
+    }
+  };
+  int64_t i = 0;
+  for (; i + kVecs * Vec::size() <= n; i += kVecs * Vec::size()) {
+    Vec acc[kVecs];
+    for (int64_t j = 0; j < kVecs; ++j) acc[j] = Vec(0.0f);
+    each([&](float pl, const float* row) {
+      const Vec pv(pl);
+      for (int64_t j = 0; j < kVecs; ++j)
+        acc[j] = at::vec::fmadd(pv, Vec::loadu(row + i + j * Vec::size()), acc[j]);
+    });
+    for (int64_t j = 0; j < kVecs; ++j) acc[j].store(out + i + j * Vec::size());
+  }
+  for (; i + Vec::size() <= n; i += Vec::size()) {
+    Vec acc(0.0f);
+    each([&](float pl, const float* row) {
+      acc = at::vec::fmadd(Vec(pl), Vec::loadu(row + i), acc);
+    });
+    acc.store(out + i);
+  }
+  for (; i < n; ++i) {
+    float o = 0.f;
+    each([&](float pl, const float* row) { o += pl * row[i]; });
     out[i] = o;
   }
 }
