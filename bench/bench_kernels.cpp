@@ -22,6 +22,7 @@
 
 #include "bench/bench_common.h"
 #include "framework/kernels/layer_ops.h"
+#include "framework/kernels/paged_attention.h"
 #include "framework/model/architectures/layer_functions.h"
 #include "framework/quant/kernels.h"
 #include "framework/quant/projection.h"
@@ -177,13 +178,39 @@ void run_decode_attention(benchmark::State& state, bool kernel) {
   }
 }
 
+// layer_ops/paged_attention/<form>/rows:N: the same step with each row's 96 positions in a paged
+// pool (blocks of 16 in shuffled order, kernels::paged_attention) against LibTorch's
+// scaled_dot_product_attention over the contiguous cache.
+void run_paged_attention(benchmark::State& state, bool kernel) {
+  constexpr int64_t heads = 12, hd = 64, length = 96, bs = 16, per_row = length / bs;
+  const int64_t rows = state.range(0);
+  at::manual_seed(0);
+  const at::Tensor q = at::randn({rows, heads, hd});
+  const at::Tensor k_pool = at::randn({rows * length, heads, hd}), v_pool = at::randn_like(k_pool);
+  const at::Tensor tables = at::randperm(rows * per_row, at::kLong).view({rows, per_row});
+  const at::Tensor seq = at::arange(rows, at::kLong), first = at::zeros({rows}, at::kLong);
+  const at::Tensor last = at::full({rows}, length - 1, at::kLong);
+  const at::Tensor k = at::randn({rows, heads, length, hd}), v = at::randn_like(k);
+  const double scale = 1.0 / 8.0;
+  for (auto _ : state) {
+    if (kernel) {
+      benchmark::DoNotOptimize(
+          kernels::paged_attention(q, k_pool, v_pool, tables, seq, first, last, bs, scale));
+    } else {
+      benchmark::DoNotOptimize(
+          at::scaled_dot_product_attention(q.unsqueeze(2), k, v, {}, 0.0, false, scale));
+    }
+  }
+}
+
 }  // namespace
 
 void register_kernel_benchmarks() {
   const std::vector<std::pair<const char*, void (*)(benchmark::State&, bool)>> layer_ops = {
       {"rotary", run_rotary},
       {"silu_mul", run_silu_mul},
-      {"decode_attention", run_decode_attention}};
+      {"decode_attention", run_decode_attention},
+      {"paged_attention", run_paged_attention}};
   for (const auto& [name, fn] : layer_ops) {
     for (const bool kernel : {true, false}) {
       benchmark::RegisterBenchmark(
