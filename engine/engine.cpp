@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "backends/register_builtin.h"
+#include "engine/model_impl.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/generator.h"
@@ -24,10 +25,6 @@
 #include "framework/util/path_errors.h"
 
 namespace gengraph {
-
-struct Model::Impl {
-  LoadedModel loaded;
-};
 
 struct Engine::Impl {
   std::shared_ptr<const Model::Impl> model;  // shared with the Model and its other Engines

@@ -7,7 +7,8 @@ Layers, lowest first:
   framework          framework/
   backends           backends/ (a backend never includes a sibling backend; register_builtin
                      lists them all)
-  engine             engine/, include/gengraph/gengraph.h and include/gengraph/extension.h
+  serving            serving/ (the scheduler's core: requests, policies, one step at a time)
+  engine             engine/, include/gengraph/gengraph.h, serving.h and extension.h
   experiments        experiments/ (the CLI's library; experiments/cli/main.cpp is the CLI) and
                      include/gengraph/cli.h
   python             python/ (the Python package's extension module)
@@ -35,12 +36,14 @@ import re
 import sys
 import tempfile
 
-LAYERS = ["public", "framework", "backends", "engine", "experiments", "python", "bench"]
+LAYERS = ["public", "framework", "backends", "serving", "engine", "experiments", "python", "bench"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 PUBLIC_LAYERS = {"include/gengraph/gengraph.h": "engine",
+                 "include/gengraph/serving.h": "engine",
                  "include/gengraph/extension.h": "engine",
                  "include/gengraph/cli.h": "experiments"}
-CHECKED = ("include/gengraph/", "framework/", "backends/", "engine/", "experiments/", "python/",
+CHECKED = ("include/gengraph/", "framework/", "backends/", "serving/", "engine/", "experiments/",
+           "python/",
            "bench/")
 
 

@@ -19,8 +19,11 @@ CacheLayout cache_layout(const std::string& backend,
                          const std::map<std::string, std::string>& options) {
   CacheLayout layout;
   const auto cache = options.find("cache"), share = options.find("share_prefill");
-  layout.static_cache = backend != "eager" || (cache != options.end() && cache->second == "static");
-  layout.shared_prefill = share == options.end() || share->second != "false";
+  const bool paged = backend == "eager" && cache != options.end() && cache->second == "paged";
+  layout.static_cache =
+      backend != "eager" || paged || (cache != options.end() && cache->second == "static");
+  // eager's paged cache repeats a prompt per row (it refuses share_prefill: true).
+  layout.shared_prefill = !paged && (share == options.end() || share->second != "false");
   return layout;
 }
 

@@ -69,7 +69,7 @@ GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const
                                      float* out, int64_t ldo) {
   const int64_t groups = K / group;
   static thread_local GroupParams params;
-  if (M >= 2) {
+  if (M >= 2 || xsum == nullptr) {
     // Several activation rows: widen 4 weight rows at a time into L1 once, then multiply them as
     // float32 weights for every activation row (widening per row and per 4 activation rows
     // made batch 8 slower than float32).

@@ -87,6 +87,14 @@ bool vectorized() { return detail::cpu_has_avx2(); }
 
 void use_plain_loops(bool plain) { detail::g_plain.store(plain); }
 
+namespace {
+thread_local bool t_batch_invariant = false;
+}  // namespace
+
+BatchInvariant::BatchInvariant(bool on) : saved_(t_batch_invariant) { t_batch_invariant = on; }
+BatchInvariant::~BatchInvariant() { t_batch_invariant = saved_; }
+bool BatchInvariant::active() { return t_batch_invariant; }
+
 void allow_vnni(bool allowed) { detail::g_no_vnni.store(!allowed); }
 void allow_amx(bool allowed) { detail::g_no_amx.store(!allowed); }
 

@@ -73,7 +73,9 @@ void check_int8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scal
 
 at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
   check_int8(x, q, scales, "gengraph::linear_int8");
-  if (x.size(0) >= kStreamRows) return at::linear(x, widen_int8(q, scales));
+  if (x.size(0) >= kStreamRows && !BatchInvariant::active()) {
+    return at::linear(x, widen_int8(q, scales));
+  }
   return stream_or_gemm<int8_t>(x, q, q.data_ptr<int8_t>(), scales);
 }
 
@@ -182,7 +184,7 @@ at::Tensor linear_bf16_cpu(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kBFloat16 && w.is_contiguous(),
               "gengraph::linear_bf16: weight must be a contiguous 2-D bfloat16 tensor");
   check_x(x, w.size(1), "gengraph::linear_bf16");
-  if (x.size(0) >= kStreamRows) return at::linear(x, w.to(at::kFloat));
+  if (x.size(0) >= kStreamRows && !BatchInvariant::active()) return at::linear(x, w.to(at::kFloat));
   return stream_or_gemm<uint16_t>(x, w, reinterpret_cast<const uint16_t*>(w.data_ptr()),
                                   at::Tensor());
 }
@@ -191,7 +193,7 @@ at::Tensor linear_f32_cpu(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.is_contiguous(),
               "gengraph::linear_f32: weight must be a contiguous 2-D float32 tensor");
   check_x(x, w.size(1), "gengraph::linear_f32");
-  if (x.size(0) >= kStreamRows) return at::linear(x, w);
+  if (x.size(0) >= kStreamRows && !BatchInvariant::active()) return at::linear(x, w);
   return stream_or_gemm<float>(x, w, w.data_ptr<float>(), at::Tensor());
 }
 
@@ -251,14 +253,19 @@ at::Tensor linear_int4_cpu(const at::Tensor& x, const at::Tensor& packed, const 
   check_int4(x, packed, scales, zeros, group, "gengraph::linear_int4");
   const int64_t N = packed.size(0), K = packed.size(1) * 2, groups = K / group;
   const int64_t M = x.size(0);
-  if (M >= kStreamRows) return at::linear(x, dequantize_int4_packed(packed, scales, zeros, group));
+  if (M >= kStreamRows && !BatchInvariant::active()) {
+    return at::linear(x, dequantize_int4_packed(packed, scales, zeros, group));
+  }
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
   const bool avx2 = cpu_has_avx2();
   // The sums of each group of activations: the zeros' share of every output is one product.
   // The AVX2 path reads them for one activation row only (several rows widen the weights).
   const float* xp = x.data_ptr<float>();
-  std::vector<float> xsum(avx2 && M >= 2 ? 0 : static_cast<size_t>(M * groups));
+  // Under BatchInvariant one row takes the many-row path too (no group sums), so that a row's
+  // floats do not depend on whether it is alone.
+  const bool widen = avx2 && (M >= 2 || BatchInvariant::active());
+  std::vector<float> xsum(widen ? 0 : static_cast<size_t>(M * groups));
   for (int64_t m = 0; m < M && !xsum.empty(); ++m) {
     for (int64_t g = 0; g < groups; ++g) {
       float s = 0.f;
@@ -272,7 +279,10 @@ at::Tensor linear_int4_cpu(const at::Tensor& x, const at::Tensor& packed, const 
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, N, grain_rows(N, K / 4), [&](int64_t n0, int64_t n1) {
 #ifdef GENGRAPH_X86_AVX2
-    if (avx2) return int4_rows_avx2(xp, M, K, qp, sp, zp, xsum.data(), group, n0, n1, yp, N);
+    if (avx2) {
+      return int4_rows_avx2(xp, M, K, qp, sp, zp, widen ? nullptr : xsum.data(), group, n0, n1, yp,
+                            N);
+    }
 #endif
     (void)avx2;
     int4_rows_plain(xp, M, K, qp, sp, zp, xsum.data(), group, n0, n1, yp, N);

@@ -92,4 +92,22 @@ void use_plain_loops(bool plain);
 // blocking worth the widening).
 constexpr int64_t kStreamRows = 32;
 
+// Batch invariance (docs/serving.md#batch-invariance): while a BatchInvariant guard lives on a
+// thread, the products that thread runs stream their weights whatever the row count, instead of
+// handing kStreamRows rows and more to LibTorch's GEMM (whose blocking, and so whose sums' order,
+// changes with the rows), and int4's one-row path takes the many-row path's arithmetic. Each
+// output element is then summed in one order whatever rows share the call: a request's logits
+// do not depend on its batch. Nested guards restore the state they found.
+class BatchInvariant {
+ public:
+  explicit BatchInvariant(bool on = true);
+  ~BatchInvariant();
+  BatchInvariant(const BatchInvariant&) = delete;
+  BatchInvariant& operator=(const BatchInvariant&) = delete;
+  static bool active();
+
+ private:
+  bool saved_;
+};
+
 }  // namespace gengraph::kernels

@@ -124,7 +124,7 @@ bool tracing() { return at::tracer::impl::is_dispatch_enabled(); }
 bool Projection::streams(const at::Tensor& x) const {
   return weight.defined() && weight.is_cpu() && weight.scalar_type() == at::kFloat &&
          x.scalar_type() == at::kFloat && x.dim() >= 1 && x.size(-1) > 0 &&
-         x.numel() / x.size(-1) < kernels::kStreamRows;
+         (x.numel() / x.size(-1) < kernels::kStreamRows || kernels::BatchInvariant::active());
 }
 
 at::Tensor Projection::operator()(const at::Tensor& x) const {
@@ -134,16 +134,19 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
     if (qweight.is_cpu()) {
       // gengraph's kernels (framework/quant/kernels.h): float32 activations.
       const at::Tensor xf = x2.scalar_type() == at::kFloat ? x2 : x2.to(at::kFloat);
+      // int8 activations from int8_activation_rows rows; under BatchInvariant from one row, since
+      // a threshold on the rows would make a row's arithmetic depend on its batch.
+      const bool w8 =
+          format.int8_activation_rows > 0 &&
+          (xf.size(0) >= format.int8_activation_rows || kernels::BatchInvariant::active());
       switch (format.kind) {
         case WeightFormat::Kind::kInt8:
-          y = format.int8_activation_rows > 0 && xf.size(0) >= format.int8_activation_rows
-                  ? kernels::linear_w8a8(xf, qweight, scales, format.int8_activation_block)
-                  : kernels::linear_int8(xf, qweight, scales);
+          y = w8 ? kernels::linear_w8a8(xf, qweight, scales, format.int8_activation_block)
+                 : kernels::linear_int8(xf, qweight, scales);
           break;
         case WeightFormat::Kind::kInt4:
-          y = format.int8_activation_rows > 0 && xf.size(0) >= format.int8_activation_rows
-                  ? kernels::linear_w4a8(xf, qweight, scales, zeros, format.group_size)
-                  : kernels::linear_int4(xf, qweight, scales, zeros, format.group_size);
+          y = w8 ? kernels::linear_w4a8(xf, qweight, scales, zeros, format.group_size)
+                 : kernels::linear_int4(xf, qweight, scales, zeros, format.group_size);
           break;
         default:
           y = kernels::linear_bf16(xf, qweight);

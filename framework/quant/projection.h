@@ -38,7 +38,8 @@ struct Projection {
   at::Tensor zeros;    // int4 on CPU: [out, in / group] float16, the value of level 0
 
   // Whether a float32 product on CPU streams the weight through gengraph's kernel
-  // (kernels::linear_f32: fewer than kernels::kStreamRows rows, as in a decode step), which reads
+  // (kernels::linear_f32: fewer than kernels::kStreamRows rows, as in a decode step, or any rows
+  // under kernels::BatchInvariant), which reads
   // a decode step's weights faster than either GEMM library where it was measured
   // (docs/quantization.md#speed).
   bool streams(const at::Tensor& x) const;

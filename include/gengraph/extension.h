@@ -8,6 +8,9 @@
 //     CandidateGenerator (<gengraph/ext/decoding.h>), reading the token history through
 //     <gengraph/ext/token_history.h>, and add it to processor_registry(), stopping_registry(),
 //     strategy_registry() or candidate_registry() by name (<gengraph/ext/registry.h>).
+//   - a scheduling policy: derive SchedulingPolicy and add it to PolicyRegistry::instance()
+//     (<gengraph/ext/scheduling.h>); a backend joins the scheduler by running ragged batches over
+//     a PagedCache (ForwardBackend::runs_ragged, forward_ragged; <gengraph/ext/paged_cache.h>).
 // check_backend_conformance runs a registered backend beside eager through the checks the
 // built-ins pass (<gengraph/conformance.h>).
 // Registered parts are then chosen from YAML and from the Engine like built-ins. Register them at
@@ -27,6 +30,8 @@
 #include <gengraph/ext/cache.h>
 #include <gengraph/ext/decoding.h>
 #include <gengraph/ext/model.h>
+#include <gengraph/ext/paged_cache.h>
 #include <gengraph/ext/registry.h>
+#include <gengraph/ext/scheduling.h>
 #include <gengraph/ext/token_history.h>
 #include <gengraph/gengraph.h>

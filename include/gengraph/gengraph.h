@@ -111,6 +111,7 @@ class Model {
 
  private:
   friend class Engine;
+  friend class Scheduler;
   struct Impl;
   explicit Model(std::shared_ptr<const Impl> impl);
   std::shared_ptr<const Impl> impl_;

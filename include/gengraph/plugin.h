@@ -28,7 +28,10 @@
 //      and a backend reads the model through model_shape() and the other functions of
 //      <gengraph/ext/model.h> (CausalLM's class is no longer installed): a plug-in built for 1
 //      would fail at load on missing symbols, or call the wrong functions.
-#define GENGRAPH_PLUGIN_ABI 2
+//   3: ForwardBackend gained runs_ragged() and forward_ragged() (continuous batching), KVCache
+//      attends() and attend() (a paged cache), ForwardBatch logit_positions: the virtual tables
+//      and the batch's layout moved.
+#define GENGRAPH_PLUGIN_ABI 3
 
 #define GENGRAPH_PLUGIN(register_function)                                            \
   extern "C" __attribute__((visibility("default"))) int gengraph_plugin_abi() {       \

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "framework/decoding/sampling_generator.h"
+
 namespace gengraph {
 namespace {
 
@@ -73,7 +75,8 @@ StepDecision BeamSearch::step(const at::Tensor& logits, const LogitsProcessor& p
   if (options_.do_sample) {
     // at::multinomial without replacement, without its host-side checks (SampleSearch's note).
     const at::Tensor probs = at::softmax(acc, -1);
-    top_idx = std::get<1>(at::topk(probs.div(at::empty_like(probs).exponential_(1)), k));
+    top_idx = std::get<1>(
+        at::topk(probs.div(at::empty_like(probs).exponential_(1, sampling_generator())), k));
     top_scores = acc.gather(1, top_idx);
   } else {
     std::tie(top_scores, top_idx) = at::topk(acc, k);

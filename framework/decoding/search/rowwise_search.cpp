@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "framework/decoding/sampling_generator.h"
 #include "framework/kernels/layer_ops.h"
 
 namespace gengraph {
@@ -82,7 +83,7 @@ at::Tensor GreedySearch::choose(const at::Tensor& scores) { return kernels::argm
 
 at::Tensor SampleSearch::choose(const at::Tensor& scores) {
   const at::Tensor probs = at::softmax(scores, -1);
-  const at::Tensor noise = at::empty_like(probs).exponential_(1);
+  const at::Tensor noise = at::empty_like(probs).exponential_(1, sampling_generator());
   return kernels::argmax_rows(probs.div(noise));
 }
 

@@ -120,13 +120,14 @@ class Gpt2 final : public CausalLM {
       auto [k, v] = cache.update(i, heads_first(parts[1]), heads_first(parts[2]), b.slots);
       double scale = c.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
       if (c.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(i + 1);
-      at::Tensor o = attend(heads_first(parts[0]), k, v, b.attn_mask, scale);  // [rows, T, d]
+      at::Tensor o =
+          attend_cached(cache, i, heads_first(parts[0]), k, v, b.attn_mask, scale);  // [rows, T, d]
       h = h + conv1d_linear(o, blk.c_proj_w, blk.c_proj_b);
       at::Tensor m = at::layer_norm(h, {d}, blk.ln_2.w, blk.ln_2.b, c.norm_eps);
       m = activate(conv1d_linear(m, blk.fc_w, blk.fc_b), act_);
       h = h + conv1d_linear(m, blk.proj_w, blk.proj_b);
     }
-    at::Tensor last = b.all_positions ? h : h.select(1, t - 1);  // [rows, (T,) d]
+    at::Tensor last = output_positions(h, b);  // [rows, (T or K,) d]
     last = at::layer_norm(last, {d}, ln_f_.w, ln_f_.b, c.norm_eps);
     return at::matmul(last, lm_head_.t());  // [rows, (T,) vocab]
   }
@@ -184,12 +185,13 @@ class Gpt2 final : public CausalLM {
       auto [k, v] = cache.update(i, heads_first(1), heads_first(2), b.slots);
       double scale = c.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(hd)) : 1.0;
       if (c.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(i + 1);
-      const at::Tensor o = attend(heads_first(0), k, v, mask, scale);  // [rows, T, d]
+      const at::Tensor o =
+          attend_cached(cache, i, heads_first(0), k, v, mask, scale);  // [rows, T, d]
       h = blk.attn_out.add_to(h, o);
       const at::Tensor m = at::layer_norm(h, {d}, blk.ln_2.w, blk.ln_2.b, c.norm_eps);
       h = blk.fc_out.add_to(h, activate_fused(blk.fc(m), act_));
     }
-    at::Tensor last = b.all_positions ? h : h.select(1, t - 1);  // [rows, (T,) d]
+    at::Tensor last = output_positions(h, b);  // [rows, (T or K,) d]
     last = at::layer_norm(last, {d}, ln_f_.w, ln_f_.b, c.norm_eps);
     return head_(last);  // [rows, (T,) vocab]
   }

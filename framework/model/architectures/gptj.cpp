@@ -109,7 +109,7 @@ class GptJ final : public CausalLM {
   at::Tensor forward(const ForwardBatch& b, KVCache& cache) const override {
     if (config().fused) return forward_fused(b, cache);
     const auto& c = config();
-    const int64_t t = b.input_ids.size(1), d = c.hidden_size;
+    const int64_t d = c.hidden_size;
     at::Tensor h = at::embedding(wte_, b.input_ids);  // [rows, T, d]
     const auto [cos, sin] = rope_cos_sin_pairs(b.positions, inv_freq_, h.scalar_type());
     for (int64_t i = 0; i < static_cast<int64_t>(blocks_.size()); ++i) {
@@ -120,7 +120,7 @@ class GptJ final : public CausalLM {
                                       blk.fc_out_w, blk.fc_out_b);
       h = a + m + h;  // transformers' order: attn + mlp + residual
     }
-    at::Tensor last = b.all_positions ? h : h.select(1, t - 1);  // [rows, (T,) d]
+    at::Tensor last = output_positions(h, b);  // [rows, (T or K,) d]
     last = at::layer_norm(last, {d}, ln_f_.w, ln_f_.b, c.norm_eps);
     return at::linear(last, lm_head_w_, lm_head_b_);  // [rows, (T,) vocab]
   }
@@ -155,7 +155,7 @@ class GptJ final : public CausalLM {
         split(at::linear(x, blk.v_w)).permute({0, 2, 1, 3});  // [rows, heads, T, hd]
     auto [keys, values] = cache.update(i, k, v, b.slots);
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-    return at::linear(attend(q, keys, values, b.attn_mask, scale), blk.out_w);
+    return at::linear(attend_cached(cache, i, q, keys, values, b.attn_mask, scale), blk.out_w);
   }
 
   // The fused form. A GPT-J block reads one LayerNorm output for both branches, so q, k, v and
@@ -201,7 +201,6 @@ class GptJ final : public CausalLM {
 
   at::Tensor forward_fused(const ForwardBatch& b, KVCache& cache) const {
     const auto& c = config();
-    const int64_t t = b.input_ids.size(1);
     const int64_t d = c.hidden_size, heads = c.num_heads, hd = c.head_dim;
     at::Tensor h = at::embedding(wte_, b.input_ids);  // [rows, T, d]
     const auto [cos, sin] = rotary_tables(b.positions, h.scalar_type());
@@ -214,11 +213,11 @@ class GptJ final : public CausalLM {
       const auto [q, keys, values] =
           rotate_and_store(y.narrow(-1, 0, 3 * d), cos, sin, heads, heads, RotaryPairs::kNeighbours,
                            cache, i, b.slots);
-      const at::Tensor o = attend(q, keys, values, mask, scale);  // [rows, T, d]
+      const at::Tensor o = attend_cached(cache, i, q, keys, values, mask, scale);  // [rows, T, d]
       const at::Tensor m = activate_fused(y.narrow(-1, 3 * d, c.intermediate_size), act_);
       h = blk.out.add_to(h, at::cat({o, m}, -1));
     }
-    at::Tensor last = b.all_positions ? h : h.select(1, t - 1);  // [rows, (T,) d]
+    at::Tensor last = output_positions(h, b);  // [rows, (T or K,) d]
     last = at::layer_norm(last, {d}, ln_f_.w, ln_f_.b, c.norm_eps);
     return head_(last);  // [rows, (T,) vocab]
   }

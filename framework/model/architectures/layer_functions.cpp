@@ -9,6 +9,7 @@
 
 #include "framework/cache/kv_cache.h"
 #include "framework/kernels/layer_ops.h"
+#include "framework/model/causal_lm.h"
 #include "framework/util/error.h"
 #include "framework/util/strings.h"
 
@@ -75,7 +76,21 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   return out.transpose(1, 2).reshape({rows, t, heads * hd});
 }
 
+at::Tensor attend_cached(KVCache& cache, int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                         const at::Tensor& v, const at::Tensor& mask, double scale,
+                         int64_t window) {
+  if (cache.attends()) return cache.attend(layer, q, scale, window);
+  return attend(q, k, v, mask, scale);
+}
+
+at::Tensor output_positions(const at::Tensor& h, const ForwardBatch& b) {
+  if (b.all_positions) return h;
+  if (b.logit_positions.defined()) return h.index_select(1, b.logit_positions);
+  return h.select(1, h.size(1) - 1);
+}
+
 at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype) {
+  if (!mask.defined()) return {};
   return at::full(mask.sizes(), -std::numeric_limits<double>::infinity(),
                   mask.options().dtype(dtype))
       .masked_fill_(mask, 0.0);

@@ -10,6 +10,7 @@
 namespace gengraph {
 
 class KVCache;
+struct ForwardBatch;
 
 enum class Activation { kGeluNew, kGeluExact, kRelu, kSilu, kQuickGelu };
 
@@ -31,9 +32,21 @@ bool gpt2_family_ignorable(const std::string& key);
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& mask, double scale);
 
+// attend() for layer `layer`, whose keys and values `cache` holds: the cache's own attention when
+// it attends itself (a paged cache, KVCache::attends: k, v and mask are then not read; `window` is
+// the layer's sliding window, 0 for none, which the mask carries otherwise), else attend().
+at::Tensor attend_cached(KVCache& cache, int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                         const at::Tensor& v, const at::Tensor& mask, double scale,
+                         int64_t window = 0);
+
+// The positions of h ([rows, T, d]) whose logits the forward returns, as ForwardBatch asks: the
+// last ([rows, d]), every one (all_positions) or logit_positions ([rows, K, d]).
+at::Tensor output_positions(const at::Tensor& h, const ForwardBatch& b);
+
 // The same attention with an additive mask (0 where a query may read, -inf elsewhere) in the
 // compute dtype, made once per step by additive_mask(): SDPA then adds it as it is instead of
-// converting a boolean mask in every layer.
+// converting a boolean mask in every layer. An undefined mask (a cache that attends itself) stays
+// undefined.
 //   mask: [rows, 1, T, L] bool -> [rows, 1, T, L] dtype
 at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype);
 

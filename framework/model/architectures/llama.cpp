@@ -214,20 +214,20 @@ class Llama final : public CausalLM {
   at::Tensor forward(const ForwardBatch& b, KVCache& cache) const override {
     if (config().fused) return forward_fused(b, cache);
     const auto& c = config();
-    const int64_t t = b.input_ids.size(1);
     at::Tensor h = at::embedding(embed_, b.input_ids);  // [rows, T, d]
     const auto [cos, sin] = rope_cos_sin_halves(b.positions, inv_freq_, h.scalar_type());
-    const at::Tensor window_mask =
-        c.sliding_window > 0 ? windowed(b.attn_mask, b.slots, c.sliding_window) : b.attn_mask;
+    const at::Tensor window_mask = c.sliding_window > 0 && b.attn_mask.defined()
+                                       ? windowed(b.attn_mask, b.slots, c.sliding_window)
+                                       : b.attn_mask;
     for (int64_t i = 0; i < static_cast<int64_t>(blocks_.size()); ++i) {
       const Block& blk = blocks_[i];
       const at::Tensor& mask = blk.sliding ? window_mask : b.attn_mask;
       const at::Tensor x = rms_norm(h, blk.input_norm, c.norm_eps);
-      h = h + attention(blk, x, cos, sin, mask, b.slots, cache, i);
+      h = h +
+          attention(blk, x, cos, sin, mask, b.slots, cache, i, blk.sliding ? c.sliding_window : 0);
       h = h + mlp(blk, rms_norm(h, blk.post_norm, c.norm_eps));
     }
-    const at::Tensor last =
-        rms_norm(b.all_positions ? h : h.select(1, t - 1), norm_, c.norm_eps);  // [rows, (T,) d]
+    const at::Tensor last = rms_norm(output_positions(h, b), norm_, c.norm_eps);  // [rows, (K,) d]
     return at::linear(last, lm_head_);  // [rows, (T,) vocab]
   }
 
@@ -267,7 +267,7 @@ class Llama final : public CausalLM {
   //   x: [rows, T, d]; cos, sin: [rows, 1, T, head_dim]; mask: [rows, 1, T, L] -> [rows, T, d]
   at::Tensor attention(const Block& blk, const at::Tensor& x, const at::Tensor& cos,
                        const at::Tensor& sin, const at::Tensor& mask, const at::Tensor& slots,
-                       KVCache& cache, int64_t i) const {
+                       KVCache& cache, int64_t i, int64_t window) const {
     const int64_t rows = x.size(0), t = x.size(1), hd = config().head_dim;
     auto heads_first = [&](const at::Tensor& y) {
       return y.view({rows, t, -1, hd}).transpose(1, 2);  // [rows, heads or kv_heads, T, hd]
@@ -275,8 +275,8 @@ class Llama final : public CausalLM {
     const at::Tensor q = rotate_halves(heads_first(linear(x, blk.q.w, blk.q.b)), cos, sin);
     const at::Tensor k = rotate_halves(heads_first(linear(x, blk.k.w, blk.k.b)), cos, sin);
     const at::Tensor v = heads_first(linear(x, blk.v.w, blk.v.b));
-    auto [keys, values] = cache.update(i, k, v, slots);          // [rows, kv_heads, L, hd]
-    const at::Tensor o = attend(q, keys, values, mask, scale_);  // [rows, T, heads * hd]
+    auto [keys, values] = cache.update(i, k, v, slots);  // [rows, kv_heads, L, hd]
+    const at::Tensor o = attend_cached(cache, i, q, keys, values, mask, scale_, window);
     return linear(o, blk.o.w, blk.o.b);
   }
 
@@ -350,7 +350,7 @@ class Llama final : public CausalLM {
 
   at::Tensor forward_fused(const ForwardBatch& b, KVCache& cache) const {
     const auto& c = config();
-    const int64_t t = b.input_ids.size(1), heads = c.num_heads, kv = c.num_kv_heads;
+    const int64_t heads = c.num_heads, kv = c.num_kv_heads;
     at::Tensor h = at::embedding(embed_, b.input_ids);  // [rows, T, d]
     const auto dtype = h.scalar_type();
     auto [cos, sin] = rope_cos_sin_halves(b.positions, inv_freq_, dtype);  // [rows, 1, T, hd]
@@ -358,7 +358,7 @@ class Llama final : public CausalLM {
     sin = (sin * rot_sign_.to(dtype)).transpose(1, 2);
     const at::Tensor mask = additive_mask(b.attn_mask, dtype);
     const at::Tensor window_mask =
-        c.sliding_window > 0
+        c.sliding_window > 0 && b.attn_mask.defined()
             ? additive_mask(windowed(b.attn_mask, b.slots, c.sliding_window), dtype)
             : mask;
     for (int64_t i = 0; i < static_cast<int64_t>(fused_.size()); ++i) {
@@ -366,12 +366,14 @@ class Llama final : public CausalLM {
       const at::Tensor y = blk.qkv(norm(h, blk.input_norm));  // q, k, v
       const auto [q, keys, values] =
           rotate_and_store(y, cos, sin, heads, kv, RotaryPairs::kHalves, cache, i, b.slots);
-      const at::Tensor o = attend(q, keys, values, blk.sliding ? window_mask : mask, scale_);
+      const at::Tensor o =
+          attend_cached(cache, i, q, keys, values, blk.sliding ? window_mask : mask, scale_,
+                        blk.sliding ? c.sliding_window : 0);
       h = blk.o.add_to(h, o);
       const at::Tensor gu = blk.gate_up(norm(h, blk.post_norm));
       h = blk.down.add_to(h, gate(gu));
     }
-    const at::Tensor last = norm(b.all_positions ? h : h.select(1, t - 1), norm_);
+    const at::Tensor last = norm(output_positions(h, b), norm_);
     return head_(last);  // [rows, (T,) vocab]
   }
 

@@ -55,6 +55,18 @@ struct StepInputs {
   int64_t copies = 1;
 };
 
+// A ragged batch: the tokens of many sequences in one forward, each at its own position
+// (continuous batching, docs/serving.md). Their keys and values live in a PagedCache, whose step
+// (PagedCache::set_step) says where each token writes and which positions it reads; a prompt's
+// chunk and a decode step's one token are alike.
+struct RaggedBatch {
+  at::Tensor input_ids;   // [N] int64
+  at::Tensor positions;   // [N] int64: each token's position in its sequence
+  at::Tensor logit_rows;  // [K] int64: the tokens whose logits come back, in this order
+};
+
+class PagedCache;
+
 // A decode step over buffers that stay where they are: what a loop needs to run the whole
 // decoding step on the device (framework/decoding/generator.h), captured in a CUDA graph or not.
 // run() reads only the buffers, never the host, allocates nothing its next call depends on, and
@@ -114,6 +126,13 @@ class ForwardBackend {
   virtual StaticDecode* static_decode() { return nullptr; }
   // Whether do_verify runs verify()'s positions as one forward.
   virtual bool verifies_at_once() const { return false; }
+  // Continuous batching (docs/serving.md): whether forward_ragged() runs. A scheduler refuses a
+  // backend without it by name.
+  virtual bool runs_ragged() const { return false; }
+  // One forward over a ragged batch whose step `cache` holds (set_step); returns the logits of
+  // batch.logit_rows, [K, vocab]. prepare() is not called for it. The default throws, naming the
+  // backend.
+  virtual at::Tensor forward_ragged(const RaggedBatch& batch, PagedCache& cache);
   // The model, read through <gengraph/ext/model.h> (model_shape, run_forward_step, ...).
   const CausalLM& model() const { return *model_; }
   // The prepared shape.

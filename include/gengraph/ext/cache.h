@@ -55,6 +55,16 @@ class KVCache {
     return std::nullopt;
   }
 
+  // A cache that computes attention itself, over its own layout (PagedCache: keys and values in
+  // blocks, each query over its own sequence's). The models then attend through attend() after
+  // update() has stored the step's keys and values, instead of over update()'s tensors with
+  // ForwardBatch::attn_mask (left undefined for such a cache).
+  virtual bool attends() const { return false; }
+  // Attention of the step's queries over what the cache holds, for a cache that attends().
+  //   q: [rows, heads, T, hd]; window: the layer's sliding window in positions (0: none)
+  //   -> [rows, T, heads * hd]
+  virtual at::Tensor attend(int64_t layer, const at::Tensor& q, double scale, int64_t window);
+
   // Beam search: row r continues the history of row parent_rows[r]. parent_rows: [rows] int64.
   // `written`: how many leading cache slots hold tokens (the backend's length()); only those are
   // moved. -1: all of them (a captured graph, which cannot know the length).

@@ -24,10 +24,15 @@ struct ForwardBatch {
   at::Tensor input_ids;  // [rows, T] int64
   at::Tensor positions;  // [rows, T] int64, position ids as transformers computes them
   at::Tensor slots;      // [T] int64, cache slots these tokens are written to
-  at::Tensor attn_mask;  // [rows, 1, T, L] bool, true where a query may read a cache slot
+  at::Tensor attn_mask;  // [rows, 1, T, L] bool, true where a query may read a cache slot;
+                         // undefined for a cache that attends itself (KVCache::attends)
   // Logits of every position ([rows, T, vocab], speculative decoding's verify) instead of the
   // last one's.
   bool all_positions = false;
+  // The positions whose logits come back, [K] int64 indices into T ([rows, K, vocab]): a ragged
+  // batch's last token of each sequence (ForwardBackend::forward_ragged). Undefined: the last
+  // position's, or every position's with all_positions.
+  at::Tensor logit_positions;
 };
 
 // The figures of a model that a backend sizes its buffers by, as loaded (config.json's).

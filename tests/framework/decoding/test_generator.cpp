@@ -154,7 +154,7 @@ TEST(BackendRegistry, UnknownNameListsKnownOnesAndOptionsAreChecked) {
       error_of([] { BackendRegistry::instance().add(BackendRegistry::instance().get("eager")); }),
       HasSubstr("already registered"));
   EXPECT_THAT(error_of([] { eager(tiny(), "dynamic"); }),
-              HasSubstr("option 'cache': expected one of growing, static, found 'dynamic'"));
+              HasSubstr("option 'cache': expected one of growing, static, paged, found 'dynamic'"));
   EXPECT_THAT(error_of([] {
                 BackendRegistry::instance().create("eager", tiny(),
                                                    BackendOptions("eager", {{"cach", "static"}}));

@@ -1,0 +1,266 @@
+// gengraph::Scheduler (include/gengraph/serving.h): the thread-safe facade over the scheduler's
+// core (serving/batch_scheduler.h), which runs on a thread of its own.
+#include <ATen/ATen.h>
+#include <gengraph/serving.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "backends/register_builtin.h"
+#include "engine/model_impl.h"
+#include "framework/backend/backend_registry.h"
+#include "framework/model/causal_lm.h"
+#include "framework/util/error.h"
+#include "serving/batch_scheduler.h"
+
+namespace gengraph {
+
+struct RequestHandle::State {
+  int64_t id = 0;
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  RequestResult result;
+};
+
+int64_t RequestHandle::id() const {
+  if (!state_) throw Error("RequestHandle: empty (not returned by Scheduler::submit)");
+  return state_->id;
+}
+
+namespace {
+
+RequestResult to_result(CoreResult c) {
+  RequestResult r;
+  r.id = c.id;
+  r.sequence = std::move(c.sequence);
+  r.finish = std::move(c.finish);
+  r.error = std::move(c.error);
+  r.prompt_length = c.prompt_length;
+  r.queue_s = c.queue_s;
+  r.time_to_first_token_s = c.time_to_first_token_s;
+  r.total_s = c.total_s;
+  r.preemptions = c.preemptions;
+  r.reused_tokens = c.reused_tokens;
+  return r;
+}
+
+// The pool's blocks: kv_blocks, or as many as kv_memory_mb holds for this model.
+int64_t pool_blocks(const SchedulerOptions& o, const CausalLM& model) {
+  if (o.block_size < 1) {
+    throw Error("scheduler option block_size: expected an integer >= 1, found " +
+                std::to_string(o.block_size));
+  }
+  if (o.kv_blocks > 0) return o.kv_blocks;
+  if (o.kv_blocks < 0 || !(o.kv_memory_mb > 0)) {
+    throw Error(
+        "scheduler options kv_blocks / kv_memory_mb: expected kv_blocks >= 1, or 0 with "
+        "kv_memory_mb > 0; found " +
+        std::to_string(o.kv_blocks) + " and " + std::to_string(o.kv_memory_mb));
+  }
+  const ModelShape s = model_shape(model);
+  const double per_block =
+      2.0 * static_cast<double>(s.num_layers * o.block_size * s.num_kv_heads * s.head_dim) *
+      static_cast<double>(c10::elementSize(model_dtype(model)));
+  const auto blocks = static_cast<int64_t>(o.kv_memory_mb * 1024.0 * 1024.0 / per_block);
+  if (blocks < 1) {
+    throw Error("scheduler option kv_memory_mb " + std::to_string(o.kv_memory_mb) +
+                ": less than one block of " + std::to_string(o.block_size) + " positions (" +
+                std::to_string(per_block / (1024.0 * 1024.0)) + " MB)");
+  }
+  return blocks;
+}
+
+}  // namespace
+
+struct Scheduler::Impl {
+  std::shared_ptr<const Model::Impl> model;
+  std::unique_ptr<ForwardBackend> backend;
+  SchedulerOptions options;
+  std::unique_ptr<BatchScheduler> core;
+
+  mutable std::mutex m;
+  std::condition_variable wake;     // work arrived, a cancel, or stopping
+  std::condition_variable drained;  // nothing outstanding
+  std::deque<std::pair<PlannedRequest, std::shared_ptr<RequestHandle::State>>> incoming;
+  std::vector<int64_t> cancels;
+  int64_t next_id = 0, outstanding = 0, waiting = 0;
+  bool stopping = false;
+  nlohmann::json stats;
+  std::thread thread;
+
+  void loop();
+  void deliver(std::vector<CoreResult> done,
+               std::map<int64_t, std::shared_ptr<RequestHandle::State>>& live);
+};
+
+void Scheduler::Impl::deliver(std::vector<CoreResult> done,
+                              std::map<int64_t, std::shared_ptr<RequestHandle::State>>& live) {
+  for (CoreResult& c : done) {
+    auto it = live.find(c.id);
+    if (it == live.end()) continue;
+    const std::shared_ptr<RequestHandle::State> s = it->second;
+    live.erase(it);
+    {
+      const std::lock_guard<std::mutex> lock(s->m);
+      s->result = to_result(std::move(c));
+      s->done = true;
+    }
+    s->cv.notify_all();
+    const std::lock_guard<std::mutex> lock(m);
+    if (--outstanding == 0) drained.notify_all();
+  }
+}
+
+void Scheduler::Impl::loop() {
+  std::map<int64_t, std::shared_ptr<RequestHandle::State>> live;
+  for (;;) {
+    bool stop = false;
+    {
+      std::unique_lock<std::mutex> lock(m);
+      wake.wait(lock,
+                [&] { return stopping || !incoming.empty() || !cancels.empty() || !core->idle(); });
+      stop = stopping;
+      while (!incoming.empty()) {
+        auto [request, state] = std::move(incoming.front());
+        incoming.pop_front();
+        const int64_t id = core->add(std::move(request));
+        live[id] = std::move(state);
+      }
+      for (int64_t id : cancels) core->cancel(id);
+      cancels.clear();
+      if (stop) {
+        for (const auto& [id, state] : live) core->cancel(id);
+      }
+    }
+    std::vector<CoreResult> done;
+    try {
+      done = core->step();
+    } catch (const std::exception& e) {
+      done = core->fail_all(std::string("the scheduler's step failed: ") + e.what());
+    }
+    bool finished = false;
+    {
+      // The counters before the results: whoever a result wakes reads them as of its step.
+      const std::lock_guard<std::mutex> lock(m);
+      stats = core->stats();
+      waiting = core->waiting();
+      finished = stop && core->idle() && incoming.empty();
+    }
+    deliver(std::move(done), live);
+    if (finished) return;
+  }
+}
+
+Scheduler::Scheduler(const Model& model, const RunOptions& run, const SchedulerOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  register_builtin_backends();
+  impl_->model = model.impl_;
+  impl_->options = options;
+  const auto& causal = impl_->model->loaded.model;
+  BackendRegistry::instance().validate(
+      run.backend, BackendOptions(run.backend, run.backend_options), causal->device());
+  if (run.whole_step != WholeStep::kOff) {
+    throw Error(
+        "scheduler: RunOptions::whole_step applies to Engine::generate's loop; the "
+        "scheduler runs its own steps");
+  }
+  if (options.max_queue < 1) {
+    throw Error("scheduler option max_queue: expected an integer >= 1, found " +
+                std::to_string(options.max_queue));
+  }
+  impl_->backend = BackendRegistry::instance().create(
+      run.backend, causal, BackendOptions(run.backend, run.backend_options));
+  CoreOptions core;
+  core.policy = options.policy;
+  core.block_size = options.block_size;
+  core.kv_blocks = pool_blocks(options, *causal);
+  core.max_step_tokens = options.max_step_tokens;
+  core.prefill_chunk = options.prefill_chunk;
+  core.max_running = options.max_running;
+  core.prefix_sharing = options.prefix_sharing;
+  core.batch_invariant = options.batch_invariant;
+  impl_->core = std::make_unique<BatchScheduler>(*impl_->backend, core);
+  impl_->stats = impl_->core->stats();
+  impl_->thread = std::thread([impl = impl_.get()] { impl->loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    const std::lock_guard<std::mutex> lock(impl_->m);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+RequestHandle Scheduler::submit(Request request) {
+  const LoadedModel& loaded = impl_->model->loaded;
+  // Planned on the caller's thread: a refused request never reaches the running batch.
+  PlannedRequest planned = impl_->core->make_request(std::move(request.prompt), request.settings,
+                                                     loaded.generation_defaults, request.seed,
+                                                     request.priority, std::move(request.stream));
+  RequestHandle h;
+  h.state_ = std::make_shared<RequestHandle::State>();
+  {
+    const std::lock_guard<std::mutex> lock(impl_->m);
+    if (impl_->stopping) throw Error("scheduler: shutting down; request refused");
+    const int64_t queued = impl_->waiting + static_cast<int64_t>(impl_->incoming.size());
+    if (queued >= impl_->options.max_queue) {
+      throw Error("scheduler: the queue is full (" + std::to_string(queued) +
+                  " requests waiting, max_queue " + std::to_string(impl_->options.max_queue) +
+                  "); retry later or raise max_queue");
+    }
+    h.state_->id = impl_->next_id++;
+    ++impl_->outstanding;
+    impl_->incoming.emplace_back(std::move(planned), h.state_);
+  }
+  impl_->wake.notify_all();
+  return h;
+}
+
+RequestResult Scheduler::wait(const RequestHandle& handle) {
+  if (!handle.state_) throw Error("Scheduler::wait: an empty RequestHandle");
+  if (std::this_thread::get_id() == impl_->thread.get_id()) {
+    throw Error(
+        "Scheduler::wait called from a request's stream (the scheduler's own thread), "
+        "which would wait on itself");
+  }
+  std::unique_lock<std::mutex> lock(handle.state_->m);
+  handle.state_->cv.wait(lock, [&] { return handle.state_->done; });
+  return handle.state_->result;
+}
+
+bool Scheduler::cancel(const RequestHandle& handle) {
+  if (!handle.state_) throw Error("Scheduler::cancel: an empty RequestHandle");
+  {
+    const std::lock_guard<std::mutex> lock(handle.state_->m);
+    if (handle.state_->done) return false;
+  }
+  {
+    const std::lock_guard<std::mutex> lock(impl_->m);
+    impl_->cancels.push_back(handle.state_->id);
+  }
+  impl_->wake.notify_all();
+  return true;
+}
+
+void Scheduler::drain() {
+  if (std::this_thread::get_id() == impl_->thread.get_id()) {
+    throw Error("Scheduler::drain called from a request's stream, which would wait on itself");
+  }
+  std::unique_lock<std::mutex> lock(impl_->m);
+  impl_->drained.wait(lock, [&] { return impl_->outstanding == 0; });
+}
+
+nlohmann::json Scheduler::stats() const {
+  const std::lock_guard<std::mutex> lock(impl_->m);
+  return impl_->stats;
+}
+
+const SchedulerOptions& Scheduler::options() const { return impl_->options; }
+
+}  // namespace gengraph
