@@ -311,10 +311,14 @@ void BatchScheduler::decide(Live& r, const at::Tensor& logits, std::vector<CoreR
                               std::to_string(r.decisions)));
     return;
   }
+  // A part or a stream that throws fails its own request only.
   StepDecision d;
-  {
+  try {
     const SamplingGeneratorScope generator(r.req.generator);
     d = r.pipe.strategy->step(row, r.pipe.processors, r.seqs, r.pipe.stopping);
+  } catch (const std::exception& e) {
+    done.push_back(finish(r, "failed", std::string("choosing its next token: ") + e.what()));
+    return;
   }
   const int64_t token = d.next_tokens.to(at::kCPU).item<int64_t>();
   ++r.decisions;
@@ -331,7 +335,12 @@ void BatchScheduler::decide(Live& r, const at::Tensor& logits, std::vector<CoreR
     t.step = r.decisions - 1;
     if (d.token_scores.defined()) t.logprob = d.token_scores.to(at::kCPU).item<double>();
     t.last = d.continues.defined() ? !d.continues.to(at::kCPU).item<bool>() : false;
-    go_on = r.req.stream(t);
+    try {
+      go_on = r.req.stream(t);
+    } catch (const std::exception& e) {
+      done.push_back(finish(r, "failed", std::string("its stream threw: ") + e.what()));
+      return;
+    }
   }
   if (!go_on) {
     done.push_back(finish(r, "stopped"));
