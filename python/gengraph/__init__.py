@@ -1,4 +1,4 @@
-"""gengraph from Python: the C++ engine's Engine, Model, experiments and backends.
+"""gengraph from Python: the C++ engine's Engine, Model, Scheduler, experiments and backends.
 
     import gengraph
     engine = gengraph.Engine("smollm2-135m")                 # or a folder, or a preset
@@ -27,11 +27,12 @@ from ._gengraph import Error, Generation, ModelInfo, Sequence, StreamedText, Str
 from .frame import to_frame
 from . import backend as _backend
 from .backend import Backend
+from .serving import Request, RequestResult, Scheduler
 
 __all__ = ["Engine", "Model", "Generation", "Sequence", "StreamedToken", "StreamedText", "Stream",
            "Error", "ArgumentTypeError", "ArgumentValueError", "Backend", "ModelInfo", "run",
            "to_frame", "format_table", "backends", "presets", "models", "register_backend",
-           "unregister_backend", "check_backend"]
+           "unregister_backend", "check_backend", "Scheduler", "Request", "RequestResult"]
 
 # Every key of the C++ ModelOptions (include/gengraph/gengraph.h), and what each takes.
 _MODEL_KEYS = ("device", "dtype", "fused", "check_weights", "weights", "group_size",

@@ -3,7 +3,7 @@
 // settings, inputs as texts, lists or tensors, the stream as an iterator); docs/python.md.
 //
 // The GIL is released while gengraph loads, generates or runs an experiment; a Python backend
-// (py_backend.cpp) takes it for each call.
+// (py_backend.cpp) takes it for each call. The Scheduler's classes are serving.cpp's.
 #include <c10/util/Exception.h>
 #include <gengraph/cli.h>
 #include <gengraph/gengraph.h>
@@ -11,7 +11,6 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <deque>
 #include <iostream>
 #include <mutex>
@@ -30,45 +29,9 @@
 #include "framework/util/strings.h"
 #include "python/src/convert.h"
 #include "python/src/py_backend.h"
+#include "python/src/serving.h"
 
 namespace gengraph::python {
-
-nlohmann::json to_json(const py::handle& value, const std::string& what) {
-  // The package checks every value on its way in (python/gengraph/_check.py, naming the key
-  // path); this is the module's own guard for a caller that went around it.
-  std::string text;
-  try {
-    text = py::module_::import("json")
-               .attr("dumps")(value, py::arg("allow_nan") = false)
-               .cast<std::string>();
-  } catch (py::error_already_set& e) {
-    throw Error(what +
-                ": expected a JSON value (dict, list, str, int, float, bool or None; numbers "
-                "finite), found " +
-                std::string(py::str(py::type::handle_of(value).attr("__name__"))) + " (" +
-                std::string(py::str(e.value())) + ")");
-  }
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception&) {
-    throw Error(what +
-                ": expected a JSON value, found one JSON cannot hold (an integer past "
-                "64 bits?)");
-  }
-}
-
-py::str message(const char* text) {
-  // A message may quote a file name that is not UTF-8: its bytes shown as \xNN rather than the
-  // error lost to a UnicodeDecodeError.
-  PyObject* s =
-      PyUnicode_DecodeUTF8(text, static_cast<Py_ssize_t>(std::strlen(text)), "backslashreplace");
-  if (!s) throw py::error_already_set();
-  return py::reinterpret_steal<py::str>(s);
-}
-
-py::object from_json(const nlohmann::json& value) {
-  return py::module_::import("json").attr("loads")(value.dump());
-}
 
 namespace {
 
@@ -597,4 +560,5 @@ PYBIND11_MODULE(_gengraph, m) {
   gengraph::register_builtin_backends();
   gengraph::install_aoti_export_tool();
   gengraph::python::bind_backends(m);
+  gengraph::python::bind_serving(m);
 }
