@@ -70,8 +70,12 @@ void check_args(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor&
 }
 
 // The composite form, for every dtype and device: each query's keys and values at positions
-// 0 .. max(last) gathered through its table into [N, kv_heads, Lmax, hd], the scores in float32
+// 0 .. Lmax - 1 gathered through its table into [N, kv_heads, Lmax, hd], the scores in float32
 // with the positions outside first .. last masked, softmax, the weighted sum; q's dtype back.
+// On the CPU Lmax is max(last) + 1, read on the host. On any other device it is every position of
+// the table's width (max_blocks * block_size), so that every shape is known on the host and no
+// value is read back: the op can be captured in a CUDA graph (the cuda_graph backend's ragged
+// step), at the cost of gathering the whole width whatever the sequences' lengths.
 at::Tensor paged_attention_composite(const at::Tensor& q, const at::Tensor& k_pool,
                                      const at::Tensor& v_pool, const at::Tensor& block_tables,
                                      const at::Tensor& seq, const at::Tensor& first,
@@ -80,7 +84,8 @@ at::Tensor paged_attention_composite(const at::Tensor& q, const at::Tensor& k_po
   const int64_t n = q.size(0), heads = q.size(1), hd = q.size(2);
   const int64_t kv = k_pool.size(1), group = heads / kv;
   if (n == 0) return at::empty({0, heads * hd}, q.options());
-  const int64_t lmax = last.max().item<int64_t>() + 1;
+  const int64_t lmax = q.device().is_cpu() ? last.max().item<int64_t>() + 1
+                                            : block_tables.size(1) * block_size;
   const at::Tensor pos = at::arange(lmax, q.options().dtype(at::kLong));
   const at::Tensor tables = block_tables.to(q.device()).index_select(0, seq.to(q.device()));
   const at::Tensor which = at::div(pos, block_size, "floor").clamp_max(tables.size(1) - 1);

@@ -30,7 +30,9 @@ namespace gengraph::kernels {
 // decode_attention's for that query over the positions 0 .. last laid out in order with a boolean
 // mask allowing first .. last, bit for bit, on the AVX2 and on the plain path. Every other dtype or
 // device takes a composite of ATen ops (keys gathered through the table, float32 scores, a masked
-// softmax), which makes no such promise.
+// softmax), which makes no such promise. Off the CPU (CUDA) the composite reads nothing back to the
+// host and its shapes follow block_tables' width, not the positions' values, so that a CUDA graph
+// can capture it; it then gathers every position of that width for every query.
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool,
                            const at::Tensor& block_tables, const at::Tensor& seq,
                            const at::Tensor& first, const at::Tensor& last, int64_t block_size,
