@@ -7,7 +7,10 @@
 #            the whole-step graph too; int8, int4 and bfloat16 weights), the int4 kernel's
 #            product against its weight's,
 #            every backend's tokens equal to eager in float32, bfloat16 logits as close to eager's
-#            as bfloat16 eager's are to float32 (75 s)
+#            as bfloat16 eager's are to float32; continuous batching on cuda_graph
+#            (CudaGraphRaggedGpu*: the scheduler's steps captured per bucket of tokens, replay
+#            bit-identical to the uncaptured padded step, greedy tokens equal to eager's, a new
+#            pool captured again; paged_attention captured and following its inputs) (90 s)
 #   seed     the seed's workload: GPT-J-6B shape, bf16, 4 beams, 32 in / 32 out, on every gengraph
 #            backend beside transformers' generate() eager and jit-traced (the seed PR's two
 #            figures); 1 warm-up, 3 repeats (210 s)
@@ -75,7 +78,7 @@ for st in "${STAGES[@]}"; do
     stage "tests: the GPU test suite"
     # cuBLAS is bit-reproducible across streams (capture runs on a side stream) only with a fixed
     # workspace configuration (NVIDIA's cuBLAS docs, "Results reproducibility").
-    CUBLAS_WORKSPACE_CONFIG=:4096:8 timeout "${T_TESTS:-75}" "$BIN/gengraph_tests" --gtest_filter='*CudaGraph*:WholeStepCuda*:QuantizationGpu*' --gtest_brief=1
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 timeout "${T_TESTS:-90}" "$BIN/gengraph_tests" --gtest_filter='*CudaGraph*:WholeStepCuda*:QuantizationGpu*' --gtest_brief=1
     echo "gpu tests exit: $?" ;;
   seed)
     stage "seed: GPT-J-6B shape, bf16, beam 4, 32/32"

@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "backends/cuda_graph/ragged_graphs.h"
 #include "framework/backend/model_step.h"
 #include "framework/cache/kv_cache.h"
 #include "framework/model/causal_lm.h"
@@ -28,6 +29,7 @@ struct Settings {
   bool capture = true;  // false: the same static-buffer step, run eagerly (debugging; any device)
   bool share_prefill = true;  // the eager and compiled steps run a shared prompt once per input
   int64_t verify_bucket = 4;  // speculative decoding: verify graphs per multiple of this many
+  RaggedSettings ragged;      // continuous batching (ragged_graphs.h)
 };
 
 std::vector<int64_t> parse_buckets(const std::string& text) {
@@ -112,6 +114,7 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
                           {"capture_reserved_bytes", double(reserved_growth_)},
                           {"max_length", double(max_length_)},
                           {"captured", s_.capture ? 1.0 : 0.0}});
+    if (ragged_) r.merge(ragged_->report());
     for (const std::string& kind : ModelStepRegistry::instance().names()) {  // step_is_trace, ...
       if (kind != "eager") r["step_is_" + kind] = kind == s_.step ? 1.0 : 0.0;
     }
@@ -139,6 +142,21 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
     b.token_valid.fill_(true);
   }
   void run(bool reorder) override { step(*bucket_, reorder); }
+
+  // Continuous batching: with the eager step (the model's own ops over the scheduler's paged
+  // cache), the step padded to a bucket of tokens and replayed as that bucket's graph
+  // (ragged_graphs.h). The other step kinds run a static cache of their own.
+  bool runs_ragged() const override { return s_.step == "eager"; }
+  at::Tensor forward_ragged(const RaggedBatch& batch, PagedCache& cache) override {
+    if (!runs_ragged()) {
+      throw Error(
+          "backend 'cuda_graph': a ragged batch (continuous batching) runs with step: "
+          "eager only, found step: " +
+          s_.step + "; leave the option 'step' out");
+    }
+    if (!ragged_) ragged_ = std::make_unique<RaggedGraphs>(model(), s_.ragged, pool_);
+    return ragged_->forward(batch, cache);
+  }
 
  protected:
   void do_prepare(int64_t rows, int64_t max_length) override {
@@ -361,7 +379,8 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
   int64_t pool_bytes_ = 0;       // the shared graph pool, after the last capture
   int64_t reserved_growth_ = 0;  // growth of all reserved memory over warm-ups and captures
   int64_t graphs_ = 0;
-  int64_t verify_graphs_ = 0;  // of graphs_, the verify steps'
+  int64_t verify_graphs_ = 0;             // of graphs_, the verify steps'
+  std::unique_ptr<RaggedGraphs> ragged_;  // made by the first forward_ragged
 };
 
 Settings read_settings(const BackendOptions& o) {
@@ -383,6 +402,9 @@ Settings read_settings(const BackendOptions& o) {
   s.capture = o.get_bool("capture", true);
   s.share_prefill = read_share_prefill(o);
   s.verify_bucket = o.get_int("verify_bucket", 4, 1, 1024);
+  s.ragged = read_ragged_settings(o);
+  s.ragged.warmup = s.warmup;
+  s.ragged.capture = s.capture;
   return s;
 }
 
@@ -400,7 +422,10 @@ BackendInfo cuda_graph_backend_info() {
       "warmup, capture (true|false: false runs the same "
       "static-buffer step uncaptured, on any device), share_prefill (true: the eager and aoti "
       "steps run the prompt of an input's beams once), verify_bucket (speculative decoding: "
-      "verify steps per multiple of this many positions, each captured)";
+      "verify steps per multiple of this many positions, each captured), ragged_max_tokens (256: "
+      "continuous batching's steps padded to a power of two of tokens up to this many, each "
+      "captured; larger ones run uncaptured), ragged_max_blocks (0: the model's max_positions; "
+      "the static block table's width in blocks)";
   info.unavailable_reason = [](const BackendOptions& o) -> std::string {
     if (cuda_available() || !o.get_bool("capture", true)) return "";
     return "capture needs a CUDA device, and none is visible here (capture: false runs the step "
