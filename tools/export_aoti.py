@@ -4,6 +4,7 @@
 
     .venv/bin/python tools/export_aoti.py --model FOLDER --out model.pt2 \
         [--dtype float32] [--device cpu] [--freezing] [--fingerprint F] [--report report.json]
+        [--ragged [--invariant]]
 
 One program serves prefill, decode and speculative decoding's verify. It follows the static-cache
 contract of tools/trace_hf.py (docs/tracing.md) with the cache passed per layer and the positions
@@ -12,7 +13,9 @@ keys_L-1, values_L-1) -> logits [rows, P, vocab] of the step's positions `keep` 
 last one for prefill and decode, every one for a verify), each [rows, kv_heads, max_length,
 head_dim] cache tensor written in place at `slots`. The rows, the step's token count, P and the
 cache length are dynamic, so one package serves every batch, prompt length, candidate count and
-max_length up to the model's context. The package's metadata (gengraph.*) says what it was made for; gengraph refuses a package
+max_length up to the model's context. With --ragged, the package holds the ragged form instead
+(tools/export_aoti_ragged.py): one forward over the tokens of many sequences over a paged cache,
+for continuous batching; gengraph.form in its metadata says which. The package's metadata (gengraph.*) says what it was made for; gengraph refuses a package
 made for other weights, dtype, device or torch version. The package also holds a manifest
 (gengraph/manifest.json: the SHA-256 of each of its files), which gengraph checks before it loads
 the package: a damaged program would take the loading process down. Exit status: 0 written, 2 bad
@@ -417,6 +420,10 @@ def main():
     ap.add_argument("--int8-activation-block", type=int, default=0,
                     help="those activations' scales per block of this many channels (a multiple of 32; "
                          "0: a scale per row)")
+    ap.add_argument("--ragged", action="store_true",
+                    help="the ragged form over a paged cache, for continuous batching (docs/aoti.md)")
+    ap.add_argument("--invariant", action="store_true",
+                    help="--ragged: every projection through gengraph::linear_f32 (batch invariant; float32, cpu)")
     ap.add_argument("--ops-library", default="",
                     help="the shared library with gengraph's operators (default: build/libgengraph_core.so)")
     a = ap.parse_args()
@@ -437,6 +444,10 @@ def main():
                 f"kernel's blocks), got {a.int8_activation_block}")
     if a.weights == "int4" and a.group_size not in (32, 64, 128, 256):
         fail(2, f"--group-size must be 32, 64, 128 or 256, got {a.group_size}")
+    if a.invariant and not (a.ragged and a.weights == "float" and a.dtype == "float32" and a.device == "cpu"):
+        fail(2, "--invariant needs --ragged, --weights float, --dtype float32 and --device cpu (gengraph::linear_f32 "
+                f"is a float32 CPU kernel), got --weights {a.weights} --dtype {a.dtype} --device {a.device}"
+                + ("" if a.ragged else " without --ragged"))
     problem = compiler_problem(a.device)
     if problem:
         fail(5, problem)
@@ -456,17 +467,25 @@ def main():
             ("linear_int8_act", "linear_int4_act") if act[0] else ())
         load_operators(a.ops_library, ops)
         quantize_model(model, a.weights, a.group_size, not a.float_head, act, a.int8_head)
-    step = LayerStep(model).eval()
+    if a.ragged:  # paged attention and linear_f32 are gengraph's operators, loaded here
+        import export_aoti_ragged as ragged
 
-    # Example shapes away from 0/1 (export specialises on those), ranges from 1 upwards.
-    rows = torch.export.Dim("rows", min=1, max=a.max_rows)
-    tokens = torch.export.Dim("tokens", min=1, max=context)
-    length = torch.export.Dim("max_length", min=2, max=context)
-    keep = torch.export.Dim("keep", min=1, max=context)
-    shapes = ({0: rows, 1: tokens}, {0: rows, 1: tokens}, {0: tokens}, {0: rows, 1: tokens},
-              {0: rows, 1: length}, {0: keep}, tuple({0: rows, 2: length} for _ in range(2 * layers)))
-    ex_t, ex_len = min(5, context - 2), min(17, context)
-    args = example(min(3, a.max_rows), ex_t, ex_len, layers, kv, hd, dtype, a.device)
+        load_operators(a.ops_library, ("paged_attention", "linear_f32"))
+        ragged.register_fakes()
+        if a.invariant:
+            ragged.make_invariant(model, weight_of)
+        step, args, shapes = ragged.prepare(model, a.max_rows, context, layers, kv, hd, dtype, a.device)
+    else:
+        step = LayerStep(model).eval()
+        # Example shapes away from 0/1 (export specialises on those), ranges from 1 upwards.
+        rows = torch.export.Dim("rows", min=1, max=a.max_rows)
+        tokens = torch.export.Dim("tokens", min=1, max=context)
+        length = torch.export.Dim("max_length", min=2, max=context)
+        keep = torch.export.Dim("keep", min=1, max=context)
+        shapes = ({0: rows, 1: tokens}, {0: rows, 1: tokens}, {0: tokens}, {0: rows, 1: tokens},
+                  {0: rows, 1: length}, {0: keep}, tuple({0: rows, 2: length} for _ in range(2 * layers)))
+        ex_t, ex_len = min(5, context - 2), min(17, context)
+        args = example(min(3, a.max_rows), ex_t, ex_len, layers, kv, hd, dtype, a.device)
 
     t0 = time.perf_counter()
     try:
@@ -486,6 +505,7 @@ def main():
             "device": a.device, "max_rows": a.max_rows, "context": context, "freezing": a.freezing,
             "weights": weights_tag(a.weights, a.group_size, not a.float_head, *act, a.int8_head),
             "torch_version": torch.__version__.split("+")[0],
+            "form": "ragged" if a.ragged else "step", "invariant": a.invariant,
             "made_by": "tools/export_aoti.py (transformers %s)" % __import__("transformers").__version__}
     configs = {"aot_inductor.metadata": {"gengraph." + k: str(v) for k, v in meta.items()}}
     if a.freezing:

@@ -20,6 +20,13 @@ class AotiBackend final : public ForwardBackend {
 
   std::string name() const override { return "aoti"; }
 
+  // Continuous batching: a package of the ragged form (option ragged: true) runs the scheduler's
+  // ragged batches over its paged cache (backends/aoti/aoti_ragged.cpp).
+  bool runs_ragged() const override { return step_.meta().form == "ragged"; }
+  at::Tensor forward_ragged(const RaggedBatch& batch, PagedCache& cache) override {
+    return step_.run_ragged(batch, cache);
+  }
+
   BackendReport report() const override {
     BackendReport r = step_.report();
     r["reorder_bytes_per_step"] = cache_ ? cache_->reorder_bytes_per_step() : 0.0;
@@ -28,6 +35,12 @@ class AotiBackend final : public ForwardBackend {
 
  protected:
   void do_prepare(int64_t rows, int64_t max_length) override {
+    if (runs_ragged()) {
+      throw Error("backend 'aoti': package '" + step_.path().string() +
+                  "' holds the ragged form (option ragged: true), which runs continuous "
+                  "batching's ragged batches only; generate with a package of the step form "
+                  "(ragged: false)");
+    }
     const auto f = at::TensorOptions().dtype(model().dtype()).device(model().device());
     reuse_or_allocate(cache_, model().cache_shape(rows, max_length), f, Reorder::kSwap);
   }
@@ -68,6 +81,15 @@ class AotiBackend final : public ForwardBackend {
   std::unique_ptr<StaticCache> cache_;  // what the compiled step reads and writes in place
 };
 
+// Options ragged and invariant (the aoti backend's own; cuda_graph's aoti step has neither).
+void read_ragged_options(const BackendOptions& o, AotiStepOptions& s) {
+  s.ragged = o.get_bool("ragged", false);
+  s.invariant = o.get_bool("invariant", false);
+  if (s.invariant && !s.ragged) {
+    throw Error("backend 'aoti': option 'invariant' applies to the ragged form; set ragged: true");
+  }
+}
+
 }  // namespace
 
 BackendInfo aoti_backend_info() {
@@ -75,10 +97,12 @@ BackendInfo aoti_backend_info() {
   info.name = "aoti";
   info.description =
       "the step compiled ahead of time by AOTInductor (torch.export; tools/export_aoti.py) over a "
-      "static cache; options package, cache_dir, freezing, max_rows, share_prefill (true)";
+      "static cache; options package, cache_dir, freezing, max_rows, share_prefill (true), ragged "
+      "(false: the ragged form for continuous batching), invariant (false)";
   info.check_options = [](const BackendOptions& o, const c10::Device&) {
     AotiStepOptions s;
     read_aoti_options(o, s);
+    read_ragged_options(o, s);
     read_share_prefill(o);
     if (!s.package.empty()) {
       // The package's structure and metadata now (cheap), so that `validate` refuses a damaged
@@ -95,6 +119,16 @@ BackendInfo aoti_backend_info() {
     // quantizes them, calling gengraph's operators (CPU only: AotiStep refuses it elsewhere).
     AotiStepOptions s;
     read_aoti_options(o, s);
+    read_ragged_options(o, s);
+    if (s.invariant && (model->config().weights.quantized() || model->dtype() != at::kFloat ||
+                        !model->device().is_cpu())) {
+      throw Error(
+          "backend 'aoti' option 'invariant': the invariant projections "
+          "(gengraph::linear_f32) take float32 weights on CPU, but the model is " +
+          std::string(c10::toString(model->dtype())) + " on " + model->device().str() +
+          " with model.weights " + model->config().weights.name() +
+          " (quantized ragged packages call gengraph's row-invariant kernels already)");
+    }
     return std::make_unique<AotiBackend>(std::move(model), s, read_share_prefill(o));
   };
   return info;

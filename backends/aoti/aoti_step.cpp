@@ -4,7 +4,6 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
-#include <torch/headeronly/version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -142,55 +141,7 @@ class UnpackedCopies {
   std::set<std::string> before_;
 };
 
-AotiMeta meta_from(const std::unordered_map<std::string, std::string>& raw,
-                   const std::filesystem::path& path) {
-  auto text = [&](const std::string& key) -> std::string {
-    auto it = raw.find("gengraph." + key);
-    if (it == raw.end()) {
-      throw Error("AOTInductor package '" + path.string() + "' has no metadata 'gengraph." + key +
-                  "': it was not made by tools/export_aoti.py");
-    }
-    return it->second;
-  };
-  auto number = [&](const std::string& key) -> int64_t {
-    const std::string v = text(key);
-    try {
-      size_t used = 0;
-      const int64_t n = std::stoll(v, &used);
-      if (used == v.size()) return n;
-    } catch (const std::exception&) {
-    }
-    throw Error("AOTInductor package '" + path.string() + "': metadata key 'gengraph." + key +
-                "': expected an integer (written as a string), found the string " +
-                JsonAt::quoted(v));
-  };
-  AotiMeta m;
-  m.format = static_cast<int>(number("format"));
-  m.model_type = text("model_type");
-  m.model_fingerprint = text("model_fingerprint");
-  m.layers = number("layers");
-  m.kv_heads = number("kv_heads");
-  m.head_dim = number("head_dim");
-  m.vocab_size = number("vocab_size");
-  m.dtype = text("dtype");
-  m.device = text("device");
-  m.max_rows = number("max_rows");
-  m.context = number("context");
-  m.freezing = text("freezing") == "True";
-  // Packages made before quantized exports have no "weights": they hold the float model.
-  const auto weights = raw.find("gengraph.weights");
-  m.weights = weights == raw.end() ? "float" : weights->second;
-  m.torch_version = text("torch_version");
-  m.made_by = text("made_by");
-  return m;
-}
-
 }  // namespace
-
-std::string torch_version() {
-  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
-         std::to_string(TORCH_VERSION_PATCH);
-}
 
 void set_aoti_package_builder(AotiPackageBuilder builder, std::string identity) {
   std::lock_guard<std::mutex> lock(g_builder_mutex);
@@ -200,14 +151,6 @@ void set_aoti_package_builder(AotiPackageBuilder builder, std::string identity) 
 bool has_aoti_package_builder() {
   std::lock_guard<std::mutex> lock(g_builder_mutex);
   return static_cast<bool>(builder_slot().build);
-}
-
-AotiMeta AotiMeta::read(const std::filesystem::path& path) {
-  if (!std::filesystem::is_regular_file(path)) {
-    throw Error("AOTInductor package '" + path.string() + "' " +
-                (std::filesystem::exists(path) ? "is not a file" : "does not exist"));
-  }
-  return meta_from(inspect_package(path, false).meta, path);
 }
 
 AotiMeta expected_aoti_meta(const CausalLM& model, bool freezing) {
@@ -226,19 +169,6 @@ AotiMeta expected_aoti_meta(const CausalLM& model, bool freezing) {
   m.weights = aoti_weights_tag(c.weights);
   m.torch_version = torch_version();
   return m;
-}
-
-std::string aoti_weights_tag(const WeightFormat& f) {
-  if (!f.quantized()) return "float";
-  std::string tag = f.name();
-  if (f.kind == WeightFormat::Kind::kInt4) tag += "-g" + std::to_string(f.group_size);
-  if (!f.lm_head) tag += "-float-head";
-  if (f.lm_head && f.int8_head && f.kind == WeightFormat::Kind::kInt4) tag += "-int8-head";
-  if (f.int8_activation_rows > 0) {  // int8 or int4
-    tag += "-a" + std::to_string(f.int8_activation_rows);
-    if (f.int8_activation_block > 0) tag += "-b" + std::to_string(f.int8_activation_block);
-  }
-  return tag;
 }
 
 std::filesystem::path default_aoti_cache_dir() {
@@ -317,6 +247,7 @@ AotiStep::AotiStep(const CausalLM& model, const AotiStepOptions& o, const std::s
              // The fingerprint is the loaded (float) weights': the format keeps a quantized
              // model's package apart from the float one's.
              (want.weights == "float" ? "" : "-w" + want.weights) +
+             (o.ragged ? (o.invariant ? "-ragged-invariant" : "-ragged") : "") +
              (builder.identity.empty() ? "" : "-b" + builder.identity) + ".pt2");
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -398,7 +329,10 @@ AotiStep::AotiStep(const CausalLM& model, const AotiStepOptions& o, const std::s
       request.freezing = o.freezing;
       request.max_rows = o.max_rows;
       request.weights = weights;
-      if (weights.quantized()) request.ops_library = core_library_path();
+      request.ragged = o.ragged;
+      request.invariant = o.invariant;
+      // A quantized or ragged package calls gengraph's operators, which this library registers.
+      if (weights.quantized() || o.ragged) request.ops_library = core_library_path();
       build_ = builder.build(model, request, path_);
       built_ = true;
       if (!std::filesystem::is_regular_file(path_)) {
@@ -422,7 +356,7 @@ AotiStep::AotiStep(const CausalLM& model, const AotiStepOptions& o, const std::s
     }
   }
 
-  meta_ = meta_from(layout.meta, path_);
+  meta_ = AotiMeta::from(layout.meta, path_);
   auto refuse = [&](const std::string& what, const std::string& found, const std::string& need) {
     if (found == need) return;
     throw Error("backend '" + backend + "': package '" + path_.string() + "' was made for " + what +
@@ -444,6 +378,17 @@ AotiStep::AotiStep(const CausalLM& model, const AotiStepOptions& o, const std::s
   refuse("dtype", meta_.dtype, want.dtype);
   refuse("device", meta_.device, want.device);
   refuse("model.weights", meta_.weights, want.weights);
+  // The ragged form (continuous batching) or the step (generate, cuda_graph): options ragged and
+  // invariant choose.
+  if (meta_.form != (o.ragged ? "ragged" : "step") || (o.invariant && !meta_.invariant)) {
+    throw Error("backend '" + backend + "': package '" + path_.string() + "' holds the " +
+                (meta_.invariant ? "invariant " : "") + meta_.form + " form, but " +
+                (o.ragged ? std::string("options ragged") + (o.invariant ? ", invariant" : "") +
+                                " need one made by tools/export_aoti.py --ragged" +
+                                (o.invariant ? " --invariant" : "")
+                          : "this run needs the step form (made without --ragged; a ragged "
+                            "package serves continuous batching with the option ragged: true)"));
+  }
 
   const auto t0 = Clock::now();
   const c10::Device d = model.device();

@@ -16,6 +16,10 @@
 //
 // The package's metadata (keys "gengraph.*", AotiMeta) says what it was made for; a package made
 // for other weights, dtype, device, export format or torch version is refused, by name.
+//
+// A package of the ragged form (gengraph.form "ragged", tools/export_aoti.py --ragged) holds
+// instead one forward over a ragged batch and a paged cache, for continuous batching
+// (run_ragged, backends/aoti/aoti_ragged.cpp; docs/aoti.md#the-ragged-form).
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -26,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "framework/backend/model_step.h"
@@ -39,6 +44,8 @@ namespace gengraph {
 
 class BackendOptions;
 class CausalLM;
+class PagedCache;
+struct RaggedBatch;
 
 // The `aoti` model step (framework/backend/model_step.h): one package for every row count, options
 // package, cache_dir, freezing and max_rows (read_aoti_options).
@@ -60,6 +67,15 @@ struct AotiMeta {
   // projections hold and compute with (packages that predate the key are "float").
   std::string weights = "float";
   std::string torch_version, made_by;
+  // "step" (the contract above) or "ragged" (run_ragged's); packages that predate the key are
+  // "step". `invariant`: the ragged form's projections are gengraph::linear_f32 (--invariant).
+  std::string form = "step";
+  bool invariant = false;
+
+  // The metadata LibTorch's loader reads from a package (`raw`, keys "gengraph.*"); throws Error
+  // naming `path` and the key when one is missing or not of its type.
+  static AotiMeta from(const std::unordered_map<std::string, std::string>& raw,
+                       const std::filesystem::path& path);
 
   // Reads the package's metadata (from its zip directory, checked as check_aoti_package
   // (aoti_package.h) does but without the checksums); throws Error naming `path` when it is
@@ -89,6 +105,8 @@ struct AotiExportRequest {
   // libgengraph_core) registers in the exporter's Python.
   WeightFormat weights;
   std::string ops_library;
+  // The ragged form (--ragged), with its projections through gengraph::linear_f32 (--invariant).
+  bool ragged = false, invariant = false;
 };
 
 // What building took, as the exporter reported it.
@@ -112,6 +130,8 @@ struct AotiStepOptions {
   std::string cache_dir;  // build one on first use here, keyed by fingerprint and options
   bool freezing = false;
   int64_t max_rows = 1024;
+  // The package's form: the ragged one (backend aoti's options ragged and invariant), or the step.
+  bool ragged = false, invariant = false;
 };
 
 // Reads the options the aoti backend and cuda_graph (step: aoti) share: package, cache_dir,
@@ -145,6 +165,12 @@ class AotiStep {
                  const at::Tensor& token_valid, const at::Tensor& valid, const at::Tensor& keys,
                  const at::Tensor& values, bool all_positions = false, void* cuda_stream = nullptr);
 
+  // The ragged form's forward (backends/aoti/aoti_ragged.cpp): the tokens of `batch` over the
+  // step `cache` holds (PagedCache::set_step), its pools written in place at the step's write
+  // slots; returns the logits of batch.logit_rows, [K, vocab]. Throws Error naming the package
+  // when it is not of the ragged form or the step exceeds its bounds.
+  at::Tensor run_ragged(const RaggedBatch& batch, const PagedCache& cache);
+
   const AotiMeta& meta() const { return meta_; }
   const std::filesystem::path& path() const { return path_; }
   // aoti_built (0|1), aoti_export_seconds, aoti_compile_seconds (this run's build, or the
@@ -173,6 +199,9 @@ class AotiStep {
   // 0 .. context - 1 on the model's device: `keep` is a view of it (no allocation per step, none
   // inside a CUDA graph capture).
   at::Tensor positions_;
+  // The ragged form's per-layer pool views [blocks, block_size, kv_heads, head_dim], made once
+  // per pool.
+  LayerViews pool_views_;
 };
 
 }  // namespace gengraph

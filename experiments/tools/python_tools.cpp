@@ -240,6 +240,12 @@ AotiBuildReport export_with_tool(const CausalLM& model, const AotiExportRequest&
                                    "--report",
                                    (dir / "report.json").string()};
   if (request.freezing) argv.push_back("--freezing");
+  if (request.ragged) {  // the ragged form calls gengraph's operators from this very library
+    argv.push_back("--ragged");
+    if (!request.weights.quantized())
+      argv.insert(argv.end(), {"--ops-library", request.ops_library});
+    if (request.invariant) argv.push_back("--invariant");
+  }
   if (request.weights.quantized()) {
     // Quantized as gengraph quantizes it, calling gengraph's operators from this very library.
     argv.insert(argv.end(),
@@ -287,7 +293,7 @@ AotiBuildReport export_with_tool(const CausalLM& model, const AotiExportRequest&
 void install_aoti_export_tool() {
   // The exporter's identity: its sources (and the contract module it imports), hashed.
   std::string sources;
-  for (const char* tool : {"export_aoti.py", "trace_hf.py"}) {
+  for (const char* tool : {"export_aoti.py", "export_aoti_ragged.py", "trace_hf.py"}) {
     std::ifstream in(source_root() / "tools" / tool, std::ios::binary);
     sources += std::string(std::istreambuf_iterator<char>(in), {});
   }

@@ -1,0 +1,222 @@
+// The aoti backend's ragged form (backends/aoti/aoti_ragged.cpp, tools/export_aoti_ragged.py): the
+// scheduler's core (serving/batch_scheduler.h) over a ragged package gives each request the
+// tokens it gives over eager, and with the invariant form (every projection gengraph::linear_f32,
+// attention gengraph::paged_attention) the same log-probs to the bit whatever shares its steps;
+// the options and forms are refused by name. One package is built per weights and kept in the
+// package cache (an AOTInductor compile of llama-tiny), so every test here shares it.
+#include <gengraph/cli.h>
+#include <gengraph/gengraph.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backends/aoti/aoti_step.h"
+#include "backends/register_builtin.h"
+#include "framework/backend/backend_registry.h"
+#include "framework/model/causal_lm.h"
+#include "framework/model/loader.h"
+#include "serving/batch_scheduler.h"
+#include "tests/support/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using Json = nlohmann::json;
+using testing::error_of;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kWeights = 11;
+
+struct Request {
+  std::vector<int64_t> prompt;
+  Json settings;
+  uint64_t seed = 0;
+  int64_t arrival = 0;  // the step it is added before
+};
+
+// Prompts of 3 to 40 tokens, some sharing a prefix of 9 (whole blocks and part of one), greedy and
+// seeded sampling, arrivals spread over the first steps: decode steps beside prefill chunks.
+std::vector<Request> requests(int64_t count) {
+  std::vector<Request> out;
+  for (int64_t i = 0; i < count; ++i) {
+    Request r;
+    if (i % 4 == 1) r.prompt = {17, 230, 5, 998, 41, 7, 600, 3, 82};
+    const int64_t len = 3 + (i * 7) % 31;
+    for (int64_t j = 0; j < len; ++j) r.prompt.push_back(1 + (i * 31 + j * 17) % 1023);
+    r.settings = {{"max_new_tokens", 4 + (i * 5) % 13}, {"output_scores", true}};
+    if (i % 3 == 2) {
+      r.settings["do_sample"] = true;
+      r.settings["top_k"] = 20;
+    }
+    r.seed = 100 + static_cast<uint64_t>(i);
+    r.arrival = i / 2;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+CoreOptions core_options() {
+  CoreOptions o;
+  o.block_size = 4;
+  o.kv_blocks = 400;
+  o.prefill_chunk = 7;     // prompts prefill over several steps
+  o.max_step_tokens = 40;  // past kernels::kStreamRows: the rows a GEMM would take uninvariant
+  o.max_running = 8;
+  return o;
+}
+
+// Runs `reqs` through a core over `backend`, each added before its arrival step; returns their
+// sequences in order.
+std::vector<Sequence> run_core(ForwardBackend& backend, const std::vector<Request>& reqs,
+                               const CoreOptions& options) {
+  BatchScheduler core(backend, options);
+  std::map<int64_t, Sequence> results;
+  std::map<int64_t, size_t> index_of;
+  size_t next = 0;
+  for (int64_t step = 0; next < reqs.size() || !core.idle(); ++step) {
+    while (next < reqs.size() && reqs[next].arrival <= step) {
+      const Request& r = reqs[next];
+      const int64_t id = core.add(core.make_request(r.prompt, r.settings, nullptr, r.seed, 0, {}));
+      index_of[id] = next++;
+    }
+    for (CoreResult& r : core.step()) {
+      EXPECT_TRUE(r.finish == "stop" || r.finish == "length") << r.finish << " " << r.error;
+      results[r.id] = std::move(r.sequence);
+    }
+    if (step > 100000) {
+      ADD_FAILURE() << "the scheduler does not finish";
+      break;
+    }
+  }
+  EXPECT_EQ(core.pool().in_use(), 0) << "blocks left in use";
+  std::vector<Sequence> out(reqs.size());
+  for (auto& [id, s] : results) out[index_of.at(id)] = std::move(s);
+  return out;
+}
+
+std::string skip_reason() {
+  if (testing::kAddressSanitizer) {
+    return "the ragged export loads gengraph's operators, an AddressSanitizer library, in Python";
+  }
+  const char* cxx = std::getenv("CXX");
+  const std::string compiler = cxx && *cxx ? cxx : "g++";
+  if (std::system(("command -v '" + compiler + "' > /dev/null 2>&1").c_str()) != 0) {
+    return "no C++ compiler '" + compiler + "' for AOTInductor";
+  }
+  return "";
+}
+
+class AotiRagged : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+    register_builtin_backends();
+    install_aoti_export_tool();
+    causal_ = testing::test_model("preset:llama-tiny", kWeights);
+  }
+
+  std::unique_ptr<ForwardBackend> make(const std::string& name,
+                                       std::map<std::string, std::string> options) {
+    return BackendRegistry::instance().create(name, causal_,
+                                              BackendOptions(name, std::move(options)));
+  }
+  // The invariant ragged package, built on first use and kept in the package cache.
+  std::unique_ptr<ForwardBackend> ragged() {
+    return make("aoti", {{"ragged", "true"}, {"invariant", "true"}, {"max_rows", "16"}});
+  }
+
+  std::shared_ptr<const CausalLM> causal_;
+};
+
+TEST_F(AotiRagged, TheSchedulerOverAotiGivesEagersTokensAndItsOwnSoloLogProbs) {
+  const auto aoti = ragged();
+  ASSERT_TRUE(aoti->runs_ragged());
+  const auto eager = make("eager", {});
+  const auto reqs = requests(24);
+  const CoreOptions o = core_options();
+  const std::vector<Sequence> over_aoti = run_core(*aoti, reqs, o);
+  const std::vector<Sequence> over_eager = run_core(*eager, reqs, o);
+  int64_t scores_equal = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    EXPECT_FALSE(over_aoti[i].tokens.empty());
+    EXPECT_EQ(over_aoti[i].tokens, over_eager[i].tokens);
+    // Alone through the same core over the same package: the same tokens and log-probs to the bit,
+    // whatever shared its steps in the batch.
+    const Sequence alone = run_core(*aoti, {reqs[i]}, o).at(0);
+    EXPECT_EQ(over_aoti[i].tokens, alone.tokens);
+    EXPECT_EQ(over_aoti[i].token_scores, alone.token_scores);
+    // Eager's model is gengraph's own (its norms, rotary and activations), the package
+    // transformers' compiled by Inductor: close, not the same floats.
+    ASSERT_EQ(over_aoti[i].token_scores.size(), over_eager[i].token_scores.size());
+    for (size_t t = 0; t < over_aoti[i].token_scores.size(); ++t) {
+      EXPECT_NEAR(over_aoti[i].token_scores[t], over_eager[i].token_scores[t], 1e-4);
+    }
+    scores_equal += over_aoti[i].token_scores == over_eager[i].token_scores;
+  }
+  std::cout << "[ aoti ragged ] " << scores_equal << " of " << reqs.size()
+            << " requests with eager's log-probs to the bit\n";
+
+  // Not vacuous: without the guard (LibTorch's GEMM from kernels::kStreamRows rows on), the
+  // batch shows in some requests' floats.
+  CoreOptions fast = o;
+  fast.batch_invariant = false;
+  const std::vector<Sequence> unguarded = run_core(*aoti, reqs, fast);
+  int64_t differ = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    differ += unguarded[i].token_scores != over_aoti[i].token_scores;
+  }
+  EXPECT_GT(differ, 0);
+}
+
+TEST_F(AotiRagged, FormsAndOptionsAreRefusedByName) {
+  const auto aoti = ragged();
+  // generate() takes the step form; the error names the package.
+  const std::string err = error_of([&] { aoti->prepare(1, 8); });
+  EXPECT_THAT(err, HasSubstr("holds the ragged form (option ragged: true), which runs continuous "
+                             "batching's ragged batches only"));
+  const auto start = err.find("package '") + 9;
+  const std::string path = err.substr(start, err.find('\'', start) - start);
+  ASSERT_TRUE(std::filesystem::is_regular_file(path)) << err;
+  // The ragged package given where the step form is needed, by path.
+  EXPECT_THAT(error_of([&] {
+                make("aoti", {{"package", path}});
+              }),
+              HasSubstr("holds the invariant ragged form, but this run needs the step form"));
+  EXPECT_THAT(error_of([&] {
+                make("cuda_graph", {{"capture", "false"}, {"step", "aoti"}, {"package", path}});
+              }),
+              HasSubstr("this run needs the step form"));
+  // By path with ragged: true it serves the scheduler as the cached one does.
+  const auto given = make("aoti", {{"package", path}, {"ragged", "true"}, {"invariant", "true"}});
+  EXPECT_TRUE(given->runs_ragged());
+  const auto reqs = requests(3);
+  const auto a = run_core(*given, reqs, core_options());
+  const auto b = run_core(*aoti, reqs, core_options());
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(a[i].token_scores, b[i].token_scores);
+
+  // Options: invariant needs ragged, and float32 weights on the CPU.
+  EXPECT_THAT(error_of([&] {
+                make("aoti", {{"invariant", "true"}});
+              }),
+              HasSubstr("option 'invariant' applies to the ragged form; set ragged: true"));
+  LoadOptions lo;
+  lo.weights.kind = WeightFormat::Kind::kInt8;
+  const auto int8 = testing::test_model("preset:llama-tiny", kWeights, lo);
+  EXPECT_THAT(error_of([&] {
+                BackendRegistry::instance().create(
+                    "aoti", int8,
+                    BackendOptions("aoti", {{"ragged", "true"}, {"invariant", "true"}}));
+              }),
+              HasSubstr("option 'invariant': the invariant projections (gengraph::linear_f32) "
+                        "take float32 weights on CPU"));
+}
+
+}  // namespace
+}  // namespace gengraph

@@ -1,0 +1,194 @@
+"""The ragged form of an aoti package (tools/export_aoti.py --ragged; docs/aoti.md#the-ragged-form):
+one forward over the tokens of many sequences, each at its own position, their keys and values in
+a paged cache, for continuous batching (docs/serving.md):
+
+    (input_ids int64 [1, N], positions int64 [1, N], write_slots int64 [N],
+     block_tables int64 [S, W], seq int64 [N], first int64 [N], last int64 [N],
+     logit_rows int64 [K],
+     keys_0, values_0, ..., keys_L-1, values_L-1  dtype [blocks, block_size, kv_heads, head_dim])
+    -> logits of the tokens logit_rows, [K, vocab]
+
+Each layer's pool (a view of gengraph's PagedCache pool, [blocks * block_size, kv_heads,
+head_dim]) is an input of its own, written in place at write_slots; attention is gengraph's
+operator gengraph::paged_attention (framework/kernels/paged_attention.cpp), which the loading
+process registers. N, S, W, K, the blocks and the block size are dynamic: the block size is read
+from the pools' shape, and the block tables are widened in the program to one entry per position
+(block size 1 for the operator, whose sums do not depend on how positions are split into blocks),
+since the operator takes its block size as a constant.
+
+With --invariant every projection (the output head included) is gengraph::linear_f32, whose
+per-element sums do not depend on the rows it is given while gengraph's kernels::BatchInvariant
+guard is set (the scheduler sets it): with the paged attention kernel, a token's logits do not
+depend on what shares its step. Float32 on CPU only.
+"""
+import torch
+
+# What the package's metadata (gengraph.form) calls this form; the step form is "step".
+FORM = "ragged"
+NAME = "gengraph_paged"
+
+
+class _Current:
+    """The step being traced: what the attention function reads besides its query (set by
+    RaggedStep.forward, read while the model runs)."""
+
+    step = None
+
+
+class PagedStep:
+    def __init__(self, slot_tables, seq, first, last):
+        self.slot_tables, self.seq, self.first, self.last = slot_tables, seq, first, last
+
+
+def register_fakes():
+    """Shape functions for gengraph's operators that have no Meta kernel, so that torch.export
+    can trace them (the loading process runs their CPU kernels)."""
+    def missing(op):
+        return not torch._C._dispatch_has_kernel_for_dispatch_key("gengraph::" + op, "Meta")
+
+    if missing("paged_attention"):
+        @torch.library.register_fake("gengraph::paged_attention")
+        def _(q, k_pool, v_pool, block_tables, seq, first, last, block_size, scale):
+            return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
+
+    if missing("linear_f32"):
+        @torch.library.register_fake("gengraph::linear_f32")
+        def _(x, w):
+            return x.new_empty(x.shape[0], w.shape[0])
+
+
+def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """A transformers attention function: query [1, heads, N, hd] over the layer's pools (what
+    PagedPools.update returned), each token reading its own sequence's positions first .. last
+    (first raised to last - window + 1 for a sliding-window layer)."""
+    step = _Current.step
+    n, heads, hd = query.shape[2], query.shape[1], query.shape[3]
+    q = query[0].transpose(0, 1).contiguous()  # [N, heads, hd], token-major as the pool
+    first = step.first
+    window = getattr(module, "sliding_window", None)
+    if window:
+        first = torch.maximum(first, step.last - (window - 1))
+    if scaling is None:
+        scaling = hd ** -0.5
+    out = torch.ops.gengraph.paged_attention(q, key.flatten(0, 1), value.flatten(0, 1), step.slot_tables,
+                                             step.seq, first, step.last, 1, float(scaling))
+    return out.view(1, n, heads, hd), None
+
+
+def _cache_base():
+    from transformers.cache_utils import Cache
+    return Cache
+
+
+class PagedPools(_cache_base()):
+    """The layers' pools as a transformers Cache: update() writes the step's keys and values at
+    write_slots and returns the layer's pools for paged_attention to read."""
+
+    def __init__(self, keys, values, write_slots):  # noqa: D107 (no super().__init__: no layers)
+        self.keys, self.values = keys, values
+        block_size = keys[0].shape[1]
+        self.block, self.offset = write_slots // block_size, write_slots % block_size
+
+    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        # [1, kv, N, hd] -> [N, kv, hd]; an index_put_ into the input itself is compiled into an
+        # in-place scatter of the new slots (a write through a view would copy the whole pool).
+        k.index_put_((self.block, self.offset), key_states[0].transpose(0, 1).to(k.dtype))
+        v.index_put_((self.block, self.offset), value_states[0].transpose(0, 1).to(v.dtype))
+        return k, v
+
+    def get_seq_length(self, layer_idx=0):
+        return 0
+
+    @property
+    def is_compileable(self):
+        return True
+
+    @property
+    def is_sliding(self):
+        return [False] * len(self.keys)
+
+    def __len__(self):
+        return len(self.keys)
+
+
+class RaggedStep(torch.nn.Module):
+    """(input_ids, positions, write_slots, block_tables, seq, first, last, logit_rows, keys_0,
+    values_0, ...) -> logits [K, vocab]."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, positions, write_slots, block_tables, seq, first, last, logit_rows, *pools):
+        keys, values = list(pools[0::2]), list(pools[1::2])
+        block_size = keys[0].shape[1]
+        # One table entry per position: slot = block * block_size + offset.
+        offsets = torch.arange(block_size, device=block_tables.device, dtype=block_tables.dtype)
+        slot_tables = (block_tables.unsqueeze(2) * block_size + offsets).flatten(1)
+        _Current.step = PagedStep(slot_tables, seq, first, last)
+        try:
+            out = self.model(input_ids=input_ids, position_ids=positions,
+                             past_key_values=PagedPools(keys, values, write_slots), use_cache=True,
+                             logits_to_keep=logit_rows)
+        finally:
+            _Current.step = None
+        return out.logits[0]
+
+
+class F32Linear(torch.nn.Module):
+    """x W^T + b through gengraph::linear_f32 (row-invariant under kernels::BatchInvariant)."""
+
+    def __init__(self, w, bias):
+        super().__init__()
+        self.register_buffer("w", w.detach().to(torch.float32).contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
+
+    def forward(self, x):
+        y = torch.ops.gengraph.linear_f32(x.reshape(-1, x.shape[-1]).contiguous(), self.w)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def make_invariant(model, weight_of):
+    """Replaces every float linear layer (the output head included) by F32Linear; returns how many."""
+    from transformers.pytorch_utils import Conv1D
+
+    targets = [(n, m) for n, m in model.named_modules() if isinstance(m, (torch.nn.Linear, Conv1D))]
+    for name, module in targets:
+        parent, _, attr = name.rpartition(".")
+        bias = module.bias if getattr(module, "bias", None) is not None else None
+        setattr(model.get_submodule(parent) if parent else model, attr, F32Linear(weight_of(module), bias))
+    return len(targets)
+
+
+def prepare(model, max_rows, context, layers, kv, hd, dtype, device):
+    """The module to export, its example inputs and their dynamic shapes."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, paged_attention)
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(NAME)
+    else:
+        model.config._attn_implementation = NAME
+    step = RaggedStep(model).eval()
+    # Example sizes away from 0 and 1 (export specialises on those), ranges from 1 upwards.
+    n, s, w, k, blocks, bs = 7, 3, 4, 3, 12, 4
+    long = dict(dtype=torch.long, device=device)
+    tables = torch.arange(s * w, **long).view(s, w)
+    seq = torch.tensor([0, 0, 0, 1, 1, 2, 2], **long)
+    last = torch.tensor([0, 1, 2, 5, 6, 0, 1], **long)
+    slots = torch.stack([tables[q, p // bs] * bs + p % bs for q, p in zip(seq.tolist(), last.tolist())])
+    args = (torch.zeros(1, n, **long), last.view(1, n).clone(), slots, tables, seq,
+            torch.zeros(n, **long), last, torch.tensor([2, 4, 6], **long))
+    args += tuple(torch.zeros(blocks, bs, kv, hd, dtype=dtype, device=device) for _ in range(2 * layers))
+    tokens = torch.export.Dim("tokens", min=1, max=1 << 16)
+    seqs = torch.export.Dim("sequences", min=1, max=max_rows)
+    width = torch.export.Dim("table_width", min=1, max=context)
+    keep = torch.export.Dim("logit_rows", min=1, max=1 << 16)
+    pool_blocks = torch.export.Dim("blocks", min=1, max=1 << 24)
+    block = torch.export.Dim("block_size", min=1, max=context)
+    shapes = ({1: tokens}, {1: tokens}, {0: tokens}, {0: seqs, 1: width}, {0: tokens}, {0: tokens}, {0: tokens},
+              {0: keep}, tuple({0: pool_blocks, 1: block} for _ in range(2 * layers)))
+    return step, args, shapes
