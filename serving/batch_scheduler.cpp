@@ -56,6 +56,26 @@ BatchScheduler::BatchScheduler(ForwardBackend& backend, const CoreOptions& optio
                   std::to_string(value));
     }
   }
+  if (options.batch_invariant) {
+    // The paths that sum in one order whatever the batch: gengraph's CPU kernels, in float32
+    // activations, over the fused form's projections.
+    const CausalLM& m = backend.model();
+    std::string why;
+    if (!m.device().is_cpu()) {
+      why = "the model is on " + m.device().str() +
+            " (cuBLAS picks its kernels by shape; the invariant kernels are gengraph's CPU ones)";
+    } else if (m.dtype() != at::kFloat) {
+      why = std::string("the model computes in ") + c10::toString(m.dtype()) +
+            " (the invariant kernels take float32 activations)";
+    } else if (!m.config().fused) {
+      why = "the model is loaded unfused (fused: false), whose projections run at::linear";
+    }
+    if (!why.empty()) {
+      throw Error("scheduler option batch_invariant: " + why +
+                  "; load it in float32 on the CPU, fused, or set batch_invariant: false "
+                  "(docs/serving.md#batch-invariance)");
+    }
+  }
   const ModelShape s = model_shape(backend.model());
   cache_ = std::make_unique<PagedCache>(
       PagedLayout{s.num_layers, s.num_kv_heads, s.head_dim, options.kv_blocks, options.block_size},

@@ -181,6 +181,30 @@ TEST_F(SchedulerApi, StreamsCancelsAndStopsFreeTheirBlocks) {
   EXPECT_EQ(scheduler.stats()["blocks"]["in_use"], 0);
 }
 
+TEST_F(SchedulerApi, AStreamThatThrowsFailsItsOwnRequestOnly) {
+  SchedulerOptions so;
+  so.kv_blocks = 64;
+  Scheduler scheduler(model_, {}, so);
+  Request bad;
+  bad.prompt = {5, 6, 7};
+  bad.settings = {{"max_new_tokens", 8}};
+  bad.stream = [](const StreamedToken&) -> bool {
+    throw std::runtime_error("the client went away");
+  };
+  Request good;
+  good.prompt = {5, 6, 8};
+  good.settings = {{"max_new_tokens", 8}};
+  const RequestHandle b = scheduler.submit(bad), g = scheduler.submit(good);
+  const RequestResult failed = scheduler.wait(b);
+  EXPECT_EQ(failed.finish, "failed");
+  EXPECT_THAT(failed.error, HasSubstr("its stream threw: the client went away"));
+  const RequestResult fine = scheduler.wait(g);
+  EXPECT_EQ(fine.finish, "length");
+  EXPECT_EQ(fine.sequence.tokens.size(), 8u);
+  scheduler.drain();
+  EXPECT_EQ(scheduler.stats()["blocks"]["in_use"], 0);
+}
+
 TEST_F(SchedulerApi, RefusesWhatABatchedRunCannotDoByName) {
   SchedulerOptions so;
   so.kv_blocks = 4;
@@ -209,6 +233,21 @@ TEST_F(SchedulerApi, RefusesWhatABatchedRunCannotDoByName) {
   unknown.policy = "lifo";
   EXPECT_THAT(error_of([&] { Scheduler bad(model_, {}, unknown); }),
               HasSubstr("unknown scheduling policy 'lifo'"));
+}
+
+TEST_F(SchedulerApi, BatchInvarianceRefusesAPathThatCannotHonourIt) {
+  ModelOptions o = options();
+  o.fused = false;
+  const Model unfused("preset:llama-tiny", o);
+  EXPECT_THAT(error_of([&] { Scheduler s(unfused); }),
+              HasSubstr("batch_invariant: the model is loaded unfused (fused: false)"));
+  SchedulerOptions so;
+  so.batch_invariant = false;
+  Scheduler s(unfused, {}, so);
+  Request r;
+  r.prompt = {1, 2, 3};
+  r.settings = {{"max_new_tokens", 3}};
+  EXPECT_EQ(s.wait(s.submit(r)).sequence.tokens.size(), 3u);
 }
 
 TEST_F(SchedulerApi, AFullQueueRefusesWithItsNumbers) {
