@@ -5,6 +5,7 @@
 #include <set>
 
 #include "backends/register_builtin.h"
+#include "experiments/experiment/load_runner.h"
 #include "experiments/experiment/row_forms.h"
 #include "experiments/experiment/runner.h"
 #include "experiments/tools/peers.h"
@@ -73,6 +74,18 @@ std::pair<size_t, double> further_forms(const ExperimentConfig& c, double weight
 }  // namespace
 
 void check_runnable(const ExperimentConfig& c) {
+  if (c.load) {
+    // Its longest request, and its largest static batch, planned as any experiment's inputs.
+    try {
+      check_runnable(load_plan_config(c));
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) +
+                  " (load: checked as its longest request, shared_prefix.length + "
+                  "prompt_lengths.max prompt tokens and output_lengths.max new tokens, in a batch "
+                  "of static_batch_max when static_batching runs)");
+    }
+    return;
+  }
   check_backends(c);
   // The model's configuration (no weights): the preset and its overrides, and the prompts and
   // lengths against its vocabulary and context. Texts are checked once encoded, at run time.

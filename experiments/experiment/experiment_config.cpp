@@ -292,6 +292,20 @@ ClusterSpec read_cluster(MapReader r, const YAML::Node& node, const std::string&
   return c;
 }
 
+// `load:` and `serving:`: the requests come from the load's seed, so `inputs:` has no place,
+// and one run replays them through one backend; a sweep or peers are refused by name.
+void read_load_sections(MapReader& r, ExperimentConfig& c, const std::string& file) {
+  const SchedulerOptions serving =
+      read_serving(MapReader(r.child("serving"), "serving", file), SchedulerOptions{}, file);
+  c.load = read_load(MapReader(r.child("load"), "load", file), serving, file);
+  const std::string why = " with load: (";
+  if (r.has("inputs")) r.fail("inputs", "no inputs:" + why + "the load makes its own prompts)");
+  if (r.has("peers")) r.fail("peers", "no peers:" + why + "its systems are the rows)");
+  if (r.has("sweep")) r.fail("sweep", "no sweep:" + why + "run one file per setting)");
+  if (r.has("backends") && r.child("backends").IsSequence() && r.child("backends").size() != 1)
+    r.fail("backends", "one backend" + why + "every system runs on it)");
+}
+
 ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std::string& stem) {
   if (!root.IsMap()) {
     throw Error(file + ": expected a mapping at the top level (model:, backends:, inputs:, ...)");
@@ -325,8 +339,15 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
                   "' is used twice; give each entry a distinct label:");
     }
   }
-  if (!r.has("inputs")) r.fail("inputs", "an inputs: mapping (prompts, texts or synthetic)");
-  c.inputs = read_inputs(MapReader(r.child("inputs"), "inputs", file), file);
+  if (r.has("load")) {
+    // Requests made from the load: section's seed, replayed through its systems.
+    read_load_sections(r, c, file);
+  } else if (r.has("serving")) {
+    r.fail("serving", "no serving: without a load: section (it configures the load's scheduler)");
+  } else {
+    if (!r.has("inputs")) r.fail("inputs", "an inputs: mapping (prompts, texts or synthetic)");
+    c.inputs = read_inputs(MapReader(r.child("inputs"), "inputs", file), file);
+  }
   if (!c.inputs.texts.empty()) {
     // Texts are encoded with the model folder's own tokenizer; a preset has none.
     if (c.model.path.empty()) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/experiment/load_config.h"
 #include "framework/decoding/loop_options.h"
 #include "framework/model/model_config.h"
 #include "framework/quant/weight_format.h"
@@ -127,6 +128,9 @@ struct ExperimentConfig {
   std::string plot;      // PNG path for a chart of the results ("" = none)
   std::string output;    // results JSON path ("" = results/<name>.json)
   ClusterSpec cluster;   // for gengraph submit
+  // An experiment under load (`load:`, with `serving:`): requests replayed as an arrival process
+  // through the systems it names instead of timed repeats of `inputs` (load_config.h).
+  std::optional<LoadSpec> load;
 
   // What the file said, so that sweep points can be parsed as the file plus overrides.
   std::string source_text;
