@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backends/register_builtin.h"
+#include "experiments/experiment/load_runner.h"
 #include "experiments/experiment/row_forms.h"
 #include "experiments/results/bandwidth.h"
 #include "experiments/results/results.h"
@@ -394,12 +395,14 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
   // Backends, their options and the model's configuration are checked before the (possibly slow)
   // model load, so a typo fails fast.
   check_runnable(c);
+  if (c.load) return run_load_experiment(c, log);
   return run_checked_point(c, log);
 }
 
 nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log,
                               const TokenStream& stream) {
   const auto points = check_experiment(c);  // every point checked before anything runs
+  if (c.load) return run_load_experiment(c, log);  // requests under load (load_runner.h)
   if (c.sweep.empty()) {
     nlohmann::json doc = run_checked_point(c, log, stream);
     doc["baseline"] = c.baseline;
