@@ -65,7 +65,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     n, heads, hd = query.shape[2], query.shape[1], query.shape[3]
     q = query[0].transpose(0, 1).contiguous()  # [N, heads, hd], token-major as the pool
     first = step.first
-    window = getattr(module, "sliding_window", None)
+    # Models pass a layer's window as an argument (Mistral) or keep it on the module (Qwen2).
+    window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
     if window:
         first = torch.maximum(first, step.last - (window - 1))
     if scaling is None:
