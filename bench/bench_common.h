@@ -46,4 +46,8 @@ void register_decoding_benchmarks();
 // (bench/bench_text.cpp); not registered when the real model is not set up.
 void register_text_benchmarks();
 
+// serving/*: the scheduler's step with the batch-invariant kernels and the fastest ones, on a
+// SmolLM2-135M-shaped model (bench/bench_serving.cpp).
+void register_serving_benchmarks();
+
 }  // namespace gengraph::bench

@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   gengraph::bench::register_loop_benchmarks();
   gengraph::bench::register_text_benchmarks();
   gengraph::bench::register_kernel_benchmarks();
+  gengraph::bench::register_serving_benchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
