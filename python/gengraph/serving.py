@@ -7,6 +7,7 @@ seeded with its seed). A Request can be waited for, cancelled, and iterated (`fo
 for its tokens as they are chosen.
 """
 import asyncio as _asyncio
+import collections as _collections
 
 from . import _check, _gengraph
 from ._gengraph import RequestResult
@@ -62,36 +63,56 @@ class Request:
                 self._r.stop()
 
     def __aiter__(self):
-        return self._tokens_async()
-
-    async def _tokens_async(self):
-        # The module signals an eventfd whenever a token or the end arrives; the loop watches it,
-        # so no thread waits on the request's behalf.
-        loop = _asyncio.get_running_loop()
-        fd = self._r.event_fd()
-        woken = _asyncio.Event()
-
-        def ready():
-            self._r.clear_event()
-            woken.set()
-
-        loop.add_reader(fd, ready)
-        ended = False
-        try:
-            while not ended:
-                woken.clear()
-                tokens, ended = self._r.take(False)
-                for t in tokens:
-                    yield t
-                if not tokens and not ended:
-                    await woken.wait()
-        finally:
-            loop.remove_reader(fd)
-            if not ended:
-                self._r.stop()
+        return _AsyncTokens(self._r)
 
     def __repr__(self):
         return f"gengraph.Request(id={self.id}{', done' if self.done else ''})"
+
+
+class _AsyncTokens:
+    """`async for token in request`: the module signals the request's eventfd whenever a token
+    or the end arrives, and the loop watches it while the iterator waits, so no thread waits on
+    the request's behalf. Dropped before the end (the loop left early), it stops the request at
+    its next token, as the `for` loop's generator does."""
+
+    def __init__(self, handle):
+        self._r = handle
+        self._ready = _collections.deque()
+        self._started = self._ended = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        self._started = True
+        while not self._ready:
+            if self._ended:
+                raise StopAsyncIteration
+            tokens, self._ended = self._r.take(False)
+            self._ready.extend(tokens)
+            if not tokens and not self._ended:
+                await self._woken()
+        return self._ready.popleft()
+
+    async def _woken(self):
+        loop = _asyncio.get_running_loop()
+        woken = loop.create_future()
+        fd = self._r.event_fd()
+
+        def ready():
+            self._r.clear_event()
+            if not woken.done():
+                woken.set_result(None)
+
+        loop.add_reader(fd, ready)  # readable at once if something came since take()
+        try:
+            await woken
+        finally:
+            loop.remove_reader(fd)
+
+    def __del__(self):
+        if self._started and not self._ended:
+            self._r.stop()
 
 
 class Scheduler:

@@ -108,6 +108,15 @@ def test_async_iteration(scheduler, alone):
     for streamed, (p, seed, s) in zip(asyncio.run(main()), cases()):
         assert [t.token for t in streamed] == alone(p, seed, s)[0]
 
+    async def leave_early(request):
+        async for t in request:
+            if t.step == 2:
+                break  # the iterator dropped: the request stops at its next token
+        return await asyncio.get_running_loop().run_in_executor(None, request.wait)
+
+    r = asyncio.run(leave_early(scheduler.submit([1, 2], max_new_tokens=200, min_new_tokens=200)))
+    assert r.finish == "stopped" and len(r.tokens) < 200
+
 
 def test_cancel_and_leaving_the_loop_early(scheduler):
     long = dict(max_new_tokens=200, min_new_tokens=200)
