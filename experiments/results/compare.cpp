@@ -9,6 +9,7 @@
 #include <sstream>
 #include <utility>
 
+#include "experiments/results/load_table.h"
 #include "experiments/results/results.h"
 #include "experiments/results/table.h"
 #include "framework/util/error.h"
@@ -88,6 +89,16 @@ Json compare_documents(const Json& before, const std::string& before_name, const
   if (std::find(kCompareMetrics.begin(), kCompareMetrics.end(), metric) == kCompareMetrics.end()) {
     throw Error("compare: unknown metric '" + metric + "'; expected one of " +
                 join(kCompareMetrics, ", "));
+  }
+  // Two load experiments compare column by column (load_table.h); one beside the other kind is
+  // refused, naming which is which.
+  if (is_load_document(before) && is_load_document(after))
+    return compare_load_documents(before, before_name, after, after_name);
+  if (is_load_document(before) != is_load_document(after)) {
+    const std::string& load = is_load_document(before) ? before_name : after_name;
+    const std::string& other = is_load_document(before) ? after_name : before_name;
+    throw Error("compare: '" + load + "' holds results under load (kind: load) and '" + other +
+                "' does not; compare two files of one kind");
   }
   const JsonAt before_doc(before, results_source(before_name)),
       after_doc(after, results_source(after_name));
@@ -197,6 +208,7 @@ Json compare_documents(const Json& before, const std::string& before_name, const
 }
 
 std::string format_comparison(const Json& c) {
+  if (c.value("schema", "") == "gengraph-load-compare-1") return format_load_comparison(c);
   std::ostringstream o;
   for (const char* side : {"before", "after"}) {
     const Json& s = c.at(side);

@@ -162,12 +162,14 @@ void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
     write_file_or_throw(tmp, text, "results");
     if (!plot.empty()) {
       if (plot.has_parent_path()) std::filesystem::create_directories(plot.parent_path());
+      // Results under load (kind: load) have their own chart: latency against throughput.
+      const std::string script = doc.value("kind", "") == "load" ? "plot_load.py" : "plot_results.py";
       const std::vector<std::string> argv = {python_for_tools().string(),
-                                             (source_root() / "tools" / "plot_results.py").string(),
+                                             (source_root() / "tools" / script).string(),
                                              tmp.string(), plot_tmp.string()};
       const int rc = run_command(argv);
       if (rc != 0 || !std::filesystem::exists(plot_tmp)) {
-        throw Error("plot: tools/plot_results.py failed for '" + plot.string() + "' (exit " +
+        throw Error("plot: tools/" + script + " failed for '" + plot.string() + "' (exit " +
                     std::to_string(rc) +
                     "; any message it printed is above); no results were written");
       }

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "experiments/results/load_table.h"
 #include "experiments/results/results.h"
 #include "experiments/results/statistics.h"
 
@@ -190,6 +191,7 @@ std::string format_table(const nlohmann::json& json, const std::string& file) {
 }
 
 std::string format_table(const JsonAt& doc) {
+  if (is_load_document(doc.json())) return format_load_table(doc);  // one row per system and rate
   std::ostringstream o;
   const std::string baseline = doc.string_or("baseline", "");
   o << "experiment " << shown(doc["experiment"]) << "\n";
