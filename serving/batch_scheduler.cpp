@@ -44,9 +44,10 @@ BatchScheduler::BatchScheduler(ForwardBackend& backend, const CoreOptions& optio
       policy_(PolicyRegistry::instance().get(options.policy).create()),
       pool_(options.kv_blocks, options.block_size) {
   if (!backend.runs_ragged()) {
-    throw Error("scheduler: backend '" + backend.name() +
-                "' cannot run a ragged batch over a paged cache (ForwardBackend::runs_ragged); "
-                "the scheduler runs on eager (docs/serving.md#backends)");
+    throw Error(
+        "scheduler: backend '" + backend.name() +
+        "' cannot run a ragged batch over a paged cache (ForwardBackend::runs_ragged); "
+        "the scheduler runs on eager, or cuda_graph with step: eager (docs/serving.md#backends)");
   }
   for (const auto& [key, value] : {std::pair{"max_step_tokens", options.max_step_tokens},
                                    {"prefill_chunk", options.prefill_chunk},

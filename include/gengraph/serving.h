@@ -97,7 +97,8 @@ class RequestHandle {
 // what has not finished and waits for its thread.
 class Scheduler {
  public:
-  // `run`: the backend (one that runs ragged batches: eager) and its options.
+  // `run`: the backend (one that runs ragged batches: eager; cuda_graph with step: eager) and
+  // its options.
   explicit Scheduler(const Model& model, const RunOptions& run = {},
                      const SchedulerOptions& options = {});
   ~Scheduler();
