@@ -41,12 +41,22 @@ class Request:
         """Whether the request's result is known here (after wait(), or iteration's end)."""
         return self._r.finished
 
-    def wait(self):
+    def wait(self, timeout=None):
         """Blocks (the GIL released) until the request has ended; its gengraph.RequestResult:
         tokens, token_scores, finish ("stop", "length", "cancelled", "stopped", "failed"),
         error, prompt_length, queue_s, time_to_first_token_s, total_s, preemptions,
-        reused_tokens."""
-        return self._r.wait()
+        reused_tokens. timeout: the most seconds to wait; past it, TimeoutError (the request
+        goes on)."""
+        if timeout is None:
+            return self._r.wait()
+        seconds = _check.number(timeout, "Request.wait: timeout")
+        if seconds < 0:
+            raise ArgumentValueError(f"Request.wait: timeout: expected seconds >= 0, found "
+                                     f"{timeout!r}")
+        result = self._r.wait_for(float(seconds))
+        if result is None:
+            raise TimeoutError(f"Request {self.id}: not ended after {timeout} s")
+        return result
 
     def cancel(self):
         """Stops the request at the next step boundary; False when it had ended already."""

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -149,6 +150,20 @@ class PyRequest {
     std::unique_lock<std::mutex> lock(state_->m);
     state_->cv.wait(lock, [&] { return state_->result.has_value(); });
     return *state_->result;
+  }
+
+  // The result once the request has ended within `seconds`, else None.
+  py::object wait_for(double seconds) {
+    watch();
+    std::optional<RequestResult> r;
+    {
+      py::gil_scoped_release nogil;
+      std::unique_lock<std::mutex> lock(state_->m);
+      state_->cv.wait_for(lock, std::chrono::duration<double>(seconds),
+                          [&] { return state_->result.has_value(); });
+      r = state_->result;
+    }
+    return r ? py::cast(std::move(*r)) : py::object(py::none());
   }
 
   bool cancel() {
@@ -357,6 +372,7 @@ void bind_serving(py::module_& m) {
   py::class_<PyRequest>(m, "_Request")
       .def_property_readonly("id", &PyRequest::id)
       .def("wait", &PyRequest::wait)
+      .def("wait_for", &PyRequest::wait_for, py::arg("seconds"))
       .def("cancel", &PyRequest::cancel)
       .def_property_readonly("finished", &PyRequest::finished)
       .def("take", &PyRequest::take, py::arg("block"))

@@ -130,6 +130,12 @@ def test_cancel_and_leaving_the_loop_early(scheduler):
     assert r.finish == "cancelled" and 3 <= len(r.tokens) < 200 and streamed == r.tokens
     assert not request.cancel()  # it has ended
 
+    # A wait with a timeout: TimeoutError while it runs, the result once it has ended.
+    request = scheduler.submit([1, 2, 3], **long)
+    with pytest.raises(TimeoutError, match=f"Request {request.id}: not ended after 0 s"):
+        request.wait(timeout=0)
+    assert request.cancel() and request.wait(timeout=30).finish == "cancelled"
+
     # Leaving the loop stops the request at its next token.
     request = scheduler.submit([4, 5], **long)
     for t in request:
