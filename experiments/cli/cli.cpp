@@ -83,7 +83,8 @@ const char* kUsage = R"(usage: gengraph [--plugin LIB.so]... COMMAND ...
                    [--output FILE]
       Row by row (same label, same sweep point): the speed-up of AFTER over BEFORE with a
       distribution-free interval from both files' repeats, and the settings that differ; --output
-      writes the comparison as JSON too.
+      writes the comparison as JSON too. Two results under load (load:) compare row by row (same
+      system label, same rate) as after / before of each throughput and latency column.
   gengraph submit CONFIG.yaml [--set KEY=VALUE]... [--slurm-option KEY=VALUE]... [--job-dir DIR]
                   [--gengraph PATH]
   gengraph submit --rerun DIR [--slurm-option KEY=VALUE]... [--gengraph PATH]
