@@ -19,7 +19,8 @@ since the operator takes its block size as a constant.
 With --invariant every projection (the output head included) is gengraph::linear_f32, whose
 per-element sums do not depend on the rows it is given while gengraph's kernels::BatchInvariant
 guard is set (the scheduler sets it): with the paged attention kernel, a token's logits do not
-depend on what shares its step. Float32 on CPU only.
+depend on what shares its step. A LLaMA-like model also takes gengraph's norm, rotary and SwiGLU
+kernels in eager's order (use_eager_kernels), so that its floats are eager's. Float32 on CPU only.
 """
 import torch
 
@@ -36,8 +37,8 @@ class _Current:
 
 
 class PagedStep:
-    def __init__(self, slot_tables, seq, first, last):
-        self.slot_tables, self.seq, self.first, self.last = slot_tables, seq, first, last
+    def __init__(self, positions, slot_tables, seq, first, last):
+        self.positions, self.slot_tables, self.seq, self.first, self.last = positions, slot_tables, seq, first, last
 
 
 def register_fakes():
@@ -50,6 +51,18 @@ def register_fakes():
         @torch.library.register_fake("gengraph::paged_attention")
         def _(q, k_pool, v_pool, block_tables, seq, first, last, block_size, scale):
             return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
+
+    if missing("rotary_qkv"):
+        @torch.library.register_fake("gengraph::rotary_qkv")
+        def _(y, cos, sin, heads, kv_heads, neighbours):
+            rows, t, hd = y.shape[0], y.shape[1], cos.shape[-1]
+            return (y.new_empty(rows, heads, t, hd), y.new_empty(rows, kv_heads, t, hd),
+                    y.new_empty(rows, kv_heads, t, hd))
+
+    if missing("silu_mul"):
+        @torch.library.register_fake("gengraph::silu_mul")
+        def _(gate_up):
+            return gate_up.new_empty(*gate_up.shape[:-1], gate_up.shape[-1] // 2)
 
     if missing("linear_f32"):
         @torch.library.register_fake("gengraph::linear_f32")
@@ -127,7 +140,7 @@ class RaggedStep(torch.nn.Module):
         # One table entry per position: slot = block * block_size + offset.
         offsets = torch.arange(block_size, device=block_tables.device, dtype=block_tables.dtype)
         slot_tables = (block_tables.unsqueeze(2) * block_size + offsets).flatten(1)
-        _Current.step = PagedStep(slot_tables, seq, first, last)
+        _Current.step = PagedStep(positions, slot_tables, seq, first, last)
         try:
             out = self.model(input_ids=input_ids, position_ids=positions,
                              past_key_values=PagedPools(keys, values, write_slots), use_cache=True,
@@ -153,15 +166,112 @@ class F32Linear(torch.nn.Module):
 
 
 def make_invariant(model, weight_of):
-    """Replaces every float linear layer (the output head included) by F32Linear; returns how many."""
+    """Gives a LLaMA-like model eager's kernels (use_eager_kernels), then replaces every float
+    linear layer left (the output head included) by F32Linear; returns how many."""
     from transformers.pytorch_utils import Conv1D
 
+    use_eager_kernels(model, weight_of)
     targets = [(n, m) for n, m in model.named_modules() if isinstance(m, (torch.nn.Linear, Conv1D))]
     for name, module in targets:
         parent, _, attr = name.rpartition(".")
         bias = module.bias if getattr(module, "bias", None) is not None else None
         setattr(model.get_submodule(parent) if parent else model, attr, F32Linear(weight_of(module), bias))
     return len(targets)
+
+
+# ---- The invariant form of LLaMA-like models: eager's own kernels, in eager's order ----
+# gengraph's LLaMA (framework/model/architectures/llama.cpp, forward_fused) on CPU in float32 runs
+# gengraph::rms_norm, one q/k/v product, gengraph::rotary_qkv over cos and signed sin tables,
+# paged attention, the o product added to the residual, one gate/up product, gengraph::silu_mul,
+# the down product added to the residual. The same operators here, so that the package's floats
+# are eager's (Inductor's own norms, rotary and activations round differently).
+
+
+class GgRMSNorm(torch.nn.Module):
+    def __init__(self, norm):
+        super().__init__()
+        self.register_buffer("w", norm.weight.detach().to(torch.float32).contiguous())
+        self.eps = float(norm.variance_epsilon)
+
+    def forward(self, x):
+        return torch.ops.gengraph.rms_norm(x.contiguous(), self.w, self.eps)
+
+
+class GgSwiGLU(torch.nn.Module):
+    def __init__(self, mlp, weight_of):
+        super().__init__()
+        self.register_buffer("gate_up", torch.cat([weight_of(mlp.gate_proj), weight_of(mlp.up_proj)]).contiguous())
+        self.register_buffer("down", weight_of(mlp.down_proj).to(torch.float32).contiguous())
+
+    def forward(self, x):
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        gu = torch.ops.gengraph.linear_f32(rows, self.gate_up)
+        y = torch.ops.gengraph.linear_f32(torch.ops.gengraph.silu_mul(gu), self.down)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+class GgAttention(torch.nn.Module):
+    def __init__(self, attn, weight_of, heads, kv, cos, sin_signed):
+        super().__init__()
+        self.layer_idx, self.heads, self.kv = attn.layer_idx, heads, kv
+        # A layer's window: on the module (Qwen2), else the model's for every layer (Mistral).
+        self.scaling = attn.scaling
+        self.sliding_window = (attn.sliding_window if hasattr(attn, "sliding_window")
+                               else getattr(attn.config, "sliding_window", None))
+        qkv = [weight_of(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
+        self.register_buffer("qkv", torch.cat(qkv).contiguous())
+        self.register_buffer("o", weight_of(attn.o_proj).contiguous())
+        self.cos, self.sin_signed = cos, sin_signed  # shared tables [context, hd]
+
+    def forward(self, hidden_states, past_key_values=None, **kwargs):
+        n = hidden_states.shape[1]
+        y = torch.ops.gengraph.linear_f32(hidden_states.reshape(n, -1).contiguous(), self.qkv).view(1, n, -1)
+        pos = _Current.step.positions
+        cos, sin = self.cos.weight[pos], self.sin_signed.weight[pos]  # [1, N, hd]
+        q, k, v = torch.ops.gengraph.rotary_qkv(y, cos, sin, self.heads, self.kv, False)
+        keys, values = past_key_values.update(k, v, self.layer_idx)
+        window = kwargs.get("sliding_window") or self.sliding_window
+        o, _ = paged_attention(self, q, keys, values, None, scaling=self.scaling, sliding_window=window)
+        return torch.ops.gengraph.linear_f32(o.reshape(n, -1), self.o).view(1, n, -1), None
+
+
+class _Table(torch.nn.Module):
+    def __init__(self, t):
+        super().__init__()
+        self.register_buffer("weight", t.contiguous())
+
+
+def use_eager_kernels(model, weight_of):
+    """Gives a LLaMA-like model (RMSNorm, rotary on halves with the default frequencies, SwiGLU
+    with SiLU, no biases) gengraph's kernels as eager runs them; returns whether it applied."""
+    cfg = model.config.get_text_config()
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    rope = (getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {})
+    if (layers is None or cfg.model_type not in ("llama", "mistral", "qwen2")
+            or getattr(cfg, "hidden_act", "") != "silu"
+            or rope.get("rope_type", rope.get("type", "default")) != "default"
+            or getattr(inner.rotary_emb, "attention_scaling", 1.0) != 1.0
+            or any(getattr(m, "bias", None) is not None for m in model.modules() if isinstance(m, torch.nn.Linear))):
+        return False
+    heads, kv = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    context = getattr(cfg, "max_position_embeddings", 4096)
+    # rope_cos_sin_halves (framework/model/architectures/rope.cpp) over every position, and the
+    # signs of rotate_half on the sine (-sin on the first half).
+    inv_freq = inner.rotary_emb.inv_freq.to(torch.float32)
+    angles = torch.arange(context, dtype=torch.long).to(torch.float32).unsqueeze(-1) * inv_freq
+    emb = torch.cat([angles, angles], -1)
+    sign = torch.ones(emb.shape[-1])
+    sign[: emb.shape[-1] // 2] = -1.0
+    cos, sin_signed = _Table(emb.cos()), _Table(emb.sin() * sign)
+    inner.gg_cos, inner.gg_sin = cos, sin_signed
+    for layer in layers:
+        layer.self_attn = GgAttention(layer.self_attn, weight_of, heads, kv, cos, sin_signed)
+        layer.mlp = GgSwiGLU(layer.mlp, weight_of)
+        layer.input_layernorm = GgRMSNorm(layer.input_layernorm)
+        layer.post_attention_layernorm = GgRMSNorm(layer.post_attention_layernorm)
+    inner.norm = GgRMSNorm(inner.norm)
+    return True
 
 
 def prepare(model, max_rows, context, layers, kv, hd, dtype, device):

@@ -1,9 +1,10 @@
 // The aoti backend's ragged form (backends/aoti/aoti_ragged.cpp, tools/export_aoti_ragged.py): the
-// scheduler's core (serving/batch_scheduler.h) over a ragged package gives each request the
-// tokens it gives over eager, and with the invariant form (every projection gengraph::linear_f32,
-// attention gengraph::paged_attention) the same log-probs to the bit whatever shares its steps;
-// the options and forms are refused by name. One package is built per weights and kept in the
-// package cache (an AOTInductor compile of llama-tiny), so every test here shares it.
+// scheduler's core (serving/batch_scheduler.h) over the invariant package (gengraph's kernels in
+// eager's order: linear_f32, rms_norm, rotary_qkv, silu_mul, paged_attention) gives each request
+// the tokens and log-probs, to the bit, of its solo run on eager's paged cache and of its solo run
+// through the package, whatever shares its steps; the options and forms are refused by name. One
+// package is built per weights and kept in the package cache (an AOTInductor compile of
+// llama-tiny), so every test here shares it.
 #include <gengraph/cli.h>
 #include <gengraph/gengraph.h>
 #include <gmock/gmock.h>
@@ -11,7 +12,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -134,7 +134,7 @@ class AotiRagged : public ::testing::Test {
   std::shared_ptr<const CausalLM> causal_;
 };
 
-TEST_F(AotiRagged, TheSchedulerOverAotiGivesEagersTokensAndItsOwnSoloLogProbs) {
+TEST_F(AotiRagged, TheSchedulerOverTheInvariantPackageGivesEagersSoloLogProbsToTheBit) {
   const auto aoti = ragged();
   ASSERT_TRUE(aoti->runs_ragged());
   const auto eager = make("eager", {});
@@ -142,7 +142,12 @@ TEST_F(AotiRagged, TheSchedulerOverAotiGivesEagersTokensAndItsOwnSoloLogProbs) {
   const CoreOptions o = core_options();
   const std::vector<Sequence> over_aoti = run_core(*aoti, reqs, o);
   const std::vector<Sequence> over_eager = run_core(*eager, reqs, o);
-  int64_t scores_equal = 0;
+  ModelOptions mo;
+  mo.weights_seed = kWeights;
+  Model model("preset:llama-tiny", mo);
+  RunOptions ro;
+  ro.backend_options = {{"cache", "paged"}, {"block_size", "16"}};
+  Engine engine(model, ro);
   for (size_t i = 0; i < reqs.size(); ++i) {
     SCOPED_TRACE("request " + std::to_string(i));
     EXPECT_FALSE(over_aoti[i].tokens.empty());
@@ -152,16 +157,15 @@ TEST_F(AotiRagged, TheSchedulerOverAotiGivesEagersTokensAndItsOwnSoloLogProbs) {
     const Sequence alone = run_core(*aoti, {reqs[i]}, o).at(0);
     EXPECT_EQ(over_aoti[i].tokens, alone.tokens);
     EXPECT_EQ(over_aoti[i].token_scores, alone.token_scores);
-    // Eager's model is gengraph's own (its norms, rotary and activations), the package
-    // transformers' compiled by Inductor: close, not the same floats.
-    ASSERT_EQ(over_aoti[i].token_scores.size(), over_eager[i].token_scores.size());
-    for (size_t t = 0; t < over_aoti[i].token_scores.size(); ++t) {
-      EXPECT_NEAR(over_aoti[i].token_scores[t], over_eager[i].token_scores[t], 1e-4);
-    }
-    scores_equal += over_aoti[i].token_scores == over_eager[i].token_scores;
+    // The invariant package runs eager's kernels in eager's order (use_eager_kernels in
+    // tools/export_aoti_ragged.py): eager's log-probs to the bit, batched and alone through
+    // Engine::generate on eager's paged cache.
+    EXPECT_EQ(over_aoti[i].token_scores, over_eager[i].token_scores);
+    engine.manual_seed(reqs[i].seed);
+    const Sequence solo = engine.generate({reqs[i].prompt}, reqs[i].settings).outputs.at(0).at(0);
+    EXPECT_EQ(over_aoti[i].tokens, solo.tokens);
+    EXPECT_EQ(over_aoti[i].token_scores, solo.token_scores);
   }
-  std::cout << "[ aoti ragged ] " << scores_equal << " of " << reqs.size()
-            << " requests with eager's log-probs to the bit\n";
 
   // Not vacuous: without the guard (LibTorch's GEMM from kernels::kStreamRows rows on), the
   // batch shows in some requests' floats.
@@ -173,6 +177,30 @@ TEST_F(AotiRagged, TheSchedulerOverAotiGivesEagersTokensAndItsOwnSoloLogProbs) {
     differ += unguarded[i].token_scores != over_aoti[i].token_scores;
   }
   EXPECT_GT(differ, 0);
+}
+
+// Without --invariant the projections are Inductor's GEMMs, whose sums change with the rows: the
+// greedy tokens are eager's, the log-probs close.
+TEST_F(AotiRagged, TheRaggedFormWithoutInvariantGivesEagersGreedyTokens) {
+  const auto aoti = make("aoti", {{"ragged", "true"}, {"max_rows", "16"}});
+  ASSERT_TRUE(aoti->runs_ragged());
+  const auto eager = make("eager", {});
+  std::vector<Request> reqs;
+  for (Request& r : requests(16)) {
+    r.settings.erase("do_sample");
+    r.settings.erase("top_k");
+    reqs.push_back(std::move(r));
+  }
+  const std::vector<Sequence> over_aoti = run_core(*aoti, reqs, core_options());
+  const std::vector<Sequence> over_eager = run_core(*eager, reqs, core_options());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    EXPECT_EQ(over_aoti[i].tokens, over_eager[i].tokens);
+    ASSERT_EQ(over_aoti[i].token_scores.size(), over_eager[i].token_scores.size());
+    for (size_t t = 0; t < over_aoti[i].token_scores.size(); ++t) {
+      EXPECT_NEAR(over_aoti[i].token_scores[t], over_eager[i].token_scores[t], 1e-4);
+    }
+  }
 }
 
 TEST_F(AotiRagged, FormsAndOptionsAreRefusedByName) {
