@@ -68,7 +68,10 @@ struct Core {
   bool closed = false;
   int64_t uses = 0, submits = 0;
   size_t prune_at = 64;
-  std::unordered_map<int64_t, std::weak_ptr<RequestState>> pending;  // no result cached yet
+  // The requests with no result cached yet. A state expires only once its Python object is gone
+  // and its request has ended (its stream holds it until then): close() cancels every other,
+  // referenced or not.
+  std::unordered_map<int64_t, std::weak_ptr<RequestState>> pending;
   nlohmann::json last_stats;
 
   Scheduler* use(bool submitting = false) {
