@@ -5,6 +5,7 @@
 // through the package, whatever shares its steps; the options and forms are refused by name. One
 // package is built per weights and kept in the package cache (an AOTInductor compile of
 // llama-tiny), so every test here shares it.
+#include <ATen/ATen.h>
 #include <gengraph/cli.h>
 #include <gengraph/gengraph.h>
 #include <gmock/gmock.h>
@@ -228,6 +229,21 @@ TEST_F(AotiRagged, FormsAndOptionsAreRefusedByName) {
   const auto a = run_core(*given, reqs, core_options());
   const auto b = run_core(*aoti, reqs, core_options());
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(a[i].token_scores, b[i].token_scores);
+
+  // A package of the step form (built as generate() uses it) runs no ragged batch: the scheduler
+  // refuses the backend, forward_ragged names the package and what it lacks.
+  const auto step_form = make("aoti", {{"max_rows", "16"}});
+  EXPECT_FALSE(step_form->runs_ragged());
+  EXPECT_THAT(error_of([&] { BatchScheduler core(*step_form, core_options()); }),
+              HasSubstr("backend 'aoti' cannot run a ragged batch"));
+  PagedCache pool({2, 2, 16, 4, 4}, at::TensorOptions().dtype(at::kFloat));
+  RaggedBatch batch;
+  batch.input_ids = at::ones({1}, at::kLong);
+  batch.positions = at::zeros({1}, at::kLong);
+  batch.logit_rows = at::zeros({1}, at::kLong);
+  EXPECT_THAT(error_of([&] { step_form->forward_ragged(batch, pool); }),
+              HasSubstr("has no ragged form (it holds the step form); continuous batching needs "
+                        "one made by tools/export_aoti.py --ragged"));
 
   // Options: invariant needs ragged, and float32 weights on the CPU.
   EXPECT_THAT(error_of([&] {
