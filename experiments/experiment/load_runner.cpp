@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -220,7 +221,7 @@ void run_engine_system(const ExperimentConfig& c, Engine& engine,
         const int64_t own = requests[batch[k]].output_length;
         o.tokens = own > 0 ? std::min(own, made) : made;
       }
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       for (const size_t i : batch) {
         replay.outcomes[i].state = Outcome::State::kFailed;
         replay.outcomes[i].error = e.what();
@@ -267,7 +268,7 @@ nlohmann::json run_scheduler_system(const ExperimentConfig& c, Scheduler& schedu
     submitted[i] = Clock::now();
     try {
       handles[i] = scheduler.submit(std::move(r));
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       replay.outcomes[i].state = Outcome::State::kFailed;
       replay.outcomes[i].error = e.what();
     }
@@ -516,7 +517,7 @@ nlohmann::json run_load_experiment(const ExperimentConfig& c, std::ostream& log)
         engine = std::make_unique<Engine>(model, run);
         for (int64_t w = 0; w < c.run.warmup; ++w) engine->generate({warm.prompt}, warm.settings);
       }
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       failure = e.what();
     }
     for (size_t k = 0; k < l.rates.size(); ++k) {
@@ -533,7 +534,7 @@ nlohmann::json run_load_experiment(const ExperimentConfig& c, std::ostream& log)
             const RequestResult r = scheduler->wait(scheduler->submit(warm));
             if (r.finish == "failed") throw Error("the warm-up request failed: " + r.error);
           }
-        } catch (const Error& e) {
+        } catch (const std::exception& e) {
           failure = e.what();
         }
       }

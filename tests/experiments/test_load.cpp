@@ -175,5 +175,34 @@ run: {warmup: 1}
   EXPECT_THAT(cmp, HasSubstr("1.00x"));
 }
 
+// Past time_limit_s every request still waiting or running is cancelled and counted, on every
+// system; the scheduler still gives back every block; a load file beside another kind is refused
+// by compare.
+TEST(LoadRun, TheTimeLimitCancelsAndCountsWhatIsLeft) {
+  testing::TempDir dir;
+  const auto config = dir / "limit.yaml";
+  testing::write_file(config, kModel + R"(serving: {block_size: 4, kv_blocks: 512, max_running: 4}
+load: {arrival: all_at_once, requests: 200, prompt_lengths: 4, output_lengths: 64,
+       static_batch_max: 4, time_limit_s: 0.05}
+run: {warmup: 0}
+)");
+  const auto out = dir / "limit.json";
+  ASSERT_EQ(testing::run_quietly(config, out), 0);
+  const auto doc = nlohmann::json::parse(testing::read_file(out));
+  ASSERT_EQ(doc["runs"].size(), 3u);
+  for (const auto& row : doc["runs"]) {
+    SCOPED_TRACE(row.dump());
+    EXPECT_EQ(row["completed"].get<int64_t>() + row["cancelled"].get<int64_t>() +
+                  row["failed"].get<int64_t>(),
+              200);
+    EXPECT_GT(row["cancelled"].get<int64_t>(), 0);
+    EXPECT_EQ(row["failed"], 0);
+  }
+  EXPECT_EQ(doc["runs"][0]["kv_blocks"]["in_use_at_end"], 0);
+  const nlohmann::json other = {{"schema_version", 1}, {"runs", nlohmann::json::array()}};
+  EXPECT_THAT(error_of([&] { compare_results(doc, "l.json", other, "o.json", "total_ms"); }),
+              HasSubstr("'l.json' holds results under load (kind: load) and 'o.json' does not"));
+}
+
 }  // namespace
 }  // namespace gengraph
