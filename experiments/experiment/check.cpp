@@ -75,6 +75,13 @@ std::pair<size_t, double> further_forms(const ExperimentConfig& c, double weight
 
 void check_runnable(const ExperimentConfig& c) {
   if (c.load) {
+    // Every system times tokens as they are chosen: strategies that choose sequences at the end
+    // cannot run (the scheduler refuses them too).
+    const auto beams = c.generation.find("num_beams");
+    if (beams != c.generation.end() && beams->is_number_integer() && beams->get<int64_t>() > 1) {
+      throw Error(c.file + ": generation.num_beams: expected 1 with load: (its systems stream " +
+                  "each token as it is chosen: greedy search or sampling), found " + beams->dump());
+    }
     // Its longest request, and its largest static batch, planned as any experiment's inputs.
     try {
       check_runnable(load_plan_config(c));

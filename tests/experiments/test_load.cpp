@@ -109,6 +109,9 @@ TEST(LoadConfig, ValidationPlansTheLongestRequestBeforeAnyLoad) {
   const auto c = parse(
       "load: {rate: 1, shared_prefix: {length: 200}, prompt_lengths: 50, output_lengths: 16}\n");
   EXPECT_THAT(error_of([&] { check_experiment(c); }), HasSubstr("load: checked as its longest"));
+  const auto beams = parse("generation: {num_beams: 2}\nload: {rate: 1}\n");
+  EXPECT_THAT(error_of([&] { check_experiment(beams); }),
+              HasSubstr("generation.num_beams: expected 1 with load:"));
 }
 
 TEST(LoadConfig, Quantiles) {
