@@ -197,16 +197,33 @@ class GgRMSNorm(torch.nn.Module):
         return torch.ops.gengraph.rms_norm(x.contiguous(), self.w, self.eps)
 
 
+def _joined(modules, weight_of):
+    """The weights of `modules` as one [sum of out, in] product, and their biases joined (None when
+    they have none), as eager fuses them."""
+    w = torch.cat([weight_of(m) for m in modules]).contiguous()
+    biases = [m.bias for m in modules]
+    return w, None if biases[0] is None else torch.cat([b.detach() for b in biases]).contiguous()
+
+
+def _product(x, w, b):
+    """Projection's streamed product: linear_f32, then the bias added (y + b)."""
+    y = torch.ops.gengraph.linear_f32(x, w)
+    return y if b is None else y + b
+
+
 class GgSwiGLU(torch.nn.Module):
     def __init__(self, mlp, weight_of):
         super().__init__()
-        self.register_buffer("gate_up", torch.cat([weight_of(mlp.gate_proj), weight_of(mlp.up_proj)]).contiguous())
-        self.register_buffer("down", weight_of(mlp.down_proj).to(torch.float32).contiguous())
+        gate_up, gate_up_bias = _joined([mlp.gate_proj, mlp.up_proj], weight_of)
+        down, down_bias = _joined([mlp.down_proj], weight_of)
+        for name, t in (("gate_up", gate_up), ("gate_up_bias", gate_up_bias), ("down", down),
+                        ("down_bias", down_bias)):
+            self.register_buffer(name, t)
 
     def forward(self, x):
         rows = x.reshape(-1, x.shape[-1]).contiguous()
-        gu = torch.ops.gengraph.linear_f32(rows, self.gate_up)
-        y = torch.ops.gengraph.linear_f32(torch.ops.gengraph.silu_mul(gu), self.down)
+        gu = _product(rows, self.gate_up, self.gate_up_bias)
+        y = _product(torch.ops.gengraph.silu_mul(gu), self.down, self.down_bias)
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
@@ -218,21 +235,22 @@ class GgAttention(torch.nn.Module):
         self.scaling = attn.scaling
         self.sliding_window = (attn.sliding_window if hasattr(attn, "sliding_window")
                                else getattr(attn.config, "sliding_window", None))
-        qkv = [weight_of(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
-        self.register_buffer("qkv", torch.cat(qkv).contiguous())
-        self.register_buffer("o", weight_of(attn.o_proj).contiguous())
+        qkv, qkv_bias = _joined([attn.q_proj, attn.k_proj, attn.v_proj], weight_of)
+        o, o_bias = _joined([attn.o_proj], weight_of)
+        for name, t in (("qkv", qkv), ("qkv_bias", qkv_bias), ("o", o), ("o_bias", o_bias)):
+            self.register_buffer(name, t)
         self.cos, self.sin_signed = cos, sin_signed  # shared tables [context, hd]
 
     def forward(self, hidden_states, past_key_values=None, **kwargs):
         n = hidden_states.shape[1]
-        y = torch.ops.gengraph.linear_f32(hidden_states.reshape(n, -1).contiguous(), self.qkv).view(1, n, -1)
+        y = _product(hidden_states.reshape(n, -1).contiguous(), self.qkv, self.qkv_bias).view(1, n, -1)
         pos = _Current.step.positions
         cos, sin = self.cos.weight[pos], self.sin_signed.weight[pos]  # [1, N, hd]
         q, k, v = torch.ops.gengraph.rotary_qkv(y, cos, sin, self.heads, self.kv, False)
         keys, values = past_key_values.update(k, v, self.layer_idx)
         window = kwargs.get("sliding_window") or self.sliding_window
         o, _ = paged_attention(self, q, keys, values, None, scaling=self.scaling, sliding_window=window)
-        return torch.ops.gengraph.linear_f32(o.reshape(n, -1), self.o).view(1, n, -1), None
+        return _product(o.reshape(n, -1), self.o, self.o_bias).view(1, n, -1), None
 
 
 class _Table(torch.nn.Module):
@@ -242,18 +260,23 @@ class _Table(torch.nn.Module):
 
 
 def use_eager_kernels(model, weight_of):
-    """Gives a LLaMA-like model (RMSNorm, rotary on halves with the default frequencies, SwiGLU
-    with SiLU, no biases) gengraph's kernels as eager runs them; returns whether it applied."""
+    """Gives a LLaMA-like model (RMSNorm, rotary on halves with the default, linear or llama3
+    frequencies, SwiGLU with SiLU; biases on all of q, k, v or none, on both of gate and up or
+    neither) gengraph's kernels as eager runs them; returns whether it applied."""
     cfg = model.config.get_text_config()
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
     rope = (getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {})
     if (layers is None or cfg.model_type not in ("llama", "mistral", "qwen2")
             or getattr(cfg, "hidden_act", "") != "silu"
-            or rope.get("rope_type", rope.get("type", "default")) != "default"
-            or getattr(inner.rotary_emb, "attention_scaling", 1.0) != 1.0
-            or any(getattr(m, "bias", None) is not None for m in model.modules() if isinstance(m, torch.nn.Linear))):
+            or rope.get("rope_type", rope.get("type", "default")) not in ("default", "linear", "llama3")
+            or getattr(inner.rotary_emb, "attention_scaling", 1.0) != 1.0):
         return False
+    for layer in layers:  # eager fuses these products, their biases all present or none
+        for group in ((layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
+                      (layer.mlp.gate_proj, layer.mlp.up_proj)):
+            if len({m.bias is None for m in group}) > 1:
+                return False
     heads, kv = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
     context = getattr(cfg, "max_position_embeddings", 4096)
     # rope_cos_sin_halves (framework/model/architectures/rope.cpp) over every position, and the
