@@ -22,6 +22,7 @@
 #include "framework/util/device.h"
 #include "framework/util/step_graph.h"
 #include "serving/batch_scheduler.h"
+#include "tests/support/scheduler_driver.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -35,12 +36,7 @@ using ::testing::HasSubstr;
 const bool kCublasWorkspaceFixed =
     setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0) == 0;
 
-struct Request {
-  std::vector<int64_t> prompt;
-  Json settings;
-  uint64_t seed = 0;
-  int64_t arrival = 0;  // the step it is added before
-};
+using Request = testing::ScheduledRequest;
 
 // Prompts of 3 to 21 tokens, greedy and seeded sampling, arrivals spread over the first steps: a
 // mix of decode steps and prefill chunks, sequences that grow past a few blocks.
@@ -64,27 +60,11 @@ std::vector<Request> requests(int64_t count, int64_t vocab) {
 
 // Every request through `core`; the sequences in the requests' order.
 std::vector<Sequence> drive(BatchScheduler& core, const std::vector<Request>& reqs) {
-  std::map<int64_t, Sequence> done;
-  std::map<int64_t, size_t> index;
-  size_t next = 0;
-  for (int64_t step = 0; next < reqs.size() || !core.idle(); ++step) {
-    while (next < reqs.size() && reqs[next].arrival <= step) {
-      const Request& r = reqs[next];
-      index[core.add(core.make_request(r.prompt, r.settings, nullptr, r.seed, 0, {}))] = next++;
-    }
-    for (CoreResult& r : core.step()) {
-      EXPECT_TRUE(r.finish == "stop" || r.finish == "length") << r.finish << " " << r.error;
-      done[static_cast<int64_t>(index.at(r.id))] = std::move(r.sequence);
-    }
-    if (step > 10000) {
-      ADD_FAILURE() << "the scheduler does not finish";
-      break;
-    }
-  }
-  EXPECT_EQ(core.pool().in_use(), 0);
   std::vector<Sequence> out;
-  for (auto& [i, s] : done) out.push_back(std::move(s));
-  EXPECT_EQ(out.size(), reqs.size());
+  for (CoreResult& r : testing::drive_core(core, reqs, 10000)) {
+    EXPECT_TRUE(r.finish == "stop" || r.finish == "length") << r.finish << " " << r.error;
+    out.push_back(std::move(r.sequence));
+  }
   return out;
 }
 

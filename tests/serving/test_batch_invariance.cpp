@@ -6,7 +6,6 @@
 #include <gengraph/gengraph.h>
 #include <gtest/gtest.h>
 
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +16,7 @@
 #include "framework/model/loader.h"
 #include "framework/quant/weight_format.h"
 #include "serving/batch_scheduler.h"
+#include "tests/support/scheduler_driver.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -24,13 +24,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-struct Spec {
-  std::vector<int64_t> prompt;
-  Json settings;
-  uint64_t seed = 0;
-  int64_t priority = 0;
-  int64_t arrival = 0;  // the step it is added before
-};
+using Spec = testing::ScheduledRequest;
 
 // Requests over `vocab` tokens: prompts that share one of a few prefixes (so that whole blocks and
 // parts of blocks match), mixed settings, arrivals spread over the steps.
@@ -114,34 +108,19 @@ class BatchInvariance : public ::testing::Test {
   // request against its solo run and that no block is left in use. Returns the core's counters.
   Json run_and_compare(const std::vector<Spec>& specs, const CoreOptions& options) {
     BatchScheduler core(*backend_, options);
-    std::map<int64_t, CoreResult> results;
-    std::map<int64_t, size_t> spec_of;
-    size_t next = 0;
-    for (int64_t step = 0; next < specs.size() || !core.idle(); ++step) {
-      while (next < specs.size() && specs[next].arrival <= step) {
-        const Spec& s = specs[next];
-        const int64_t id =
-            core.add(core.make_request(s.prompt, s.settings, nullptr, s.seed, s.priority, {}));
-        spec_of[id] = next++;
-      }
-      for (CoreResult& r : core.step()) results[r.id] = std::move(r);
-      EXPECT_LT(step, 200000) << "the scheduler does not finish";
-      if (step >= 200000) break;
-    }
-    EXPECT_EQ(core.pool().in_use(), 0) << "blocks left in use";
-    EXPECT_EQ(results.size(), specs.size());
+    const std::vector<CoreResult> results = testing::drive_core(core, specs);
     int64_t differ = 0;
-    for (const auto& [id, r] : results) {
-      const Spec& s = specs[spec_of.at(id)];
+    for (size_t i = 0; i < results.size() && differ <= 3; ++i) {
+      const CoreResult& r = results[i];
+      const Spec& s = specs[i];
       EXPECT_TRUE(r.finish == "stop" || r.finish == "length") << r.finish << " " << r.error;
       const Sequence alone = solo(s);
       if (r.sequence.tokens != alone.tokens || r.sequence.token_scores != alone.token_scores) {
         ++differ;
-        ADD_FAILURE() << "request " << id << " (prompt of " << s.prompt.size()
+        ADD_FAILURE() << "request " << i << " (prompt of " << s.prompt.size()
                       << " tokens, settings " << s.settings.dump() << ", seed " << s.seed
                       << ") differs from its solo run: " << r.sequence.tokens.size() << " vs "
                       << alone.tokens.size() << " tokens";
-        if (differ > 3) break;
       }
     }
     return core.stats();
@@ -210,21 +189,15 @@ TEST_F(BatchInvariance, WithoutTheInvariantKernelsTheBatchShowsInTheFloats) {
   o.kv_blocks = 1200;
   o.prefill_chunk = 40;
   o.max_step_tokens = 96;
+  std::vector<Spec> at_once = specs;
+  for (Spec& s : at_once) s.arrival = 0;
   BatchScheduler core(*backend_, o);
-  std::map<int64_t, CoreResult> results;
-  for (const Spec& s : specs) {
-    core.add(core.make_request(s.prompt, s.settings, nullptr, s.seed, s.priority, {}));
-  }
-  while (!core.idle()) {
-    for (CoreResult& r : core.step()) results[r.id] = std::move(r);
-  }
+  const std::vector<CoreResult> results = testing::drive_core(core, at_once);
   int64_t differ = 0;
-  for (const auto& [id, r] : results) {
-    const Sequence alone = solo(specs[static_cast<size_t>(id)]);
-    differ += r.sequence.token_scores != alone.token_scores;
+  for (size_t i = 0; i < results.size(); ++i) {
+    differ += results[i].sequence.token_scores != solo(specs[i]).token_scores;
   }
   EXPECT_GT(differ, 0);
-  EXPECT_EQ(core.pool().in_use(), 0);
 }
 
 TEST_F(BatchInvariance, Int8AndInt4WeightsAndInt8Activations) {
