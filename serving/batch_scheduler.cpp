@@ -47,7 +47,8 @@ BatchScheduler::BatchScheduler(ForwardBackend& backend, const CoreOptions& optio
     throw Error(
         "scheduler: backend '" + backend.name() +
         "' cannot run a ragged batch over a paged cache (ForwardBackend::runs_ragged); "
-        "the scheduler runs on eager, or cuda_graph with step: eager (docs/serving.md#backends)");
+        "the scheduler runs on eager, aoti with ragged: true, or cuda_graph with step: eager "
+        "(docs/serving.md#backends)");
   }
   for (const auto& [key, value] : {std::pair{"max_step_tokens", options.max_step_tokens},
                                    {"prefill_chunk", options.prefill_chunk},

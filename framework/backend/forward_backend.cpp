@@ -144,7 +144,8 @@ StepInputs ForwardBackend::pad_verify_inputs(const StepInputs& in, int64_t posit
 at::Tensor ForwardBackend::forward_ragged(const RaggedBatch& /*batch*/, PagedCache& /*cache*/) {
   throw Error("backend '" + name() +
               "' cannot run a ragged batch over a paged cache (ForwardBackend::runs_ragged is "
-              "false), which the scheduler needs; use eager, or cuda_graph with step: eager "
+              "false), which the scheduler needs; use eager, aoti with ragged: true, or cuda_graph "
+              "with step: eager "
               "(docs/serving.md#backends)");
 }
 

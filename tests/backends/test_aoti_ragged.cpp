@@ -23,6 +23,7 @@
 #include "framework/model/causal_lm.h"
 #include "framework/model/loader.h"
 #include "serving/batch_scheduler.h"
+#include "tests/support/scheduler_driver.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -34,12 +35,7 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kWeights = 11;
 
-struct Request {
-  std::vector<int64_t> prompt;
-  Json settings;
-  uint64_t seed = 0;
-  int64_t arrival = 0;  // the step it is added before
-};
+using Request = testing::ScheduledRequest;
 
 // Prompts of 3 to 40 tokens, some sharing a prefix of 9 (whole blocks and part of one), greedy and
 // seeded sampling, arrivals spread over the first steps: decode steps beside prefill chunks.
@@ -77,27 +73,11 @@ CoreOptions core_options() {
 std::vector<Sequence> run_core(ForwardBackend& backend, const std::vector<Request>& reqs,
                                const CoreOptions& options) {
   BatchScheduler core(backend, options);
-  std::map<int64_t, Sequence> results;
-  std::map<int64_t, size_t> index_of;
-  size_t next = 0;
-  for (int64_t step = 0; next < reqs.size() || !core.idle(); ++step) {
-    while (next < reqs.size() && reqs[next].arrival <= step) {
-      const Request& r = reqs[next];
-      const int64_t id = core.add(core.make_request(r.prompt, r.settings, nullptr, r.seed, 0, {}));
-      index_of[id] = next++;
-    }
-    for (CoreResult& r : core.step()) {
-      EXPECT_TRUE(r.finish == "stop" || r.finish == "length") << r.finish << " " << r.error;
-      results[r.id] = std::move(r.sequence);
-    }
-    if (step > 100000) {
-      ADD_FAILURE() << "the scheduler does not finish";
-      break;
-    }
+  std::vector<Sequence> out;
+  for (CoreResult& r : testing::drive_core(core, reqs, 100000)) {
+    EXPECT_TRUE(r.finish == "stop" || r.finish == "length") << r.finish << " " << r.error;
+    out.push_back(std::move(r.sequence));
   }
-  EXPECT_EQ(core.pool().in_use(), 0) << "blocks left in use";
-  std::vector<Sequence> out(reqs.size());
-  for (auto& [id, s] : results) out[index_of.at(id)] = std::move(s);
   return out;
 }
 
@@ -178,6 +158,41 @@ TEST_F(AotiRagged, TheSchedulerOverTheInvariantPackageGivesEagersSoloLogProbsToT
     differ += unguarded[i].token_scores != over_aoti[i].token_scores;
   }
   EXPECT_GT(differ, 0);
+}
+
+// The check on aoti: 500 random requests (those of the eager invariance test: mixed
+// lengths, greedy and seeded sampling, processors, EOS sets, stop sequences, random arrival steps,
+// shared prefixes, chunked prefill) through the scheduler over the invariant package, each equal,
+// tokens and log-probs to the bit, to its solo run through Engine::generate on eager's paged cache.
+TEST_F(AotiRagged, FiveHundredRandomRequestsEqualTheirSoloRuns) {
+  const auto aoti = ragged();
+  const auto reqs = testing::random_requests(500, 1, 1024);
+  CoreOptions o = core_options();
+  o.kv_blocks = 1200;
+  o.max_running = 12;
+  BatchScheduler core(*aoti, o);
+  const std::vector<CoreResult> results = testing::drive_core(core, reqs);
+  const nlohmann::json stats = core.stats();
+  EXPECT_GT(stats["prefix_hits"].get<int64_t>(), 50) << stats.dump();
+  EXPECT_GT(stats["copy_on_write"].get<int64_t>(), 10) << stats.dump();
+  ModelOptions mo;
+  mo.weights_seed = kWeights;
+  Model model("preset:llama-tiny", mo);
+  RunOptions ro;
+  ro.backend_options = {{"cache", "paged"}, {"block_size", "16"}};
+  Engine engine(model, ro);
+  int64_t differ = 0;
+  for (size_t i = 0; i < reqs.size() && differ <= 3; ++i) {
+    engine.manual_seed(reqs[i].seed);
+    const Sequence solo = engine.generate({reqs[i].prompt}, reqs[i].settings).outputs.at(0).at(0);
+    EXPECT_TRUE(results[i].finish == "stop" || results[i].finish == "length") << results[i].error;
+    if (results[i].sequence.tokens != solo.tokens ||
+        results[i].sequence.token_scores != solo.token_scores) {
+      ++differ;
+      ADD_FAILURE() << "request " << i << " (settings " << reqs[i].settings.dump()
+                    << ") differs from its solo run";
+    }
+  }
 }
 
 // Without --invariant the projections are Inductor's GEMMs, whose sums change with the rows: the

@@ -26,52 +26,6 @@ using Json = nlohmann::json;
 
 using Spec = testing::ScheduledRequest;
 
-// Requests over `vocab` tokens: prompts that share one of a few prefixes (so that whole blocks and
-// parts of blocks match), mixed settings, arrivals spread over the steps.
-std::vector<Spec> random_specs(int64_t count, uint64_t seed, int64_t vocab) {
-  std::mt19937_64 rng(seed);
-  const auto pick = [&](int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
-  std::vector<std::vector<int64_t>> prefixes = {{}};
-  for (int64_t len : {9, 23, 40}) {
-    std::vector<int64_t> p;
-    for (int64_t i = 0; i < len; ++i) p.push_back(pick(3, vocab - 1));
-    prefixes.push_back(p);
-  }
-  std::vector<Spec> out;
-  int64_t step = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    Spec s;
-    s.prompt = prefixes[static_cast<size_t>(pick(0, 3))];
-    // Some prompts extend a longer shared prefix only part of the way into a block.
-    const int64_t tail = pick(1, 30);
-    for (int64_t j = 0; j < tail; ++j) s.prompt.push_back(pick(3, vocab - 1));
-    Json g = {{"max_new_tokens", pick(1, 24)}, {"output_scores", true}};
-    if (pick(0, 1)) {
-      g["do_sample"] = true;
-      g["temperature"] = std::vector<double>{0.7, 1.0, 1.3}[static_cast<size_t>(pick(0, 2))];
-      g["top_k"] = std::vector<int64_t>{0, 20, 50}[static_cast<size_t>(pick(0, 2))];
-      if (pick(0, 1)) g["top_p"] = 0.9;
-    }
-    if (pick(0, 9) < 3) g["repetition_penalty"] = 1.2;
-    if (pick(0, 9) < 2) g["min_new_tokens"] = 2;
-    if (pick(0, 9) < 4) {  // an EOS set wide enough to end some requests early
-      std::vector<int64_t> eos;
-      for (int k = 0; k < 30; ++k) eos.push_back(pick(3, vocab - 1));
-      g["eos_token_id"] = eos;
-    }
-    if (pick(0, 9) < 3) g["stop_sequences"] = {{pick(3, vocab - 1)}, {pick(3, 40), pick(3, 40)}};
-    s.settings = g;
-    s.seed = static_cast<uint64_t>(pick(0, 1 << 30));
-    s.priority = pick(0, 3);
-    step += pick(0, 3);
-    s.arrival = step;
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
 class BatchInvariance : public ::testing::Test {
  protected:
   static constexpr uint64_t kWeights = 11;
@@ -134,7 +88,7 @@ class BatchInvariance : public ::testing::Test {
 
 TEST_F(BatchInvariance, FiveHundredRandomRequestsEqualTheirSoloRuns) {
   load();
-  const auto specs = random_specs(500, 1, 1024);
+  const auto specs = testing::random_requests(500, 1, 1024);
   CoreOptions o;
   o.block_size = 4;
   o.kv_blocks = 1200;
@@ -151,7 +105,7 @@ TEST_F(BatchInvariance, FiveHundredRandomRequestsEqualTheirSoloRuns) {
 
 TEST_F(BatchInvariance, PreemptedRequestsResumeWithTheTokensTheyWouldHaveGiven) {
   load();
-  const auto specs = random_specs(120, 2, 1024);
+  const auto specs = testing::random_requests(120, 2, 1024);
   CoreOptions o;
   o.policy = "priority";
   o.block_size = 4;
@@ -174,7 +128,7 @@ TEST_F(BatchInvariance, EveryPolicyAndNoPrefixSharing) {
     o.prefill_chunk = 11;
     o.max_step_tokens = 30;
     o.prefix_sharing = policy != "fcfs";
-    run_and_compare(random_specs(40, 3, 1024), o);
+    run_and_compare(testing::random_requests(40, 3, 1024), o);
   }
 }
 
@@ -182,7 +136,7 @@ TEST_F(BatchInvariance, EveryPolicyAndNoPrefixSharing) {
 // kStreamRows rows), the same requests' log-probs come out differently in a batch.
 TEST_F(BatchInvariance, WithoutTheInvariantKernelsTheBatchShowsInTheFloats) {
   load();
-  const auto specs = random_specs(60, 5, 1024);
+  const auto specs = testing::random_requests(60, 5, 1024);
   CoreOptions o;
   o.batch_invariant = false;
   o.block_size = 4;
@@ -210,7 +164,7 @@ TEST_F(BatchInvariance, Int8AndInt4WeightsAndInt8Activations) {
     o.kv_blocks = 600;
     o.prefill_chunk = 5;
     o.max_step_tokens = 48;  // past kStreamRows: the GEMM path a batch would take uninvariant
-    run_and_compare(random_specs(40, 4, 1024), o);
+    run_and_compare(testing::random_requests(40, 4, 1024), o);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <vector>
 
 #include "serving/batch_scheduler.h"
@@ -21,6 +22,53 @@ struct ScheduledRequest {
   int64_t priority = 0;
   int64_t arrival = 0;
 };
+
+// Random requests over `vocab` tokens, as the batch invariance tests draw them: prompts that share
+// one of a few prefixes (so that whole blocks and
+// parts of blocks match), mixed settings, arrivals spread over the steps.
+inline std::vector<ScheduledRequest> random_requests(int64_t count, uint64_t seed, int64_t vocab) {
+  std::mt19937_64 rng(seed);
+  const auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  std::vector<std::vector<int64_t>> prefixes = {{}};
+  for (int64_t len : {9, 23, 40}) {
+    std::vector<int64_t> p;
+    for (int64_t i = 0; i < len; ++i) p.push_back(pick(3, vocab - 1));
+    prefixes.push_back(p);
+  }
+  std::vector<ScheduledRequest> out;
+  int64_t step = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    ScheduledRequest s;
+    s.prompt = prefixes[static_cast<size_t>(pick(0, 3))];
+    // Some prompts extend a longer shared prefix only part of the way into a block.
+    const int64_t tail = pick(1, 30);
+    for (int64_t j = 0; j < tail; ++j) s.prompt.push_back(pick(3, vocab - 1));
+    nlohmann::json g = {{"max_new_tokens", pick(1, 24)}, {"output_scores", true}};
+    if (pick(0, 1)) {
+      g["do_sample"] = true;
+      g["temperature"] = std::vector<double>{0.7, 1.0, 1.3}[static_cast<size_t>(pick(0, 2))];
+      g["top_k"] = std::vector<int64_t>{0, 20, 50}[static_cast<size_t>(pick(0, 2))];
+      if (pick(0, 1)) g["top_p"] = 0.9;
+    }
+    if (pick(0, 9) < 3) g["repetition_penalty"] = 1.2;
+    if (pick(0, 9) < 2) g["min_new_tokens"] = 2;
+    if (pick(0, 9) < 4) {  // an EOS set wide enough to end some requests early
+      std::vector<int64_t> eos;
+      for (int k = 0; k < 30; ++k) eos.push_back(pick(3, vocab - 1));
+      g["eos_token_id"] = eos;
+    }
+    if (pick(0, 9) < 3) g["stop_sequences"] = {{pick(3, vocab - 1)}, {pick(3, 40), pick(3, 40)}};
+    s.settings = g;
+    s.seed = static_cast<uint64_t>(pick(0, 1 << 30));
+    s.priority = pick(0, 3);
+    step += pick(0, 3);
+    s.arrival = step;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
 
 // Runs `requests` (in arrival order) through `core` until every one has finished: their results,
 // in the requests' order. A core that has not finished after `max_steps` steps, or that leaves a
