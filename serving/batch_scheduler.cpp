@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <unordered_set>
 #include <vector>
 
 #include "framework/decoding/pipeline.h"
@@ -297,15 +298,37 @@ bool BatchScheduler::ensure_blocks(Live& r, int64_t upto) {
   return true;
 }
 
-void BatchScheduler::admit(std::vector<CoreResult>& done) {
+void BatchScheduler::admit() {
   const int64_t bs = pool_.block_size();
   const int64_t watermark = std::max<int64_t>(1, pool_.blocks() / 100);
-  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
-    auto best = waiting_.begin();
-    for (auto it = std::next(waiting_.begin()); it != waiting_.end(); ++it) {
-      if (goes_before(**it, **best)) best = it;
-    }
-    Live& r = **best;
+  // The prompt blocks running requests are still computing: a waiting request whose next block
+  // (past what the index holds) is among them waits for it to be published instead of computing
+  // it a second time (requests that arrive together behind one system prompt compute it once).
+  std::unordered_set<uint64_t> computing;
+  const auto note_computing = [&](const Live& r) {
+    const int64_t full = (static_cast<int64_t>(r.tokens.size()) - 1) / bs;
+    const std::vector<uint64_t> h = pool_.block_hashes(r.tokens, full);
+    for (int64_t i = r.computed / bs; i < full; ++i) computing.insert(h[static_cast<size_t>(i)]);
+  };
+  if (options_.prefix_sharing) {
+    for (const auto& r : running_) note_computing(*r);
+  }
+  const auto waits_for_prefix = [&](const Live& r) {
+    if (!options_.prefix_sharing || computing.empty() || r.computed > 0) return false;
+    const int64_t full = (static_cast<int64_t>(r.tokens.size()) - 1) / bs;
+    const int64_t cached = std::min(pool_.cached_prefix(r.tokens) / bs, full);
+    if (cached >= full) return false;
+    return computing.count(pool_.block_hashes(r.tokens, cached + 1).back()) > 0;
+  };
+  // Candidates in the policy's order.
+  std::vector<std::deque<std::unique_ptr<Live>>::iterator> order;
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) order.push_back(it);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const auto& a, const auto& b) { return goes_before(**a, **b); });
+  for (auto it : order) {
+    if (static_cast<int64_t>(running_.size()) >= options_.max_running) break;
+    Live& r = **it;
+    if (waits_for_prefix(r)) continue;
     take_prefix(r);
     const int64_t remaining = static_cast<int64_t>(r.tokens.size()) - r.computed;
     const int64_t first = std::min({remaining, options_.prefill_chunk, options_.max_step_tokens});
@@ -319,10 +342,10 @@ void BatchScheduler::admit(std::vector<CoreResult>& done) {
       r.admitted = Clock::now();
     }
     r.preempted = false;
-    running_.push_back(std::move(*best));
-    waiting_.erase(best);
+    if (options_.prefix_sharing) note_computing(r);
+    running_.push_back(std::move(*it));
   }
-  (void)done;
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), nullptr), waiting_.end());
 }
 
 void BatchScheduler::decide(Live& r, const at::Tensor& logits, std::vector<CoreResult>& done) {
@@ -390,7 +413,7 @@ std::vector<CoreResult> BatchScheduler::step() {
     if (r->cancelled) done.push_back(finish(*r, "cancelled"));
   }
   drop_running([](const Live& r) { return r.cancelled; });
-  admit(done);
+  admit();
   if (running_.empty()) return done;
 
   // Decode steps first (one position each: the running batch's next tokens are never held up by

@@ -95,7 +95,7 @@ class BatchScheduler {
   struct Live;
   RequestView view(const Live& r) const;
   bool goes_before(const Live& a, const Live& b) const;
-  void admit(std::vector<CoreResult>& done);
+  void admit();
   bool take_prefix(Live& r);
   bool ensure_blocks(Live& r, int64_t upto);
   void preempt(Live& r);

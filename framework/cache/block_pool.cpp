@@ -158,6 +158,19 @@ BlockPool::Match BlockPool::match(const std::vector<int64_t>& tokens, int64_t ma
   return m;
 }
 
+std::vector<uint64_t> BlockPool::block_hashes(const std::vector<int64_t>& tokens,
+                                              int64_t count) const {
+  const int64_t bs = block_size_;
+  count = std::min<int64_t>(count, static_cast<int64_t>(tokens.size()) / bs);
+  std::vector<uint64_t> out;
+  uint64_t h = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    h = chain(h, tokens.data() + i * bs, bs);
+    out.push_back(h);
+  }
+  return out;
+}
+
 int64_t BlockPool::cached_prefix(const std::vector<int64_t>& tokens) const {
   const int64_t bs = block_size_, n = static_cast<int64_t>(tokens.size());
   uint64_t h = 0;

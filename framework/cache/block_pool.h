@@ -61,6 +61,10 @@ class BlockPool {
   // be held by the caller.
   void publish(const std::vector<int64_t>& tokens, int64_t index, int64_t block);
 
+  // The chain hashes of the first `count` whole blocks of `tokens` (what the index files them
+  // under): a scheduler compares a waiting prompt's blocks with those a running one is computing.
+  std::vector<uint64_t> block_hashes(const std::vector<int64_t>& tokens, int64_t count) const;
+
   // Counters for the report: sequences that reused any position, and the positions reused.
   int64_t hits() const { return hits_; }
   int64_t tokens_reused() const { return tokens_reused_; }

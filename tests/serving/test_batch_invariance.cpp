@@ -117,6 +117,29 @@ TEST_F(BatchInvariance, PreemptedRequestsResumeWithTheTokensTheyWouldHaveGiven) 
   EXPECT_GT(stats["preemptions"].get<int64_t>(), 0) << stats.dump();
 }
 
+// Requests that arrive together behind one system prompt compute it once: the first computes it,
+// the others wait for its blocks to be published instead of computing them a second time.
+TEST_F(BatchInvariance, RequestsArrivingTogetherBehindOnePrefixComputeItOnce) {
+  load();
+  std::vector<Spec> specs;
+  for (int64_t i = 0; i < 8; ++i) {
+    Spec s;
+    for (int64_t t = 0; t < 64; ++t) s.prompt.push_back(100 + t);
+    for (int64_t t = 0; t < 5; ++t) s.prompt.push_back(300 + 10 * i + t);
+    s.settings = {{"max_new_tokens", 4}, {"output_scores", true}};
+    s.seed = static_cast<uint64_t>(i);
+    specs.push_back(s);
+  }
+  CoreOptions o;
+  o.block_size = 16;
+  o.kv_blocks = 200;
+  o.prefill_chunk = 32;
+  o.max_step_tokens = 64;
+  const Json stats = run_and_compare(specs, o);
+  EXPECT_EQ(stats["prefill_tokens"].get<int64_t>(), 64 + 8 * 5) << stats.dump();
+  EXPECT_EQ(stats["reused_tokens"].get<int64_t>(), 7 * 64) << stats.dump();
+}
+
 TEST_F(BatchInvariance, EveryPolicyAndNoPrefixSharing) {
   load();
   for (const std::string policy : {"fcfs", "shortest_prompt_first", "longest_prefix_first"}) {
