@@ -401,7 +401,7 @@ nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
 
 nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log,
                               const TokenStream& stream) {
-  const auto points = check_experiment(c);  // every point checked before anything runs
+  const auto points = check_experiment(c);         // every point checked before anything runs
   if (c.load) return run_load_experiment(c, log);  // requests under load (load_runner.h)
   if (c.sweep.empty()) {
     nlohmann::json doc = run_checked_point(c, log, stream);

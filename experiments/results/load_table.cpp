@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "experiments/results/results.h"
-#include "experiments/results/table.h"
+#include "experiments/results/terminal_text.h"
 #include "framework/util/error.h"
 
 namespace gengraph {

@@ -163,7 +163,8 @@ void write_outputs(const nlohmann::json& doc, const std::filesystem::path& path,
     if (!plot.empty()) {
       if (plot.has_parent_path()) std::filesystem::create_directories(plot.parent_path());
       // Results under load (kind: load) have their own chart: latency against throughput.
-      const std::string script = doc.value("kind", "") == "load" ? "plot_load.py" : "plot_results.py";
+      const std::string script =
+          doc.value("kind", "") == "load" ? "plot_load.py" : "plot_results.py";
       const std::vector<std::string> argv = {python_for_tools().string(),
                                              (source_root() / "tools" / script).string(),
                                              tmp.string(), plot_tmp.string()};

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "experiments/results/terminal_text.h"
 #include "framework/util/json_at.h"
 
 namespace gengraph {
@@ -16,16 +17,5 @@ namespace gengraph {
 std::string format_table(const nlohmann::json& doc, const std::string& file = "");
 // The same of a document inside another (a Slurm part's 'result'): errors name its key path there.
 std::string format_table(const JsonAt& doc);
-
-// Text from a file as a terminal may show it, the one place where the tables (show, compare) and
-// the CLI's error messages make it safe: control characters (C0, DEL, C1) and the bidirectional
-// overrides written as escapes ("\x1b", "\n", "\u202e"), bytes that are not UTF-8 as "\xNN", so
-// that a label cannot move the cursor, recolour the terminal, break a row or reorder the text.
-// `keep_line_breaks` leaves '\n' and '\t' as they are (multi-line error messages).
-std::string terminal_text(const std::string& text, bool keep_line_breaks = false);
-
-// `text` cut to at most `max_bytes` (with "..." at the end when cut), never inside a UTF-8
-// character.
-std::string shorten_utf8(const std::string& text, size_t max_bytes);
 
 }  // namespace gengraph

@@ -84,8 +84,8 @@ at::Tensor paged_attention_composite(const at::Tensor& q, const at::Tensor& k_po
   const int64_t n = q.size(0), heads = q.size(1), hd = q.size(2);
   const int64_t kv = k_pool.size(1), group = heads / kv;
   if (n == 0) return at::empty({0, heads * hd}, q.options());
-  const int64_t lmax = q.device().is_cpu() ? last.max().item<int64_t>() + 1
-                                            : block_tables.size(1) * block_size;
+  const int64_t lmax =
+      q.device().is_cpu() ? last.max().item<int64_t>() + 1 : block_tables.size(1) * block_size;
   const at::Tensor pos = at::arange(lmax, q.options().dtype(at::kLong));
   const at::Tensor tables = block_tables.to(q.device()).index_select(0, seq.to(q.device()));
   const at::Tensor which = at::div(pos, block_size, "floor").clamp_max(tables.size(1) - 1);
