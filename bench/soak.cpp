@@ -15,14 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/soak_common.h"
+
 namespace {
 
-int64_t rss_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t pages = 0, resident = 0;
-  statm >> pages >> resident;
-  return resident * 4096;
-}
+using gengraph::bench::rss_bytes;
 
 struct Combo {
   std::string model, backend;

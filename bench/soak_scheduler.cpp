@@ -21,16 +21,9 @@
 #include <thread>
 #include <vector>
 
-namespace {
+#include "bench/soak_common.h"
 
-int64_t rss_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t pages = 0, resident = 0;
-  statm >> pages >> resident;
-  return resident * 4096;
-}
-
-}  // namespace
+using gengraph::bench::rss_bytes;
 
 int main(int argc, char** argv) {
   const int64_t total = argc > 1 ? std::stoll(argv[1]) : 10000;

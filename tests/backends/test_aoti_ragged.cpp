@@ -40,22 +40,7 @@ using Request = testing::ScheduledRequest;
 // Prompts of 3 to 40 tokens, some sharing a prefix of 9 (whole blocks and part of one), greedy and
 // seeded sampling, arrivals spread over the first steps: decode steps beside prefill chunks.
 std::vector<Request> requests(int64_t count) {
-  std::vector<Request> out;
-  for (int64_t i = 0; i < count; ++i) {
-    Request r;
-    if (i % 4 == 1) r.prompt = {17, 230, 5, 998, 41, 7, 600, 3, 82};
-    const int64_t len = 3 + (i * 7) % 31;
-    for (int64_t j = 0; j < len; ++j) r.prompt.push_back(1 + (i * 31 + j * 17) % 1023);
-    r.settings = {{"max_new_tokens", 4 + (i * 5) % 13}, {"output_scores", true}};
-    if (i % 3 == 2) {
-      r.settings["do_sample"] = true;
-      r.settings["top_k"] = 20;
-    }
-    r.seed = 100 + static_cast<uint64_t>(i);
-    r.arrival = i / 2;
-    out.push_back(std::move(r));
-  }
-  return out;
+  return testing::small_requests(count, 1024, 31, {17, 230, 5, 998, 41, 7, 600, 3, 82});
 }
 
 CoreOptions core_options() {
@@ -73,12 +58,7 @@ CoreOptions core_options() {
 std::vector<Sequence> run_core(ForwardBackend& backend, const std::vector<Request>& reqs,
                                const CoreOptions& options) {
   BatchScheduler core(backend, options);
-  std::vector<Sequence> out;
-  for (CoreResult& r : testing::drive_core(core, reqs, 100000)) {
-    EXPECT_TRUE(r.finish == "stop" || r.finish == "length") << r.finish << " " << r.error;
-    out.push_back(std::move(r.sequence));
-  }
-  return out;
+  return testing::drive_sequences(core, reqs);
 }
 
 std::string skip_reason() {

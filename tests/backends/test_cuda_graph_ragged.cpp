@@ -41,31 +41,12 @@ using Request = testing::ScheduledRequest;
 // Prompts of 3 to 21 tokens, greedy and seeded sampling, arrivals spread over the first steps: a
 // mix of decode steps and prefill chunks, sequences that grow past a few blocks.
 std::vector<Request> requests(int64_t count, int64_t vocab) {
-  std::vector<Request> out;
-  for (int64_t i = 0; i < count; ++i) {
-    Request r;
-    const int64_t len = 3 + (i * 7) % 19;
-    for (int64_t j = 0; j < len; ++j) r.prompt.push_back(1 + (i * 31 + j * 17) % (vocab - 1));
-    r.settings = {{"max_new_tokens", 4 + (i * 5) % 13}, {"output_scores", true}};
-    if (i % 3 == 2) {
-      r.settings["do_sample"] = true;
-      r.settings["top_k"] = 20;
-    }
-    r.seed = 100 + static_cast<uint64_t>(i);
-    r.arrival = i / 2;
-    out.push_back(std::move(r));
-  }
-  return out;
+  return testing::small_requests(count, vocab, 19);
 }
 
 // Every request through `core`; the sequences in the requests' order.
 std::vector<Sequence> drive(BatchScheduler& core, const std::vector<Request>& reqs) {
-  std::vector<Sequence> out;
-  for (CoreResult& r : testing::drive_core(core, reqs, 10000)) {
-    EXPECT_TRUE(r.finish == "stop" || r.finish == "length") << r.finish << " " << r.error;
-    out.push_back(std::move(r.sequence));
-  }
-  return out;
+  return testing::drive_sequences(core, reqs, 10000);
 }
 
 std::vector<Sequence> run_core(ForwardBackend& backend, const std::vector<Request>& reqs,

@@ -70,6 +70,29 @@ inline std::vector<ScheduledRequest> random_requests(int64_t count, uint64_t see
   return out;
 }
 
+// `count` deterministic requests over `vocab` tokens: prompts of 3 to 2 + `lengths` tokens (every
+// fourth behind `prefix`), 4 to 16 new tokens with their scores, every third sampled (top-k 20),
+// each with its own seed, two arriving per step: decode steps beside prefill chunks.
+inline std::vector<ScheduledRequest> small_requests(int64_t count, int64_t vocab, int64_t lengths,
+                                                    const std::vector<int64_t>& prefix = {}) {
+  std::vector<ScheduledRequest> out;
+  for (int64_t i = 0; i < count; ++i) {
+    ScheduledRequest r;
+    if (i % 4 == 1) r.prompt = prefix;
+    const int64_t len = 3 + (i * 7) % lengths;
+    for (int64_t j = 0; j < len; ++j) r.prompt.push_back(1 + (i * 31 + j * 17) % (vocab - 1));
+    r.settings = {{"max_new_tokens", 4 + (i * 5) % 13}, {"output_scores", true}};
+    if (i % 3 == 2) {
+      r.settings["do_sample"] = true;
+      r.settings["top_k"] = 20;
+    }
+    r.seed = 100 + static_cast<uint64_t>(i);
+    r.arrival = i / 2;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 // Runs `requests` (in arrival order) through `core` until every one has finished: their results,
 // in the requests' order. A core that has not finished after `max_steps` steps, or that leaves a
 // block in use, is a test failure.
@@ -96,6 +119,19 @@ inline std::vector<CoreResult> drive_core(BatchScheduler& core,
   }
   EXPECT_EQ(finished, requests.size());
   EXPECT_EQ(core.pool().in_use(), 0) << "blocks left in use";
+  return out;
+}
+
+// drive_core's sequences, in the requests' order, each request checked to have ended by EOS, a
+// stop sequence or its length.
+inline std::vector<Sequence> drive_sequences(BatchScheduler& core,
+                                             const std::vector<ScheduledRequest>& requests,
+                                             int64_t max_steps = 100000) {
+  std::vector<Sequence> out;
+  for (CoreResult& r : drive_core(core, requests, max_steps)) {
+    EXPECT_TRUE(r.finish == "stop" || r.finish == "length") << r.finish << " " << r.error;
+    out.push_back(std::move(r.sequence));
+  }
   return out;
 }
 
