@@ -55,9 +55,39 @@ def rows(doc):
     return out
 
 
+LOAD_COLUMNS = ("label", "system", "rate", "requests", "completed", "cancelled", "failed", "wall_s",
+                "requests_per_s", "output_tokens_per_s", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99",
+                "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "queue_ms_p50", "queue_ms_p99",
+                "kv_blocks_mean", "kv_blocks_peak", "prefix_hits", "reused_tokens", "preemptions")
+
+
+def load_rows(doc):
+    """One dict per system x rate of a load document (kind: load; docs/experiments.md, experiments
+    under load), with LOAD_COLUMNS as keys; a metric the system has not (KV blocks of an Engine)
+    is None."""
+    out = []
+    for r, run in enumerate(_check(doc.get("runs", []), list, "doc['runs']", "a list")):
+        _check(run, dict, f"doc['runs'][{r}]", "a dict")
+        row = {k: run.get(k) for k in LOAD_COLUMNS}
+        for metric in ("ttft_ms", "tpot_ms", "queue_ms"):
+            stats = run.get(metric) or {}
+            for q in ("p50", "p90", "p99"):
+                if f"{metric}_{q}" in row:
+                    row[f"{metric}_{q}"] = stats.get(q)
+        blocks = run.get("kv_blocks") or {}
+        row["kv_blocks_mean"] = blocks.get("mean_in_use")
+        row["kv_blocks_peak"] = blocks.get("peak_in_use")
+        out.append(row)
+    return out
+
+
 def to_frame(doc):
     """A pandas DataFrame of a results document (gengraph.run's, or a results JSON loaded):
-    one row per point x run x repeat; columns gengraph.frame.COLUMNS."""
+    one row per point x run x repeat, columns gengraph.frame.COLUMNS; for a load document one row
+    per system x rate, columns gengraph.frame.LOAD_COLUMNS."""
     import pandas as pd
 
+    _check(doc, dict, "doc", "a dict")
+    if doc.get("kind") == "load":
+        return pd.DataFrame(load_rows(doc), columns=list(LOAD_COLUMNS))
     return pd.DataFrame(rows(doc), columns=list(COLUMNS))

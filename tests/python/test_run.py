@@ -59,3 +59,20 @@ def test_bad_experiments_are_errors_naming_the_key(tmp_path):
     # Nothing half-written: an output path that is a folder is refused before the run.
     with pytest.raises(gengraph.Error, match="results"):
         gengraph.run(CONFIG, output=tmp_path)
+
+
+def test_to_frame_of_a_load_document_has_a_row_per_system_and_rate():
+    doc = {"kind": "load", "runs": [
+        {"label": "scheduler", "system": "scheduler", "rate": 2.0, "requests": 4, "completed": 4,
+         "output_tokens_per_s": 50.0, "ttft_ms": {"p50": 10.0, "p90": 20.0, "p99": 30.0},
+         "tpot_ms": {"p50": 5.0}, "queue_ms": {"p50": 1.0, "p99": 2.0},
+         "kv_blocks": {"mean_in_use": 3.5, "peak_in_use": 6}, "prefix_hits": 2},
+        {"label": "one_at_a_time", "system": "one_at_a_time", "rate": "all_at_once",
+         "requests": 4, "completed": 4, "output_tokens_per_s": 20.0,
+         "ttft_ms": {"p50": 40.0, "p90": 50.0, "p99": 60.0}}]}
+    frame = gengraph.to_frame(doc)
+    assert list(frame.columns) == list(gengraph.frame.LOAD_COLUMNS)
+    assert list(frame["system"]) == ["scheduler", "one_at_a_time"]
+    assert frame.loc[0, "ttft_ms_p99"] == 30.0 and frame.loc[0, "kv_blocks_peak"] == 6
+    assert frame.loc[1, "ttft_ms_p50"] == 40.0
+    assert frame.isna().loc[1, "kv_blocks_peak"]
