@@ -13,6 +13,7 @@
 #include "engine/model_impl.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/model/causal_lm.h"
+#include "framework/model/memory.h"
 #include "framework/util/error.h"
 #include "serving/batch_scheduler.h"
 
@@ -61,10 +62,7 @@ int64_t pool_blocks(const SchedulerOptions& o, const CausalLM& model) {
         "kv_memory_mb > 0; found " +
         std::to_string(o.kv_blocks) + " and " + std::to_string(o.kv_memory_mb));
   }
-  const ModelShape s = model_shape(model);
-  const double per_block =
-      2.0 * static_cast<double>(s.num_layers * o.block_size * s.num_kv_heads * s.head_dim) *
-      static_cast<double>(c10::elementSize(model_dtype(model)));
+  const double per_block = kv_cache_bytes(model.config(), model.dtype(), 1, o.block_size);
   const auto blocks = static_cast<int64_t>(o.kv_memory_mb * 1024.0 * 1024.0 / per_block);
   if (blocks < 1) {
     throw Error("scheduler option kv_memory_mb " + std::to_string(o.kv_memory_mb) +

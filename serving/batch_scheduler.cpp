@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <numeric>
 #include <unordered_set>
 #include <vector>
 
@@ -193,11 +194,31 @@ RequestView BatchScheduler::view(const Live& r) const {
   return v;
 }
 
-bool BatchScheduler::goes_before(const Live& a, const Live& b) const {
-  const RequestView va = view(a), vb = view(b);
-  if (policy_->before(va, vb)) return true;
-  if (policy_->before(vb, va)) return false;
+bool BatchScheduler::goes_before(const RequestView& a, const RequestView& b) const {
+  if (policy_->before(a, b)) return true;
+  if (policy_->before(b, a)) return false;
   return a.id < b.id;
+}
+
+bool BatchScheduler::goes_before(const Live& a, const Live& b) const {
+  return goes_before(view(a), view(b));
+}
+
+std::vector<size_t> BatchScheduler::policy_order(const std::vector<Live*>& requests,
+                                                 bool decodes_first) const {
+  // Each request viewed once (a view may look the request up in the prefix index).
+  std::vector<RequestView> views;
+  for (const Live* r : requests) views.push_back(view(*r));
+  std::vector<size_t> order(requests.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (decodes_first) {
+      const bool da = views[a].to_compute == 1, db = views[b].to_compute == 1;
+      if (da != db) return da;
+    }
+    return goes_before(views[a], views[b]);
+  });
+  return order;
 }
 
 void BatchScheduler::release(Live& r) {
@@ -299,6 +320,7 @@ bool BatchScheduler::ensure_blocks(Live& r, int64_t upto) {
 }
 
 void BatchScheduler::admit() {
+  if (waiting_.empty()) return;
   const int64_t bs = pool_.block_size();
   const int64_t watermark = std::max<int64_t>(1, pool_.blocks() / 100);
   // The prompt blocks running requests are still computing: a waiting request whose next block
@@ -321,12 +343,11 @@ void BatchScheduler::admit() {
     return computing.count(pool_.block_hashes(r.tokens, cached + 1).back()) > 0;
   };
   // Candidates in the policy's order.
-  std::vector<std::deque<std::unique_ptr<Live>>::iterator> order;
-  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) order.push_back(it);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](const auto& a, const auto& b) { return goes_before(**a, **b); });
-  for (auto it : order) {
+  std::vector<Live*> candidates;
+  for (auto& r : waiting_) candidates.push_back(r.get());
+  for (size_t k : policy_order(candidates, /*decodes_first=*/false)) {
     if (static_cast<int64_t>(running_.size()) >= options_.max_running) break;
+    const auto it = waiting_.begin() + static_cast<std::ptrdiff_t>(k);
     Live& r = **it;
     if (waits_for_prefix(r)) continue;
     take_prefix(r);
@@ -419,13 +440,10 @@ std::vector<CoreResult> BatchScheduler::step() {
   // Decode steps first (one position each: the running batch's next tokens are never held up by
   // a prefill), then the rest in the policy's order, within the step's token budget; a prompt
   // gives at most prefill_chunk positions a step.
+  std::vector<Live*> running;
+  for (auto& r : running_) running.push_back(r.get());
   std::vector<Live*> order;
-  for (auto& r : running_) order.push_back(r.get());
-  std::stable_sort(order.begin(), order.end(), [&](const Live* a, const Live* b) {
-    const bool da = a->tokens.size() - a->computed == 1, db = b->tokens.size() - b->computed == 1;
-    if (da != db) return da;
-    return goes_before(*a, *b);
-  });
+  for (size_t k : policy_order(running, /*decodes_first=*/true)) order.push_back(running[k]);
   int64_t budget = options_.max_step_tokens;
   std::vector<Live*> in_step;
   for (Live* r : order) {

@@ -94,7 +94,11 @@ class BatchScheduler {
  private:
   struct Live;
   RequestView view(const Live& r) const;
+  bool goes_before(const RequestView& a, const RequestView& b) const;
   bool goes_before(const Live& a, const Live& b) const;
+  // Indices of `requests` in the policy's order (with decodes_first, those with one position left
+  // ahead of the rest), ties in submission order.
+  std::vector<size_t> policy_order(const std::vector<Live*>& requests, bool decodes_first) const;
   void admit();
   bool take_prefix(Live& r);
   bool ensure_blocks(Live& r, int64_t upto);

@@ -32,10 +32,6 @@ PagedCache::PagedCache(const PagedLayout& layout, const at::TensorOptions& optio
   values_ = at::zeros_like(keys_);
 }
 
-double PagedCache::bytes() const {
-  return 2.0 * static_cast<double>(keys_.numel()) * static_cast<double>(keys_.element_size());
-}
-
 void PagedCache::set_step(Step step) {
   const int64_t n = step.write_slots.numel();
   for (const at::Tensor* t : {&step.seq, &step.first, &step.last}) {

@@ -68,8 +68,6 @@ class PagedCache final : public KVCache {
   // [layers, blocks * block_size, kv_heads, head_dim]
   const at::Tensor& keys() const { return keys_; }
   const at::Tensor& values() const { return values_; }
-  // Bytes the pool holds (keys and values).
-  double bytes() const;
 
  private:
   PagedLayout layout_;
