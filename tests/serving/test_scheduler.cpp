@@ -250,6 +250,26 @@ TEST_F(SchedulerApi, BatchInvarianceRefusesAPathThatCannotHonourIt) {
   EXPECT_EQ(s.wait(s.submit(r)).sequence.tokens.size(), 3u);
 }
 
+TEST_F(SchedulerApi, BadOptionsAreRefusedNamingTheOption) {
+  const auto refused = [&](void (*set)(SchedulerOptions&)) {
+    SchedulerOptions so;
+    set(so);
+    return error_of([&] { Scheduler s(model_, {}, so); });
+  };
+  EXPECT_THAT(refused([](SchedulerOptions& o) { o.block_size = 0; }),
+              HasSubstr("scheduler option block_size: expected an integer >= 1, found 0"));
+  EXPECT_THAT(refused([](SchedulerOptions& o) { o.kv_memory_mb = -1; }),
+              HasSubstr("kv_blocks / kv_memory_mb: expected kv_blocks >= 1, or 0 with"));
+  EXPECT_THAT(refused([](SchedulerOptions& o) { o.kv_memory_mb = 1e-6; }),
+              HasSubstr("less than one block"));
+  EXPECT_THAT(refused([](SchedulerOptions& o) { o.max_step_tokens = 0; }),
+              HasSubstr("scheduler option max_step_tokens: expected an integer >= 1, found 0"));
+  EXPECT_THAT(refused([](SchedulerOptions& o) { o.prefill_chunk = -3; }),
+              HasSubstr("scheduler option prefill_chunk: expected an integer >= 1, found -3"));
+  EXPECT_THAT(refused([](SchedulerOptions& o) { o.max_queue = 0; }),
+              HasSubstr("scheduler option max_queue: expected an integer >= 1, found 0"));
+}
+
 TEST_F(SchedulerApi, AFullQueueRefusesWithItsNumbers) {
   SchedulerOptions so;
   so.kv_blocks = 16;
