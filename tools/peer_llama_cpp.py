@@ -62,69 +62,90 @@ def install_dir():
 
 def ready(install=False):
     """The installation folder, built first when `install` (or GENGRAPH_PEER_INSTALL allows it)."""
-    d = install_dir()
+    return installed(install_dir(), f"llama-cpp-python {VERSION}", build, install,
+                     "tools/engine_peer.py --install llama_cpp builds it; a llama_cpp peer does on first use")
+
+
+def installed(d, what, build_into, install, how):
+    """The folder `d` holding a finished build of `what` (its .complete file), made by
+    build_into(tmp, log_path) into a temporary folder renamed into place when `install` allows it;
+    a failure is recorded in d.unavailable, and refused with that reason until the file is removed.
+    Shared by llama-cpp-python's build and llama-server's (tools/llama_server.py)."""
     if os.path.isfile(os.path.join(d, ".complete")):
         return d
     if os.path.exists(d + ".unavailable"):
-        raise ep.Refused(f"llama-cpp-python {VERSION} could not be installed: {open(d + '.unavailable').read().strip()}"
+        raise ep.Refused(f"{what} could not be installed: {open(d + '.unavailable').read().strip()}"
                          f"\n  (remove '{d}.unavailable' to try again)")
     if not install:
-        raise ep.Refused(f"llama-cpp-python {VERSION} is not installed in '{d}' (tools/engine_peer.py --install "
-                         "llama_cpp builds it; a llama_cpp peer does on first use)")
+        raise ep.Refused(f"{what} is not installed in '{d}' ({how})")
     if os.environ.get("GENGRAPH_PEER_INSTALL") == "0":
-        raise ep.Refused(f"llama-cpp-python {VERSION} is not installed in '{d}' and GENGRAPH_PEER_INSTALL=0 "
-                         "forbids building it")
+        raise ep.Refused(f"{what} is not installed in '{d}' and GENGRAPH_PEER_INSTALL=0 forbids building it")
     with ep.locked(d + ".lock"):
-        if not os.path.isfile(os.path.join(d, ".complete")):
-            build(d)
+        if os.path.isfile(os.path.join(d, ".complete")):
+            return d
+        tmp = tempfile.mkdtemp(prefix=f".tmp-{os.path.basename(d)}-", dir=os.path.dirname(d))
+        log_path = d + ".build.log"
+        print(f"engine_peer: building {what} from source into '{d}' (first use only; minutes; log: "
+              f"{log_path})", file=sys.stderr, flush=True)
+        try:
+            with open(log_path, "w") as log:
+                build_into(tmp, log)
+            open(os.path.join(tmp, ".complete"), "w").write(f"{what}\n")
+            shutil.rmtree(d, ignore_errors=True)
+            os.rename(tmp, d)
+        except Exception as e:  # noqa: BLE001 (any failure is the reason recorded)
+            open(d + ".unavailable", "w").write(f"{e}\n")
+            raise ep.Refused(f"{what} could not be installed: {e}") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return d
 
 
-def build(d):
-    """pip-builds the sdist into d/site, and keeps its converter in d/llama.cpp: in a temporary
-    folder renamed into place. A failure is recorded in d.unavailable."""
-    tmp = tempfile.mkdtemp(prefix=".tmp-llama-cpp-python-", dir=os.path.dirname(d))
-    log_path = d + ".build.log"
-    print(f"engine_peer: building llama-cpp-python {VERSION} from source into '{d}' (first use only; "
-          f"minutes; log: {log_path})", file=sys.stderr, flush=True)
+def step(argv, what, log, **kw):
+    """Runs one build step with its output in the log; a failure raises with the log's tail."""
+    log.write("$ " + " ".join(argv) + "\n")
+    log.flush()
+    r = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, **kw)
+    if r.returncode != 0:
+        log.flush()
+        raise RuntimeError(f"{what} failed (exit {r.returncode}):\n  " + ep.tail(open(log.name).read()))
+
+
+def sdist():
+    """The sdist's .tar.gz, downloaded once into the peers cache (any host's): the package and
+    llama-server (tools/llama_server.py) are both built from it."""
+    def download(tmp):
+        with open(os.path.join(tmp, "download.log"), "w") as log:
+            step([sys.executable, "-m", "pip", "--disable-pip-version-check", "download", "--no-deps",
+                  "--no-binary", ":all:", f"llama-cpp-python=={VERSION}", "-d", tmp], "downloading the sdist", log)
+    folder, _ = ep.cached(f"llama-cpp-python-{VERSION}-sdist", download)
+    return os.path.join(folder, f"llama_cpp_python-{VERSION}.tar.gz")
+
+
+def extract_vendored(into, parts=None):
+    """The sdist's vendor/llama.cpp (only the paths starting with one of `parts`, when given)
+    extracted into `into`."""
+    with tarfile.open(sdist()) as tar:
+        prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix) and (m.isfile() or m.isdir())
+                   and (parts is None or m.name[len(prefix):].startswith(parts))]
+        for m in members:
+            m.name = m.name[len(prefix):]
+        tar.extractall(into, members=members, filter="data")
+
+
+def build(tmp, log):
+    """pip-builds the sdist into tmp/site, and keeps its converter in tmp/llama.cpp."""
     env = dict(os.environ, CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF",
                CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    steps = [(pip + ["download", "--no-deps", "--no-binary", ":all:", f"llama-cpp-python=={VERSION}",
-                     "-d", os.path.join(tmp, "sdist")], "downloading the sdist"),
-             (pip + ["install", "--no-deps", "--target", os.path.join(tmp, "site"),
-                     os.path.join(tmp, "sdist", f"llama_cpp_python-{VERSION}.tar.gz"), f"diskcache=={DISKCACHE}"],
-              "building it")]
-    try:
-        with open(log_path, "w") as log:
-            for argv, what in steps:
-                log.write("$ " + " ".join(argv) + "\n")
-                log.flush()
-                r = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
-                if r.returncode != 0:
-                    log.close()
-                    raise RuntimeError(f"{what} failed (pip exit {r.returncode}):\n  " + ep.tail(open(log_path).read()))
-            with tarfile.open(os.path.join(tmp, "sdist", f"llama_cpp_python-{VERSION}.tar.gz")) as tar:
-                prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
-                members = [m for m in tar.getmembers() if m.name.startswith(prefix)
-                           and m.name[len(prefix):].startswith(CONVERTER) and (m.isfile() or m.isdir())]
-                for m in members:
-                    m.name = m.name[len(prefix):]
-                tar.extractall(os.path.join(tmp, "llama.cpp"), members=members, filter="data")
-        check = subprocess.run([sys.executable, "-c", "import sys; sys.path.append(sys.argv[1]); import llama_cpp; "
-                                "print(llama_cpp.__version__)", os.path.join(tmp, "site")],
-                               capture_output=True, text=True)
-        if check.returncode != 0:
-            raise RuntimeError("the built package does not import:\n  " + ep.tail(check.stderr))
-        shutil.rmtree(os.path.join(tmp, "sdist"))
-        open(os.path.join(tmp, ".complete"), "w").write(f"llama-cpp-python {VERSION}\n")
-        shutil.rmtree(d, ignore_errors=True)
-        os.rename(tmp, d)
-    except Exception as e:  # noqa: BLE001 (any failure is the reason recorded)
-        open(d + ".unavailable", "w").write(f"{e}\n")
-        raise ep.Refused(f"llama-cpp-python {VERSION} could not be installed: {e}") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    step([sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--no-deps", "--target",
+          os.path.join(tmp, "site"), sdist(), f"diskcache=={DISKCACHE}"], "building it", log, env=env)
+    extract_vendored(os.path.join(tmp, "llama.cpp"), CONVERTER)
+    check = subprocess.run([sys.executable, "-c", "import sys; sys.path.append(sys.argv[1]); import llama_cpp; "
+                            "print(llama_cpp.__version__)", os.path.join(tmp, "site")],
+                           capture_output=True, text=True)
+    if check.returncode != 0:
+        raise RuntimeError("the built package does not import:\n  " + ep.tail(check.stderr))
 
 
 def load_bindings(d):
@@ -141,7 +162,15 @@ def open_session(req, variant, s):
     if req["device"] != "cpu":
         raise ep.Refused(f"model.device = {req['device']}: the {NAME} peers run on the CPU only")
     d = ready(install=True)
-    folder, outtype = req["model"], OUTTYPE[req["dtype"]]
+    path, conversion = gguf(d, req["model"], req["dtype"], variant, s["threads"])
+    return Session(load_bindings(d), path, s, req["dtype"], conversion)
+
+
+def gguf(d, folder, dtype, variant, threads):
+    """The model folder as a GGUF file (cached): in `dtype` by llama.cpp's converter, then
+    quantized to `variant` (q8_0, q4_0; "float" leaves it) by llama.cpp's quantizer, with the
+    llama-cpp-python installation `d`. Returns its path and what the conversion was."""
+    outtype = OUTTYPE[dtype]
     base = f"gguf-{VERSION}-f{ep.CONVERSION_FORMAT}-{ep.folder_fingerprint(folder)}-"
     t0 = time.perf_counter()
 
@@ -160,7 +189,7 @@ def open_session(req, variant, s):
 
     def build_quantized(tmp):
         child(["quantize", "--site", os.path.join(d, "site"), "--source", source, "--out",
-               os.path.join(tmp, "model.gguf"), "--type", variant, "--threads", str(s["threads"])],
+               os.path.join(tmp, "model.gguf"), "--type", variant, "--threads", str(threads)],
               f"llama.cpp's quantizer could not make {variant} of '{source}'")
 
     path, hit = ep.cached(base + outtype, build_gguf)
@@ -168,8 +197,8 @@ def open_session(req, variant, s):
         source = os.path.join(path, "model.gguf")
         path, hit = ep.cached(f"{base}{outtype}-{variant}", build_quantized)
     fmt = outtype if variant == "float" else variant
-    return Session(load_bindings(d), os.path.join(path, "model.gguf"), s, req["dtype"],
-                   {"cache": path, "cached": hit, "seconds": time.perf_counter() - t0, "format": fmt})
+    return os.path.join(path, "model.gguf"), {"cache": path, "cached": hit,
+                                              "seconds": time.perf_counter() - t0, "format": fmt}
 
 
 def cpu_has_amx_int8():
