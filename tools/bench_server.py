@@ -229,7 +229,15 @@ def main():
         for rate in rates:
             try:
                 server = server or Server(spec, cfg, folder, workdir)
-                server.start(float(spec.get("health_timeout_s", 300)))
+                for attempt in (1, 2):  # once more when a start fails (its log says why)
+                    try:
+                        server.start(float(spec.get("health_timeout_s", 300)))
+                        break
+                    except RuntimeError as e:
+                        server.stop()
+                        if attempt == 2:
+                            raise
+                        print(f"bench_server: {e}\nbench_server: starting it once more", file=sys.stderr)
                 body = dict(cfg.get("body") or {}, **(spec.get("body") or {}))
                 load_http.sweep(server.url, server.label + " (warm-up)", warm, [load_http.ALL_AT_ONCE], seed + 1,
                                 body, str(cfg["model"]), limit, log=open(os.devnull, "w"))

@@ -54,7 +54,8 @@ def main():
     env = doc.get("environment", {})
     load = doc.get("load", {})
     fig.suptitle(f"{doc.get('experiment', '')}: {doc.get('model', {}).get('source', '')} on "
-                 f"{env.get('device', '')}, {env.get('threads', '?')} threads; "
+                 f"{env.get('device', '')}" + (f" (host {env['hostname']})" if env.get("hostname") else "") +
+                 f", {env.get('threads', '?')} threads; "
                  f"{load.get('requests', '?')} requests, arrival {load.get('arrival', '?')}",
                  fontsize=10)
     fig.tight_layout()
