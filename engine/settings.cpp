@@ -59,6 +59,7 @@ nlohmann::json GenerationSettings::to_json() const {
   put(out, "pad_token_id", pad_token_id);
   put(out, "bos_token_id", bos_token_id);
   put(out, "output_scores", output_scores);
+  put(out, "top_logprobs", top_logprobs);
   put(out, "prompt_lookup_num_tokens", prompt_lookup_num_tokens);
   put(out, "max_matching_ngram_size", max_matching_ngram_size);
   put(out, "assistant_early_exit", assistant_early_exit);

@@ -239,6 +239,16 @@ const std::map<std::string, Setter>& setters() {
        [](auto& c, const Reader& r) { c.remove_invalid_values = r.boolean(); }},
       {"renormalize_logits", [](auto& c, const Reader& r) { c.renormalize_logits = r.boolean(); }},
       {"output_scores", [](auto& c, const Reader& r) { c.output_scores = r.boolean(); }},
+      {"top_logprobs",
+       [](auto& c, const Reader& r) {
+         if (r.v.is_null()) {
+           c.top_logprobs = 0;
+         } else if (!r.v.is_number_integer() || r.v.get<int64_t>() < 0 || r.v.get<int64_t>() > 20) {
+           bad(r.source, r.key, "an integer in [0, 20]", r.v);
+         } else {
+           c.top_logprobs = r.v.get<int64_t>();
+         }
+       }},
       {"processors", [](auto& c, const Reader& r) { c.processors = r.components(); }},
       {"stopping_criteria", [](auto& c, const Reader& r) { c.stopping_criteria = r.components(); }},
       {"strategy",
@@ -335,6 +345,12 @@ void ResolvedSettings::validate() const {
         "greedy search returns one sequence; 'num_return_sequences' > 1 needs do_sample: true or "
         "num_beams > 1");
   }
+  if (top_logprobs > 0 && num_beams > 1) {
+    invalid("'top_logprobs' (" + std::to_string(top_logprobs) +
+            ") needs greedy search or sampling (num_beams 1), found num_beams " + beams +
+            (num_beam_groups > 1 ? " in " + std::to_string(num_beam_groups) + " groups" : "") +
+            ": a beam strategy fixes its tokens only at the end");
+  }
   if (!processors.empty() && sets_processor_parameters()) {
     invalid(
         "'processors' replaces the chain built from processor parameters (temperature, top_k, "
@@ -428,6 +444,11 @@ void ResolvedSettings::validate_for_vocab(
   for (const auto& [id, b] : logit_bias) check("logit_bias", id);
   for (const auto& s : stop_sequences)
     for (auto id : s) check("stop_sequences", id);
+  if (top_logprobs > vocab) {
+    throw Error((source_of ? source_of("top_logprobs") : std::string("generation")) +
+                ": 'top_logprobs': expected at most the model's vocabulary of " +
+                std::to_string(vocab) + " tokens, found " + std::to_string(top_logprobs));
+  }
 }
 
 bool ResolvedSettings::sets_processor_parameters() const {
@@ -484,6 +505,7 @@ Json ResolvedSettings::to_json() const {
   j["remove_invalid_values"] = remove_invalid_values;
   j["renormalize_logits"] = renormalize_logits;
   if (output_scores) j["output_scores"] = true;  // written only when set: earlier results' form
+  if (top_logprobs > 0) j["top_logprobs"] = top_logprobs;  // the same
   j["processors"] = Json::array();
   for (const auto& p : processors) {
     Json e = p.params;

@@ -84,6 +84,10 @@ struct ResolvedSettings {
   // the sequence's score their sum; for beam strategies the processed log-probability of the
   // step (normalize_logits=False), the sequence's score as before.
   bool output_scores = false;
+  // gengraph extension (OpenAI's top_logprobs): with k > 0, each generated token's k most likely
+  // alternatives under that same distribution (greedy search and sampling only), and each token's
+  // log-probability as output_scores gives it. 0..20.
+  int64_t top_logprobs = 0;
 
   // Stopping (gengraph extension: token-id sequences; transformers' stop_strings need text).
   std::vector<std::vector<int64_t>> stop_sequences;

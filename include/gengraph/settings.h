@@ -53,6 +53,9 @@ class GenerationSettings {
 
   // Output: each token's log-probability and the sequence's score (Sequence::token_scores).
   std::optional<bool> output_scores;
+  // gengraph extension (OpenAI's top_logprobs), 0..20: each token's k most likely alternatives
+  // (Sequence::top_logprobs, StreamedToken::top), greedy search and sampling only.
+  std::optional<int64_t> top_logprobs;
 
   // Speculative decoding by prompt lookup (one prompt; greedy search or sampling): up to
   // prompt_lookup_num_tokens candidates after a match of the last max_matching_ngram_size tokens.

@@ -331,6 +331,7 @@ TEST(Engine, EveryTypedSettingIsAGenerationKey) {
   all.eos_token_id = std::vector<int64_t>{1};
   all.pad_token_id = all.bos_token_id = 1;
   all.output_scores = true;
+  all.top_logprobs = 1;
   all.prompt_lookup_num_tokens = all.max_matching_ngram_size = all.assistant_early_exit = 1;
   const Json j = all.to_json();
   // Every key but the parts (candidate_generator among them) and the token maps, which `more`
