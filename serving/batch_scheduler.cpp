@@ -12,6 +12,7 @@
 
 #include "framework/decoding/pipeline.h"
 #include "framework/decoding/sampling_generator.h"
+#include "framework/decoding/search/search_strategy.h"
 #include "framework/model/causal_lm.h"
 #include "framework/quant/kernels.h"
 #include "framework/util/error.h"
@@ -400,6 +401,7 @@ void BatchScheduler::decide(Live& r, const at::Tensor& logits, std::vector<CoreR
     t.token = token;
     t.step = r.decisions - 1;
     if (d.token_scores.defined()) t.logprob = d.token_scores.to(at::kCPU).item<double>();
+    if (auto top = top_logprobs_on_host(d); !top.empty()) t.top = std::move(top[0]);
     t.last = d.continues.defined() ? !d.continues.to(at::kCPU).item<bool>() : false;
     try {
       go_on = r.req.stream(t);

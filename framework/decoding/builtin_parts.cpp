@@ -349,19 +349,19 @@ void register_builtin_strategies(Registry<SearchStrategyInfo>& registry) {
       });
   add(
       "sample", "multinomial sampling (do_sample), num_return_sequences per input",
-      {"do_sample", "num_return_sequences", "output_scores"},
+      {"do_sample", "num_return_sequences", "output_scores", "top_logprobs"},
       [](const ResolvedSettings& c) { return c.do_sample; },
       [](const ResolvedSettings& c) { return c.num_return_sequences; },
       [](const ResolvedSettings& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
         return std::make_unique<SampleSearch>(x.finished_pad, c.num_return_sequences,
-                                              c.output_scores);
+                                              c.output_scores, c.top_logprobs);
       });
   add(
-      "greedy", "greedy search (the default)", {"output_scores"},
+      "greedy", "greedy search (the default)", {"output_scores", "top_logprobs"},
       [](const ResolvedSettings&) { return true; },
       [](const ResolvedSettings&) { return int64_t{1}; },
       [](const ResolvedSettings& c, const PartContext& x) -> std::unique_ptr<SearchStrategy> {
-        return std::make_unique<GreedySearch>(x.finished_pad, c.output_scores);
+        return std::make_unique<GreedySearch>(x.finished_pad, c.output_scores, c.top_logprobs);
       });
 }
 

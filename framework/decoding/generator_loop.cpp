@@ -7,6 +7,7 @@
 
 #include "framework/decoding/candidates/candidate_generator.h"
 #include "framework/decoding/generator.h"
+#include "framework/decoding/search/search_strategy.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/clock.h"
 #include "framework/util/error.h"
@@ -28,6 +29,7 @@ bool emit(const TokenStream& stream, const StepDecision& d, int64_t per_input, i
       d.continues.defined() ? on_host(d.continues) : at::ones({rows}, at::kBool);
   const at::Tensor scores =
       d.token_scores.defined() ? on_host(d.token_scores.to(at::kDouble)) : at::Tensor();
+  auto top = top_logprobs_on_host(d);  // top_logprobs: each row's alternatives
   const int64_t* t = tokens.data_ptr<int64_t>();
   const bool* e = emitted.data_ptr<bool>();
   const bool* c = continues.data_ptr<bool>();
@@ -36,6 +38,7 @@ bool emit(const TokenStream& stream, const StepDecision& d, int64_t per_input, i
     if (!e[r]) continue;
     StreamedToken token{r / per_input, r % per_input, t[r], step};
     if (scores.defined()) token.logprob = scores.data_ptr<double>()[r];
+    if (!top.empty()) token.top = std::move(top[r]);
     token.last = !c[r];
     go_on = stream(token) && go_on;
   }

@@ -101,6 +101,13 @@ void check_parts(const ResolvedSettings& config, const Pipeline& pipe, int64_t i
                 "' strategy does not score its tokens (SearchStrategy::scores_tokens); the "
                 "built-in greedy search, sampling, beam search and beam sampling do");
   }
+  if (config.top_logprobs > pipe.strategy->top_logprobs()) {
+    throw Error("top_logprobs: expected a strategy that gives " +
+                std::to_string(config.top_logprobs) + " alternatives per token, found the '" +
+                pipe.strategy->name() + "' strategy, which gives " +
+                std::to_string(pipe.strategy->top_logprobs()) +
+                " (SearchStrategy::top_logprobs); the built-in greedy search and sampling do");
+  }
   if (!pipe.candidates) return;
   const std::string what = "speculative decoding ('" + pipe.candidates->name() + "' candidates)";
   const int64_t per_input = pipe.strategy->rows_per_input();

@@ -2,6 +2,8 @@
 // loop's (framework/decoding/generator.h) are this one type.
 #pragma once
 
+#include <gengraph/stream.h>
+
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -23,6 +25,9 @@ struct Sequence {
   std::optional<double> score;
   std::string text;                  // generate_text: the tokens decoded (special tokens kept)
   std::vector<double> token_scores;  // output_scores: each token's score (StreamedToken::logprob)
+  // top_logprobs = k > 0 (greedy search, sampling): per token, the k most likely tokens of its
+  // step, best first (StreamedToken::top); empty without it.
+  std::vector<std::vector<TopLogprob>> top_logprobs = {};
 };
 
 struct Generation {

@@ -31,7 +31,10 @@
 //   3: ForwardBackend gained runs_ragged() and forward_ragged() (continuous batching), KVCache
 //      attends() and attend() (a paged cache), ForwardBatch logit_positions: the virtual tables
 //      and the batch's layout moved.
-#define GENGRAPH_PLUGIN_ABI 3
+//   4: SearchStrategy gained top_logprobs(), StepDecision the members top_tokens and top_logprobs,
+//      RowwiseSearch a constructor argument and state, Sequence the member top_logprobs (the
+//      setting top_logprobs): the virtual tables and those types' layouts moved.
+#define GENGRAPH_PLUGIN_ABI 4
 
 #define GENGRAPH_PLUGIN(register_function)                                            \
   extern "C" __attribute__((visibility("default"))) int gengraph_plugin_abi() {       \

@@ -5,8 +5,16 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <vector>
 
 namespace gengraph {
+
+// One of the most likely tokens at a step (the setting top_logprobs): its id and its
+// log-probability under the processed distribution the step's token was chosen from.
+struct TopLogprob {
+  int64_t token = 0;
+  double logprob = 0;
+};
 
 struct StreamedToken {
   int64_t input = 0;     // which prompt
@@ -14,8 +22,11 @@ struct StreamedToken {
   int64_t token = 0;     // the token id just chosen
   int64_t step = 0;      // generated tokens before this one in that sequence
   // The token's log-probability under the processed distribution it was chosen from, with the
-  // setting output_scores (transformers' name); NaN without it.
+  // setting output_scores (transformers' name) or top_logprobs; NaN without either.
   double logprob = std::numeric_limits<double>::quiet_NaN();
+  // With top_logprobs = k > 0: the k most likely tokens of that distribution, best first (ties in
+  // the order at::topk gives them); empty without it.
+  std::vector<TopLogprob> top = {};
   // The sequence's last token: it ended with this one (EOS, a stop sequence, the length limit).
   bool last = false;
 };

@@ -23,8 +23,8 @@ class GreedySearch final : public RowwiseSearch {
 class SampleSearch final : public RowwiseSearch {
  public:
   SampleSearch(std::optional<int64_t> pad_token_id, int64_t num_return_sequences,
-               bool score_tokens = false)
-      : RowwiseSearch(pad_token_id, score_tokens), per_input_(num_return_sequences) {}
+               bool score_tokens = false, int64_t top_logprobs = 0)
+      : RowwiseSearch(pad_token_id, score_tokens, top_logprobs), per_input_(num_return_sequences) {}
   std::string name() const override { return "sample"; }
   std::string whole_step_blocker() const override { return ""; }
   bool samples() const override { return true; }

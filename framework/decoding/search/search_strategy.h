@@ -3,3 +3,13 @@
 #pragma once
 
 #include <gengraph/ext/decoding.h>
+
+#include <vector>
+
+namespace gengraph {
+
+// A decision's alternatives (top_tokens, top_logprobs) read to the host, one list per row, best
+// first; no rows when the decision has none. The loops hand them out with the streamed tokens.
+std::vector<std::vector<TopLogprob>> top_logprobs_on_host(const StepDecision& d);
+
+}  // namespace gengraph

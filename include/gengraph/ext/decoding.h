@@ -107,6 +107,9 @@ struct StepDecision {
   at::Tensor emitted, continues;
   // [rows] float32: each token's score (its log-probability), when the strategy scores tokens.
   at::Tensor token_scores;
+  // With top_logprobs = k > 0 (top_logprobs()): each row's k most likely tokens, [rows, k] int64,
+  // and their log-probabilities, [rows, k] float32, best first; undefined otherwise.
+  at::Tensor top_tokens, top_logprobs;
 };
 
 // A search strategy turns next-token logits into the next tokens of every row, and at the end into
@@ -123,6 +126,10 @@ class SearchStrategy {
   // True when it was built to score its tokens (output_scores): finalize() then fills
   // Sequence::token_scores and score. A strategy that cannot is refused with output_scores.
   virtual bool scores_tokens() const { return false; }
+  // k > 0 when it was built to give each token's k most likely alternatives (the setting
+  // top_logprobs): StepDecision::top_tokens and top_logprobs, Sequence::top_logprobs. A strategy
+  // that does not give as many as the setting asks for is refused with it.
+  virtual int64_t top_logprobs() const { return 0; }
   // Called once after the prompt is laid out, before the first step.
   virtual void begin(const TokenHistory& seqs) = 0;
   // logits: [rows, vocab] float32. Runs `processors` as the strategy requires, chooses the next
@@ -166,11 +173,16 @@ class SearchStrategy {
 class RowwiseSearch : public SearchStrategy {
  public:
   // `score_tokens`: record each token's log-probability under the processed distribution
-  // (output_scores).
-  explicit RowwiseSearch(std::optional<int64_t> pad_token_id, bool score_tokens = false)
-      : pad_token_id_(pad_token_id), score_tokens_(score_tokens) {}
+  // (output_scores). `top_logprobs` = k > 0: record each step's k most likely tokens under that
+  // distribution (log_softmax, then at::topk), and each token's log-probability with them.
+  explicit RowwiseSearch(std::optional<int64_t> pad_token_id, bool score_tokens = false,
+                         int64_t top_logprobs = 0)
+      : pad_token_id_(pad_token_id),
+        score_tokens_(score_tokens || top_logprobs > 0),
+        top_k_(top_logprobs) {}
   bool streams() const override { return true; }
   bool scores_tokens() const override { return score_tokens_; }
+  int64_t top_logprobs() const override { return top_k_; }
   void begin(const TokenHistory& seqs) override;
   StepDecision step(const at::Tensor& logits, const LogitsProcessor& processors, TokenHistory& seqs,
                     const StoppingCriteria& stop) override;
@@ -190,9 +202,12 @@ class RowwiseSearch : public SearchStrategy {
                        const StoppingCriteria& stop);
   std::optional<int64_t> pad_token_id_;
   bool score_tokens_ = false;
+  int64_t top_k_ = 0;        // top_logprobs
   at::Tensor unfinished_;    // [rows] bool
   at::Tensor lengths_;       // [rows] int64, generated tokens counted while unfinished
   at::Tensor token_scores_;  // [rows, capacity] float32 (score_tokens_): by the token's column
+  // top_k_ > 0: [rows, capacity, k] int64 and float32, each step's alternatives by its column.
+  at::Tensor top_tokens_, top_logprobs_;
 };
 
 // Speculative decoding's proposers: a candidate generator guesses the tokens that follow a row,
