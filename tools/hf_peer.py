@@ -145,7 +145,7 @@ def kwargs_from(gen):
         out["sequence_bias"] = [[list(ids), float(b)] for ids, b in gen["sequence_bias"]]
     if gen.get("num_beam_groups", 1) > 1:
         raise SystemExit("hf_peer: diverse beam search is not in transformers 5.17's generate()")
-    for k in ("frequency_penalty", "presence_penalty"):
+    for k in ("frequency_penalty", "presence_penalty", "top_logprobs"):
         if gen.get(k):
             raise SystemExit(f"hf_peer: '{k}' is a gengraph extension that transformers does not have")
     for k in ("logit_bias", "stop_sequences", "processors", "stopping_criteria", "strategy"):

@@ -26,7 +26,7 @@ SUPPORTED = {"do_sample", "num_beams", "num_return_sequences", "temperature", "t
              "length_penalty", "early_stopping"}
 REASONS = {k: f"a gengraph extension {NAME} does not have" for k in
            ("processors", "stopping_criteria", "strategy", "stop_sequences", "logit_bias",
-            "frequency_penalty", "presence_penalty")}
+            "frequency_penalty", "presence_penalty", "top_logprobs")}
 REASONS.update({k: f"{NAME} applies it to the generated tokens only, transformers to the prompt's too"
                 for k in ("repetition_penalty", "no_repeat_ngram_size")})
 

@@ -48,7 +48,7 @@ std::string reason(const Engine& e, const std::string& key) {
     return std::string(e.name) + " peers here return one sequence per prompt";
   if (key == "processors" || key == "stopping_criteria" || key == "strategy" ||
       key == "stop_sequences" || key == "logit_bias" || key == "frequency_penalty" ||
-      key == "presence_penalty")
+      key == "presence_penalty" || key == "top_logprobs")
     return "a gengraph extension " + std::string(e.name) + " does not have";
   return "the " + std::string(e.name) + " peers do not support it";
 }
@@ -75,8 +75,9 @@ std::string peer_refusal(const std::string& peer, const ResolvedSettings& g,
              ": diverse beam search is not in transformers 5.17's generate()";
     }
     const nlohmann::json got = g.to_json();
-    for (const char* key : {"frequency_penalty", "presence_penalty", "logit_bias", "stop_sequences",
-                            "processors", "stopping_criteria", "strategy", "candidate_generator"}) {
+    for (const char* key :
+         {"frequency_penalty", "presence_penalty", "logit_bias", "stop_sequences", "processors",
+          "stopping_criteria", "strategy", "candidate_generator", "top_logprobs"}) {
       const auto it = got.find(key);
       if (it == got.end() || it->is_null() || (it->is_number() && *it == 0) ||
           ((it->is_array() || it->is_object()) && it->empty())) {

@@ -65,6 +65,12 @@ TEST(EnginePeers, WhatAnEngineCannotHonourIsRefusedNamingTheSetting) {
   EXPECT_THAT(refusal("ct2", "{processors: [{name: temperature, temperature: 0.5}]}"),
               HasSubstr("generation.processors = [{\"name\":\"temperature\",\"temperature\":0.5}]: "
                         "a gengraph extension CTranslate2 does not have"));
+  EXPECT_THAT(refusal("ct2", "{top_logprobs: 2}"),
+              HasSubstr("generation.top_logprobs = 2: a gengraph extension CTranslate2 does not "
+                        "have"));
+  EXPECT_THAT(refusal("llama_cpp", "{top_logprobs: 5}"),
+              HasSubstr("generation.top_logprobs = 5: a gengraph extension llama.cpp does not "
+                        "have"));
   // What they can run: lengths, EOS, greedy, beams (CTranslate2), sampling with the warpers they
   // have; a warper without sampling, or a beam setting without beams, acts on nothing.
   for (const char* peer : {"ct2", "ct2_int8", "llama_cpp", "llama_cpp_q4_0"}) {
@@ -85,6 +91,8 @@ TEST(EnginePeers, WhatAnEngineCannotHonourIsRefusedNamingTheSetting) {
        "does not have"},
       {"hf_jit_trace", "{stop_sequences: [[1, 2]]}", "generation.stop_sequences = [[1,2]]"},
       {"hf_eager", "{frequency_penalty: 0.5}", "generation.frequency_penalty = 0.5"},
+      {"hf_eager", "{top_logprobs: 3}",
+       "generation.top_logprobs = 3: a gengraph extension transformers does not have"},
       {"hf_eager", "{num_beams: 4, num_beam_groups: 2, diversity_penalty: 1.0}",
        "diverse beam search is not in transformers 5.17's generate()"}};
   for (const auto& [peer, yaml, why] : transformers_refuses) {
