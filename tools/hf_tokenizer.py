@@ -3,48 +3,55 @@
 AutoTokenizer, local files only), used by `inputs.texts` and `gengraph generate --text`.
 
     hf_tokenizer.py --request REQ.json --out OUT.json
+    hf_tokenizer.py --serve [--model FOLDER]
 
 REQ: {"model": FOLDER, "encode": [text, ...]}   -> OUT: {"ids": [[id, ...], ...], "tokenizer": ...}
      {"model": FOLDER, "decode": [[id, ...], ...]} -> OUT: {"texts": [text, ...], "tokenizer": ...}
      {"model": FOLDER, "chat": [text, ...]}        -> OUT: {"texts": [prompt, ...], "tokenizer": ...}
+     {"model": FOLDER, "messages": [[{"role": R, "content": text}, ...], ...],
+      "add_generation_prompt": true}               -> OUT: {"texts": [prompt, ...], "tokenizer": ...}
 "encode" takes "add_special_tokens": false to add none (a chat prompt has its markers already).
 "chat" renders each text as one user message through the model's chat template
 (apply_chat_template with add_generation_prompt, not tokenized): the prompt text that gengraph then
-encodes without special tokens, as apply_chat_template(tokenize=True) does.
+encodes without special tokens, as apply_chat_template(tokenize=True) does. "messages" renders each
+conversation (R: "system", "user" or "assistant"; "add_generation_prompt" defaults to true); a
+message of another form is refused by position and key ("messages[0][2]: key 'role': ...").
 
-"chat" takes "limits": {"seconds": S, "characters": C, "characters_per_character": K} (defaults
-30, 1000000, 4) and "template_source" (where the template is, for messages): each rendering may run
-S seconds and make C + K x len(text) characters, and may use 1 GiB of memory more than the process
-had before it (RLIMIT_AS). Past a limit the template is refused by name ("the chat template of
-'<folder>' ran past 30 s on text 0"). The sandbox is transformers' own (jinja2's
-ImmutableSandboxedEnvironment), with '*', '**' and '+' checked before they build a value past C.
+"chat" and "messages" take "limits": {"seconds": S, "characters": C, "characters_per_character": K}
+(defaults 30, 1000000, 4) and "template_source" (where the template is, for messages): each
+rendering may run S seconds and make C + K x (its contents' characters) characters, and may use
+1 GiB of memory more than the process had before it (RLIMIT_AS). Past a limit the template is
+refused by name ("the chat template of '<folder>' ran past 30 s on text 0"); tools/chat_render.py.
+
+--serve answers requests of the same forms, one JSON object a line on standard input, one answer a
+line on standard output: OUT as above, or {"error": message}, with the request's "id" when it has
+one. The tokenizer is loaded once (--model, or the first request's "model"; a request naming another
+folder loads that one, used from then on), on the first request or on {"load": true} (answered
+{"tokenizer": ...}). A refused request is answered and the next one read; end of input ends the
+process. Whatever the libraries print goes to standard error, never among the answers.
 
 A folder with tokenizer.json but no tokenizer_config.json loads tokenizer.json itself. A decoded id
 outside the tokenizer's vocabulary is an error (the tokenizer does not match the model).
 Encoding is what `tokenizer(text)` gives: special tokens added as the tokenizer's configuration
 says (none for GPT-2, BOS for LLaMA). Decoding keeps special tokens, so an EOS shows as text.
-Errors go to stderr with exit status 1, naming the folder; nothing is written to OUT then. A panic
-of the `tokenizers` library (a regular expression that Oniguruma gives up on) is reported naming the
-file and the pattern, without the library's trace.
+With --request, errors go to stderr with exit status 1, naming the folder; nothing is written to
+OUT then. A panic of the `tokenizers` library (a regular expression that Oniguruma gives up on) is
+reported naming the file and the pattern, without the library's trace.
 """
 import argparse
 import contextlib
 import json
 import os
-import resource
-import signal
 import sys
 import tempfile
+import traceback
 import warnings
+
+from chat_render import TemplateLimit, ToolError, check_messages, fail, render_chat
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.filterwarnings("ignore")
-
-
-def fail(message):
-    print(f"hf_tokenizer.py: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 def is_panic(e):
@@ -151,17 +158,10 @@ def library_failure(folder, e, text=None):
     return f"the tokenizers library failed on the tokenizer in '{folder}' ({why})"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--request", required=True)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    with open(args.request) as f:
-        req = json.load(f)
-    folder = req["model"]
-    if not os.path.isdir(folder):
+def load_tokenizer(folder):
+    """The tokenizer of `folder`, or a ToolError naming the folder and what is wrong."""
+    if not isinstance(folder, str) or not os.path.isdir(folder):
         fail(f"model folder '{folder}' does not exist")
-
     check_text_files(folder)
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -183,7 +183,16 @@ def main():
              f"transformers tokenizer beside config.json): {type(e).__name__}: {e}")
     if isinstance(tok, bool) or not hasattr(tok, "decode"):
         fail(f"no usable tokenizer in '{folder}'")
+    return tok
 
+
+def template_name(folder, req):
+    source = req.get("template_source")
+    return f"the chat template of '{folder}'" + (f" ({source})" if source else "")
+
+
+def answer(tok, folder, req):
+    """What one request (see the module's text) is answered: the output object, or a ToolError."""
     out = {"tokenizer": type(tok).__name__}
     if "encode" in req:
         ids = []
@@ -220,16 +229,95 @@ def main():
         if not getattr(tok, "chat_template", None):
             fail(f"the tokenizer in '{folder}' has no chat template (tokenizer_config.json's chat_template "
                  f"or chat_template.jinja): --chat / inputs.chat need one")
-        limits = {"seconds": 30, "characters": 1000000, "characters_per_character": 4}
-        limits.update(req.get("limits") or {})
-        source = req.get("template_source")
-        name = f"the chat template of '{folder}'" + (f" ({source})" if source else "")
-        prompts = []
-        for i, text in enumerate(req["chat"]):
-            prompts.append(render_chat(tok, text, limits, name, i))
-        out["texts"] = prompts
+        name = template_name(folder, req)
+        out["texts"] = [render_chat(tok, [{"role": "user", "content": text}], req.get("limits"), name, f"text {i}")
+                        for i, text in enumerate(req["chat"])]
+    elif "messages" in req:
+        if not getattr(tok, "chat_template", None):
+            fail(f"the tokenizer in '{folder}' has no chat template (tokenizer_config.json's chat_template "
+                 f"or chat_template.jinja): chat messages need one")
+        conversations = check_messages(req["messages"])
+        generation_prompt = req.get("add_generation_prompt", True)
+        if not isinstance(generation_prompt, bool):
+            fail(f"add_generation_prompt: expected true or false, found {json.dumps(generation_prompt)}")
+        name = template_name(folder, req)
+        out["texts"] = [render_chat(tok, conversation, req.get("limits"), name, f"conversation {i}",
+                                    generation_prompt) for i, conversation in enumerate(conversations)]
     else:
-        fail("the request has none of 'encode', 'decode' or 'chat'")
+        fail("the request has none of 'encode', 'decode', 'chat' or 'messages'")
+    return out
+
+
+MAX_REQUEST_BYTES = 1 << 28
+
+
+def serve(folder):
+    """Answers requests from standard input until it ends (see the module's text)."""
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # what a library prints goes to standard error, not among the answers
+    sys.stdout = sys.stderr
+    loaded = None  # (folder, tokenizer)
+    stdin = sys.stdin.buffer
+    while True:
+        line = stdin.readline(MAX_REQUEST_BYTES + 1)
+        if not line:
+            return
+        req, out = {}, None
+        if len(line) > MAX_REQUEST_BYTES:
+            while line and not line.endswith(b"\n"):
+                line = stdin.readline(1 << 20)
+            out = {"error": f"a request of more than {MAX_REQUEST_BYTES} bytes is refused"}
+        elif not line.strip():
+            continue
+        try:
+            if out is None:
+                try:
+                    req = json.loads(line)
+                except ValueError as e:
+                    fail(f"the request is not JSON: {e}")
+                if not isinstance(req, dict):
+                    req = {}
+                    fail("the request is not a JSON object")
+                model = req.get("model", loaded[0] if loaded else folder)
+                if model is None:
+                    fail("the request names no model folder (\"model\"), and --serve was given none (--model)")
+                if loaded is None or loaded[0] != model:
+                    loaded = None
+                    loaded = (model, load_tokenizer(model))
+                out = ({"tokenizer": type(loaded[1]).__name__} if req.get("load") else
+                       answer(loaded[1], model, req))
+        except ToolError as e:
+            out = {"error": str(e)}
+        except (Exception, TemplateLimit) as e:  # a request of a form no check foresaw: answered too
+            traceback.print_exc()
+            out = {"error": f"tools/hf_tokenizer.py failed on the request: {type(e).__name__}: {e}"}
+        if "id" in req:
+            out["id"] = req["id"]
+        try:
+            answers.write(json.dumps(out).encode("ascii") + b"\n")
+            answers.flush()
+        except BrokenPipeError:  # the reader is gone: nobody to answer
+            os._exit(0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--request")
+    ap.add_argument("--out")
+    ap.add_argument("--serve", action="store_true")
+    ap.add_argument("--model")
+    args = ap.parse_args()
+    if args.serve:
+        if args.request or args.out:
+            ap.error("--serve reads its requests from standard input: no --request or --out")
+        serve(args.model)
+        return
+    if not args.request or not args.out:
+        ap.error("--request and --out are required (or --serve)")
+    with open(args.request) as f:
+        req = json.load(f)
+    folder = req["model"]
+    out = answer(load_tokenizer(folder), folder, req)
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(out, f)
@@ -304,111 +392,9 @@ def check_growth(tok, folder, text, i):
         made_p += sum(len(p.encode("utf-8", "replace")) for p in pieces)
 
 
-class TemplateLimit(BaseException):
-    """A limit of the rendering reached (a BaseException, so that no `except Exception` inside
-    transformers or jinja2 holds it)."""
-
-
-LIMITS = {"characters": 0}
-MEMORY_BUDGET = 1 << 30
-
-
-def install_limited_environment():
-    """transformers compiles chat templates in jinja2's ImmutableSandboxedEnvironment, named in its
-    chat_template_utils module: put in its place a subclass that checks the size of what '*', '**',
-    '+' and the rendering itself make (jinja2's sandbox already caps range() at 100,000)."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-    from transformers.utils import chat_template_utils
-
-    def too_big(what):
-        raise TemplateLimit(f"rendered more than {LIMITS['characters']} characters ({what})")
-
-    def size(x):
-        return len(x) if isinstance(x, (str, bytes, list, tuple)) else None
-
-    class LimitedEnvironment(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset(["*", "**", "+"])
-
-        def call_binop(self, context, operator, left, right):
-            limit = LIMITS["characters"]
-            if operator == "*":
-                for seq, n in ((left, right), (right, left)):
-                    if size(seq) is not None and isinstance(n, int) and size(seq) * n > limit:
-                        too_big(f"a value of {size(seq)} x {n}")
-            elif operator == "**":
-                if (isinstance(left, int) and isinstance(right, int) and abs(left) > 1
-                        and right * max(abs(left).bit_length(), 1) > 64 * limit):
-                    too_big(f"{left} ** {right}")
-            elif operator == "+":
-                if size(left) is not None and size(right) is not None and size(left) + size(right) > limit:
-                    too_big(f"a value of {size(left)} + {size(right)}")
-            return super().call_binop(context, operator, left, right)
-
-        def concat(self, parts):
-            out, total = [], 0
-            for part in parts:
-                total += len(part)
-                if total > LIMITS["characters"]:
-                    too_big("the template's output")
-                out.append(part)
-            return "".join(out)
-
-    if getattr(chat_template_utils, "ImmutableSandboxedEnvironment", None) is ImmutableSandboxedEnvironment:
-        chat_template_utils.ImmutableSandboxedEnvironment = LimitedEnvironment
-        chat_template_utils._compile_jinja_template.cache_clear()
-
-
-def virtual_memory_bytes():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def render_chat(tok, text, limits, name, i):
-    """One user message through the chat template, within `limits` (see the module's text)."""
-    seconds = float(limits["seconds"])
-    LIMITS["characters"] = int(limits["characters"]) + int(limits["characters_per_character"]) * len(text)
-    install_limited_environment()
-
-    def on_alarm(signum, frame):
-        raise TemplateLimit(f"ran past {limits['seconds']} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    used = virtual_memory_bytes()
-    if used is not None:
-        cap = used + MEMORY_BUDGET
-        if hard != resource.RLIM_INFINITY:
-            cap = min(cap, hard)
-        if soft == resource.RLIM_INFINITY or cap < soft:
-            resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    try:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        prompt = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                         add_generation_prompt=True)
-    except TemplateLimit as e:
-        fail(f"{name} {e} on text {i}")
-    except MemoryError:
-        fail(f"{name} needed more than {MEMORY_BUDGET >> 30} GiB of memory on text {i}")
-    except RecursionError:
-        fail(f"{name} recursed too deeply on text {i}")
-    except Exception as e:  # jinja errors of many kinds
-        fail(f"{name} failed on text {i}: {type(e).__name__}: {e}")
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-    if not isinstance(prompt, str):
-        fail(f"{name} gave no text on text {i}")
-    if len(prompt) > LIMITS["characters"]:
-        fail(f"{name} rendered more than {LIMITS['characters']} characters on text {i}")
-    return prompt
-
-
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ToolError as e:
+        print(f"hf_tokenizer.py: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -87,8 +87,6 @@ std::vector<std::string> TextCodec::decode(const std::vector<std::vector<int64_t
       .get<std::vector<std::string>>();
 }
 
-namespace {
-
 // The chat template's rendering limits (tools/hf_tokenizer.py enforces them): seconds per text
 // (GENGRAPH_CHAT_TEMPLATE_SECONDS, default 30), and characters: 4 per character of the text plus
 // a million (a prompt of a million characters is some 250,000 tokens, past the context of any
@@ -106,8 +104,6 @@ int64_t chat_template_seconds() {
   }
   return v;
 }
-
-}  // namespace
 
 std::vector<std::string> TextCodec::chat_prompts(const std::vector<std::string>& texts) const {
   // The template is checked here first (UTF-8, size), naming its file and key; a folder without

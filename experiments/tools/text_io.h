@@ -48,6 +48,10 @@ class TextCodec {
   std::ostream& log_;
 };
 
+// The seconds a chat template may take per text or conversation: GENGRAPH_CHAT_TEMPLATE_SECONDS
+// (a whole number from 1 to 86400), default 30; an Error naming the variable when it is not one.
+int64_t chat_template_seconds();
+
 // Adds "text" to every generated sequence of every row of a results document's `runs`.
 void decode_outputs(nlohmann::json& runs, const TextCodec& codec);
 
