@@ -148,6 +148,7 @@ nlohmann::json Model::describe() const {
           {"layers", mc.num_layers},
           {"hidden_size", mc.hidden_size},
           {"vocab_size", mc.vocab_size},
+          {"context_length", mc.max_positions},
           {"load_seconds", l.load_seconds}};
 }
 

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <gengraph/serving.h>
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -25,6 +27,7 @@ struct RequestHandle::State {
   std::condition_variable cv;
   bool done = false;
   RequestResult result;
+  FinishCallback on_finish;
 };
 
 int64_t RequestHandle::id() const {
@@ -102,9 +105,18 @@ void Scheduler::Impl::deliver(std::vector<CoreResult> done,
     if (it == live.end()) continue;
     const std::shared_ptr<RequestHandle::State> s = it->second;
     live.erase(it);
+    RequestResult result = to_result(std::move(c));
+    // The finish callback before wait() can return: whoever waits may free what it uses.
+    if (s->on_finish) {
+      try {
+        s->on_finish(result);
+      } catch (...) {  // documented: dropped, so one caller's bug cannot stop the others
+      }
+      s->on_finish = nullptr;
+    }
     {
       const std::lock_guard<std::mutex> lock(s->m);
-      s->result = to_result(std::move(c));
+      s->result = std::move(result);
       s->done = true;
     }
     s->cv.notify_all();
@@ -195,7 +207,7 @@ Scheduler::~Scheduler() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-RequestHandle Scheduler::submit(Request request) {
+RequestHandle Scheduler::submit(Request request, FinishCallback on_finish) {
   const LoadedModel& loaded = impl_->model->loaded;
   // Planned on the caller's thread: a refused request never reaches the running batch.
   PlannedRequest planned = impl_->core->make_request(std::move(request.prompt), request.settings,
@@ -203,14 +215,15 @@ RequestHandle Scheduler::submit(Request request) {
                                                      request.priority, std::move(request.stream));
   RequestHandle h;
   h.state_ = std::make_shared<RequestHandle::State>();
+  h.state_->on_finish = std::move(on_finish);
   {
     const std::lock_guard<std::mutex> lock(impl_->m);
     if (impl_->stopping) throw Error("scheduler: shutting down; request refused");
     const int64_t queued = impl_->waiting + static_cast<int64_t>(impl_->incoming.size());
     if (queued >= impl_->options.max_queue) {
-      throw Error("scheduler: the queue is full (" + std::to_string(queued) +
-                  " requests waiting, max_queue " + std::to_string(impl_->options.max_queue) +
-                  "); retry later or raise max_queue");
+      throw QueueFull("scheduler: the queue is full (" + std::to_string(queued) +
+                      " requests waiting, max_queue " + std::to_string(impl_->options.max_queue) +
+                      "); retry later or raise max_queue");
     }
     h.state_->id = impl_->next_id++;
     ++impl_->outstanding;
@@ -229,6 +242,16 @@ RequestResult Scheduler::wait(const RequestHandle& handle) {
   }
   std::unique_lock<std::mutex> lock(handle.state_->m);
   handle.state_->cv.wait(lock, [&] { return handle.state_->done; });
+  return handle.state_->result;
+}
+
+std::optional<RequestResult> Scheduler::wait_for(const RequestHandle& handle, double seconds) {
+  if (!handle.state_) throw Error("Scheduler::wait_for: an empty RequestHandle");
+  std::unique_lock<std::mutex> lock(handle.state_->m);
+  const auto limit = std::chrono::duration<double>(std::max(0.0, seconds));
+  if (!handle.state_->cv.wait_for(lock, limit, [&] { return handle.state_->done; })) {
+    return std::nullopt;
+  }
   return handle.state_->result;
 }
 

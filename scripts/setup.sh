@@ -35,7 +35,7 @@ link_into_root() {
 PKGS=(build-essential cmake ninja-build ccache git python3 python3-venv libyaml-cpp-dev
       nlohmann-json3-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
       libbenchmark-tools python3-scipy python3-numpy clang-format slurm-wlm munge
-      pkg-config libpcre2-dev libicu-dev libsentencepiece-dev python3-dev)
+      pkg-config libpcre2-dev libicu-dev libsentencepiece-dev python3-dev libcpp-httplib-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

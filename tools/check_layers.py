@@ -9,6 +9,7 @@ Layers, lowest first:
                      lists them all)
   serving            serving/ (the scheduler's core: requests, policies, one step at a time)
   engine             engine/, include/gengraph/gengraph.h, serving.h and extension.h
+  server             server/ (gengraph serve: OpenAI's HTTP API over the public Scheduler)
   experiments        experiments/ (the CLI's library; experiments/cli/main.cpp is the CLI) and
                      include/gengraph/cli.h
   python             python/ (the Python package's extension module)
@@ -36,13 +37,15 @@ import re
 import sys
 import tempfile
 
-LAYERS = ["public", "framework", "backends", "serving", "engine", "experiments", "python", "bench"]
+LAYERS = ["public", "framework", "backends", "serving", "engine", "server", "experiments", "python",
+          "bench"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 PUBLIC_LAYERS = {"include/gengraph/gengraph.h": "engine",
                  "include/gengraph/serving.h": "engine",
                  "include/gengraph/extension.h": "engine",
                  "include/gengraph/cli.h": "experiments"}
-CHECKED = ("include/gengraph/", "framework/", "backends/", "serving/", "engine/", "experiments/",
+CHECKED = ("include/gengraph/", "framework/", "backends/", "serving/", "engine/", "server/",
+           "experiments/",
            "python/",
            "bench/")
 

@@ -74,6 +74,13 @@ std::pair<size_t, double> further_forms(const ExperimentConfig& c, double weight
 }  // namespace
 
 void check_runnable(const ExperimentConfig& c) {
+  if (c.serve) {
+    // A server: its backend and the model's configuration; requests bring the rest, each
+    // checked as it comes.
+    check_backends(c);
+    (void)model_config_of(model_source(c));
+    return;
+  }
   if (c.load) {
     // Every system times tokens as they are chosen: strategies that choose sequences at the end
     // cannot run (the scheduler refuses them too).

@@ -342,8 +342,12 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   if (r.has("load")) {
     // Requests made from the load: section's seed, replayed through its systems.
     read_load_sections(r, c, file);
+  } else if (r.has("serve")) {
+    // A server (gengraph serve): requests bring their prompts and settings.
+    c.serve = read_serve(r, file);
   } else if (r.has("serving")) {
-    r.fail("serving", "no serving: without a load: section (it configures the load's scheduler)");
+    r.fail("serving",
+           "no serving: without a load: or serve: section (it configures their scheduler)");
   } else {
     if (!r.has("inputs")) r.fail("inputs", "an inputs: mapping (prompts, texts or synthetic)");
     c.inputs = read_inputs(MapReader(r.child("inputs"), "inputs", file), file);

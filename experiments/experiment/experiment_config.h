@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "experiments/experiment/load_config.h"
+#include "experiments/experiment/serve_config.h"
 #include "framework/decoding/loop_options.h"
 #include "framework/model/model_config.h"
 #include "framework/quant/weight_format.h"
@@ -131,6 +132,8 @@ struct ExperimentConfig {
   // An experiment under load (`load:`, with `serving:`): requests replayed as an arrival process
   // through the systems it names instead of timed repeats of `inputs` (load_config.h).
   std::optional<LoadSpec> load;
+  // A server (`serve:`, with `serving:`): `gengraph serve FILE` runs it (serve_config.h).
+  std::optional<ServeSpec> serve;
 
   // What the file said, so that sweep points can be parsed as the file plus overrides.
   std::string source_text;

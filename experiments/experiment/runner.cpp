@@ -391,16 +391,30 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
 
 }  // namespace
 
+namespace {
+
+// A `serve:` file is a server, not an experiment: it runs with `gengraph serve`.
+void refuse_server(const ExperimentConfig& c) {
+  if (c.serve) {
+    throw Error(c.file + ": serve: this file configures a server; start it with gengraph serve " +
+                c.file);
+  }
+}
+
+}  // namespace
+
 nlohmann::json run_point(const ExperimentConfig& c, std::ostream& log) {
   // Backends, their options and the model's configuration are checked before the (possibly slow)
   // model load, so a typo fails fast.
   check_runnable(c);
+  refuse_server(c);
   if (c.load) return run_load_experiment(c, log);
   return run_checked_point(c, log);
 }
 
 nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log,
                               const TokenStream& stream) {
+  refuse_server(c);
   const auto points = check_experiment(c);         // every point checked before anything runs
   if (c.load) return run_load_experiment(c, log);  // requests under load (load_runner.h)
   if (c.sweep.empty()) {

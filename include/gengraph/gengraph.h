@@ -99,7 +99,8 @@ class Model {
   int64_t vocab_size() const;
   const std::vector<std::string>& warnings() const;  // as Engine::warnings
   // What was loaded: source, model_type, fused, weights (the format, described), parameters,
-  // layers, hidden_size, vocab_size, load_seconds (the results' `model` block).
+  // layers, hidden_size, vocab_size, context_length (positions), load_seconds (the results'
+  // `model` block).
   nlohmann::json describe() const;
   // The least a decode step reads: the weights (as stored) once and the KV cache of `rows` rows of
   // `mean_cache_length` positions. What bandwidth figures divide by a step's time.

@@ -26,8 +26,10 @@
 #include <gengraph/stream.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,19 @@ struct Request {
   // Each chosen token, on the scheduler's thread, as it is chosen; returning false stops the
   // request (its result holds the tokens so far, finish "stopped").
   TokenStream stream;
+};
+
+struct RequestResult;
+// Called once, on the scheduler's thread, when a request has finished (any finish), with the
+// result wait() then returns, before wait() returns (so a waiter may free what it uses): a server
+// wakes whoever serves the request without a thread blocked in wait() per request. It must be
+// quick and must not throw (an exception is dropped).
+using FinishCallback = std::function<void(const RequestResult&)>;
+
+// submit() past max_queue: the queue is full now; retrying later may succeed (an HTTP server's
+// 429).
+struct QueueFull : Error {
+  using Error::Error;
 };
 
 struct RequestResult {
@@ -108,10 +123,13 @@ class Scheduler {
   // Plans the request (its settings resolved and checked, as Engine::plan does) and queues it.
   // Throws gengraph::Error, naming the key or the numbers, for a request that cannot run: settings
   // a batched run cannot honour, a prompt plus max_new_tokens larger than the pool, a full queue.
-  RequestHandle submit(Request request);
+  // A full queue throws QueueFull. `on_finish`, when given, is called when the request finishes.
+  RequestHandle submit(Request request, FinishCallback on_finish = {});
   // Blocks until the request has finished (any finish), then returns its result (again on
   // later calls).
   RequestResult wait(const RequestHandle& handle);
+  // wait() for at most `seconds`: the result, or nothing when the request is still running.
+  std::optional<RequestResult> wait_for(const RequestHandle& handle, double seconds);
   // Stops the request at the next step boundary and frees its blocks; false when it had
   // finished already.
   bool cancel(const RequestHandle& handle);
