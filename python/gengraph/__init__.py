@@ -350,6 +350,9 @@ Generation.scores = property(lambda self: [[s.score for s in per] for per in sel
 Generation.token_scores = property(
     lambda self: [[list(s.token_scores) for s in per] for per in self.outputs],
     doc="per prompt, per sequence: each token's log-probability (output_scores=True)")
+Generation.top_logprobs = property(
+    lambda self: [[s.top_logprobs for s in per] for per in self.outputs],
+    doc="per prompt, per sequence, per token: its k most likely (token, logprob) (top_logprobs=k)")
 Generation.ids = _generation_ids
 Generation.__repr__ = lambda self: (f"gengraph.Generation({len(self.outputs)} input(s), "
                                     f"{self.steps} step(s), {self.seconds:.4f} s)")

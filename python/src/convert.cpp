@@ -45,4 +45,18 @@ py::object from_json(const nlohmann::json& value) {
   return py::module_::import("json").attr("loads")(value.dump());
 }
 
+TopPairs top_pairs(const std::vector<TopLogprob>& top) {
+  TopPairs out;
+  out.reserve(top.size());
+  for (const TopLogprob& t : top) out.emplace_back(t.token, t.logprob);
+  return out;
+}
+
+std::vector<TopPairs> top_pairs(const std::vector<std::vector<TopLogprob>>& per_token) {
+  std::vector<TopPairs> out;
+  out.reserve(per_token.size());
+  for (const auto& top : per_token) out.push_back(top_pairs(top));
+  return out;
+}
+
 }  // namespace gengraph::python

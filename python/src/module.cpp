@@ -354,6 +354,7 @@ using gengraph::python::from_json;
 using gengraph::python::PyEngine;
 using gengraph::python::StreamRun;
 using gengraph::python::to_json;
+using gengraph::python::top_pairs;
 
 PYBIND11_MODULE(_gengraph, m) {
   m.doc() = "gengraph's C++ engine (the package gengraph wraps it; see docs/python.md)";
@@ -377,6 +378,9 @@ PYBIND11_MODULE(_gengraph, m) {
       .def_readonly("text", &Sequence::text, "the tokens decoded (texts in)")
       .def_readonly("token_scores", &Sequence::token_scores,
                     "with output_scores: each token's log-probability")
+      .def_property_readonly(
+          "top_logprobs", [](const Sequence& s) { return top_pairs(s.top_logprobs); },
+          "with top_logprobs=k: per token, its step's k most likely (token, logprob), best first")
       .def("__repr__", [](const Sequence& s) {
         return "Sequence(tokens=" + std::string(py::repr(py::cast(s.tokens))) +
                (s.text.empty() ? "" : ", text=" + std::string(py::repr(py::str(s.text)))) + ")";
@@ -410,7 +414,11 @@ PYBIND11_MODULE(_gengraph, m) {
       .def_readonly("sequence", &StreamedToken::sequence, "which of its sequences")
       .def_readonly("token", &StreamedToken::token)
       .def_readonly("step", &StreamedToken::step, "generated tokens before this one")
-      .def_readonly("logprob", &StreamedToken::logprob, "with output_scores; NaN without")
+      .def_readonly("logprob", &StreamedToken::logprob,
+                    "with output_scores or top_logprobs; NaN without")
+      .def_property_readonly(
+          "top", [](const StreamedToken& t) { return top_pairs(t.top); },
+          "with top_logprobs=k: the k most likely (token, logprob), best first; [] without")
       .def_readonly("last", &StreamedToken::last, "the sequence ended with this token")
       .def("__repr__", [](const StreamedToken& t) {
         return "StreamedToken(input=" + std::to_string(t.input) +

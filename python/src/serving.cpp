@@ -356,6 +356,9 @@ void bind_serving(py::module_& m) {
       .def_property_readonly("tokens", [](const RequestResult& r) { return r.sequence.tokens; })
       .def_property_readonly("token_scores",
                              [](const RequestResult& r) { return r.sequence.token_scores; })
+      .def_property_readonly(
+          "top_logprobs", [](const RequestResult& r) { return top_pairs(r.sequence.top_logprobs); },
+          "with top_logprobs=k: per token, its step's k most likely (token, logprob), best first")
       .def_readonly("finish", &RequestResult::finish,
                     "stop, length, cancelled, stopped (the reader left early) or failed")
       .def_readonly("error", &RequestResult::error, "why it failed")

@@ -71,6 +71,26 @@ def test_scores_and_beams():
     assert beams.scores[0][0] >= beams.scores[0][1]
 
 
+def test_top_logprobs_give_each_tokens_alternatives():
+    engine = gengraph.Engine("gpt2-tiny")
+    out = engine.generate([[1, 2, 3]], max_new_tokens=5, top_logprobs=3)
+    seq = out.outputs[0][0]
+    assert len(seq.top_logprobs) == 5 and out.top_logprobs == [[seq.top_logprobs]]
+    for token, score, top in zip(seq.tokens, seq.token_scores, seq.top_logprobs):
+        assert len(top) == 3 and top[0] == (token, score)  # greedy: the chosen token first
+        assert [lp for _, lp in top] == sorted((lp for _, lp in top), reverse=True)
+    streamed = list(engine.stream([[1, 2, 3]], max_new_tokens=5, top_logprobs=3))
+    assert [t.top for t in streamed] == seq.top_logprobs
+    assert [t.logprob for t in streamed] == seq.token_scores
+    plain = engine.generate([[1, 2, 3]], max_new_tokens=2)
+    assert plain.outputs[0][0].top_logprobs == [] and plain.token_scores == [[[]]]
+    out_of_range = r"'top_logprobs': expected an integer in \[0, 20\], found 21"
+    with pytest.raises(gengraph.Error, match=out_of_range):
+        engine.generate([[1, 2, 3]], top_logprobs=21)
+    with pytest.raises(gengraph.Error, match=r"'top_logprobs' \(2\) needs greedy search"):
+        engine.generate([[1, 2, 3]], num_beams=2, top_logprobs=2)
+
+
 def test_a_shared_model_serves_two_backends():
     model = gengraph.Model("gpt2-tiny", weights_seed=3)
     a = gengraph.Engine(model)

@@ -97,6 +97,18 @@ def test_iterating_gives_each_token_as_chosen(scheduler, alone):
         assert list(request) == []  # each token is handed over once
 
 
+def test_top_logprobs_equal_engine_generate_alone(scheduler, model):
+    engine = gengraph.Engine(model, backend_options={"cache": "paged"})
+    for p, seed, s in cases()[::3]:
+        s = dict(s, top_logprobs=4)
+        request = scheduler.submit(p, seed=seed, **s)
+        streamed = list(request)
+        want = engine.generate([p], seed=seed, **s).outputs[0][0].top_logprobs
+        assert len(want) == len(streamed) and all(len(top) == 4 for top in want)
+        assert request.wait().top_logprobs == want, (p, seed, s)  # to the bit
+        assert [t.top for t in streamed] == want
+
+
 def test_async_iteration(scheduler, alone):
     async def collect(request):
         return [t async for t in request]
