@@ -47,7 +47,7 @@ REASONS = {"num_beams": "llama.cpp (llama-cpp-python) has no beam search; drop t
            "num_return_sequences": "llama.cpp peers here return one sequence per prompt"}
 REASONS.update({k: f"a gengraph extension {NAME} does not have" for k in
                 ("processors", "stopping_criteria", "strategy", "stop_sequences", "logit_bias",
-                 "frequency_penalty", "presence_penalty")})
+                 "frequency_penalty", "presence_penalty", "top_logprobs")})
 OUTTYPE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 CONVERTER = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")  # under vendor/llama.cpp/
 
