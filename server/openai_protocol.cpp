@@ -475,6 +475,10 @@ json Usage::body() const {
 
 namespace {
 
+// A log-probability JSON can hold: a token the processors removed has -inf, written as -9999 (as
+// vLLM writes it; JSON has no infinity and OpenAI's clients expect a number).
+double finite(double logprob) { return std::isfinite(logprob) ? logprob : -9999.0; }
+
 json utf8_bytes(const std::string& s) {
   json out = json::array();
   for (unsigned char c : s) out.push_back(static_cast<int>(c));
@@ -492,10 +496,10 @@ json logprobs_body(const ApiRequest& r, const std::vector<TokenOut>& tokens, siz
       json top = json::array();
       for (const auto& [id, lp] : t.top) {
         const std::string tt = token_text(tokenizer, id);
-        top.push_back({{"token", tt}, {"logprob", lp}, {"bytes", utf8_bytes(tt)}});
+        top.push_back({{"token", tt}, {"logprob", finite(lp)}, {"bytes", utf8_bytes(tt)}});
       }
       content.push_back({{"token", text},
-                         {"logprob", t.logprob},
+                         {"logprob", finite(t.logprob)},
                          {"bytes", utf8_bytes(text)},
                          {"top_logprobs", top}});
     }
@@ -505,11 +509,11 @@ json logprobs_body(const ApiRequest& r, const std::vector<TokenOut>& tokens, siz
   for (const auto& t : tokens) {
     const std::string text = token_text(tokenizer, t.id);
     toks.push_back(text);
-    lps.push_back(t.logprob);
+    lps.push_back(finite(t.logprob));
     offsets.push_back(offset);
     offset += text.size();
     json top = json::object();
-    for (const auto& [id, lp] : t.top) top[token_text(tokenizer, id)] = lp;
+    for (const auto& [id, lp] : t.top) top[token_text(tokenizer, id)] = finite(lp);
     tops.push_back(r.logprobs > 0 ? top : json());
   }
   return {

@@ -1,5 +1,6 @@
 #include "experiments/cli/serve.h"
 
+#include <ATen/Parallel.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -27,11 +28,13 @@ const char* kServeUsage =
     R"(usage: gengraph serve [CONFIG.yaml] [--model PRESET|FOLDER|NAME] [--backend NAME]
                      [--weights float|int8|int4|bfloat16] [--dtype float32|bfloat16|float16]
                      [--device cpu|cuda] [--host 127.0.0.1] [--port 8000] [--api-key KEY]
-                     [--max-queue N] [--model-id ID] [--log-prompts] [--set KEY=VALUE]...
+                     [--max-queue N] [--threads N] [--model-id ID] [--log-prompts]
+                     [--set KEY=VALUE]...
   An OpenAI-compatible HTTP server over the continuous-batching scheduler (docs/serving.md):
   POST /v1/completions, /v1/chat/completions (stream: true as server-sent events), GET /v1/models,
   /health, /metrics. CONFIG.yaml holds model:, backend:, serving: (the scheduler) and serve: (the
-  server); without it --model is required. --set KEY=VALUE sets any of their keys (serve.port=0,
+  server); without it --model is required. --threads N: the CPU threads (run.threads; 0, the
+  default, LibTorch's own choice). --set KEY=VALUE sets any of their keys (serve.port=0,
   serving.max_running=16, model.int8_activation_rows=64). The API key: --api-key, or the
   environment variable GENGRAPH_API_KEY, or the one serve.api_key_env names. Binds 127.0.0.1 unless
   --host says otherwise; prints "listening on http://HOST:PORT" once ready. SIGINT or SIGTERM:
@@ -41,7 +44,7 @@ const char* kServeUsage =
 
 struct ServeArgs {
   std::string config, model, backend, weights, dtype, device, host, port, api_key, max_queue,
-      model_id;
+      model_id, threads;
   bool log_prompts = false;
   std::vector<std::string> sets;
 };
@@ -53,7 +56,8 @@ ServeArgs parse(const std::vector<std::string>& args) {
       {"--weights", &ServeArgs::weights},     {"--dtype", &ServeArgs::dtype},
       {"--device", &ServeArgs::device},       {"--host", &ServeArgs::host},
       {"--port", &ServeArgs::port},           {"--api-key", &ServeArgs::api_key},
-      {"--max-queue", &ServeArgs::max_queue}, {"--model-id", &ServeArgs::model_id}};
+      {"--max-queue", &ServeArgs::max_queue}, {"--model-id", &ServeArgs::model_id},
+      {"--threads", &ServeArgs::threads}};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--log-prompts") {
@@ -108,6 +112,7 @@ ExperimentConfig read_config(const ServeArgs& a) {
   if (!a.host.empty()) sets.push_back("serve.host=" + q(a.host));
   if (!a.port.empty()) sets.push_back("serve.port=" + a.port);
   if (!a.max_queue.empty()) sets.push_back("serving.max_queue=" + a.max_queue);
+  if (!a.threads.empty()) sets.push_back("run.threads=" + a.threads);
   if (!a.model_id.empty()) sets.push_back("serve.model_id=" + q(a.model_id));
   if (a.log_prompts) sets.push_back("serve.log_prompts=true");
   sets.insert(sets.end(), a.sets.begin(), a.sets.end());
@@ -168,6 +173,7 @@ int serve_command(const std::vector<std::string>& args, std::ostream& out, std::
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, never a signal
 
+  if (c.run.threads > 0) at::set_num_threads(static_cast<int>(c.run.threads));
   err << "gengraph serve: loading " << model_name(c.model) << "\n";
   server::ServedModel served{Model(model_name(c.model), model_options(c.model)),
                              RunOptions{},
