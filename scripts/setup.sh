@@ -73,6 +73,18 @@ if [ ! -f "$GB/.complete" ]; then
 fi
 link_into_root .oracle-groupbeam "$GB"
 
+# The official openai client for the server's tests (see tools/requirements-openai.txt), the same
+# way: --no-deps --target beside the venv; the tests put it after the venv's site-packages.
+OA_REQ="$ROOT/tools/requirements-openai.txt"
+OA="$CACHE/openai-$(sha256sum "$OA_REQ" | cut -c1-12)"
+if [ ! -f "$OA/.complete" ]; then
+  log "installing the openai client into $OA"
+  rm -rf "$OA"
+  "$VENV/bin/pip" install -q --no-deps --target "$OA" -r "$OA_REQ"
+  touch "$OA/.complete"
+fi
+link_into_root .openai-client "$OA"
+
 # --- 3. The real model ----------------------------------------------------------------------------
 # Once per cache. When done, a check without torch: the link, the marker, every file's size, and
 # the SHA-256 of a file changed since its last check (tools/fetch_real_model.py --check). A folder
