@@ -1,10 +1,13 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <ctime>
 #include <mutex>
 #include <random>
@@ -61,6 +64,8 @@ class ConnectionThreads : public httplib::TaskQueue {
  private:
   std::shared_ptr<OpenConnections> count_;
 };
+
+constexpr int kListenBacklog = 4096;
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -155,6 +160,7 @@ struct Server::Impl {
   Metrics metrics;
   std::shared_ptr<OpenConnections> connections = std::make_shared<OpenConnections>();
   httplib::Server http;
+  int listen_fd = -1;  // the listening socket, for its backlog
   int port = 0;
   std::atomic<bool> draining{false};
   std::mutex jobs_m;
@@ -229,9 +235,9 @@ std::shared_ptr<Job> Server::Impl::start(ApiRequest r) {
           c->total_s = res.total_s;
         }
         const auto n = static_cast<int64_t>(c->text.tokens().size());
-        if (res.finish == "failed" || res.finish == "cancelled") {
-          if (j->abandoned.load()) metrics.cancelled();
-        } else {
+        if (j->abandoned.load()) {
+          metrics.cancelled();  // its client went away (or its time ran out)
+        } else if (res.finish != "failed" && res.finish != "cancelled") {
           metrics.generation(c->prompt_tokens, n, res.time_to_first_token_s, res.total_s);
         }
         j->changed.notify_all();
@@ -527,6 +533,12 @@ Server::Server(ServedModel model, ServeOptions options, std::ostream& log)
   d.http.new_task_queue = [count = d.connections] { return new ConnectionThreads(count); };
   const auto whole = [](double s) { return static_cast<time_t>(s); };
   const auto micro = [](double s) { return static_cast<time_t>((s - std::floor(s)) * 1e6); };
+  // httplib's own options (SO_REUSEADDR), and the socket kept: Debian's build listens with a
+  // backlog of 5, which bind() raises (a burst of connections would meet resets otherwise).
+  d.http.set_socket_options([&d](socket_t sock) {
+    httplib::default_socket_options(sock);
+    d.listen_fd = sock;
+  });
   d.http.set_payload_max_length(static_cast<size_t>(o.max_body_bytes));
   d.http.set_read_timeout(whole(o.read_timeout_s), micro(o.read_timeout_s));
   d.http.set_write_timeout(whole(o.write_timeout_s), micro(o.write_timeout_s));
@@ -547,6 +559,11 @@ int Server::bind() {
                 " (in use, or not an address of this machine)");
   } else {
     d.port = d.options.port;
+  }
+  // listen() again on a listening socket sets its backlog anew (capped by net.core.somaxconn).
+  if (d.listen_fd >= 0 && ::listen(d.listen_fd, kListenBacklog) != 0) {
+    throw Error("serve: cannot set the listen backlog of " + d.options.host + ":" +
+                std::to_string(d.port) + ": " + std::strerror(errno));
   }
   return d.port;
 }
