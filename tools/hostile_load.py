@@ -32,6 +32,7 @@ import random
 import resource
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -413,7 +414,9 @@ def host():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, help="a model folder with a tokenizer, or a known model's name")
+    ap.add_argument("--model", required=True,
+                    help="a model folder with a tokenizer, a known model's name, or 'test' (the tests' model, "
+                         "made in a temporary folder by tools/serve_process.py)")
     ap.add_argument("--gengraph", default=str(serve_process.ROOT / "build" / "gengraph"))
     ap.add_argument("--duration", type=float, default=60, help="seconds of rounds at most")
     ap.add_argument("--rounds", type=int, default=1000000, help="rounds at most")
@@ -436,6 +439,8 @@ def main(argv=None):
     ap.add_argument("--output")
     ap.add_argument("--plot")
     args = ap.parse_args(argv)
+    if args.model == "test":
+        args.model = str(serve_process.make_model_folder(pathlib.Path(tempfile.mkdtemp(prefix="hostile-")) / "model"))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * args.connections + 1024)), hard))
 
@@ -474,7 +479,7 @@ def main(argv=None):
         run.fail("burst", f"no burst went past the queue limit (no 429): {run.counts.get('burst')}")
     if growth is not None and growth > args.max_growth_mb:
         run.fail("memory", f"resident memory grew {growth} MiB (allowed {args.max_growth_mb})")
-    doc = {"command": " ".join([os.path.relpath(sys.argv[0]) if sys.argv else "hostile_load.py", *(argv or sys.argv[1:])]),
+    doc = {"command": " ".join(["tools/hostile_load.py", *(argv or sys.argv[1:])]),
            "host": host(), "server_args": list(map(str, server_args)), "duration_s": round(duration, 1),
            "rounds": rounds, "counts": run.counts, "failures": run.failures, "memory_growth_mb": growth,
            "cancelled_total": idle.get("gengraph_cancelled_total"), "kv_blocks_in_use_after": idle.get(
