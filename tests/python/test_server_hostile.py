@@ -31,7 +31,7 @@ def folder(tmp_path_factory):
 def test_the_server_survives_hostile_load(folder, tmp_path):
     out = tmp_path / "run.json"
     doc = hostile_load.main(["--model", str(folder), "--gengraph", str(GENGRAPH), "--rounds", "2", "--duration", "50",
-                             "--connections", "150", "--connections-every", "1", "--connect-at-once", "8",
+                             "--connections", "150", "--connections-every", "1",
                              "--max-connections", "32", "--max-body-bytes", str(MAX_BODY),
                              "--request-timeout", "30", "--output", str(out)])
     assert doc["failures"] == [] and doc["passed"], json.dumps(doc["failures"][:10], indent=1)
@@ -43,7 +43,8 @@ def test_the_server_survives_hostile_load(folder, tmp_path):
     assert counts["body_past_limit"] == {"413": 2} and counts["another_model"] == {"404": 2}
     for name, _, statuses in hostile_load.malformed(1024, MAX_BODY):
         assert set(counts[name]) <= {str(s) for s in statuses}, (name, counts[name])
-    assert counts["greedy"].get("200", 0) + counts.get("greedy_stream", {}).get("200", 0) > 0
+    answered = sum(counts.get(name, {}).get("200", 0) for name in ("greedy", "seeded", "ids", "chat"))
+    assert answered + sum(counts.get(f"{n}_stream", {}).get("200", 0) for n in ("greedy", "seeded", "ids", "chat")) > 0
 
 
 @pytest.fixture
@@ -108,10 +109,8 @@ def test_a_compressed_body_does_not_inflate_past_max_body_bytes(server):
     assert status in (413, 415), answer[-300:]
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: the listening socket's backlog is httplib's 5, so "
-                                       "connections arriving at once past it wait or are dropped (1,000 at once: "
-                                       "hundreds never answered)")
 def test_the_listen_backlog_holds_max_connections(server):
+    """httplib's own backlog (5 in Debian's build) dropped connections arriving at once."""
     listing = subprocess.run(["ss", "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True).stdout
     backlog = int(listing.split()[2])
     assert backlog >= 512  # serve.max_connections' default
