@@ -441,13 +441,31 @@ void Server::Impl::routes() {
       res.set_header("Retry-After", "1");
       return httplib::Server::HandlerResponse::Handled;
     }
+    // Every refusal here comes before the body is read: the connection closes after it, so an
+    // unread body is never taken for the next request.
+    const auto refuse = [&](const ApiError& e) {
+      set_error(res, e);
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    };
     if (!options.api_key.empty() && req.path != "/health") {
       const std::string got = req.get_header_value("Authorization");
       if (!keys_equal(got, "Bearer " + options.api_key)) {
-        set_error(res, ApiError(401, "a valid API key is needed: Authorization: Bearer KEY", "",
-                                "invalid_request_error", "invalid_api_key"));
-        return httplib::Server::HandlerResponse::Handled;
+        return refuse(ApiError(401, "a valid API key is needed: Authorization: Bearer KEY", "",
+                               "invalid_request_error", "invalid_api_key"));
       }
+    }
+    // The body limit is checked against Content-Length: a chunked body would be read whole first,
+    // and a compressed one inflated without bound, so both are refused.
+    if (req.has_header("Transfer-Encoding")) {
+      return refuse(ApiError(411,
+                             "a request body must come with Content-Length (Transfer-Encoding "
+                             "is not accepted)"));
+    }
+    const std::string encoding = req.get_header_value("Content-Encoding");
+    if (!encoding.empty() && encoding != "identity") {
+      return refuse(ApiError(
+          415, "Content-Encoding '" + encoding + "' is not accepted; send the body uncompressed"));
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });

@@ -12,6 +12,8 @@ namespace {
 
 using json = nlohmann::json;
 
+constexpr int kMaxNesting = 64;
+
 // A JSON value described for an error, never copied whole.
 std::string found(const json& v) {
   if (v.is_null()) return "null";
@@ -159,7 +161,15 @@ ApiRequest read_request(const std::string& body, Endpoint endpoint, const Protoc
                         const Tokenizer* tokenizer, const RenderChat& chat) {
   json doc;
   try {
-    doc = json::parse(body);
+    // Nesting is bounded while parsing: a value nested a million deep would otherwise overflow
+    // the stack of whatever copies or destroys it (json's own recursion), within the body limit.
+    doc = json::parse(body, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxNesting) {
+        throw ApiError(
+            400, "the request body nests deeper than " + std::to_string(kMaxNesting) + " levels");
+      }
+      return true;
+    });
   } catch (const json::parse_error& e) {
     throw ApiError(400, std::string("the request body is not JSON: ") + e.what());
   }

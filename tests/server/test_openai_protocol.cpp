@@ -145,6 +145,16 @@ TEST(OpenAIProtocol, RefusesEachBadFieldByName) {
     EXPECT_NE(std::string(e.what()).find("32 tokens"), std::string::npos) << e.what();
   }
   EXPECT_EQ(refusal(json::array()).first, 400);
+  // Nesting past 64 levels stops the parser (json's recursive copies would overflow a stack).
+  const std::string deep = "{\"model\": \"m\", \"gengraph\": {\"x\": " + std::string(100000, '[') +
+                           std::string(100000, ']') + "}}";
+  try {
+    read_request(deep, Endpoint::kCompletions, limits(), nullptr, {});
+    FAIL() << "a body nested 100,000 deep was accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("64 levels"), std::string::npos) << e.what();
+  }
   try {
     read_request("{not json", Endpoint::kCompletions, limits(), nullptr, {});
     FAIL();
