@@ -62,28 +62,24 @@ if [ ! -f "$VENV/.complete" ]; then
 fi
 link_into_root .venv "$VENV"
 
+# Packages kept beside the venv, each installed with --no-deps --target into a cache folder keyed
+# by its requirements file and linked into the checkout: install_beside NAME REQUIREMENTS LINK WHAT.
+install_beside() {
+  local req="$ROOT/tools/$2" dir
+  dir="$CACHE/$1-$(sha256sum "$req" | cut -c1-12)"
+  if [ ! -f "$dir/.complete" ]; then
+    log "installing $4 into $dir"
+    rm -rf "$dir"
+    "$VENV/bin/pip" install -q --no-deps --target "$dir" -r "$req"
+    touch "$dir/.complete"
+  fi
+  link_into_root "$3" "$dir"
+}
 # The group-beam-search oracle (transformers 4.55.4, see tools/requirements-groupbeam.txt).
-GB_REQ="$ROOT/tools/requirements-groupbeam.txt"
-GB="$CACHE/groupbeam-$(sha256sum "$GB_REQ" | cut -c1-12)"
-if [ ! -f "$GB/.complete" ]; then
-  log "installing the group-beam-search oracle into $GB"
-  rm -rf "$GB"
-  "$VENV/bin/pip" install -q --no-deps --target "$GB" -r "$GB_REQ"
-  touch "$GB/.complete"
-fi
-link_into_root .oracle-groupbeam "$GB"
-
-# The official openai client for the server's tests (see tools/requirements-openai.txt), the same
-# way: --no-deps --target beside the venv; the tests put it after the venv's site-packages.
-OA_REQ="$ROOT/tools/requirements-openai.txt"
-OA="$CACHE/openai-$(sha256sum "$OA_REQ" | cut -c1-12)"
-if [ ! -f "$OA/.complete" ]; then
-  log "installing the openai client into $OA"
-  rm -rf "$OA"
-  "$VENV/bin/pip" install -q --no-deps --target "$OA" -r "$OA_REQ"
-  touch "$OA/.complete"
-fi
-link_into_root .openai-client "$OA"
+install_beside groupbeam requirements-groupbeam.txt .oracle-groupbeam "the group-beam-search oracle"
+# The official openai client for the server's tests (tools/requirements-openai.txt); the tests put
+# it after the venv's site-packages.
+install_beside openai requirements-openai.txt .openai-client "the openai client"
 
 # --- 3. The real model ----------------------------------------------------------------------------
 # Once per cache. When done, a check without torch: the link, the marker, every file's size, and

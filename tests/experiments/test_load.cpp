@@ -97,7 +97,7 @@ TEST(LoadConfig, ErrorsNameTheKeyAndItsLine) {
   EXPECT_THAT(error_of([] { parse("sweep: {load.requests: [1, 2]}\nload: {rate: 1}\n"); }),
               HasSubstr("sweep: expected no sweep: with load:"));
   EXPECT_THAT(error_of([] { parse("serving: {policy: fcfs}\ninputs: {prompts: [[1]]}\n"); }),
-              HasSubstr("serving: expected no serving: without a load: section"));
+              HasSubstr("serving: expected no serving: without a load: or serve: section"));
 }
 
 TEST(LoadConfig, ValidationPlansTheLongestRequestBeforeAnyLoad) {
@@ -205,6 +205,30 @@ run: {warmup: 0}
   const nlohmann::json other = {{"schema_version", 1}, {"runs", nlohmann::json::array()}};
   EXPECT_THAT(error_of([&] { compare_results(doc, "l.json", other, "o.json", "total_ms"); }),
               HasSubstr("'l.json' holds results under load (kind: load) and 'o.json' does not"));
+}
+
+// A server's file (serve: with serving:, docs/serving.md#the-server) goes through the same reader.
+TEST(ServeConfig, ReadsTheServerAndItsSchedulerAndRefusesWhatHasNoPlace) {
+  const auto c = parse(
+      "serving: {max_queue: 7, batch_invariant: false}\n"
+      "serve: {port: 0, max_connections: 9, drain_timeout_s: 2.5, api_key_env: K}\n");
+  ASSERT_TRUE(c.serve);
+  EXPECT_EQ(c.serve->options.port, 0);
+  EXPECT_EQ(c.serve->options.max_connections, 9);
+  EXPECT_EQ(c.serve->options.drain_timeout_s, 2.5);
+  EXPECT_EQ(c.serve->options.host, "127.0.0.1");  // loopback unless told
+  EXPECT_EQ(c.serve->api_key_env, "K");
+  EXPECT_EQ(c.serve->serving.max_queue, 7);
+  EXPECT_FALSE(c.serve->serving.batch_invariant);
+  EXPECT_THAT(error_of([] { parse("serve: {api_key: s3cret}\n"); }),
+              HasSubstr("serve.api_key: expected no key in the file"));
+  EXPECT_THAT(error_of([] { parse("serve: {port: 70000}\n"); }), HasSubstr("serve.port"));
+  EXPECT_THAT(error_of([] { parse("serve: {prot: 1}\n"); }), HasSubstr("prot"));
+  EXPECT_THAT(error_of([] { parse("serve: {read_timeout_s: 0}\n"); }),
+              HasSubstr("serve.read_timeout_s"));
+  EXPECT_THAT(error_of([] { parse("serve: {}\ninputs: {prompts: [[1]]}\n"); }),
+              HasSubstr("inputs: expected no inputs: with serve:"));
+  EXPECT_THAT(error_of([] { parse("serve: {}\nload: {rate: 1}\n"); }), HasSubstr("serve"));
 }
 
 }  // namespace
