@@ -260,16 +260,22 @@ TEST(HttpServer, StopDrainsTheRequestsInFlight) {
     auto c = s.client();
     answer = post(c, {{"model", "gpt2-tiny"},
                       {"prompt", {3}},
-                      {"max_tokens", 60},
+                      {"max_tokens", 1500},
                       {"temperature", 0},
-                      {"gengraph", {{"min_new_tokens", 60}}}});
+                      {"gengraph", {{"min_new_tokens", 1500}}}});
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Stopped only once the request runs, so that the drain has something to wait for.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (s.server().scheduler().stats()["running"] == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(s.server().scheduler().stats()["running"], 1);
   s.stop();  // returns once drained and closed
   in_flight.join();
   ASSERT_TRUE(answer.contains("usage")) << answer.dump();
-  EXPECT_EQ(answer["usage"]["completion_tokens"], 60);
-  EXPECT_NE(s.log().find("completion_tokens=60"), std::string::npos) << s.log();
+  EXPECT_EQ(answer["usage"]["completion_tokens"], 1500);
+  EXPECT_NE(s.log().find("completion_tokens=1500"), std::string::npos) << s.log();
 }
 
 }  // namespace
