@@ -112,21 +112,22 @@ struct Job {
   }
 };
 
-std::string random_id(const char* prefix) {
+// Random bits for answer ids and unseeded requests, from one generator.
+uint64_t random_bits() {
   static std::mutex m;
   static std::mt19937_64 rng(std::random_device{}());
   const std::lock_guard<std::mutex> lock(m);
+  return rng();
+}
+
+std::string random_id(const char* prefix) {
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%s%016llx", prefix, static_cast<unsigned long long>(rng()));
+  std::snprintf(buf, sizeof buf, "%s%016llx", prefix,
+                static_cast<unsigned long long>(random_bits()));
   return buf;
 }
 
-uint64_t random_seed() {
-  static std::mutex m;
-  static std::mt19937_64 rng(std::random_device{}());
-  const std::lock_guard<std::mutex> lock(m);
-  return rng() >> 11;  // below 2^53, as a request's seed may be
-}
+uint64_t random_seed() { return random_bits() >> 11; }  // below 2^53, as a request's seed may be
 
 const char* finish_reason(const std::string& finish) {
   return finish == "length" ? "length" : "stop";

@@ -412,7 +412,13 @@ ApiRequest read_request(const std::string& body, Endpoint endpoint, const Protoc
 // --- text of a choice ---------------------------------------------------------------------------
 
 ChoiceText::ChoiceText(const Tokenizer* tokenizer, bool skip_special, std::vector<std::string> stop)
-    : tokenizer_(tokenizer), skip_special_(skip_special), stop_(std::move(stop)) {}
+    : stream_(tokenizer != nullptr ? std::make_unique<TextStream>(*tokenizer, skip_special)
+                                   : nullptr),
+      stop_(std::move(stop)) {
+  for (const auto& s : stop_) longest_stop_ = std::max(longest_stop_, s.size());
+}
+
+ChoiceText::~ChoiceText() = default;
 
 std::string token_text(const Tokenizer* tokenizer, int64_t id) {
   return tokenizer != nullptr ? tokenizer->decode({id}, false) : std::string();
@@ -421,47 +427,39 @@ std::string token_text(const Tokenizer* tokenizer, int64_t id) {
 bool ChoiceText::push(const TokenOut& token) {
   if (stopped_ || finished_) return false;
   tokens_.push_back(token);
-  ids_.push_back(token.id);
-  if (tokenizer_ == nullptr) return true;
-  update();
+  if (stream_) append(stream_->push(token.id));
   return !stopped_;
 }
 
 void ChoiceText::finish() {
+  if (finished_) return;
   finished_ = true;
-  if (tokenizer_ != nullptr && !stopped_) update();
+  // What the stream still held (a character never completed) is final now; so is the end.
+  if (stream_ && !stopped_) append(stream_->finish());
   held_ = 0;
 }
 
-void ChoiceText::update() {
-  // The whole decode each time: byte-level pieces join into characters only in context, and a
-  // stop string may span tokens. A character not yet complete (U+FFFD at the end) is held until
-  // generation ends.
-  decoded_ = tokenizer_->decode(ids_, skip_special_);
-  size_t final_len = decoded_.size();
-  static const std::string kReplacement = "\xEF\xBF\xBD";
-  if (!finished_ && final_len >= 3 && decoded_.compare(final_len - 3, 3, kReplacement) == 0) {
-    final_len -= 3;
-  }
-  const std::string_view d(decoded_.data(), final_len);
+void ChoiceText::append(const std::string& piece) {
+  // The detokenised text grows by whole characters (TextStream); a stop string is looked for only
+  // where it could end in the new piece, and the end that may begin one is held back.
+  if (stopped_ || piece.empty()) return;
+  const size_t from = text_.size() > longest_stop_ ? text_.size() - longest_stop_ + 1 : 0;
+  text_ += piece;
   size_t cut = std::string::npos;
-  for (const auto& s : stop_) cut = std::min(cut, d.find(s));
+  for (const auto& s : stop_) cut = std::min(cut, text_.find(s, from));
   if (cut != std::string::npos) {
-    text_ = std::string(d.substr(0, cut));
+    text_.resize(cut);
     stopped_ = true;
     held_ = 0;
     return;
   }
-  text_ = std::string(d);
   held_ = 0;
-  if (!finished_) {
-    // The longest end of the text that begins a stop string is held back.
-    for (const auto& s : stop_) {
-      for (size_t k = std::min(s.size() - 1, text_.size()); k > held_; --k) {
-        if (text_.compare(text_.size() - k, k, s, 0, k) == 0) {
-          held_ = k;
-          break;
-        }
+  if (finished_) return;
+  for (const auto& s : stop_) {
+    for (size_t k = std::min(s.size() - 1, text_.size()); k > held_; --k) {
+      if (text_.compare(text_.size() - k, k, s, 0, k) == 0) {
+        held_ = k;
+        break;
       }
     }
   }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -15,6 +16,7 @@
 namespace gengraph {
 
 class Tokenizer;
+class TextStream;
 
 namespace server {
 
@@ -89,6 +91,7 @@ struct TokenOut {
 class ChoiceText {
  public:
   ChoiceText(const Tokenizer* tokenizer, bool skip_special_tokens, std::vector<std::string> stop);
+  ~ChoiceText();
   // Adds a generated token; returns whether generation should go on (false: a stop string ended
   // the text).
   bool push(const TokenOut& token);
@@ -102,17 +105,15 @@ class ChoiceText {
   bool stopped_by_string() const { return stopped_; }
 
  private:
-  const Tokenizer* tokenizer_;
-  bool skip_special_;
+  void append(const std::string& piece);
+  std::unique_ptr<TextStream> stream_;  // the detokeniser (null without a tokenizer)
   std::vector<std::string> stop_;
-  std::vector<int64_t> ids_;
+  size_t longest_stop_ = 0;
   std::vector<TokenOut> tokens_;
-  std::string decoded_;  // decode(ids_) as far as it is final
-  std::string text_;     // what the answer holds: decoded_ up to a stop string
-  size_t shown_ = 0;     // bytes of text_ handed out by take_new_text
-  size_t held_ = 0;      // bytes at the end of text_ held back (a stop string may start there)
+  std::string text_;  // what the answer holds: the text up to a stop string
+  size_t shown_ = 0;  // bytes of text_ handed out by take_new_text
+  size_t held_ = 0;   // bytes at the end of text_ held back (a stop string may start there)
   bool stopped_ = false, finished_ = false;
-  void update();
 };
 
 // The text of one token for log-probs (its own decode, special tokens kept).

@@ -389,10 +389,6 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
   return doc;
 }
 
-}  // namespace
-
-namespace {
-
 // A `serve:` file is a server, not an experiment: it runs with `gengraph serve`.
 void refuse_server(const ExperimentConfig& c) {
   if (c.serve) {

@@ -1,6 +1,7 @@
 #include "experiments/experiment/serve_config.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "experiments/experiment/load_config.h"
 
@@ -10,7 +11,7 @@ namespace {
 double seconds(MapReader& r, const std::string& key, double fallback, double min) {
   const double v = r.scalar<double>(key, fallback, "a number of seconds");
   if (!std::isfinite(v) || v < min || v > 86400) {
-    r.fail(key, "a number of seconds from " + std::to_string(min).substr(0, 3) + " to 86400");
+    r.fail(key, "a number of seconds from " + nlohmann::json(min).dump() + " to 86400");
   }
   return v;
 }
