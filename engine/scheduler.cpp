@@ -91,9 +91,14 @@ struct Scheduler::Impl {
   int64_t next_id = 0, outstanding = 0, waiting = 0;
   bool stopping = false;
   nlohmann::json stats;
+  // Scheduler thread only: whether `stats` was taken during the step under way. Streams run inside
+  // a step, so the snapshot is refreshed before a step's first streamed token: a client that holds
+  // a token then reads counters that include its request (its blocks in use, running).
+  bool stats_fresh = false;
   std::thread thread;
 
   void loop();
+  void refresh_stats();
   void deliver(std::vector<CoreResult> done,
                std::map<int64_t, std::shared_ptr<RequestHandle::State>>& live);
 };
@@ -125,6 +130,14 @@ void Scheduler::Impl::deliver(std::vector<CoreResult> done,
   }
 }
 
+void Scheduler::Impl::refresh_stats() {
+  if (stats_fresh) return;
+  nlohmann::json now = core->stats();
+  const std::lock_guard<std::mutex> lock(m);
+  stats = std::move(now);
+  stats_fresh = true;
+}
+
 void Scheduler::Impl::loop() {
   std::map<int64_t, std::shared_ptr<RequestHandle::State>> live;
   for (;;) {
@@ -147,6 +160,7 @@ void Scheduler::Impl::loop() {
       }
     }
     std::vector<CoreResult> done;
+    stats_fresh = false;
     try {
       done = core->step();
     } catch (const std::exception& e) {
@@ -209,6 +223,12 @@ Scheduler::~Scheduler() {
 
 RequestHandle Scheduler::submit(Request request, FinishCallback on_finish) {
   const LoadedModel& loaded = impl_->model->loaded;
+  if (request.stream) {
+    request.stream = [impl = impl_.get(), user = std::move(request.stream)](const StreamedToken& t) {
+      impl->refresh_stats();
+      return user(t);
+    };
+  }
   // Planned on the caller's thread: a refused request never reaches the running batch.
   PlannedRequest planned = impl_->core->make_request(std::move(request.prompt), request.settings,
                                                      loaded.generation_defaults, request.seed,

@@ -136,7 +136,8 @@ class Scheduler {
   // Blocks until every request submitted so far has finished.
   void drain();
   // The counters: steps, tokens, running, waiting, finished, blocks (total, in_use, peak_in_use,
-  // cached), prefix_hits, reused_tokens, preemptions.
+  // cached), prefix_hits, reused_tokens, preemptions. A snapshot taken after each step and before
+  // a step's first streamed token, so a stream's reader sees its own request counted.
   nlohmann::json stats() const;
   const SchedulerOptions& options() const;
 

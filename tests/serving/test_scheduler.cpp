@@ -205,6 +205,30 @@ TEST_F(SchedulerApi, AStreamThatThrowsFailsItsOwnRequestOnly) {
   EXPECT_EQ(scheduler.stats()["blocks"]["in_use"], 0);
 }
 
+TEST_F(SchedulerApi, AStreamReadsCountersThatIncludeItsOwnRequest) {
+  // A stream's first token arrives inside the step that made it: the counters it reads then (what
+  // a server's /metrics answers a client holding that token) already count the request.
+  SchedulerOptions so;
+  so.kv_blocks = 64;
+  Scheduler scheduler(model_, {}, so);
+  std::vector<Json> seen;
+  Request r;
+  r.prompt = {5, 6, 7};
+  r.settings = {{"max_new_tokens", 3}};
+  r.stream = [&](const StreamedToken&) {
+    seen.push_back(scheduler.stats());
+    return true;
+  };
+  scheduler.wait(scheduler.submit(r));
+  ASSERT_EQ(seen.size(), 3u);
+  for (const Json& s : seen) {
+    EXPECT_GT(s["blocks"]["in_use"].get<int64_t>(), 0) << s.dump();
+    EXPECT_EQ(s["running"], 1) << s.dump();
+  }
+  scheduler.drain();
+  EXPECT_EQ(scheduler.stats()["blocks"]["in_use"], 0);
+}
+
 TEST_F(SchedulerApi, RefusesWhatABatchedRunCannotDoByName) {
   SchedulerOptions so;
   so.kv_blocks = 4;
