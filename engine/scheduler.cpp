@@ -224,7 +224,8 @@ Scheduler::~Scheduler() {
 RequestHandle Scheduler::submit(Request request, FinishCallback on_finish) {
   const LoadedModel& loaded = impl_->model->loaded;
   if (request.stream) {
-    request.stream = [impl = impl_.get(), user = std::move(request.stream)](const StreamedToken& t) {
+    request.stream = [impl = impl_.get(),
+                      user = std::move(request.stream)](const StreamedToken& t) {
       impl->refresh_stats();
       return user(t);
     };
