@@ -62,7 +62,7 @@ int64_t stored_bytes(WeightFormat::Kind kind, const Shape& s) {
 void run(benchmark::State& state, const Shape& s, WeightFormat f, bool plain) {
   at::manual_seed(0);
   const WeightFormat::Kind kind = f.kind;
-  f.group_size = 32;
+  if (kind == WeightFormat::Kind::kInt4) f.group_size = 32;  // int8 keeps its scale per channel
   const Projection p(at::randn({s.out, s.in}) * 0.02, at::Tensor(), f);
   const at::Tensor x = at::randn({state.range(0), s.in});
   kernels::use_plain_loops(plain);
@@ -81,7 +81,7 @@ void run_step(benchmark::State& state, const std::vector<Shape>& layer, int64_t 
               const Shape& head, WeightFormat f) {
   at::manual_seed(0);
   const WeightFormat::Kind kind = f.kind;
-  f.group_size = 32;
+  if (kind == WeightFormat::Kind::kInt4) f.group_size = 32;  // int8 keeps its scale per channel
   std::vector<Projection> ps;
   std::vector<at::Tensor> xs;
   int64_t bytes = 0;

@@ -78,9 +78,10 @@ AotiMeta AotiMeta::read(const std::filesystem::path& path) {
 std::string aoti_weights_tag(const WeightFormat& f) {
   if (!f.quantized()) return "float";
   std::string tag = f.name();
-  if (f.kind == WeightFormat::Kind::kInt4) tag += "-g" + std::to_string(f.group_size);
+  if (f.kind == WeightFormat::Kind::kInt4) tag += "-g" + std::to_string(f.int4_group());
+  if (f.int8_blocks()) tag += "-g" + std::to_string(f.group_size);
   if (!f.lm_head) tag += "-float-head";
-  if (f.lm_head && f.int8_head && f.kind == WeightFormat::Kind::kInt4) tag += "-int8-head";
+  if (f.head_int8()) tag += "-int8-head";
   if (f.int8_activation_rows > 0) {  // int8 or int4
     tag += "-a" + std::to_string(f.int8_activation_rows);
     if (f.int8_activation_block > 0) tag += "-b" + std::to_string(f.int8_activation_block);

@@ -200,7 +200,9 @@ int run_quality(const Args& a) {
   o.model = a.model;
   if (const auto g = a.quality.find("--group-size"); g != a.quality.end()) {
     const std::string& v = g->second;  // a number's spelling here; its value is the parser's
-    if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos) {
+    // (0, which model.group_size reads as not given, is no group size to ask for).
+    if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoll(v) == 0) {
       throw UsageError("--group-size: expected " + std::string(kGroupSizes) + ", found '" + v +
                        "'");
     }

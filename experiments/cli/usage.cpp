@@ -30,8 +30,8 @@ const char* const kUsage = R"(usage: gengraph [--plugin LIB.so]... COMMAND ...
       of the next-token distributions, and greedy generations from the prompts compared. w8a8
       is int8 weights with every product's activations quantized to int8 too (a scale per row);
       w8a8/B the same with a scale per block of B channels (a multiple of 32); w4a8 int4 weights
-      (groups of --group-size) with activations in blocks of 32; int4+h8 and w4a8+h8 the same with
-      the output head in int8.
+      (groups of --group-size) with activations in blocks of 32. int4's output head is int8
+      (model.int8_head's default): int4+h4 and w4a8+h4 keep it int4 (int4+h8, w4a8+h8 the default).
   gengraph serve [CONFIG.yaml] [--model PRESET|FOLDER|NAME] [--port 8000] [--api-key KEY] ...
       An OpenAI-compatible HTTP server (completions, chat, streaming) over the continuous-batching
       scheduler; gengraph serve --help lists its options (docs/serving.md#the-server).

@@ -44,7 +44,7 @@ void read_weight_format(MapReader& r, ModelSpec& m, const std::string& inherited
   m.weights = r.scalar<std::string>("weights", m.weights, "float, int8, int4 or bfloat16");
   m.group_size = r.scalar<int64_t>("group_size", m.group_size, kGroupSizes);
   m.quantize_head = r.scalar<bool>("quantize_head", m.quantize_head, "true or false");
-  m.int8_head = r.scalar<bool>("int8_head", m.int8_head, "true or false");
+  if (r.has("int8_head")) m.int8_head = r.scalar<bool>("int8_head", false, "true or false");
   m.int8_activation_rows = r.integer("int8_activation_rows", m.int8_activation_rows, 0, 1 << 20);
   m.int8_activation_block = r.integer("int8_activation_block", m.int8_activation_block, 0, 1 << 20);
   const WeightFormatKeys keys = weight_keys(m);

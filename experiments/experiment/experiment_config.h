@@ -29,9 +29,9 @@ struct ModelSpec {
   bool fused = true;                  // fused projections (ModelConfig::fused); false: op by op
   bool check_weights = true;          // refuse NaN/Inf in checkpoint tensors (LoadOptions)
   std::string weights = "float";      // float | int8 | int4 | bfloat16 (LoadOptions::weights)
-  int64_t group_size = 32;            // int4: input channels per scale
+  int64_t group_size = 0;             // input channels per scale (0: int4 32, int8 per channel)
   bool quantize_head = true;          // the output head quantized too
-  bool int8_head = false;             // int4: the output head in int8 instead
+  std::optional<bool> int8_head;      // int4: the output head in int8 (not given: true)
   int64_t int8_activation_rows = 0;   // int8, int4: products of this many rows or more quantize
                                       // their activations to int8 too
   int64_t int8_activation_block = 0;  // their activation scales per block of channels (0: per row)

@@ -60,15 +60,16 @@ void teacher_forced(ForwardBackend& be, const at::Tensor& ids, Visit&& visit) {
 
 WeightFormat quality_weight_format(const std::string& name, int64_t group_size,
                                    bool quantize_head) {
+  // int4's head is int8 unless "+h4" keeps it int4; "+h8" says the default.
   const bool h8 = name == "int4+h8" || name == "w4a8+h8";
-  const std::string base = h8 ? name.substr(0, 4) : name;
+  const bool h4 = name == "int4+h4" || name == "w4a8+h4";
+  const std::string base = h8 || h4 ? name.substr(0, 4) : name;
   const bool blocks = base.rfind("w8a8/", 0) == 0;
   const bool w8a8 = base == "w8a8" || blocks, w4a8 = base == "w4a8";
   WeightFormatKeys keys;
   keys.weights = w8a8 ? "int8" : w4a8 ? "int4" : base;
-  keys.group_size = group_size;
   keys.quantize_head = quantize_head;
-  keys.int8_head = h8;
+  if (h8 || h4) keys.int8_head = h8;
   if (w8a8 || w4a8) keys.int8_activation_rows = 1;
   if (w4a8) keys.int8_activation_block = 32;
   if (blocks) {  // the spelling; what B may be is the parser's int8_activation_block rule
@@ -88,6 +89,10 @@ WeightFormat quality_weight_format(const std::string& name, int64_t group_size,
   names.found = [](std::string_view key, const std::string& value) {
     return key == "group_size" ? "'" + value + "'" : value;  // as the flag's spelling check says
   };
+  // --group-size is int4's groups (int8 keeps its scale per output channel here).
+  WeightFormat f = parse_weight_format(keys, names);
+  if (f.kind != WeightFormat::Kind::kInt4) return f;
+  keys.group_size = group_size;
   return parse_weight_format(keys, names);
 }
 

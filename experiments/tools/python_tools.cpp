@@ -249,10 +249,15 @@ AotiBuildReport export_with_tool(const CausalLM& model, const AotiExportRequest&
   if (request.weights.quantized()) {
     // Quantized as gengraph quantizes it, calling gengraph's operators from this very library.
     argv.insert(argv.end(),
-                {"--weights", request.weights.name(), "--group-size",
-                 std::to_string(request.weights.group_size), "--ops-library", request.ops_library});
+                {"--weights", request.weights.name(), "--ops-library", request.ops_library});
+    if (request.weights.kind == WeightFormat::Kind::kInt4 || request.weights.int8_blocks()) {
+      const int64_t group = request.weights.kind == WeightFormat::Kind::kInt4
+                                ? request.weights.int4_group()
+                                : request.weights.group_size;
+      argv.insert(argv.end(), {"--group-size", std::to_string(group)});
+    }
     if (!request.weights.lm_head) argv.push_back("--float-head");
-    if (request.weights.lm_head && request.weights.int8_head) argv.push_back("--int8-head");
+    if (request.weights.head_int8()) argv.push_back("--int8-head");
     if (request.weights.int8_activation_rows > 0) {  // W8A8 from that many rows
       argv.insert(
           argv.end(),

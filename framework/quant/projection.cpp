@@ -78,6 +78,10 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
       onednn = onednn_gemm(weight);
       return;
     case WeightFormat::Kind::kInt8: {
+      if (format.int8_blocks()) {
+        throw Error("model.group_size: int8 in blocks of " + std::to_string(format.group_size) +
+                    " has no kernels yet; leave group_size out for a scale per output channel");
+      }
       const int64_t block = format.int8_activation_block;
       if (block != 0 && format.int8_activation_rows > 0 && weight.size(1) % block != 0) {
         throw Error(
@@ -93,18 +97,18 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
       break;
     }
     case WeightFormat::Kind::kInt4: {
-      if (weight.size(1) % format.group_size != 0) {
+      if (weight.size(1) % format.int4_group() != 0) {
         throw Error("model.weights int4: a projection's " + std::to_string(weight.size(1)) +
                     " input channels are not a multiple of group_size " +
-                    std::to_string(format.group_size) + " (choose one that divides them)");
+                    std::to_string(format.int4_group()) + " (choose one that divides them)");
       }
       if (!weight.device().is_cpu()) {
-        const Int4Cuda packed = pack_int4_cuda(quantize_int4(weight, format.group_size));
+        const Int4Cuda packed = pack_int4_cuda(quantize_int4(weight, format.int4_group()));
         qweight = packed.packed;
         scales = packed.scales_and_zeros;
         break;
       }
-      Int4Weight q = quantize_int4(weight, format.group_size);
+      Int4Weight q = quantize_int4(weight, format.int4_group());
       qweight = kernels::pack_int4(q.q);
       scales = std::move(q.scales);
       zeros = std::move(q.zeros);
@@ -145,8 +149,8 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
                  : kernels::linear_int8(xf, qweight, scales);
           break;
         case WeightFormat::Kind::kInt4:
-          y = w8 ? kernels::linear_w4a8(xf, qweight, scales, zeros, format.group_size)
-                 : kernels::linear_int4(xf, qweight, scales, zeros, format.group_size);
+          y = w8 ? kernels::linear_w4a8(xf, qweight, scales, zeros, format.int4_group())
+                 : kernels::linear_int4(xf, qweight, scales, zeros, format.int4_group());
           break;
         default:
           y = kernels::linear_bf16(xf, qweight);
@@ -157,7 +161,7 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
       y = at::_weight_int8pack_mm(x2, qweight, scales);
     } else if (format.kind == WeightFormat::Kind::kInt4) {
       // LibTorch's CUDA kernel (tinygemm): bfloat16 activations, float32 sums, bfloat16 out.
-      y = at::_weight_int4pack_mm(x2.to(at::kBFloat16), qweight, format.group_size, scales);
+      y = at::_weight_int4pack_mm(x2.to(at::kBFloat16), qweight, format.int4_group(), scales);
       if (y.size(1) != out_features) y = y.narrow(1, 0, out_features);  // padding rows dropped
       y = y.to(x.scalar_type()).contiguous();
     } else {

@@ -50,12 +50,14 @@ struct Projection {
 };
 
 // The output head's format: the model's, or as loaded when lm_head is false.
-// int4 with int8_head: int8 (its int8 activations as the model's).
+// int4 with int8_head (its default): int8 with a scale per output channel (its int8 activations
+// as the model's).
 inline WeightFormat head_format(const WeightFormat& f) {
   if (!f.lm_head) return WeightFormat{};
-  if (f.int8_head && f.kind == WeightFormat::Kind::kInt4) {
+  if (f.head_int8()) {
     WeightFormat h = f;
     h.kind = WeightFormat::Kind::kInt8;
+    h.group_size = 0;
     h.int8_head = false;
     return h;
   }

@@ -49,7 +49,8 @@ std::string WeightFormat::name() const {
 std::string WeightFormat::describe() const {
   if (!quantized()) return name();
   std::string out = name();
-  if (kind == Kind::kInt4) out += " (groups of " + std::to_string(group_size) + ")";
+  if (kind == Kind::kInt4) out += " (groups of " + std::to_string(int4_group()) + ")";
+  if (int8_blocks()) out += " (blocks of " + std::to_string(group_size) + ")";
   if ((kind == Kind::kInt8 || kind == Kind::kInt4) && int8_activation_rows > 0) {
     out += " (int8 activations from " + std::to_string(int8_activation_rows) + " row" +
            (int8_activation_rows == 1 ? "" : "s") +
@@ -58,7 +59,8 @@ std::string WeightFormat::describe() const {
            ")";
   }
   if (!lm_head) out += ", output head as loaded";
-  if (lm_head && int8_head && kind == Kind::kInt4) out += ", output head int8";
+  if (head_int8()) out += ", output head int8";
+  if (kind == Kind::kInt4 && lm_head && !int8_head) out += ", output head int4";
   return out;
 }
 
@@ -85,8 +87,21 @@ WeightFormat parse_weight_format(const WeightFormatKeys& keys, const WeightKeyNa
   }
   f.kind = *kind;
   f.group_size = keys.group_size;
+  // int4's group when not given: 32, stored so that a held format says it.
+  if (f.kind == WeightFormat::Kind::kInt4 && f.group_size == 0) f.group_size = 32;
   f.lm_head = keys.quantize_head;
-  f.int8_head = keys.int8_head;
+  // Given true, the head goes to int8: only an int4 model's quantized head has that form. Not
+  // given, int4 takes it (WeightFormat's default) and other formats do not read it.
+  if (keys.int8_head.value_or(false) &&
+      (f.kind != WeightFormat::Kind::kInt4 || !keys.quantize_head)) {
+    refuse(names, "int8_head",
+           "false unless weights is int4 and quantize_head is true (it puts an int4 model's "
+           "output head in int8, the default there; leave it out elsewhere)",
+           "true",
+           " with weights '" + f.name() + "'" +
+               (keys.quantize_head ? "" : " and quantize_head false"));
+  }
+  f.int8_head = keys.int8_head.value_or(true);
   f.int8_activation_rows = keys.int8_activation_rows;
   f.int8_activation_block = keys.int8_activation_block;
   check_weight_format(f, keys.fused, names);
@@ -95,17 +110,11 @@ WeightFormat parse_weight_format(const WeightFormatKeys& keys, const WeightKeyNa
 
 void check_weight_format(const WeightFormat& f, bool fused, const WeightKeyNames& names) {
   // Checked whatever the kind, so that a sweep over model.weights meets a bad group at once.
-  if (!is_group_size(f.group_size)) {
-    refuse(names, "group_size", kGroupSizes, std::to_string(f.group_size));
+  if (f.group_size != 0 && !is_group_size(f.group_size)) {
+    refuse(names, "group_size", kGroupSizes, std::to_string(f.group_size),
+           " (or not given: int4 groups of 32, int8 a scale per output channel)");
   }
   const bool integer = f.kind == WeightFormat::Kind::kInt8 || f.kind == WeightFormat::Kind::kInt4;
-  if (f.int8_head && (f.kind != WeightFormat::Kind::kInt4 || !f.lm_head)) {
-    refuse(names, "int8_head",
-           "false unless weights is int4 and quantize_head is true (it puts an int4 model's "
-           "output head in int8)",
-           "true",
-           " with weights '" + f.name() + "'" + (f.lm_head ? "" : " and quantize_head false"));
-  }
   if (f.int8_activation_rows < 0) {
     refuse(names, "int8_activation_rows",
            "0 (never) or a row count from which products quantize their activations",
@@ -127,6 +136,13 @@ void check_weight_format(const WeightFormat& f, bool fused, const WeightKeyNames
     refuse(names, "int8_activation_block",
            "32 with weights int4 and int8_activation_rows (the W4A8 kernel quantizes activations "
            "in blocks of 32 channels)",
+           std::to_string(f.int8_activation_block));
+  }
+  if (f.int8_blocks() && f.int8_activation_rows > 0 && f.int8_activation_block != f.group_size) {
+    refuse(names, "int8_activation_block",
+           "group_size (" + std::to_string(f.group_size) +
+               ") with weights int8 in blocks and int8_activation_rows (each block's integer sum "
+               "takes one activation scale and one weight scale)",
            std::to_string(f.int8_activation_block));
   }
   if (f.quantized() && !fused) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,7 +20,9 @@ namespace gengraph {
 // (q/k/v, output, MLP, and the output head unless lm_head is false) hold their weights as
 //   int8      one int8 per weight, one float scale per output channel (absmax / 127), computed by
 //             gengraph's kernels on CPU (with int8_activation_rows, products of that many rows
-//             quantize their activations too) and at::_weight_int8pack_mm on CUDA;
+//             quantize their activations too) and at::_weight_int8pack_mm on CUDA; with
+//             group_size, one float16 scale per block of group_size input channels of a row
+//             instead (llama.cpp's Q8_0 at 32), CPU only;
 //   int4      4-bit values in groups of group_size input channels, a float16 scale and zero per
 //             group and output channel, packed for gengraph's int4 kernels;
 //   bfloat16  bfloat16 weights with float32 activations (the product in bfloat16);
@@ -28,11 +31,18 @@ namespace gengraph {
 struct WeightFormat {
   enum class Kind { kAsLoaded, kInt8, kInt4, kBFloat16 };
   Kind kind = Kind::kAsLoaded;
-  int64_t group_size = 32;  // int4: input channels per scale (32, 64, 128 or 256)
-  bool lm_head = true;      // quantize the output head too
+  // Input channels per scale, 32, 64, 128 or 256; 0 (not given) is each format's default:
+  //   int4  groups of that many channels (0: 32; parse_weight_format stores 32);
+  //   int8  0: one float32 scale per output channel; B: one float16 scale per block of B
+  //         channels of each row;
+  //   others ignore it.
+  int64_t group_size = 0;
+  bool lm_head = true;  // quantize the output head too
   // int4 only: the output head in int8 instead (with int8 activations, as int8_activation_rows and
-  // _block say), as 4-bit engines keep it at higher precision.
-  bool int8_head = false;
+  // _block say), as 4-bit engines keep it at higher precision. The default; false keeps it int4.
+  // Other formats ignore it (head_int8() is false): an explicit true with them is refused by
+  // parse_weight_format, which sees whether the user set it.
+  bool int8_head = true;
   // int8 or int4 on CPU: products of at least this many activation rows quantize the activations
   // to int8 too (W8A8, kernels::linear_w8a8; W4A8, kernels::linear_w4a8); fewer rows stay
   // weight-only. 0: never (the default).
@@ -42,12 +52,22 @@ struct WeightFormat {
   // gengraph's VNNI / AVX2 kernels); int4 takes 32 only. No effect while int8_activation_rows is 0.
   int64_t int8_activation_block = 0;
   bool quantized() const { return kind != Kind::kAsLoaded; }
+  // int4's group (group_size, 0 read as 32).
+  int64_t int4_group() const { return group_size > 0 ? group_size : 32; }
+  // int8 with a scale per block of group_size channels (group_size > 0), not per output channel.
+  bool int8_blocks() const { return kind == Kind::kInt8 && group_size > 0; }
+  // Whether the output head is held in int8 under an int4 body (int4, head quantized, int8_head).
+  bool head_int8() const { return kind == Kind::kInt4 && lm_head && int8_head; }
   // "float" (as loaded), "int8", "int4" or "bfloat16"; describe() adds the group and the head.
   std::string name() const;
   std::string describe() const;
+  // The same weights: group_size and int8_head compared where the kind reads them.
   bool operator==(const WeightFormat& o) const {
-    return kind == o.kind && group_size == o.group_size && lm_head == o.lm_head &&
-           int8_head == o.int8_head && int8_activation_rows == o.int8_activation_rows &&
+    const auto group = [](const WeightFormat& f) {
+      return f.kind == Kind::kInt4 ? f.int4_group() : f.kind == Kind::kInt8 ? f.group_size : 0;
+    };
+    return kind == o.kind && group(*this) == group(o) && lm_head == o.lm_head &&
+           head_int8() == o.head_int8() && int8_activation_rows == o.int8_activation_rows &&
            int8_activation_block == o.int8_activation_block;
   }
   bool operator!=(const WeightFormat& o) const { return !(*this == o); }
@@ -57,17 +77,19 @@ struct WeightFormat {
 // user wrote it). parse_weight_format's first step, for callers that hold only the name.
 WeightFormat::Kind parse_weight_kind(const std::string& name, const std::string& where);
 
-// The int4 group sizes (input channels per scale) gengraph's kernels take; errors say
-// "expected " kGroupSizes.
+// The group sizes (input channels per scale) gengraph's kernels take, int4's groups and int8's
+// blocks; errors say "expected " kGroupSizes.
 constexpr const char* kGroupSizes = "32, 64, 128 or 256";
 bool is_group_size(int64_t n);
 
 // The weight-format keys as the user gave them, under their YAML names.
 struct WeightFormatKeys {
   std::string weights = "float";
-  int64_t group_size = 32;
+  int64_t group_size = 0;  // 0: not given (int4 32, int8 a scale per output channel)
   bool quantize_head = true;
-  bool int8_head = false;
+  // Not given: true for int4 (the head in int8), unread elsewhere. Given true, refused unless the
+  // weights are int4 and the head quantized.
+  std::optional<bool> int8_head;
   int64_t int8_activation_rows = 0;
   int64_t int8_activation_block = 0;
   // The model's form (model.fused): quantized weights live in the fused form's projections.
@@ -92,10 +114,12 @@ WeightKeyNames key_names_with_prefix(std::string prefix);
 WeightFormat parse_weight_format(const WeightFormatKeys& keys, const WeightKeyNames& names);
 
 // Every combination rule of the keys, over a format already held (the loader's LoadOptions, a
-// projection's format): group_size one of kGroupSizes; int8_head only with int4 and the head
-// quantized; int8_activation_rows >= 0, and > 0 only with int8 or int4; int8_activation_block 0
-// or a multiple of 32, and 32 for int4 with int8_activation_rows; quantized weights only in the
-// fused form. Throws as parse_weight_format does.
+// projection's format): group_size 0 or one of kGroupSizes; int8_activation_rows >= 0, and > 0
+// only with int8 or int4; int8_activation_block 0 or a multiple of 32, 32 for int4 with
+// int8_activation_rows, and group_size for int8 in blocks with int8_activation_rows; quantized
+// weights only in the fused form. Throws as parse_weight_format does. (int8_head given true with
+// another format than int4, or with the head as loaded, is refused by parse_weight_format, which
+// alone sees whether it was given.)
 void check_weight_format(const WeightFormat& f, bool fused, const WeightKeyNames& names);
 
 }  // namespace gengraph

@@ -55,10 +55,13 @@ struct ModelOptions {
   // "int4" (groups of group_size input channels) or "bfloat16"; quantize_head covers the output
   // head too. See docs/quantization.md.
   std::string weights = "float";
-  int64_t group_size = 32;
+  // 32, 64, 128 or 256 input channels per scale; 0 (not given): int4 groups of 32, int8 one scale
+  // per output channel. int8 with a group_size: one float16 scale per block (CPU only).
+  int64_t group_size = 0;
   bool quantize_head = true;
   // int4: the output head in int8 instead (with int8 activations as the two settings below say).
-  bool int8_head = false;
+  // Not given: true for int4 (false keeps the head int4); true with another format is refused.
+  std::optional<bool> int8_head;
   // int8 or int4 on CPU: products of at least this many activation rows quantize the activations
   // to int8 too (W8A8 / W4A8, gengraph's integer kernels); 0 keeps every product weight-only.
   int64_t int8_activation_rows = 0;

@@ -49,7 +49,7 @@ TEST(ExperimentConfig, RowWeightFormatsReadOverTheExperimentsModel) {
 inputs: {prompts: [[1, 2]]}
 backends:
   - eager
-  - {name: eager, label: w8a8, model: {int8_activation_rows: 1}}
+  - {name: eager, label: w8a8, model: {int8_activation_rows: 1, group_size: 0}}
   - {name: trace, label: w4a8, model: {weights: int4, int8_activation_rows: 1,
                                        int8_activation_block: 32, int8_head: true}}
 )";
@@ -59,17 +59,28 @@ backends:
   ASSERT_TRUE(c.backends[1].model.has_value());
   EXPECT_EQ(c.backends[1].model->weights, "int8");
   EXPECT_EQ(c.backends[1].model->int8_activation_rows, 1);
+  // group_size 0: a scale per output channel (the experiment's 64 would make int8 blocks of 64).
+  EXPECT_EQ(c.backends[1].model->group_size, 0);
   EXPECT_EQ(c.backends[1].model->preset, "gpt2-tiny");
   ASSERT_TRUE(c.backends[2].model.has_value());
   EXPECT_EQ(c.backends[2].model->weights, "int4");
   EXPECT_EQ(c.backends[2].model->group_size, 64);  // the experiment's
   EXPECT_EQ(c.backends[2].model->int8_activation_block, 32);
-  EXPECT_TRUE(c.backends[2].model->int8_head);
+  EXPECT_EQ(c.backends[2].model->int8_head, std::optional<bool>(true));
   // The experiment's model itself is as written.
   EXPECT_EQ(c.model.weights, "int8");
   EXPECT_EQ(c.model.int8_activation_rows, 0);
   const auto set = parse_experiment(yaml, "t.yaml", {"model.group_size=128"});
   EXPECT_EQ(set.backends[2].model->group_size, 128);
+  // Inherited, the experiment's group_size makes the int8 row's weights blocks, and its
+  // per-row activation scales are refused by name.
+  const std::string inherit = R"(model: {preset: gpt2-tiny, weights: int8, group_size: 64}
+inputs: {prompts: [[1, 2]]}
+backends: [{name: eager, model: {int8_activation_rows: 1}}]
+)";
+  EXPECT_THAT(error_of([&] { parse_experiment(inherit, "t.yaml"); }),
+              HasSubstr("int8_activation_block: expected group_size (64) with weights int8 in "
+                        "blocks and int8_activation_rows"));
 }
 
 TEST(ExperimentConfig, SetOverridesApplyBeforeValidation) {

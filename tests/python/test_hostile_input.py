@@ -279,8 +279,9 @@ def test_int8_head_reaches_the_model():
     def tokens(**kw):
         model = gengraph.Model("gpt2-tiny", weights_seed=3, weights="int4", **kw)
         return gengraph.Engine(model).generate([[1, 2, 3]], max_new_tokens=6, output_scores=True)
-    plain, head8 = tokens(), tokens(int8_head=True)
+    plain, head8 = tokens(int8_head=False), tokens(int8_head=True)
     assert plain.token_scores != head8.token_scores
+    assert tokens().token_scores == head8.token_scores  # int4's default: the head in int8
     refused(lambda: gengraph.Model("gpt2-tiny", int8_head=True), gengraph.Error,
             r"int8_head: expected false unless weights is int4")
     # Engine takes it too, as every Model keyword.

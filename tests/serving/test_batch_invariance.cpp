@@ -35,7 +35,7 @@ class BatchInvariance : public ::testing::Test {
     ModelOptions mo;
     mo.weights_seed = kWeights;
     mo.weights = weights;
-    mo.group_size = 32;
+    mo.group_size = weights == "int4" ? 32 : 0;  // int8: a scale per output channel
     mo.int8_activation_rows = activation_rows;
     // W4A8 takes activation blocks of 32; W8A8 here a scale per row.
     mo.int8_activation_block = weights == "int4" && activation_rows > 0 ? 32 : 0;
@@ -45,7 +45,7 @@ class BatchInvariance : public ::testing::Test {
     engine_ = std::make_unique<Engine>(*model_, ro);
     LoadOptions lo;
     lo.weights.kind = parse_weight_kind(weights, "test");
-    lo.weights.group_size = 32;
+    lo.weights.group_size = mo.group_size;
     lo.weights.int8_activation_rows = activation_rows;
     lo.weights.int8_activation_block = mo.int8_activation_block;
     causal_ = testing::test_model("preset:llama-tiny", kWeights, lo);

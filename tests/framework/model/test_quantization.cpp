@@ -213,7 +213,7 @@ TEST(Quantization, AotiBuildsAPackagePerWeightFormat) {
   formats[7].int8_activation_rows = 1;
   formats[7].int8_activation_block = 32;
   formats[8] = formats[7];
-  formats[8].int8_head = true;
+  formats[7].int8_head = false;  // the head int4 (int8 is int4's default)
   for (const WeightFormat& f : formats) {
     LoadOptions o;
     o.weights = f;
@@ -243,7 +243,7 @@ TEST(Quantization, AotiBuildsAPackagePerWeightFormat) {
     }
   }
   EXPECT_EQ(names.size(), formats.size());
-  EXPECT_EQ(aoti_weights_tag(formats[2]), "int4-g32");
+  EXPECT_EQ(aoti_weights_tag(formats[2]), "int4-g32-int8-head");  // int4's default head
   EXPECT_EQ(aoti_weights_tag(formats[4]), "int8-float-head");
   EXPECT_EQ(aoti_weights_tag(formats[5]), "int8-a3-b32");
   EXPECT_EQ(aoti_weights_tag(formats[6]), "int8-a1");

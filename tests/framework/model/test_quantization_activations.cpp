@@ -85,12 +85,13 @@ TEST(Quantization, Int4ActivationsTakeBlocksOf32AndAreCheckedByName) {
   register_builtin_backends();
   LoadOptions o;
   o.weights.kind = WeightFormat::Kind::kInt4;
+  o.weights.int8_head = false;  // the head int4 too, until the int8 head is compared below
   const auto weight_only = testing::test_model("preset:llama-tiny", 3, o);
   o.weights.int8_activation_rows = 1;
   o.weights.int8_activation_block = 32;
   const auto w4a8 = testing::test_model("preset:llama-tiny", 3, o);
   EXPECT_EQ(w4a8->config().weights.describe(),
-            "int4 (groups of 32) (int8 activations from 1 row, blocks of 32)");
+            "int4 (groups of 32) (int8 activations from 1 row, blocks of 32), output head int4");
   const auto logits = [](const std::shared_ptr<const CausalLM>& m) {
     auto b = BackendRegistry::instance().create("eager", m, BackendOptions("eager", {}));
     b->prepare(2, 8);
@@ -110,9 +111,16 @@ TEST(Quantization, Int4ActivationsTakeBlocksOf32AndAreCheckedByName) {
     EXPECT_THAT(engine_error("int4", 1, block),
                 HasSubstr("EngineOptions::int8_activation_block: expected 32 with weights int4"));
   }
-  // int8_head: the head of an int4 model in int8, and refused elsewhere by name.
+  // int8_head: the head of an int4 model in int8 (the default), and refused elsewhere by name.
   o.weights.int8_activation_block = 32;
   o.weights.int8_head = true;
+  EXPECT_EQ(o.weights, [&] {
+    WeightFormat d;  // int8_head not set: int4's default
+    d.kind = WeightFormat::Kind::kInt4;
+    d.int8_activation_rows = 1;
+    d.int8_activation_block = 32;
+    return d;
+  }());
   const auto h8 = testing::test_model("preset:llama-tiny", 3, o);
   EXPECT_EQ(h8->config().weights.describe(),
             "int4 (groups of 32) (int8 activations from 1 row, blocks of 32), output head int8");
