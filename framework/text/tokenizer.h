@@ -54,6 +54,11 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::filesystem::path& file
 // tokenizer_config.json's add_bos_token says (LLaMA: true).
 std::unique_ptr<Tokenizer> load_sentencepiece_model(const std::filesystem::path& file,
                                                     bool add_bos);
+// The tokenizer of a GGUF file's tokenizer.ggml.* metadata, token-exact with llama.cpp's
+// tokenization of the same file (framework/text/tokenizer_gguf.h says what is supported). An
+// unsupported tokenizer is refused with a message beginning with kUnsupportedTokenizer.
+class GgufFile;
+std::unique_ptr<Tokenizer> load_gguf_tokenizer(const GgufFile& file);
 // A model folder's tokenizer: tokenizer.json when present, else tokenizer.model (add_bos_token from
 // tokenizer_config.json, true when it does not say), else an Error naming the folder.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& folder);

@@ -423,4 +423,9 @@ std::optional<uint8_t> byte_token(const std::string& t);
 
 std::unique_ptr<Decoder> make_decoder(const JsonAt& j, const std::string& source);
 
+// A tokenizer from a tokenizer.json document already in memory (tokenizer_gguf.cpp builds one from
+// a GGUF file's metadata); `name` is what errors and describe() call it.
+std::unique_ptr<Tokenizer> load_tokenizer_json_document(const nlohmann::json& doc,
+                                                        const std::string& name);
+
 }  // namespace gengraph::tokenizer_detail
