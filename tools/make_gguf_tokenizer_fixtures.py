@@ -14,7 +14,8 @@ bytes) and, per file, the ids llama_tokenize gives with add_special false and pa
 for every line, with add_special true for the first lines, and the text llama_detokenize gives back
 for those ids (llama_detokenize's loop with remove_special false, unparse_special true, and false:
 "text_skip", but without its clean_spaces pass), recorded only where it differs from the line.
---check regenerates into a temporary folder and compares.
+--check regenerates into a temporary folder and compares (exit 1 when they differ; 77, a skip,
+where llama-cpp-python is not built).
 
 gpt2      gpt2 family, tokenizer.ggml.pre "gpt-2"
 default   gpt2 family, pre "default" (llama.cpp's four regular expressions), add_bos and add_eos
@@ -23,6 +24,8 @@ smollm    smollm2 family, pre "smollm" (SmolLM2's: digits one by one, then GPT-2
 llama3    llama3 family, pre "llama-bpe" (add_bos true, <|begin_of_text|>)
 qwen2     qwen2 family, pre "qwen2"
 llama     spm family (tokenizer.model, LLaMA 2's SentencePiece settings), model "llama"
+mistral   as llama, with [INST] and [/INST] (CONTROL) and <|sep|> (USER_DEFINED) added after the
+          pieces, as Mistral's instruction tokens (the space prefix after a special token)
 """
 import argparse
 import filecmp
@@ -37,7 +40,7 @@ sys.path.insert(0, HERE)
 
 import make_tokenizer_corpus  # noqa: E402
 
-CORPUS_LINES = 240   # drawn from make_tokenizer_corpus.py's generator (valid UTF-8 only)
+CORPUS_LINES = 200   # drawn from make_tokenizer_corpus.py's generator (valid UTF-8 only)
 CORPUS_SEED = 53
 WITH_SPECIAL_LINES = 40  # lines also tokenized with add_special true
 
@@ -133,7 +136,7 @@ def bpe_file(path, fam, pre, bos=None, eos=None, add_bos=None, add_eos=None):
     write_gguf(path, fill)
 
 
-def spm_file(path, model_file):
+def spm_file(path, model_file, added=()):
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(model_file=model_file)
     tokens, scores, types = [], [], []
@@ -142,6 +145,10 @@ def spm_file(path, model_file):
         scores.append(sp.get_score(i))
         types.append(2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 5 if sp.is_unused(i)
                      else 6 if sp.is_byte(i) else 1)
+    for text, token_type in added:  # tokens a fine-tune adds after the model's pieces
+        tokens.append(text)
+        scores.append(0.0)
+        types.append(token_type)
 
     def fill(w, gguf):
         header(w, len(tokens))
@@ -220,7 +227,9 @@ def load_llama_cpp():
     cache = os.environ.get("GENGRAPH_CACHE", os.path.expanduser("~/.cache/gengraph"))
     sites = sorted(glob.glob(os.path.join(cache, "peers", "llama-cpp-python-*-py3*", "site")))
     if not sites:
-        sys.exit("no llama-cpp-python build under " + cache + "/peers (tools/peer_llama_cpp.py builds it)")
+        print("no llama-cpp-python build under " + cache + "/peers (tools/peer_llama_cpp.py builds it)",
+              file=sys.stderr)
+        sys.exit(77)  # ctest's skip code
     sys.path.append(sites[-1])
     import llama_cpp
     return llama_cpp
@@ -242,6 +251,8 @@ def generate(out):
                                          "<|end_of_text|>", True),
             "qwen2": lambda p: bpe_file(p, fam("qwen2"), "qwen2", None, "<|endoftext|>", False),
             "llama": lambda p: spm_file(p, os.path.join(fam("spm"), "tokenizer.model")),
+            "mistral": lambda p: spm_file(p, os.path.join(fam("spm"), "tokenizer.model"),
+                                          [("[INST]", 3), ("[/INST]", 3), ("<|sep|>", 4)]),
         }
         for name, make in files.items():
             make(os.path.join(out, name + ".gguf"))

@@ -107,8 +107,8 @@ TEST_P(GgufTokenizerVsLlamaCpp, StreamedTextEqualsTheWhole) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, GgufTokenizerVsLlamaCpp,
-                         ::testing::Values("gpt2", "default", "smollm", "llama3", "qwen2",
-                                           "llama"));
+                         ::testing::Values("gpt2", "default", "smollm", "llama3", "qwen2", "llama",
+                                           "mistral"));
 
 // A small byte-level vocabulary: the letters, "ab" (USER_DEFINED) and "bcd" (CONTROL).
 GgufVocabulary tiny(const std::string& pre) {
