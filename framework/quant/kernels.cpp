@@ -72,6 +72,7 @@ void check_int8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scal
 }
 
 at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
+  if (scales.dim() == 2) return linear_int8_blocks_cpu(x, q, scales);  // Q8_0's layout
   check_int8(x, q, scales, "gengraph::linear_int8");
   if (x.size(0) >= kStreamRows && !BatchInvariant::active()) {
     return at::linear(x, widen_int8(q, scales));
@@ -87,7 +88,7 @@ at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
 // the plain loops), all in w8a8_blocks_plain's order: a row's floats do not depend on the path or
 // on the rows beside it.
 at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
-                              int64_t block) {
+                              int64_t block, const at::Half* wblock) {
   const int64_t M = x.size(0), K = x.size(1), N = q.size(0);
   TORCH_CHECK(block % 32 == 0 && K % block == 0, "gengraph::linear_w8a8: block ", block,
               " must be a multiple of 32 dividing the ", K, " input channels");
@@ -103,11 +104,15 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
   quantize_blocks(x.data_ptr<float>(), M, K, block, rows);
   const BlockRows& a = rows;
   const int8_t* wp = q.data_ptr<int8_t>();
-  const float* sp = scales.data_ptr<float>();
+  // Weight scales per output channel, or (wblock) per block: then no per-channel scale.
+  const float* sp = wblock ? nullptr : scales.data_ptr<float>();
+  const at::Half* wb = wblock;
   float* yp = y.data_ptr<float>();
-  const bool vnni = cpu_has_avx512_vnni(), avx2 = cpu_has_avx2(), whole = block == K;
+  const bool vnni = cpu_has_avx512_vnni(), avx2 = cpu_has_avx2();
+  const bool whole = block == K && !wblock;
 #ifdef GENGRAPH_X86_AVX2
-  if (M >= kAmxMinRows && cpu_has_amx()) {  // block <= kWholeRowMaxK: checked above
+  // AMX takes per-channel weight scales only: weights in blocks go to the VNNI tile below.
+  if (M >= kAmxMinRows && cpu_has_amx() && !wblock) {  // block <= kWholeRowMaxK: checked above
     // AMX tiles for the weight rows in whole 16s, the VNNI tile for the rest. With blocks both
     // give the plain loops' floats, so a row's outputs are the same as at one row.
     const int64_t tiles = (M + 15) / 16, nb = K / block;
@@ -136,28 +141,29 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
       w8a8_amx_blocks(a, bp, bsp, wp, sp, 16 * g0, 16 * g1, yp, N, pairs);
     });
     if (groups * 16 < N) {
-      if (whole) w8a8_blocks_rows<true, true>(a, wp, sp, groups * 16, N, yp, N);
-      if (!whole) w8a8_blocks_rows<true, false>(a, wp, sp, groups * 16, N, yp, N);
+      if (whole) w8a8_blocks_rows<true, true>(a, wp, sp, nullptr, groups * 16, N, yp, N);
+      if (!whole) w8a8_blocks_rows<true, false>(a, wp, sp, nullptr, groups * 16, N, yp, N);
     }
     return y;
   }
 #endif
   at::parallel_for(0, N, grain_rows(N, K), [&](int64_t n0, int64_t n1) {
 #ifdef GENGRAPH_X86_AVX2
-    if (vnni && whole) return w8a8_blocks_rows<true, true>(a, wp, sp, n0, n1, yp, N);
-    if (vnni) return w8a8_blocks_rows<true, false>(a, wp, sp, n0, n1, yp, N);
-    if (avx2 && whole) return w8a8_blocks_rows<false, true>(a, wp, sp, n0, n1, yp, N);
-    if (avx2) return w8a8_blocks_rows<false, false>(a, wp, sp, n0, n1, yp, N);
+    if (vnni && whole) return w8a8_blocks_rows<true, true>(a, wp, sp, nullptr, n0, n1, yp, N);
+    if (vnni) return w8a8_blocks_rows<true, false>(a, wp, sp, wb, n0, n1, yp, N);
+    if (avx2 && whole) return w8a8_blocks_rows<false, true>(a, wp, sp, nullptr, n0, n1, yp, N);
+    if (avx2) return w8a8_blocks_rows<false, false>(a, wp, sp, wb, n0, n1, yp, N);
 #endif
     (void)vnni;
     (void)avx2;
-    w8a8_blocks_plain(a, wp, sp, n0, n1, yp, N);
+    w8a8_blocks_plain(a, wp, sp, wb, n0, n1, yp, N);
   });
   return y;
 }
 
 at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
                            int64_t block) {
+  if (scales.dim() == 2) return linear_w8a8_weight_blocks_cpu(x, q, scales, block);
   check_int8(x, q, scales, "gengraph::linear_w8a8");
   TORCH_CHECK(block >= 0,
               "gengraph::linear_w8a8: block must be 0 (a scale per row) or a "

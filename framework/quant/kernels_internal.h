@@ -9,6 +9,9 @@
 //   w8a8_avx2.cpp       int8 by int8 (W8A8) tiles, AVX2; the activations' quantization, AVX2
 //   w8a8_vnni.cpp       W8A8 tiles, AVX-512 VNNI
 //   w8a8_amx.cpp        W8A8 on AMX-INT8 tiles
+//   int8_blocks.cpp     int8 weights with a float16 scale per block (Q8_0 at 32): the operators'
+//                       CPU kernels for that layout, weight-only and W8A8, and the plain loop
+//   int8_blocks_avx2.cpp  those weights streamed with float32 activations, AVX2
 //   w4a8_avx2.cpp       int4 by int8 (W4A8), AVX2
 //   w4a8_vnni.cpp       W4A8, AVX-512 VNNI
 //   w4a8_amx.cpp        W4A8 on AMX-INT8 tiles
@@ -120,6 +123,11 @@ struct BlockRows {
 // gives the same floats to the bit, whatever the number of rows in the call: each block's integer
 // sum S_b is exact in int32, and the blocks are taken in order,
 //   acc = fma(float(S_b), s_b, acc)   for b = 0, 1, ..., then y = acc * scales[n].
+// With weight scales per block too (`wblock`, float16 [N, K / block]: int8 in blocks, llama.cpp's
+// Q8_0 by Q8_0 at 32), the weight block's scale w_b joins the activation block's, and there is no
+// per-channel scale:
+//   acc = fma(float(S_b), s_b * w_b, acc)   for b = 0, 1, ..., then y = acc
+// (s_b * w_b a float32 product, rounded). The AMX path takes no weight blocks (VNNI runs them).
 // A row's outputs do not depend on the path or on the rows beside it.
 
 // The whole-row (scale per row) kernels, VNNI and AMX, sum a row's products in int32: up to 2^16
@@ -154,9 +162,16 @@ void int4_rows_plain(const float* x, int64_t M, int64_t K, const uint8_t* q, con
 // Fills `r` (its buffers grown as needed, never shrunk: a thread's buffers serve its next call)
 // for M rows of K channels, rows in parallel when there are many.
 void quantize_blocks(const float* x, int64_t M, int64_t K, int64_t block, BlockRows& r);
-// y[m, n] with the blocks in order, as above: the reference the vectorized paths equal.
-void w8a8_blocks_plain(const BlockRows& a, const int8_t* w, const float* scales, int64_t n0,
-                       int64_t n1, float* out, int64_t ldo);
+// y[m, n] with the blocks in order, as above: the reference the vectorized paths equal. `scales`
+// per output channel, or (wblock set) the weight's float16 scales per block, [N, K / a.block].
+void w8a8_blocks_plain(const BlockRows& a, const int8_t* w, const float* scales,
+                       const at::Half* wblock, int64_t n0, int64_t n1, float* out, int64_t ldo);
+// int8 weights with a float16 scale per block (int8_blocks.cpp), weight-only: y[m, n] = per block
+// b the float32 dot of the activations and the levels, times the block's scale, summed over the
+// blocks; rows [n0, n1) for every activation row.
+void int8_blocks_plain(const float* x, int64_t M, int64_t K, const int8_t* q,
+                       const at::Half* scales, int64_t block, int64_t n0, int64_t n1, float* out,
+                       int64_t ldo);
 void quantize_w4a8(const float* x, int64_t M, int64_t K, W4A8Rows& r);
 // y[m, n] as above, channel by channel: the reference the vectorized path equals.
 void w4a8_plain(const W4A8Rows& r, const uint8_t* q, const at::Half* scales, const at::Half* zeros,
@@ -172,6 +187,9 @@ constexpr int64_t kAmxMinRows = 4;
 // (docs/results/quant-notes-from-comments.md).
 constexpr int64_t kW4A8AmxMinRows = 16;
 
+// x a contiguous 2-D float32 CPU tensor of K channels, or an error naming `op` (kernels.cpp).
+void check_x(const at::Tensor& x, int64_t K, const char* op);
+
 // The operators' CPU kernels (kernels.cpp), registered in operators.cpp.
 at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales);
 at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
@@ -182,6 +200,16 @@ at::Tensor linear_w4a8_cpu(const at::Tensor& x, const at::Tensor& packed, const 
                            const at::Tensor& zeros, int64_t group);
 at::Tensor linear_bf16_cpu(const at::Tensor& x, const at::Tensor& w);
 at::Tensor linear_f32_cpu(const at::Tensor& x, const at::Tensor& w);
+// int8 with float16 scales per block ([N, K / B] scales: linear_int8_cpu and linear_w8a8_cpu send
+// such weights here), int8_blocks.cpp.
+at::Tensor linear_int8_blocks_cpu(const at::Tensor& x, const at::Tensor& q,
+                                  const at::Tensor& scales);
+at::Tensor linear_w8a8_weight_blocks_cpu(const at::Tensor& x, const at::Tensor& q,
+                                         const at::Tensor& scales, int64_t block);
+// The checks of linear_w8a8's block and the W8A8 product with activation blocks (kernels.cpp);
+// `wblock` the weight's float16 block scales or null (then `scales` per output channel).
+at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
+                              int64_t block, const at::Half* wblock = nullptr);
 
 #ifdef GENGRAPH_X86_AVX2
 constexpr int64_t kPrefetchBytes = 8192;
@@ -226,14 +254,19 @@ GENGRAPH_AVX2_FN void w8a8_rows_avx2_tile(const BlockRows& a, int64_t m0, const 
                                           const float* scales, float* out, int64_t ldo);
 template <int NB>
 GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m, const int8_t* w,
-                                            const float* scales, float* out);
+                                            const float* scales, const at::Half* wblock,
+                                            float* out);
+// int8_blocks_avx2.cpp: weight rows [n0, n1) for every activation row, weight-only.
+GENGRAPH_AVX2_FN void int8_blocks_avx2(const float* x, int64_t M, int64_t K, const int8_t* q,
+                                       const at::Half* scales, int64_t block, int64_t n0,
+                                       int64_t n1, float* out, int64_t ldo);
 // w8a8_vnni.cpp
 template <int MB, int NB>
 GENGRAPH_VNNI_FN void w8a8_rows_vnni_tile(const BlockRows& a, int64_t m0, const int8_t* w,
                                           const float* scales, float* out, int64_t ldo);
 GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m, const int8_t* w,
-                                            int64_t rows, const float* scales, float* out,
-                                            int32_t* sums);
+                                            int64_t rows, const float* scales,
+                                            const at::Half* wblock, float* out, int32_t* sums);
 // w4a8_avx2.cpp, w4a8_vnni.cpp: weight rows [n0, n1) for every activation row.
 GENGRAPH_AVX2_FN void w4a8_avx2_rows(const W4A8Rows& r, const uint8_t* q, const at::Half* scales,
                                      const at::Half* zeros, int64_t group, int64_t n0, int64_t n1,
@@ -262,11 +295,14 @@ GENGRAPH_AMX_FN void w4a8_amx(const W4A8Rows& r, const int32_t* b, const float* 
 // Rows [n0, n1) of the product for every activation row: weight rows in passes of 16 (they stay
 // in L1 across the activation rows); one block a row in tiles of up to 4 activation rows, with
 // blocks one activation row at a time.
+// wblock: the weight's float16 scales per block ([N, K / a.block]; blocks only), or null.
 template <bool kVnni, bool kWholeRow>
-void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales, int64_t n0,
-                      int64_t n1, float* out, int64_t ldo) {
+void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales,
+                      const at::Half* wblock, int64_t n0, int64_t n1, float* out, int64_t ldo) {
   constexpr int64_t kRowsPerPass = 16;
-  const int64_t K = a.K;
+  const int64_t K = a.K, nb = K / a.block;
+  // Weight row n's block scales (null without them).
+  const auto wb = [&](int64_t n) { return wblock ? wblock + n * nb : nullptr; };
   auto blocks = [&](int64_t m, int64_t nb, int64_t ne) {
     int64_t n = nb;
     float* o = out + m * ldo;
@@ -275,10 +311,11 @@ void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales, 
       static thread_local std::vector<int32_t> sums;
       const size_t need = static_cast<size_t>((K / a.block + 15) / 16 * 256);
       if (sums.size() < need) sums.resize(need);
-      w8a8_blocks_vnni_tile(a, m, w + n * K, ne - nb, scales + n, o + n, sums.data());
+      w8a8_blocks_vnni_tile(a, m, w + n * K, ne - nb, scales + n, wb(n), o + n, sums.data());
     } else {
-      for (; n + 4 <= ne; n += 4) w8a8_blocks_avx2_tile<4>(a, m, w + n * K, scales + n, o + n);
-      for (; n < ne; ++n) w8a8_blocks_avx2_tile<1>(a, m, w + n * K, scales + n, o + n);
+      for (; n + 4 <= ne; n += 4)
+        w8a8_blocks_avx2_tile<4>(a, m, w + n * K, scales + n, wb(n), o + n);
+      for (; n < ne; ++n) w8a8_blocks_avx2_tile<1>(a, m, w + n * K, scales + n, wb(n), o + n);
     }
   };
   auto tile = [&](auto mb, int64_t m, int64_t nb, int64_t ne) {
@@ -324,13 +361,17 @@ void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales, 
 
 // Instantiated in w8a8_vnni.cpp (kVnni) and w8a8_avx2.cpp, beside the tiles they call.
 extern template void w8a8_blocks_rows<true, true>(const BlockRows&, const int8_t*, const float*,
-                                                  int64_t, int64_t, float*, int64_t);
+                                                  const at::Half*, int64_t, int64_t, float*,
+                                                  int64_t);
 extern template void w8a8_blocks_rows<true, false>(const BlockRows&, const int8_t*, const float*,
-                                                   int64_t, int64_t, float*, int64_t);
+                                                   const at::Half*, int64_t, int64_t, float*,
+                                                   int64_t);
 extern template void w8a8_blocks_rows<false, true>(const BlockRows&, const int8_t*, const float*,
-                                                   int64_t, int64_t, float*, int64_t);
+                                                   const at::Half*, int64_t, int64_t, float*,
+                                                   int64_t);
 extern template void w8a8_blocks_rows<false, false>(const BlockRows&, const int8_t*, const float*,
-                                                    int64_t, int64_t, float*, int64_t);
+                                                    const at::Half*, int64_t, int64_t, float*,
+                                                    int64_t);
 #endif  // GENGRAPH_X86_AVX2
 
 }  // namespace gengraph::kernels::detail

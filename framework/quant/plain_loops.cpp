@@ -87,7 +87,8 @@ void quantize_blocks(const float* x, int64_t M, int64_t K, int64_t block, BlockR
         {
           quantize_block_plain(x + at, block, q + at, scale, lb + at / 4);
         }
-        if (block == K) continue;  // one block a row: its kernels add the lanes' biases
+        // (One block a row: the whole-row kernels add the lanes' biases; the block kernels, which
+        // take int8 weights in blocks whatever their number, read this sum.)
         int32_t sum = 0;
         for (int64_t l = at / 4; l < (at + block) / 4; ++l) sum += lb[l];
         bb[m * (K / block) + b0 / block] = sum;
@@ -97,8 +98,8 @@ void quantize_blocks(const float* x, int64_t M, int64_t K, int64_t block, BlockR
 }
 
 // y[m, n] with the blocks in order, as above: the reference the vectorized paths equal.
-void w8a8_blocks_plain(const BlockRows& a, const int8_t* w, const float* scales, int64_t n0,
-                       int64_t n1, float* out, int64_t ldo) {
+void w8a8_blocks_plain(const BlockRows& a, const int8_t* w, const float* scales,
+                       const at::Half* wblock, int64_t n0, int64_t n1, float* out, int64_t ldo) {
   const int64_t K = a.K, block = a.block, nb = K / block;
   for (int64_t n = n0; n < n1; ++n) {
     const int8_t* wr = w + n * K;
@@ -109,9 +110,31 @@ void w8a8_blocks_plain(const BlockRows& a, const int8_t* w, const float* scales,
       for (int64_t b = 0; b < nb; ++b) {
         int32_t s = 0;
         for (int64_t k = b * block; k < (b + 1) * block; ++k) s += int32_t{xr[k]} * int32_t{wr[k]};
-        acc = std::fma(static_cast<float>(s), bs[b], acc);
+        // The activation block's scale, times the weight block's where the weight has them.
+        const float d = wblock ? bs[b] * static_cast<float>(wblock[n * nb + b]) : bs[b];
+        acc = std::fma(static_cast<float>(s), d, acc);
       }
-      out[m * ldo + n] = acc * scales[n];
+      out[m * ldo + n] = wblock ? acc : acc * scales[n];
+    }
+  }
+}
+
+void int8_blocks_plain(const float* x, int64_t M, int64_t K, const int8_t* q,
+                       const at::Half* scales, int64_t block, int64_t n0, int64_t n1, float* out,
+                       int64_t ldo) {
+  const int64_t nb = K / block;
+  for (int64_t n = n0; n < n1; ++n) {
+    const int8_t* qr = q + n * K;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xr = x + m * K;
+      float y = 0.f;
+      for (int64_t b = 0; b < nb; ++b) {
+        float p = 0.f;
+        for (int64_t k = b * block; k < (b + 1) * block; ++k)
+          p += xr[k] * static_cast<float>(qr[k]);
+        y += p * static_cast<float>(scales[n * nb + b]);
+      }
+      out[m * ldo + n] = y;
     }
   }
 }

@@ -78,10 +78,6 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
       onednn = onednn_gemm(weight);
       return;
     case WeightFormat::Kind::kInt8: {
-      if (format.int8_blocks()) {
-        throw Error("model.group_size: int8 in blocks of " + std::to_string(format.group_size) +
-                    " has no kernels yet; leave group_size out for a scale per output channel");
-      }
       const int64_t block = format.int8_activation_block;
       if (block != 0 && format.int8_activation_rows > 0 && weight.size(1) % block != 0) {
         throw Error(
@@ -89,6 +85,25 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
             "projection's input channels; found " +
             std::to_string(block) + " for a projection of " + std::to_string(weight.size(1)) +
             " input channels");
+      }
+      if (format.int8_blocks()) {
+        // A float16 scale per block of group_size channels: gengraph's CPU kernels only.
+        const int64_t group = format.group_size;
+        if (!weight.is_cpu()) {
+          throw Error("model.group_size: int8 in blocks (group_size " + std::to_string(group) +
+                      ") runs on CPU only (LibTorch's CUDA int8 kernel takes a scale per output "
+                      "channel); leave group_size out with int8 on " +
+                      weight.device().str());
+        }
+        if (weight.size(1) % group != 0) {
+          throw Error("model.weights int8: a projection's " + std::to_string(weight.size(1)) +
+                      " input channels are not a multiple of group_size " + std::to_string(group) +
+                      " (choose one that divides them)");
+        }
+        Int8Blocks q = quantize_int8_blocks(weight, group);
+        qweight = std::move(q.q);
+        scales = std::move(q.scales);
+        break;
       }
       Int8Weight q = quantize_int8(weight);
       qweight = std::move(q.q);

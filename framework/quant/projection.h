@@ -19,9 +19,11 @@ namespace gengraph {
 // With a quantized WeightFormat (ModelConfig::weights) the weight is held as the format says and
 // the product runs through weight-only kernels (docs/quantization.md): on CPU gengraph's own
 // (framework/quant/kernels.h: float32 activations, the stored weight widened in registers)
-// for int8 (one scale per output channel), int4 (groups along the input channels) and bfloat16;
-// on CUDA LibTorch's at::_weight_int8pack_mm for int8, at::_weight_int4pack_mm for int4 (bfloat16
-// activations: pack_int4_cuda), and for bfloat16 a bfloat16 GEMM with the activations cast.
+// for int8 (one scale per output channel, or with group_size a float16 scale per block of that
+// many input channels), int4 (groups along the input channels) and bfloat16; on CUDA LibTorch's
+// at::_weight_int8pack_mm for int8 (per channel: int8 in blocks is refused there by name),
+// at::_weight_int4pack_mm for int4 (bfloat16 activations: pack_int4_cuda), and for bfloat16 a
+// bfloat16 GEMM with the activations cast.
 struct Projection {
   Projection() = default;
   Projection(at::Tensor weight, at::Tensor bias, const WeightFormat& format = {});
@@ -33,7 +35,8 @@ struct Projection {
   WeightFormat format;
   at::Tensor qweight;  // int8 [out, in]; int4: kernels::pack_int4's [out, in / 2] (on CUDA:
                        // Int4Cuda's packed); bf16 [out, in]
-  at::Tensor scales;   // int8: [out] (float32 on CPU); int4: [out, in / group] float16 (on CUDA:
+  at::Tensor scales;   // int8: [out] (float32 on CPU), in blocks [out, in / group_size] float16;
+                       // int4: [out, in / group] float16 (on CUDA:
                        // Int4Cuda's scales_and_zeros)
   at::Tensor zeros;    // int4 on CPU: [out, in / group] float16, the value of level 0
 

@@ -23,6 +23,42 @@ at::Tensor dequantize_int8(const Int8Weight& w) {
   return w.q.to(at::kFloat) * w.scales.to(at::kFloat).unsqueeze(1);
 }
 
+Int8Blocks quantize_int8_blocks(const at::Tensor& weight, int64_t block) {
+  const int64_t n = weight.size(0), k = weight.size(1);
+  TORCH_CHECK(block > 0 && k % block == 0, "quantize_int8_blocks: block ", block,
+              " must divide the ", k, " input channels");
+  const at::Tensor w = weight.to(at::kFloat).reshape({n, k / block, block});
+  const at::Tensor absmax = w.abs().amax(-1);
+  const at::Tensor scale =
+      at::where(absmax > 0, absmax / 127.0, at::ones_like(absmax)).to(at::kHalf);
+  if (!scale.isfinite().all().item<bool>()) {
+    const at::Tensor bad = scale.isfinite().logical_not().nonzero()[0];
+    const int64_t row = bad[0].item<int64_t>(), b = bad[1].item<int64_t>();
+    throw Error("model.weights int8 in blocks: output channel " + std::to_string(row) +
+                "'s block " + std::to_string(b) + " holds a weight of magnitude " +
+                std::to_string(absmax[row][b].item<float>()) +
+                "; the blocks keep their scales in float16, which holds finite values up to "
+                "65504 (leave group_size out for a float32 scale per output channel)");
+  }
+  // The levels against the float16 scale's value. A block whose scale rounds to float16's zero
+  // (every weight under about 4e-6) keeps level 0: its weights are below what the scale can say.
+  const at::Tensor s = scale.to(at::kFloat).unsqueeze(-1);
+  const at::Tensor q =
+      at::where(s > 0, at::round(w / s).clamp(-127, 127), at::zeros_like(w)).to(at::kChar);
+  Int8Blocks out;
+  out.block = block;
+  out.q = q.reshape({n, k}).contiguous();
+  out.scales = scale.contiguous();
+  return out;
+}
+
+at::Tensor dequantize_int8_blocks(const Int8Blocks& w) {
+  const int64_t n = w.q.size(0), k = w.q.size(1);
+  return (w.q.to(at::kFloat).reshape({n, k / w.block, w.block}) *
+          w.scales.to(at::kFloat).unsqueeze(-1))
+      .reshape({n, k});
+}
+
 Int4Weight quantize_int4(const at::Tensor& weight, int64_t group) {
   const int64_t n = weight.size(0), k = weight.size(1);
   const at::Tensor w = weight.to(at::kFloat).reshape({n, k / group, group});

@@ -1,6 +1,6 @@
-// The weight formats' quantization: int8 per output channel, int4 in groups (packed for
-// gengraph's CPU kernels by kernels::pack_int4, or for LibTorch's CUDA kernel by pack_int4_cuda),
-// and the dequantized weights the kernels multiply by (for tests).
+// The weight formats' quantization: int8 per output channel or in blocks, int4 in groups (packed
+// for gengraph's CPU kernels by kernels::pack_int4, or for LibTorch's CUDA kernel by
+// pack_int4_cuda), and the dequantized weights the kernels multiply by (for tests).
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -20,6 +20,18 @@ struct Int8Weight {
 };
 Int8Weight quantize_int8(const at::Tensor& weight);
 at::Tensor dequantize_int8(const Int8Weight& w);
+// int8 in blocks of `block` input channels of a row (model.weights int8 with group_size; at 32
+// llama.cpp's Q8_0 layout, whose tensors map onto it bit for bit): per block the scale is its
+// absolute maximum / 127 rounded to float16 (to nearest; a block of zeros gets 1), and the levels
+// are decided against that float16's value, q = round(w / float(scale)) half to even, clamped to
+// [-127, 127], so that the weight the kernels multiply by is q * float(scale) exactly.
+struct Int8Blocks {
+  at::Tensor q;       // int8 [out, in]
+  at::Tensor scales;  // float16 [out, in / block]
+  int64_t block = 32;
+};
+Int8Blocks quantize_int8_blocks(const at::Tensor& weight, int64_t block);
+at::Tensor dequantize_int8_blocks(const Int8Blocks& w);  // float32 [out, in]
 struct Int4Weight {
   at::Tensor q;       // int32 [out, in], values 0..15 (before packing)
   at::Tensor scales;  // float16 [out, in / group]

@@ -122,10 +122,13 @@ GENGRAPH_AVX2_FN inline __m256i lane_sums8(const __m256i* v) {
 }
 
 // With blocks, in the order of w8a8_blocks_plain: one activation row m, NB weight rows; eight
-// blocks' exact sums at a time, then the blocks' fused multiply-adds in order.
+// blocks' exact sums at a time, then the blocks' fused multiply-adds in order. With the weight's
+// block scales (wblock, row n's at wblock + n * nb) each block's multiplier is s_b * w_b and
+// there is no per-channel scale.
 template <int NB>
 GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m, const int8_t* w,
-                                            const float* scales, float* out) {
+                                            const float* scales, const at::Half* wblock,
+                                            float* out) {
   const int64_t K = a.K, block = a.block, nb = K / block;
   const int8_t* x = a.q.data() + m * K;
   const float* bs = a.block_scale.data() + m * nb;
@@ -140,18 +143,26 @@ GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m, const
       }
       alignas(32) int32_t sums[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(sums), lane_sums8(v));
+      if (wblock != nullptr) {
+        const at::Half* ws = wblock + n * nb + g0;
+        for (int64_t i = 0; i < gb; ++i) {
+          const float d = bs[g0 + i] * static_cast<float>(ws[i]);
+          acc[n] = std::fma(static_cast<float>(sums[i]), d, acc[n]);
+        }
+        continue;
+      }
       for (int64_t i = 0; i < gb; ++i) {
         acc[n] = std::fma(static_cast<float>(sums[i]), bs[g0 + i], acc[n]);
       }
     }
   }
-  for (int n = 0; n < NB; ++n) out[n] = acc[n] * scales[n];
+  for (int n = 0; n < NB; ++n) out[n] = wblock != nullptr ? acc[n] : acc[n] * scales[n];
 }
 
-template void w8a8_blocks_rows<false, true>(const BlockRows&, const int8_t*, const float*, int64_t,
-                                            int64_t, float*, int64_t);
-template void w8a8_blocks_rows<false, false>(const BlockRows&, const int8_t*, const float*, int64_t,
-                                             int64_t, float*, int64_t);
+template void w8a8_blocks_rows<false, true>(const BlockRows&, const int8_t*, const float*,
+                                            const at::Half*, int64_t, int64_t, float*, int64_t);
+template void w8a8_blocks_rows<false, false>(const BlockRows&, const int8_t*, const float*,
+                                             const at::Half*, int64_t, int64_t, float*, int64_t);
 
 #endif  // GENGRAPH_X86_AVX2
 

@@ -115,11 +115,23 @@ GENGRAPH_VNNI_FN inline void transpose16(__m512i* r) {
 // of 16 blocks the blocks' exact sums come to one lane each (three rounds of pair_sums over the
 // group's eight pairs, plus the blocks' -128 * sums); then per group a transpose puts each
 // block's sums for the 16 weight rows in one register, and the blocks' fused multiply-adds run
-// in order with the weight rows in the lanes. `sums` holds [groups][16][16] int32.
+// in order with the weight rows in the lanes. `sums` holds [groups][16][16] int32. With the
+// weight's block scales (wblock: the first row's, rows nb apart) each block's multiplier is
+// s_b * w_b, the 16 rows' w_b in the lanes, and there is no per-channel scale.
 GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m, const int8_t* w,
-                                            int64_t rows, const float* scales, float* out,
-                                            int32_t* sums) {
+                                            int64_t rows, const float* scales,
+                                            const at::Half* wblock, float* out, int32_t* sums) {
   const int64_t K = a.K, block = a.block, nb = K / block, groups = (nb + 15) / 16;
+  // The weight rows' block scales as float32, [nb][16] (rows past `rows` 0).
+  static thread_local std::vector<float> wt;
+  if (wblock != nullptr) {
+    if (wt.size() < static_cast<size_t>(nb * 16)) wt.resize(static_cast<size_t>(nb * 16));
+    for (int64_t r = 0; r < 16; ++r) {
+      for (int64_t b = 0; b < nb; ++b) {
+        wt[b * 16 + r] = r < rows ? static_cast<float>(wblock[r * nb + b]) : 0.f;
+      }
+    }
+  }
   const int8_t* x = a.q.data() + m * K;
   const int32_t* bb = a.block_bias.data() + m * nb;
   const float* bs = a.block_scale.data() + m * nb;
@@ -155,17 +167,20 @@ GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m, const
     transpose16(t);
     for (int64_t b = 0; b < gb; ++b) {
       const __m512i exact = _mm512_add_epi32(t[b], _mm512_set1_epi32(bb[g0 + b]));
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), _mm512_set1_ps(bs[g0 + b]), acc);
+      __m512 d = _mm512_set1_ps(bs[g0 + b]);
+      if (wblock != nullptr) d = _mm512_mul_ps(d, _mm512_loadu_ps(wt.data() + (g0 + b) * 16));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), d, acc);
     }
   }
   const __mmask16 out_mask = static_cast<__mmask16>(rows >= 16 ? 0xFFFF : (1u << rows) - 1);
+  if (wblock != nullptr) return _mm512_mask_storeu_ps(out, out_mask, acc);
   _mm512_mask_storeu_ps(out, out_mask, _mm512_mul_ps(acc, _mm512_maskz_loadu_ps(out_mask, scales)));
 }
 
-template void w8a8_blocks_rows<true, true>(const BlockRows&, const int8_t*, const float*, int64_t,
-                                           int64_t, float*, int64_t);
-template void w8a8_blocks_rows<true, false>(const BlockRows&, const int8_t*, const float*, int64_t,
-                                            int64_t, float*, int64_t);
+template void w8a8_blocks_rows<true, true>(const BlockRows&, const int8_t*, const float*,
+                                           const at::Half*, int64_t, int64_t, float*, int64_t);
+template void w8a8_blocks_rows<true, false>(const BlockRows&, const int8_t*, const float*,
+                                            const at::Half*, int64_t, int64_t, float*, int64_t);
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

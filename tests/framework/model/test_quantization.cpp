@@ -393,13 +393,19 @@ TEST_P(QuantizedBackends, GiveEagerTokensOnTheSameQuantizedModel) {
   // w8a8: int8 weights with every product's activations quantized too.
   // w8a8b32: the same with a scale per 32 activation channels.
   // w4a8: int4 weights with every product's activations quantized, in blocks of 32.
-  const bool w8a8 = c.format == "w8a8" || c.format == "w8a8b32";
+  // int8g32: int8 weights with a float16 scale per block of 32 (Q8_0); w8a8g32 the same by
+  // activations in blocks of 32.
+  const bool g32 = c.format == "int8g32" || c.format == "w8a8g32";
+  const bool w8a8 = c.format == "w8a8" || c.format == "w8a8b32" || c.format == "w8a8g32";
   // w4a8h8: the same with the output head in int8 (and its activations in blocks of 32).
   const bool w4a8 = c.format == "w4a8" || c.format == "w4a8h8";
   o.weights.int8_head = c.format == "w4a8h8";
-  o.weights.kind = parse_weight_kind(w8a8 ? "int8" : w4a8 ? "int4" : c.format, "test");
+  o.weights.kind = parse_weight_kind(w8a8 || g32 ? "int8" : w4a8 ? "int4" : c.format, "test");
+  if (g32) o.weights.group_size = 32;
   if (w8a8 || w4a8) o.weights.int8_activation_rows = 1;
-  if (c.format == "w8a8b32" || w4a8) o.weights.int8_activation_block = 32;
+  if (c.format == "w8a8b32" || c.format == "w8a8g32" || w4a8) {
+    o.weights.int8_activation_block = 32;
+  }
   const auto model = testing::test_model(c.model, 11, o);
   auto reference = BackendRegistry::instance().create("eager", model, BackendOptions("eager", {}));
   auto backend =
@@ -443,11 +449,12 @@ std::vector<QuantCase> quant_cases() {
   // int4 needs widths that its groups of 32 divide: the tiny presets (64 wide); the fixture
   // models (48 wide) for the others.
   for (const std::string format :
-       {"int8", "w8a8", "w8a8b32", "int4", "w4a8", "w4a8h8", "bfloat16"}) {
+       {"int8", "w8a8", "w8a8b32", "int8g32", "w8a8g32", "int4", "w4a8", "w4a8h8", "bfloat16"}) {
+    const bool blocks = format == "int4" || format == "w8a8b32" || format == "int8g32" ||
+                        format == "w8a8g32" || format == "w4a8" || format == "w4a8h8";
     const std::vector<std::string> models =
-        format == "int4" || format == "w8a8b32" || format == "w4a8" || format == "w4a8h8"
-            ? std::vector<std::string>{"tiny", "preset:gptj-tiny", "preset:llama-tiny"}
-            : std::vector<std::string>{"tiny", "gptj-a", "llama-a"};
+        blocks ? std::vector<std::string>{"tiny", "preset:gptj-tiny", "preset:llama-tiny"}
+               : std::vector<std::string>{"tiny", "gptj-a", "llama-a"};
     for (const std::string& model : models) {
       out.push_back({format, "eager", {{"cache", "static"}}, model});
       out.push_back({format, "trace", {}, model});
