@@ -12,6 +12,7 @@
 #include "framework/backend/backend_registry.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/decoding/plan.h"
+#include "framework/model/gguf.h"
 #include "framework/model/loader.h"
 #include "framework/model/model_registry.h"
 #include "framework/util/device.h"
@@ -50,7 +51,7 @@ void check_backends(const ExperimentConfig& c) {
                   c.model.device + "); set loop.capture: false to run the whole step uncaptured");
     }
   }
-  if (c.model.preset.empty()) {
+  if (c.model.preset.empty() && !is_gguf_file(c.model.path)) {
     try {
       check_model_folder(c.model.path);
     } catch (const Error& e) {

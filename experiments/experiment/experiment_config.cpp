@@ -13,6 +13,7 @@
 #include "experiments/experiment/yaml_input.h"
 #include "experiments/tools/peers.h"
 #include "framework/decoding/resolved_settings.h"
+#include "framework/model/gguf.h"
 #include "framework/model/known_models.h"
 #include "framework/quant/weight_format.h"
 #include "framework/util/error.h"
@@ -64,18 +65,31 @@ ModelSpec read_model(MapReader r, const std::string& file) {
   m.preset = r.scalar<std::string>("preset", "", "a preset name");
   m.path = r.scalar<std::string>("path", "", "a model folder path");
   m.name = r.scalar<std::string>("name", "", "a known model name (see gengraph models)");
-  const int given = !m.preset.empty() + !m.path.empty() + !m.name.empty();
+  const std::string gguf = r.scalar<std::string>("gguf", "", "a GGUF file's path");
+  const int given = !m.preset.empty() + !m.path.empty() + !m.name.empty() + !gguf.empty();
   if (given != 1) {
     const char* key = given == 0        ? "preset"
+                      : !gguf.empty()   ? "gguf"
                       : !m.name.empty() ? "name"
                       : !m.path.empty() ? "path"
                                         : "preset";
-    r.fail(key, "exactly one of model.preset, model.path or model.name");
+    r.fail(key,
+           "exactly one of model.preset, model.path or model.name (model.gguf is a model.path "
+           "that must be a GGUF file)");
+  }
+  if (!gguf.empty()) {
+    // model.path takes a GGUF file too; model.gguf says that it must be one.
+    if (!is_gguf_file(gguf)) {
+      r.fail("gguf", "a GGUF file (one that begins with the bytes 'GGUF')");
+    }
+    m.path = gguf;
   }
   if (r.has("config")) {
     const YAML::Node c = r.child("config");
     if (!c.IsMap()) r.fail("config", "a mapping of config.json keys");
-    if (!m.path.empty()) r.fail("config", "no config overrides with model.path (edit config.json)");
+    if (!m.path.empty()) {
+      r.fail("config", "no config overrides with model.path or model.gguf (edit config.json)");
+    }
     if (!m.name.empty())
       r.fail("config", "no config overrides with model.name (a real model's shape is its own)");
     m.config_overrides = to_json(c);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "framework/kernels/layer_ops.h"
+#include "framework/model/stored_weights.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
@@ -28,7 +29,11 @@ double CausalLM::decode_weight_bytes() const {
 Projection CausalLM::project(const at::Tensor& weight, const at::Tensor& bias,
                              const WeightFormat& format) {
   const double checkpoint = static_cast<double>(weight.nbytes());
-  Projection p(weight, bias, format);
+  const auto stored = stored_int4_.find(weight.data_ptr());
+  const bool take = stored != stored_int4_.end() && format.kind == WeightFormat::Kind::kInt4 &&
+                    stored->second.group == format.int4_group();
+  Projection p(weight, bias, format, take ? &stored->second : nullptr);
+  if (stored != stored_int4_.end()) stored_int4_.erase(stored);
   if (format.quantized()) {
     double stored = 0;
     for (const at::Tensor* t : {&p.qweight, &p.scales, &p.zeros})
@@ -66,6 +71,33 @@ at::Tensor CausalLM::fuse(const std::vector<std::string>& names, int64_t dim, bo
   for (const auto& n : names) parts.push_back(w(n));
   at::Tensor fused = parts.size() == 1 ? parts[0] : at::cat(parts, dim);
   if (transpose) fused = fused.t().contiguous();
+  // Rows of the fused projection ([out, in]) are the parts' output rows in order when the parts
+  // are [out_i, in] joined along 0, or Conv1D's [in, out_i] joined along 1 and transposed (a
+  // single part transposed is its own [out, in]).
+  if (config_.stored && (names.size() == 1 || (transpose ? dim == 1 : dim == 0))) {
+    std::vector<const Int4Weight*> levels;
+    for (const auto& n : names) {
+      const auto it = config_.stored->int4.find(n);
+      if (it != config_.stored->int4.end()) levels.push_back(&it->second);
+    }
+    if (levels.size() == names.size()) {
+      Int4Weight joined;
+      joined.group = levels[0]->group;
+      std::vector<at::Tensor> q, s, z;
+      for (const Int4Weight* l : levels) {
+        q.push_back(l->q);
+        s.push_back(l->scales);
+        z.push_back(l->zeros);
+        if (l->group != joined.group) joined.group = 0;  // mixed groups: none taken
+      }
+      if (joined.group > 0) {
+        joined.q = at::cat(q, 0);
+        joined.scales = at::cat(s, 0);
+        joined.zeros = at::cat(z, 0);
+        stored_int4_[fused.data_ptr()] = std::move(joined);
+      }
+    }
+  }
   const at::Tensor logical = transpose ? fused.t() : fused;
   int64_t offset = 0;
   for (size_t i = 0; i < names.size(); ++i) {

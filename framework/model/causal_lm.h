@@ -7,6 +7,7 @@
 #include <gengraph/ext/model.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,13 +58,17 @@ class CausalLM {
   // The named 2-D weight stored transposed and contiguous; weights() then holds a view of it.
   at::Tensor transposed(const std::string& name) { return fuse({name}, 0, true); }
   // A Projection of `weight` (a tensor of weights(), or one fused from them) in `format`; a
-  // quantized one's stored size replaces the weight's in decode_weight_bytes().
+  // quantized one's stored size replaces the weight's in decode_weight_bytes(). A weight fuse()
+  // made from weights the file stored as int4 on `format`'s grid takes those levels as they are.
   Projection project(const at::Tensor& weight, const at::Tensor& bias, const WeightFormat& format);
 
  private:
   ModelConfig config_;
   WeightMap weights_;
   double quantized_bytes_saved_ = 0;  // checkpoint bytes minus stored bytes, quantized projections
+  // fuse()'s results whose parts the file stored quantized (ModelConfig::stored): their levels
+  // concatenated as the floats were, for project() to take, keyed by the fused tensor's data.
+  std::map<const void*, Int4Weight> stored_int4_;
 };
 
 // A stable identifier of a model's weights and shape (config, tensor names/shapes, value samples):

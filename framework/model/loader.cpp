@@ -6,6 +6,8 @@
 #include <chrono>
 #include <map>
 
+#include "framework/model/gguf.h"
+#include "framework/model/gguf_model.h"
 #include "framework/model/json_fields.h"
 #include "framework/model/memory.h"
 #include "framework/model/model_registry.h"
@@ -211,8 +213,10 @@ std::filesystem::path check_model_folder(const std::filesystem::path& dir) {
   }
   if (!std::filesystem::is_directory(st)) {
     throw Error("model path '" + dir.string() + "' is not a folder: it is " +
-                (std::filesystem::is_regular_file(st) ? "a file" : kind_of(st)) +
-                " (expected a folder with config.json and model.safetensors)" + preset_hint(dir));
+                (std::filesystem::is_regular_file(st) ? "a file, and not a GGUF file"
+                                                      : kind_of(st)) +
+                " (expected a folder with config.json and model.safetensors, or a GGUF file)" +
+                preset_hint(dir));
   }
   const auto config_path = dir / "config.json";
   const auto cst = checked_status(config_path, "the model's config.json");
@@ -258,6 +262,10 @@ void untie_when_the_checkpoint_differs(const Checkpoint& ckpt, const Architectur
 ModelConfig model_config_of(const ModelSource& src) {
   register_builtin_architectures();
   if (!src.preset.empty()) return preset_model_config(src, preset_document(src));
+  if (is_gguf_file(src.path)) {
+    const auto file = GgufFile::open(src.path);
+    return parse_model_config(gguf_config_document(*file), src.path.string());
+  }
   const auto config_path = check_model_folder(src.path);
   return parse_model_config(read_json_file(config_path), config_path.string());
 }
@@ -287,6 +295,26 @@ LoadedModel load_model(const ModelSource& src) {
           random_weights(arch.weight_specs(config), config.initializer_range, src.seed, src.load);
       return arch.build(std::move(config), std::move(w));
     });
+  } else if (is_gguf_file(src.path)) {
+    // A GGUF file: its metadata as config.json, its tensors dequantized (docs/gguf.md).
+    const auto file = GgufFile::open(src.path);
+    out.config_json = gguf_config_document(*file);
+    ModelConfig config = parse_model_config(out.config_json, src.path.string());
+    const Architecture& arch = ModelRegistry::instance().get(config.model_type, config.source);
+    const double bytes = weight_bytes(arch, config, src.load.dtype);
+    const std::string what = "the weights of '" + src.path.string() + "' (" +
+                             gguf_summary(*file) + ", dequantized)";
+    const std::string advice = "use a smaller dtype (model.dtype) or a device with more memory";
+    check_memory(what, bytes, src.load.device, advice);
+    config.fused = src.load.fused;
+    config.weights = src.load.weights;
+    out.model = with_allocation_errors(what, bytes, src.load.device, advice, [&] {
+      auto stored = std::make_shared<StoredWeights>();
+      WeightMap w = gguf_weights(*file, config, arch.weight_specs(config), src.load, stored.get());
+      if (!stored->int4.empty()) config.stored = std::move(stored);
+      return arch.build(std::move(config), std::move(w));
+    });
+    out.source = src.path.string();
   } else {
     const auto& dir = src.path;
     const auto config_path = check_model_folder(dir);

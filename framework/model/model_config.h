@@ -13,6 +13,8 @@
 
 namespace gengraph {
 
+struct StoredWeights;  // framework/model/stored_weights.h
+
 // Rotary position embedding parameters as transformers 5.17 standardizes them (config.json
 // "rope_parameters", or the older "rope_scaling" plus a top-level "rope_theta").
 struct RopeConfig {
@@ -80,6 +82,9 @@ struct ModelConfig {
   // Not from config.json: the linear layers' weight format (LoadOptions::weights), applied by the
   // fused form's projections at load.
   WeightFormat weights;
+  // Not from config.json: projection weights the file holds already on `weights`' grid (a GGUF's
+  // Q4_0 / Q4_1 tensors for int4 in groups of 32), taken as they are; null for none.
+  std::shared_ptr<const StoredWeights> stored;
 
   // Throws gengraph::Error naming `source` and the field when the numbers are inconsistent.
   void validate() const;

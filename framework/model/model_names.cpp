@@ -4,6 +4,7 @@
 #include <system_error>
 #include <vector>
 
+#include "framework/model/gguf.h"
 #include "framework/model/known_models.h"
 #include "framework/model/loader.h"
 #include "framework/util/error.h"
@@ -22,14 +23,19 @@ ModelName resolve_model_name(const std::string& name, const std::string& what, b
   const bool known_named = find_known_model(name) != nullptr;
   const char* builtin = preset_named ? "built-in preset" : "known real model";
   if (checked_exists(name, what)) {
+    if (is_gguf_file(name)) {  // a GGUF file is a model by itself (docs/gguf.md)
+      out.folder = name;
+      return out;
+    }
     std::error_code ec;
     const bool model_folder =
         std::filesystem::is_regular_file(std::filesystem::path(name) / "config.json", ec);
     if (model_folder || !(preset_named || known_named)) {
       if (!checked_is_directory(name, what)) {
         throw Error(what + " '" + name +
-                    "' is not a folder: it is a file (expected a folder with config.json and "
-                    "model.safetensors, a preset name or a known model name)");
+                    "' is not a folder: it is a file, and not a GGUF file (expected a folder with "
+                    "config.json and model.safetensors, a GGUF file, a preset name or a known "
+                    "model name)");
       }
       if (preset_named || known_named) {
         out.note = what + " " + name + " is the model folder './" + name + "', not the " + builtin +

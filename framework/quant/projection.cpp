@@ -59,7 +59,7 @@ bool onednn_gemm(const at::Tensor& weight) {
          c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""}).has_value();
 }
 
-Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
+Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f, const Int4Weight* stored)
     : weight(std::move(w)), bias(std::move(b)), format(f) {
   TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), "Projection: a contiguous 2-D weight");
   out_features = weight.size(0);
@@ -117,13 +117,21 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f)
                     " input channels are not a multiple of group_size " +
                     std::to_string(format.int4_group()) + " (choose one that divides them)");
       }
+      if (stored && (stored->group != format.int4_group() || stored->q.sizes() != weight.sizes())) {
+        throw Error("Projection: stored int4 levels of shape " + std::to_string(stored->q.size(0)) +
+                    " x " + std::to_string(stored->q.size(1)) + " in groups of " +
+                    std::to_string(stored->group) + " do not fit a weight of " +
+                    std::to_string(weight.size(0)) + " x " + std::to_string(weight.size(1)) +
+                    " in groups of " + std::to_string(format.int4_group()));
+      }
       if (!weight.device().is_cpu()) {
-        const Int4Cuda packed = pack_int4_cuda(quantize_int4(weight, format.int4_group()));
+        const Int4Cuda packed =
+            pack_int4_cuda(stored ? *stored : quantize_int4(weight, format.int4_group()));
         qweight = packed.packed;
         scales = packed.scales_and_zeros;
         break;
       }
-      Int4Weight q = quantize_int4(weight, format.int4_group());
+      Int4Weight q = stored ? *stored : quantize_int4(weight, format.int4_group());
       qweight = kernels::pack_int4(q.q);
       scales = std::move(q.scales);
       zeros = std::move(q.zeros);

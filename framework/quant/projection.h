@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "framework/quant/quantize.h"
 #include "framework/quant/weight_format.h"
 
 namespace gengraph {
@@ -26,7 +27,11 @@ namespace gengraph {
 // bfloat16 GEMM with the activations cast.
 struct Projection {
   Projection() = default;
-  Projection(at::Tensor weight, at::Tensor bias, const WeightFormat& format = {});
+  // `stored`: for int4, levels, scales and zeros the file already holds on this format's grid
+  // (a GGUF's Q4_0 / Q4_1 blocks), taken as they are instead of quantizing `weight`, which must be
+  // their dequantized values (it sizes the projection).
+  Projection(at::Tensor weight, at::Tensor bias, const WeightFormat& format = {},
+             const Int4Weight* stored = nullptr);
 
   at::Tensor weight;  // [out, in], contiguous (undefined when quantized)
   at::Tensor bias;    // [out], or undefined

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "framework/model/gguf.h"
 #include "framework/text/utf8.h"
 #include "framework/util/error.h"
 #include "framework/util/files.h"
@@ -184,6 +185,8 @@ std::unique_ptr<Tokenizer> load_sentencepiece_model(const std::filesystem::path&
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& folder) {
+  // A GGUF file carries its tokenizer in its metadata.
+  if (is_gguf_file(folder)) return load_gguf_tokenizer(*GgufFile::open(folder));
   std::error_code ec;
   if (std::filesystem::exists(folder / "tokenizer.json", ec)) {
     return load_tokenizer_json(folder / "tokenizer.json");

@@ -60,7 +60,8 @@ std::unique_ptr<Tokenizer> load_sentencepiece_model(const std::filesystem::path&
 class GgufFile;
 std::unique_ptr<Tokenizer> load_gguf_tokenizer(const GgufFile& file);
 // A model folder's tokenizer: tokenizer.json when present, else tokenizer.model (add_bos_token from
-// tokenizer_config.json, true when it does not say), else an Error naming the folder.
+// tokenizer_config.json, true when it does not say), else an Error naming the folder. A GGUF file
+// in the folder's place gives load_gguf_tokenizer's.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& folder);
 
 inline constexpr std::string_view kUnsupportedTokenizer = "unsupported tokenizer: ";

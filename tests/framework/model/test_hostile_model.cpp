@@ -139,7 +139,8 @@ TEST(HostileModel, AConfigJsonThatIsNotARegularFileIsNamedForWhatItIs) {
   EXPECT_THAT(error_of([&] { load_model(folder(dir / "e")); }), HasSubstr("has no config.json"));
   write_file(dir / "plain", "x");
   EXPECT_THAT(error_of([&] { load_model(folder(dir / "plain")); }),
-              HasSubstr("is not a folder: it is a file (expected a folder with config.json"));
+              HasSubstr("is not a folder: it is a file, and not a GGUF file (expected a folder "
+                        "with config.json and model.safetensors, or a GGUF file)"));
 }
 
 TEST(HostileModel, AModelPathNamedLikeAPresetSaysHowToGetThePreset) {

@@ -1,0 +1,144 @@
+// GGUF files as models: the small files llama.cpp's converter and quantizer wrote
+// (tests/fixtures/gguf/models, tools/make_gguf_model_fixtures.py) load and give the logits the
+// pinned transformers computes on the same files (its own GGUF reading, dequantized, float32).
+#include <ATen/ATen.h>
+#include <gengraph/ext/cache.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "framework/model/gguf.h"
+#include "framework/model/gguf_model.h"
+#include "framework/model/loader.h"
+#include "framework/model/safetensors.h"
+#include "tests/support/test_util.h"
+
+namespace gengraph {
+namespace {
+
+using testing::error_of;
+using ::testing::HasSubstr;
+
+std::filesystem::path fixtures() {
+  return std::filesystem::path(testing::fixtures_dir()) / "gguf" / "models";
+}
+
+// Logits after each prefix of `ids`, one prefill per prefix: [T, vocab].
+at::Tensor prefix_logits(const CausalLM& m, const at::Tensor& ids) {
+  std::vector<at::Tensor> out;
+  for (int64_t t = 1; t <= ids.size(0); ++t) {
+    GrowingCache cache(m.config().num_layers);
+    out.push_back(run_forward_step(m, cache, ids.slice(0, 0, t).unsqueeze(0),
+                                   at::arange(t, at::kLong).unsqueeze(0), at::arange(t, at::kLong),
+                                   at::ones({1, t}, at::kBool)));
+  }
+  return at::cat(out);
+}
+
+class GgufModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufModel, GivesTransformersLogitsOnTheSameFile) {
+  const std::string name = GetParam();
+  const auto expected = SafetensorsFile::open(fixtures() / "expected.safetensors");
+  ModelSource src;
+  src.path = fixtures() / (name + ".gguf");
+  const LoadedModel loaded = load_model(src);
+  EXPECT_EQ(loaded.source, src.path.string());
+  const at::Tensor want = expected->view(name).to(at::kFloat)[0];
+  const at::Tensor got = prefix_logits(*loaded.model, expected->view("prompt").to(at::kLong));
+  ASSERT_EQ(got.sizes(), want.sizes());
+  // Both dequantize the same bits to the same floats; the sums differ only in their order.
+  EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-4))
+      << name << ": largest difference " << (got - want).abs().max().item<float>();
+  // The configuration alone, without the weights, is the same.
+  EXPECT_EQ(model_config_of(src).num_layers, loaded.model->config().num_layers);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, GgufModel,
+                         ::testing::Values("llama-f32", "llama-q8_0", "llama-q4_0", "llama-q4_1",
+                                           "qwen2-f32", "qwen2-q8_0", "qwen2-q4_0", "qwen2-q4_1",
+                                           "gpt2-f32", "gpt2-q8_0", "gpt2-q4_0", "gpt2-q4_1"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& c : s) c = c == '-' ? '_' : c;
+                           return s;
+                         });
+
+// With model.weights int4 (groups of 32), Q4_0 and Q4_1 blocks are taken as int4 levels as they
+// are: the logits stay transformers' on the same file (quantizing the dequantized floats again
+// would move Q4_0's, whose grid is symmetric about 0, onto another grid).
+TEST_P(GgufModel, Int4TakesQ4BlocksAsTheyAre) {
+  const std::string name = GetParam();
+  if (name.find("q4_") == std::string::npos) GTEST_SKIP() << "not a Q4_0 / Q4_1 file";
+  const auto expected = SafetensorsFile::open(fixtures() / "expected.safetensors");
+  ModelSource src;
+  src.path = fixtures() / (name + ".gguf");
+  src.load.weights.kind = WeightFormat::Kind::kInt4;
+  src.load.weights.lm_head = false;  // the head (Q8_0 or F32 here) as loaded
+  const LoadedModel loaded = load_model(src);
+  const at::Tensor want = expected->view(name).to(at::kFloat)[0];
+  const at::Tensor got = prefix_logits(*loaded.model, expected->view("prompt").to(at::kLong));
+  EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-4))
+      << name << ": largest difference " << (got - want).abs().max().item<float>();
+}
+
+TEST(GgufModelConfig, MetadataBecomesTheArchitecturesConfig) {
+  const auto f = GgufFile::open(fixtures() / "llama-q4_1.gguf");
+  const nlohmann::json doc = gguf_config_document(*f);
+  EXPECT_EQ(doc["model_type"], "llama");
+  EXPECT_EQ(doc["hidden_size"], 64);
+  EXPECT_EQ(doc["num_key_value_heads"], 2);
+  EXPECT_EQ(doc["tie_word_embeddings"], true);  // no output.weight
+  EXPECT_EQ(gguf_summary(*f), "llama: 20 tensors (F32 5, Q4_1 14, Q8_0 1)");
+  const auto g = GgufFile::open(fixtures() / "gpt2-f32.gguf");
+  EXPECT_EQ(gguf_config_document(*g)["n_inner"], 256);
+}
+
+// A GGUF whose tensors do not fit its metadata is refused naming the tensor.
+TEST(GgufModelConfig, RefusesWhatDoesNotFitByName) {
+  // The file's bytes with one tensor renamed (same length): the model lacks it, and has one
+  // no spec takes.
+  std::ifstream in(fixtures() / "llama-f32.gguf", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string from = "blk.1.ffn_up.weight", to = "blk.1.ffn_UP.weight";
+  const size_t at = bytes.find(from);
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, from.size(), to);
+  testing::TempDir dir;
+  testing::write_file(dir / "renamed.gguf", bytes);
+  ModelSource src;
+  src.path = dir / "renamed.gguf";
+  const std::string e = error_of([&] { load_model(src); });
+  EXPECT_THAT(e, HasSubstr("renamed.gguf': no tensor blk.1.ffn_up.weight "
+                           "(model.layers.1.mlp.up_proj.weight, expected shape [128, 64])"));
+}
+
+// The entry points: model.gguf (and model.path) in an experiment, --model in the CLI.
+TEST(GgufModelEntryPoints, ExperimentsAndTheCliTakeAGgufFile) {
+  testing::TempDir dir;
+  const std::string file = (fixtures() / "llama-q8_0.gguf").string();
+  const std::string rest =
+      "backends: [eager, trace]\ninputs: {prompts: [[1, 5, 9], [7]]}\n"
+      "generation: {max_new_tokens: 4, min_new_tokens: 4}\nrun: {warmup: 0, repeats: 1}\n";
+  testing::write_file(dir / "g.yaml", "model: {gguf: '" + file + "'}\n" + rest);
+  ASSERT_EQ(testing::run_quietly(dir / "g.yaml", dir / "g.json"), 0);
+  const auto doc = nlohmann::json::parse(testing::read_file(dir / "g.json"));
+  EXPECT_TRUE(doc["runs"][1]["tokens_match_first_row"].get<bool>()) << doc["runs"][1].dump();
+  EXPECT_EQ(doc["runs"][0]["outputs"][0]["sequences"][0]["tokens"].size(), 4u);
+  testing::write_file(dir / "p.yaml", "model: {path: '" + file + "'}\n" + rest);
+  EXPECT_EQ(testing::run_quietly(dir / "p.yaml", dir / "p.json"), 0);
+  // model.gguf must be a GGUF file.
+  testing::write_file(
+      dir / "bad.yaml",
+      "model: {gguf: '" + (fixtures() / "expected.safetensors").string() + "'}\n" + rest);
+  const auto [rc, err] = testing::cli_stderr({"run", (dir / "bad.yaml").string()});
+  EXPECT_NE(rc, 0);
+  EXPECT_THAT(err, HasSubstr("model.gguf: expected a GGUF file"));
+  EXPECT_EQ(
+      testing::cli({"generate", "--model", file, "--prompt", "1,2,3", "--max-new-tokens", "3"}), 0);
+}
+
+}  // namespace
+}  // namespace gengraph
