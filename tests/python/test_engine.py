@@ -31,6 +31,20 @@ def test_tokens_equal_transformers_on_every_parity_case(parity_cases):
     assert len(engines) >= 5
 
 
+def test_a_gguf_file_is_a_model_as_in_the_cli(tmp_path):
+    """Engine takes a GGUF file as the CLI's --model does (docs/gguf.md); a file that is not one is
+    refused by name."""
+    file = FIXTURES / "gguf" / "models" / "llama-q4_1.gguf"
+    want, _ = cli_outputs(tmp_path, "--model", file, "--prompt", "1,5,9", "--max-new-tokens", 6)
+    engine = gengraph.Engine(str(file), weights="int4")
+    assert gengraph.Engine(str(file)).generate([[1, 5, 9]], max_new_tokens=6).tokens == want
+    assert len(engine.generate([[1, 5, 9]], max_new_tokens=6, min_new_tokens=6).tokens[0][0]) == 6
+    bad = tmp_path / "not.gguf"
+    bad.write_bytes(b"GGUX" + bytes(60))
+    with pytest.raises(gengraph.Error, match="not a GGUF file"):
+        gengraph.Engine(str(bad))
+
+
 def test_tokens_equal_the_cli(tmp_path):
     want, _ = cli_outputs(tmp_path, "--model", "gpt2-tiny", "--prompt", "1,2,3", "--prompt",
                           "4,5", "--max-new-tokens", 9)
