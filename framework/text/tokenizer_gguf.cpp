@@ -406,15 +406,29 @@ class GgufTokenizer : public Tokenizer {
     return "";
   }
 
+  static size_t pair_of(char a, char b) {
+    return (static_cast<size_t>(static_cast<unsigned char>(a)) << 8) |
+           static_cast<unsigned char>(b);
+  }
+
   // The special tokens in `text`, longest first: each splits every text fragment at each of its
   // occurrences, left to right (llama.cpp's tokenizer_st_partition with parse_special).
   std::vector<Fragment> partition(const std::string& text) const {
     std::vector<Fragment> frags;
     if (text.empty()) return frags;
     frags.push_back({0, text.size(), -1});
+    // The byte pairs of the text: a token whose first two bytes never follow each other there is
+    // passed over without a search (vocabularies may type thousands of tokens USER_DEFINED).
+    std::vector<bool> pairs(1 << 16), bytes(256);
+    for (size_t i = 0; i < text.size(); ++i) {
+      bytes[static_cast<unsigned char>(text[i])] = true;
+      if (i + 1 < text.size()) pairs[pair_of(text[i], text[i + 1])] = true;
+    }
     std::vector<Fragment> next;
     for (const int64_t id : specials_) {
       const std::string& t = tokens_[static_cast<size_t>(id)];
+      if (!(t.size() == 1 ? bytes[static_cast<unsigned char>(t[0])] : pairs[pair_of(t[0], t[1])]))
+        continue;
       if (text.find(t) == std::string::npos) continue;
       next.clear();
       for (const auto& f : frags) {
