@@ -11,7 +11,8 @@ BUILD="$ROOT/build-fuzz"
 SECONDS_EACH="${1:-120}"; shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(safetensors_file safetensors_index experiment_yaml results_json trace_metadata
-                                 job_json aoti_package tokenizer_json tokenizer_text chat_template)
+                                 job_json aoti_package tokenizer_json tokenizer_text chat_template
+                                 gguf_file)
 command -v clang++ >/dev/null || { echo "fuzz.sh needs clang++ (Debian: clang)" >&2; exit 1; }
 export CCACHE_BASEDIR="$ROOT"
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"

