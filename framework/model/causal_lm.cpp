@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "framework/kernels/layer_ops.h"
@@ -10,6 +12,39 @@
 #include "framework/util/error.h"
 
 namespace gengraph {
+namespace {
+
+int64_t grid(const Int4Weight& l) { return l.group; }
+int64_t grid(const Int8Blocks& l) { return l.block; }
+void append_zeros(const Int4Weight& l, std::vector<at::Tensor>& z) { z.push_back(l.zeros); }
+void append_zeros(const Int8Blocks&, std::vector<at::Tensor>&) {}
+void set_zeros(Int4Weight& l, const std::vector<at::Tensor>& z) { l.zeros = at::cat(z, 0); }
+void set_zeros(Int8Blocks&, const std::vector<at::Tensor>&) {}
+
+// The named weights' stored levels joined along their rows, as fuse() joins the floats; nullopt
+// unless every one has them on one grid.
+template <typename Levels>
+std::optional<Levels> joined(const std::map<std::string, Levels>& stored,
+                             const std::vector<std::string>& names) {
+  std::vector<at::Tensor> q, s, z;
+  std::optional<Levels> out;
+  for (const auto& n : names) {
+    const auto it = stored.find(n);
+    if (it == stored.end() || (out && grid(it->second) != grid(*out))) return std::nullopt;
+    if (!out) out = it->second;
+    q.push_back(it->second.q);
+    s.push_back(it->second.scales);
+    append_zeros(it->second, z);
+  }
+  if (out && names.size() > 1) {
+    out->q = at::cat(q, 0);
+    out->scales = at::cat(s, 0);
+    set_zeros(*out, z);
+  }
+  return out;
+}
+
+}  // namespace
 
 at::ScalarType CausalLM::dtype() const { return weights_.begin()->second.scalar_type(); }
 at::Device CausalLM::device() const { return weights_.begin()->second.device(); }
@@ -29,16 +64,21 @@ double CausalLM::decode_weight_bytes() const {
 Projection CausalLM::project(const at::Tensor& weight, const at::Tensor& bias,
                              const WeightFormat& format) {
   const double checkpoint = static_cast<double>(weight.nbytes());
-  const auto stored = stored_int4_.find(weight.data_ptr());
-  const bool take = stored != stored_int4_.end() && format.kind == WeightFormat::Kind::kInt4 &&
-                    stored->second.group == format.int4_group();
-  Projection p(weight, bias, format, take ? &stored->second : nullptr);
-  if (stored != stored_int4_.end()) stored_int4_.erase(stored);
+  const auto int4 = stored_int4_.find(weight.data_ptr());
+  const auto int8 = stored_int8_.find(weight.data_ptr());
+  const bool take4 = int4 != stored_int4_.end() && format.kind == WeightFormat::Kind::kInt4 &&
+                     int4->second.group == format.int4_group();
+  const bool take8 =
+      int8 != stored_int8_.end() && format.int8_blocks() && int8->second.block == format.group_size;
+  Projection p(weight, bias, format, take4 ? &int4->second : nullptr,
+               take8 ? &int8->second : nullptr);
+  if (int4 != stored_int4_.end()) stored_int4_.erase(int4);
+  if (int8 != stored_int8_.end()) stored_int8_.erase(int8);
   if (format.quantized()) {
-    double stored = 0;
+    double held = 0;
     for (const at::Tensor* t : {&p.qweight, &p.scales, &p.zeros})
-      if (t->defined()) stored += static_cast<double>(t->nbytes());
-    quantized_bytes_saved_ += checkpoint - stored;
+      if (t->defined()) held += static_cast<double>(t->nbytes());
+    quantized_bytes_saved_ += checkpoint - held;
   }
   return p;
 }
@@ -75,28 +115,8 @@ at::Tensor CausalLM::fuse(const std::vector<std::string>& names, int64_t dim, bo
   // are [out_i, in] joined along 0, or Conv1D's [in, out_i] joined along 1 and transposed (a
   // single part transposed is its own [out, in]).
   if (config_.stored && (names.size() == 1 || (transpose ? dim == 1 : dim == 0))) {
-    std::vector<const Int4Weight*> levels;
-    for (const auto& n : names) {
-      const auto it = config_.stored->int4.find(n);
-      if (it != config_.stored->int4.end()) levels.push_back(&it->second);
-    }
-    if (levels.size() == names.size()) {
-      Int4Weight joined;
-      joined.group = levels[0]->group;
-      std::vector<at::Tensor> q, s, z;
-      for (const Int4Weight* l : levels) {
-        q.push_back(l->q);
-        s.push_back(l->scales);
-        z.push_back(l->zeros);
-        if (l->group != joined.group) joined.group = 0;  // mixed groups: none taken
-      }
-      if (joined.group > 0) {
-        joined.q = at::cat(q, 0);
-        joined.scales = at::cat(s, 0);
-        joined.zeros = at::cat(z, 0);
-        stored_int4_[fused.data_ptr()] = std::move(joined);
-      }
-    }
+    if (auto l = joined(config_.stored->int4, names)) stored_int4_[fused.data_ptr()] = *l;
+    if (auto l = joined(config_.stored->int8, names)) stored_int8_[fused.data_ptr()] = *l;
   }
   const at::Tensor logical = transpose ? fused.t() : fused;
   int64_t offset = 0;

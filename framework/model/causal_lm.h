@@ -69,6 +69,7 @@ class CausalLM {
   // fuse()'s results whose parts the file stored quantized (ModelConfig::stored): their levels
   // concatenated as the floats were, for project() to take, keyed by the fused tensor's data.
   std::map<const void*, Int4Weight> stored_int4_;
+  std::map<const void*, Int8Blocks> stored_int8_;
 };
 
 // A stable identifier of a model's weights and shape (config, tensor names/shapes, value samples):

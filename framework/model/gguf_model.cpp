@@ -219,6 +219,19 @@ Int4Weight int4_levels(const GgufFile& f, const GgufTensorInfo& t) {
   return w;
 }
 
+// A Q8_0 tensor's blocks as gengraph's int8 in blocks of 32: a float16 scale d, then 32 int8
+// levels (value = q x d).
+Int8Blocks int8_levels(const GgufFile& f, const GgufTensorInfo& t) {
+  const std::vector<int64_t> shape = t.shape();
+  const int64_t rows = t.elements() / shape.back(), in = shape.back();
+  const at::Tensor raw = f.raw(t).view({rows, in / 32, 34});
+  Int8Blocks w;
+  w.block = 32;
+  w.scales = raw.narrow(2, 0, 2).contiguous().view(at::kHalf).view({rows, in / 32}).contiguous();
+  w.q = raw.narrow(2, 2, 32).contiguous().view(at::kChar).view({rows, in}).contiguous();
+  return w;
+}
+
 // The inverse of the converter's permute: rows (head, pair, half) back to (head, half, pair).
 at::Tensor unpermute(const at::Tensor& w, int64_t heads) {
   const int64_t rows = w.size(0);
@@ -232,6 +245,7 @@ WeightMap gguf_weights(const GgufFile& f, const ModelConfig& c,
                        StoredWeights* stored) {
   const bool int4_32 = stored && options.weights.kind == WeightFormat::Kind::kInt4 &&
                        options.weights.int4_group() == 32;
+  const bool int8_32 = stored && options.weights.int8_blocks() && options.weights.group_size == 32;
   const std::string a = arch_of(f);
   WeightMap out;
   std::set<std::string> used;
@@ -264,15 +278,24 @@ WeightMap gguf_weights(const GgufFile& f, const ModelConfig& c,
                   gguf_type_name(t->type) + ") holds NaN or infinite values");
     }
     out[spec.name] = w.contiguous().to(options.device, options.dtype);
-    if (int4_32 && (t->type == GgufType::kQ4_0 || t->type == GgufType::kQ4_1) &&
-        t->dims.size() == 2) {
-      Int4Weight l = int4_levels(f, *t);
-      if (src->fix == Source::Fix::kUnpermute) {
-        l.q = unpermute(l.q, src->heads).contiguous();
-        l.scales = unpermute(l.scales, src->heads).contiguous();
-        l.zeros = unpermute(l.zeros, src->heads).contiguous();
+    const bool q4 = t->type == GgufType::kQ4_0 || t->type == GgufType::kQ4_1;
+    if (t->dims.size() == 2 && ((int4_32 && q4) || (int8_32 && t->type == GgufType::kQ8_0))) {
+      // The levels' rows in the weight's order (q and k un-permuted with their scales).
+      const auto rows = [&](const at::Tensor& x) {
+        return src->fix == Source::Fix::kUnpermute ? unpermute(x, src->heads).contiguous() : x;
+      };
+      if (q4) {
+        Int4Weight l = int4_levels(f, *t);
+        l.q = rows(l.q);
+        l.scales = rows(l.scales);
+        l.zeros = rows(l.zeros);
+        stored->int4[spec.name] = std::move(l);
+      } else {
+        Int8Blocks l = int8_levels(f, *t);
+        l.q = rows(l.q);
+        l.scales = rows(l.scales);
+        stored->int8[spec.name] = std::move(l);
       }
-      stored->int4[spec.name] = std::move(l);
     }
   }
   for (const GgufTensorInfo& t : f.tensors()) {

@@ -35,7 +35,8 @@ nlohmann::json gguf_config_document(const GgufFile& file);
 // needs and the file lacks, or one the file holds and no spec takes, is an Error naming it.
 // With options.weights int4 in groups of 32, the Q4_0 and Q4_1 tensors' levels, scales and zeros
 // also go to `stored` (when given) under their canonical names, so that the projections take
-// them as they are (Q4_1: value = q x d + m; Q4_0: q x d - 8 d), bit for bit the file's values.
+// them as they are (Q4_1: value = q x d + m; Q4_0: q x d - 8 d), bit for bit the file's values;
+// with int8 in blocks of 32 (group_size 32), the Q8_0 tensors' (q x d).
 WeightMap gguf_weights(const GgufFile& file, const ModelConfig& config,
                        const std::vector<TensorSpec>& specs, const LoadOptions& options,
                        StoredWeights* stored = nullptr);

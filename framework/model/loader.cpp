@@ -311,7 +311,7 @@ LoadedModel load_model(const ModelSource& src) {
     out.model = with_allocation_errors(what, bytes, src.load.device, advice, [&] {
       auto stored = std::make_shared<StoredWeights>();
       WeightMap w = gguf_weights(*file, config, arch.weight_specs(config), src.load, stored.get());
-      if (!stored->int4.empty()) config.stored = std::move(stored);
+      if (!stored->int4.empty() || !stored->int8.empty()) config.stored = std::move(stored);
       return arch.build(std::move(config), std::move(w));
     });
     out.source = src.path.string();

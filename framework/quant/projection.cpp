@@ -59,7 +59,8 @@ bool onednn_gemm(const at::Tensor& weight) {
          c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""}).has_value();
 }
 
-Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f, const Int4Weight* stored)
+Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f, const Int4Weight* stored,
+                       const Int8Blocks* stored_int8)
     : weight(std::move(w)), bias(std::move(b)), format(f) {
   TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), "Projection: a contiguous 2-D weight");
   out_features = weight.size(0);
@@ -100,7 +101,13 @@ Projection::Projection(at::Tensor w, at::Tensor b, const WeightFormat& f, const 
                       " input channels are not a multiple of group_size " + std::to_string(group) +
                       " (choose one that divides them)");
         }
-        Int8Blocks q = quantize_int8_blocks(weight, group);
+        if (stored_int8 &&
+            (stored_int8->block != group || stored_int8->q.sizes() != weight.sizes())) {
+          throw Error("Projection: stored int8 blocks of " + std::to_string(stored_int8->block) +
+                      " do not fit a weight of " + std::to_string(weight.size(0)) + " x " +
+                      std::to_string(weight.size(1)) + " in blocks of " + std::to_string(group));
+        }
+        Int8Blocks q = stored_int8 ? *stored_int8 : quantize_int8_blocks(weight, group);
         qweight = std::move(q.q);
         scales = std::move(q.scales);
         break;

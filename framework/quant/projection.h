@@ -30,8 +30,9 @@ struct Projection {
   // `stored`: for int4, levels, scales and zeros the file already holds on this format's grid
   // (a GGUF's Q4_0 / Q4_1 blocks), taken as they are instead of quantizing `weight`, which must be
   // their dequantized values (it sizes the projection).
+  // `stored_int8`: the same for int8 in blocks (a GGUF's Q8_0 blocks under group_size 32).
   Projection(at::Tensor weight, at::Tensor bias, const WeightFormat& format = {},
-             const Int4Weight* stored = nullptr);
+             const Int4Weight* stored = nullptr, const Int8Blocks* stored_int8 = nullptr);
 
   at::Tensor weight;  // [out, in], contiguous (undefined when quantized)
   at::Tensor bias;    // [out], or undefined

@@ -84,6 +84,25 @@ TEST_P(GgufModel, Int4TakesQ4BlocksAsTheyAre) {
       << name << ": largest difference " << (got - want).abs().max().item<float>();
 }
 
+// With int8 in blocks of 32, Q8_0 blocks are taken as they are (Q8_0 is that format: a float16
+// scale per 32 int8 levels; quantizing its values again happens to give the same levels, so this
+// checks the mapping's layout and rows rather than telling the two apart).
+TEST_P(GgufModel, Int8BlocksTakeQ8_0BlocksAsTheyAre) {
+  const std::string name = GetParam();
+  if (name.find("q8_0") == std::string::npos) GTEST_SKIP() << "not a Q8_0 file";
+  const auto expected = SafetensorsFile::open(fixtures() / "expected.safetensors");
+  ModelSource src;
+  src.path = fixtures() / (name + ".gguf");
+  src.load.weights.kind = WeightFormat::Kind::kInt8;
+  src.load.weights.group_size = 32;
+  src.load.weights.lm_head = false;
+  const LoadedModel loaded = load_model(src);
+  const at::Tensor want = expected->view(name).to(at::kFloat)[0];
+  const at::Tensor got = prefix_logits(*loaded.model, expected->view("prompt").to(at::kLong));
+  EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-4))
+      << name << ": largest difference " << (got - want).abs().max().item<float>();
+}
+
 TEST(GgufModelConfig, MetadataBecomesTheArchitecturesConfig) {
   const auto f = GgufFile::open(fixtures() / "llama-q4_1.gguf");
   const nlohmann::json doc = gguf_config_document(*f);
