@@ -204,7 +204,9 @@ def weights_tag(kind, group, head, act_rows=0, act_block=0, int8_head=False):
     """What the package's metadata and gengraph's package cache call a format (aoti_weights_tag)."""
     if kind == "float":
         return "float"
-    tag = kind + (f"-g{group}" if kind == "int4" else "") + ("" if head else "-float-head")
+    # int4's groups; int8's blocks when given (0: a scale per output channel).
+    grouped = kind == "int4" or (kind == "int8" and group > 0)
+    tag = kind + (f"-g{group}" if grouped else "") + ("" if head else "-float-head")
     if head and int8_head and kind == "int4":
         tag += "-int8-head"
     if kind in ("int8", "int4") and act_rows > 0:
@@ -236,6 +238,21 @@ def quantize_int8(w):
     scales = torch.where(absmax > 0, absmax / 127.0, torch.ones_like(absmax))
     q = torch.round(wf / scales.unsqueeze(1)).clamp(-127, 127).to(torch.int8).contiguous()
     return q, scales.to(w.dtype).to(torch.float32).contiguous()
+
+
+def quantize_int8_blocks(w, block):
+    """quantize.cpp quantize_int8_blocks: (int8 [out, in], float16 [out, in / block]); each block's
+    scale its absolute maximum / 127 rounded to float16, the levels against that float16's value."""
+    n, k = w.shape
+    wf = w.to(torch.float32).reshape(n, k // block, block)
+    absmax = wf.abs().amax(-1)
+    scale = torch.where(absmax > 0, absmax / 127.0, torch.ones_like(absmax)).to(torch.float16)
+    if not torch.isfinite(scale).all():
+        fail(2, "--weights int8 --group-size: a block of weights lies outside float16's range "
+                "(+-65504 x 127), in which the blocks keep their scales (leave --group-size out)")
+    s = scale.to(torch.float32).unsqueeze(-1)
+    q = torch.where(s > 0, torch.round(wf / s).clamp(-127, 127), torch.zeros_like(wf))
+    return q.to(torch.int8).reshape(n, k).contiguous(), scale.contiguous()
 
 
 def quantize_int4(w, group):
@@ -303,6 +320,9 @@ def weight_of(module):
 def quantized(kind, group, w, bias, scales_from=None, act=(0, 0)):
     """The WeightOnlyLinear for weight `w` ([out, in]); int8 takes (q, scales) from `scales_from`
     when given, and `act` = (int8_activation_rows, int8_activation_block)."""
+    if kind == "int8" and group > 0:  # a float16 scale per block: each part's blocks its own
+        q, scales = quantize_int8_blocks(w, group)
+        return WeightOnlyLinear(kind, group, {"q": q, "scales": scales}, bias, *act)
     if kind == "int8":
         # scales_from: a part of a projection quantized over joined inputs (its values, its scales)
         q, scales = quantize_int8(w) if scales_from is None else scales_from
@@ -351,7 +371,7 @@ def quantize_model(model, kind, group, head, act=(0, 0), int8_head=False):
         joined = {}
         if joint:
             ws = [weight_of(parts[p]) for p in joint]
-            if kind == "int8":  # one scale per output channel over the joined inputs
+            if kind == "int8" and group == 0:  # one scale per output channel over the joined inputs
                 q, scales = quantize_int8(torch.cat(ws, 1))
                 edges = [0]
                 for w in ws:
@@ -361,13 +381,13 @@ def quantize_model(model, kind, group, head, act=(0, 0), int8_head=False):
                 fail(2, f"--int8-activation-rows with a scale per row: gengraph scales {prefix}"
                         f"{'+'.join(joint)}'s joined input row as one, the exported model runs them "
                         "apart; give --int8-activation-block")
-            elif kind == "int4" and any(w.shape[1] % group for w in ws):
-                fail(2, f"--weights int4: the parts of {prefix}{'+'.join(joint)} are not multiples of "
+            elif group > 0 and any(w.shape[1] % group for w in ws):
+                fail(2, f"--weights {kind}: the parts of {prefix}{'+'.join(joint)} are not multiples of "
                         f"group_size {group}: gengraph's groups would straddle them")
         for suffix, module in parts.items():
             w = weight_of(module)
-            if kind == "int4" and w.shape[1] % group:
-                fail(2, f"--weights int4: {prefix}{suffix}'s {w.shape[1]} input channels are not a "
+            if group > 0 and w.shape[1] % group:
+                fail(2, f"--weights {kind}: {prefix}{suffix}'s {w.shape[1]} input channels are not a "
                         f"multiple of group_size {group}")
             check_activation_block(act, w, f"{prefix}{suffix}'s")
             bias = module.bias.detach() if module.bias is not None else None
@@ -376,14 +396,16 @@ def quantize_model(model, kind, group, head, act=(0, 0), int8_head=False):
             count += 1
     if head:
         w = lm.weight.detach().contiguous()
-        if kind == "int4" and not int8_head and w.shape[1] % group:
-            fail(2, f"--weights int4: the output head's {w.shape[1]} input channels are not a multiple "
+        if group > 0 and not int8_head and w.shape[1] % group:
+            fail(2, f"--weights {kind}: the output head's {w.shape[1]} input channels are not a multiple "
                     f"of group_size {group}")
         check_activation_block(act, w, "the output head's")
         bias = lm.bias.detach() if getattr(lm, "bias", None) is not None else None
         parent, _, attr = lm_name.rpartition(".")
         head_kind = "int8" if int8_head and kind == "int4" else kind  # model.int8_head
-        setattr(model.get_submodule(parent) if parent else model, attr, quantized(head_kind, group, w, bias, None, act))
+        head_group = 0 if head_kind != kind else group  # the int8 head: a scale per channel
+        setattr(model.get_submodule(parent) if parent else model, attr,
+                quantized(head_kind, head_group, w, bias, None, act))
         count += 1
     return count
 
@@ -411,7 +433,9 @@ def main():
     ap.add_argument("--report", default="", help="also write what was done as JSON here")
     ap.add_argument("--weights", default="float", choices=["float"] + sorted(WEIGHT_KINDS),
                     help="store the linear layers' weights as gengraph's model.weights does (docs/quantization.md)")
-    ap.add_argument("--group-size", type=int, default=32, help="int4: input channels per scale (32, 64, 128, 256)")
+    ap.add_argument("--group-size", type=int, default=0,
+                    help="input channels per scale (32, 64, 128, 256): int4's groups (default 32); int8's "
+                         "float16 scale per block (default: a float32 scale per output channel)")
     ap.add_argument("--float-head", action="store_true", help="keep the output head as loaded (quantize_head: false)")
     ap.add_argument("--int8-head", action="store_true", help="int4: the output head in int8 (model.int8_head)")
     ap.add_argument("--int8-activation-rows", type=int, default=0,
@@ -442,8 +466,17 @@ def main():
     if a.int8_activation_rows and a.weights == "int4" and a.int8_activation_block != 32:
         fail(2, "--weights int4 with --int8-activation-rows takes --int8-activation-block 32 (the W4A8 "
                 f"kernel's blocks), got {a.int8_activation_block}")
-    if a.weights == "int4" and a.group_size not in (32, 64, 128, 256):
+    if a.weights == "int4" and a.group_size == 0:
+        a.group_size = 32
+    if a.weights != "int8" and a.weights != "int4":
+        a.group_size = 0  # no groups: the tag and the quantizer read none
+    if a.weights in ("int8", "int4") and a.group_size not in ((0, 32, 64, 128, 256) if a.weights == "int8"
+                                                              else (32, 64, 128, 256)):
         fail(2, f"--group-size must be 32, 64, 128 or 256, got {a.group_size}")
+    if (a.weights == "int8" and a.group_size and a.int8_activation_rows
+            and a.int8_activation_block != a.group_size):
+        fail(2, f"--weights int8 --group-size {a.group_size} with --int8-activation-rows takes "
+                f"--int8-activation-block {a.group_size}, got {a.int8_activation_block}")
     if a.invariant and not (a.ragged and a.weights == "float" and a.dtype == "float32" and a.device == "cpu"):
         fail(2, "--invariant needs --ragged, --weights float, --dtype float32 and --device cpu (gengraph::linear_f32 "
                 f"is a float32 CPU kernel), got --weights {a.weights} --dtype {a.dtype} --device {a.device}"

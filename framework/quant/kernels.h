@@ -21,6 +21,8 @@ namespace gengraph::kernels {
 
 // y = x W^T with W[n, k] = q[n, k] * scales[n].
 //   x: [M, K] float32, contiguous; q: [N, K] int8; scales: [N] float32 -> [M, N] float32
+// int8 in blocks (model.group_size with int8; llama.cpp's Q8_0 at B = 32): scales float16
+// [N, K / B], B a multiple of 32, and W[n, k] = q[n, k] * scales[n, k / B] (int8_blocks.cpp).
 at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales);
 
 // The same product with the activations quantized too (W8A8). A change of arithmetic, opted into
@@ -34,6 +36,10 @@ at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& q, const at::Tenso
 //     the block's scale, summed in float32, times scales[n]. gengraph's kernels compute it: AVX-512
 //     VNNI where the CPU has it, AVX2 otherwise, the plain loops elsewhere.
 //   x: [M, K] float32; q: [N, K] int8; scales: [N] float32 -> [M, N] float32
+// With scales float16 [N, K / B] (int8 in blocks), block must be B: per block the exact integer
+// sum times the activation block's scale times the weight block's (their float32 product), summed
+// in float32 in block order, y = that sum; the same floats on VNNI, AVX2 and the plain loops (AMX
+// does not take these weights: the VNNI tile runs them where the CPU has AMX).
 at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
                        int64_t block = 0);
 // Whether linear_w8a8's block kernels run AVX-512 VNNI on this CPU (false under use_plain_loops

@@ -474,6 +474,8 @@ std::vector<QuantCase> quant_cases() {
   out.push_back({"w8a8b32", "aoti", {}, "preset:gptj-tiny"});
   out.push_back({"w4a8", "aoti", {}, "preset:llama-tiny"});
   out.push_back({"w4a8h8", "aoti", {}, "tiny"});
+  // int8 in blocks of 32 (float16 scales per block), by activation blocks of 32 too.
+  out.push_back({"w8a8g32", "aoti", {}, "preset:llama-tiny"});
   // cuda_graph's aoti step (uncaptured on CPU) takes the same package as aoti.
   out.push_back({"int8", "cuda_graph", {{"capture", "false"}, {"step", "aoti"}}, "tiny"});
   return out;
