@@ -94,6 +94,11 @@ std::string supported_pre_names() {
   return out;
 }
 
+// `s` as a JSON string for messages; bytes that are not UTF-8 become U+FFFD.
+std::string json_quoted(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 [[noreturn]] void refuse(const std::string& source, const std::string& what) {
   throw Error(std::string(kUnsupportedTokenizer) + "'" + source + "': " + what);
 }
@@ -113,7 +118,7 @@ nlohmann::json bpe_document(const GgufVocabulary& v, const std::vector<std::stri
     const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
     if (space == std::string::npos) {
       throw Error("'" + v.source + "': tokenizer.ggml.merges[" + std::to_string(i) +
-                  "] is not a merge \"A B\": " + nlohmann::json(m).dump());
+                  "] is not a merge \"A B\": " + json_quoted(m));
     }
     if (!seen.insert(m).second) continue;
     merges.push_back({m.substr(0, space), m.substr(space + 1)});
@@ -226,9 +231,9 @@ class GgufTokenizer : public Tokenizer {
       if (!v.scores.empty()) scores_[i] = v.scores[i];
       if (!v.token_types.empty()) attrs_[i] = attr_of_type(v.token_types[i]);
       if (!ids_.emplace(tokens_[i], static_cast<int64_t>(i)).second) {
-        throw Error("'" + v.source + "': tokenizer.ggml.tokens lists " +
-                    nlohmann::json(tokens_[i]).dump() + " twice (ids " +
-                    std::to_string(ids_[tokens_[i]]) + " and " + std::to_string(i) + ")");
+        throw Error("'" + v.source + "': tokenizer.ggml.tokens lists " + json_quoted(tokens_[i]) +
+                    " twice (ids " + std::to_string(ids_[tokens_[i]]) + " and " +
+                    std::to_string(i) + ")");
       }
     }
     const PreTokenizerKind* kind = nullptr;

@@ -159,6 +159,11 @@ TEST(GgufTokenizer, RefusesWhatItDoesNotKnowByName) {
   twice.tokens[3] = "a";
   EXPECT_NE(message(twice).find("lists \"a\" twice (ids 0 and 3)"), std::string::npos)
       << message(twice);
+  auto invalid = tiny("gpt-2");
+  invalid.tokens[2] = "\xFF";
+  invalid.tokens[3] = "\xFF";
+  EXPECT_NE(message(invalid).find("lists \"\xEF\xBF\xBD\" twice (ids 2 and 3)"), std::string::npos)
+      << message(invalid);
   auto no_bos = tiny("gpt-2");
   no_bos.add_bos = true;  // no bos_token_id, and the default (11) is outside 7 tokens
   EXPECT_NE(message(no_bos).find("add_bos_token is true"), std::string::npos) << message(no_bos);
