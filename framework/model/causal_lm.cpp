@@ -61,6 +61,26 @@ double CausalLM::decode_weight_bytes() const {
   return bytes - quantized_bytes_saved_;
 }
 
+void CausalLM::release_stored() {
+  config_.stored.reset();
+  stored_int4_.clear();
+  stored_int8_.clear();
+}
+
+void CausalLM::take_stored() {
+  if (!config_.stored) return;
+  for (const auto& [name, l] : config_.stored->int4) {
+    if (const auto it = weights_.find(name); it != weights_.end()) {
+      stored_int4_[it->second.data_ptr()] = l;
+    }
+  }
+  for (const auto& [name, l] : config_.stored->int8) {
+    if (const auto it = weights_.find(name); it != weights_.end()) {
+      stored_int8_[it->second.data_ptr()] = l;
+    }
+  }
+}
+
 Projection CausalLM::project(const at::Tensor& weight, const at::Tensor& bias,
                              const WeightFormat& format) {
   const double checkpoint = static_cast<double>(weight.nbytes());

@@ -22,8 +22,13 @@ namespace gengraph {
 class CausalLM {
  public:
   CausalLM(ModelConfig config, WeightMap weights)
-      : config_(std::move(config)), weights_(std::move(weights)) {}
+      : config_(std::move(config)), weights_(std::move(weights)) {
+    take_stored();
+  }
   virtual ~CausalLM() = default;
+  // Drops the file's stored levels (ModelConfig::stored) once the architecture has built its
+  // projections from them: the loader calls it, so they are not held beside the packed weights.
+  void release_stored();
 
   const ModelConfig& config() const { return config_; }
   const WeightMap& weights() const { return weights_; }
@@ -70,6 +75,9 @@ class CausalLM {
   // concatenated as the floats were, for project() to take, keyed by the fused tensor's data.
   std::map<const void*, Int4Weight> stored_int4_;
   std::map<const void*, Int8Blocks> stored_int8_;
+  // Files' stored levels for weights projected as they are (an output head, a tied embedding):
+  // keyed by the weight's data as fuse() keys its results.
+  void take_stored();
 };
 
 // A stable identifier of a model's weights and shape (config, tensor names/shapes, value samples):

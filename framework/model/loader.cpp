@@ -312,7 +312,9 @@ LoadedModel load_model(const ModelSource& src) {
       auto stored = std::make_shared<StoredWeights>();
       WeightMap w = gguf_weights(*file, config, arch.weight_specs(config), src.load, stored.get());
       if (!stored->int4.empty() || !stored->int8.empty()) config.stored = std::move(stored);
-      return arch.build(std::move(config), std::move(w));
+      std::unique_ptr<CausalLM> m = arch.build(std::move(config), std::move(w));
+      m->release_stored();
+      return m;
     });
     out.source = src.path.string();
   } else {
