@@ -65,9 +65,23 @@ WeightFormat quality_weight_format(const std::string& name, int64_t group_size,
   const bool h4 = name == "int4+h4" || name == "w4a8+h4";
   const std::string base = h8 || h4 ? name.substr(0, 4) : name;
   const bool blocks = base.rfind("w8a8/", 0) == 0;
+  // int8gB: int8 weights in blocks of B (a float16 scale per block); w8a8gB the same by
+  // activations in blocks of B. What B may be is the parser's group_size rule.
+  const bool wblocks = base.rfind("int8g", 0) == 0 || base.rfind("w8a8g", 0) == 0;
   const bool w8a8 = base == "w8a8" || blocks, w4a8 = base == "w4a8";
   WeightFormatKeys keys;
-  keys.weights = w8a8 ? "int8" : w4a8 ? "int4" : base;
+  keys.weights = w8a8 || wblocks ? "int8" : w4a8 ? "int4" : base;
+  if (wblocks) {
+    const std::string b = base.substr(5);
+    if (b.empty() || b.size() > 6 || b.find_first_not_of("0123456789") != std::string::npos) {
+      throw Error("--weights: " + name + ": expected int8gB or w8a8gB with B the block (int8g32)");
+    }
+    keys.group_size = std::stoll(b);
+    if (base[0] == 'w') {
+      keys.int8_activation_rows = 1;
+      keys.int8_activation_block = keys.group_size;
+    }
+  }
   keys.quantize_head = quantize_head;
   if (h8 || h4) keys.int8_head = h8;
   if (w8a8 || w4a8) keys.int8_activation_rows = 1;
@@ -83,11 +97,13 @@ WeightFormat quality_weight_format(const std::string& name, int64_t group_size,
   WeightKeyNames names;
   names.name = [&](std::string_view key) -> std::string {
     if (key == "weights") return "--weights";
-    if (key == "group_size") return "--group-size";
+    if (key == "group_size")
+      return wblocks ? "--weights: " + name + " (group_size)" : "--group-size";
     return "--weights: " + name + " (" + std::string(key) + ")";
   };
-  names.found = [](std::string_view key, const std::string& value) {
-    return key == "group_size" ? "'" + value + "'" : value;  // as the flag's spelling check says
+  names.found = [&](std::string_view key, const std::string& value) {
+    // As the flag's spelling check says.
+    return key == "group_size" && !wblocks ? "'" + value + "'" : value;
   };
   // --group-size is int4's groups (int8 keeps its scale per output channel here).
   WeightFormat f = parse_weight_format(keys, names);

@@ -32,7 +32,8 @@ struct QualityOptions {
 nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log);
 // A format of --weights (int8, int4, bfloat16, float; w8a8: int8 weights with every product's
 // activations in int8, a scale per row; w8a8/B a scale per block of B channels; w4a8: int4 with
-// activations in blocks of 32; int4's output head is int8 (model.int8_head's default), a suffix
+// activations in blocks of 32; int8gB int8 weights in blocks of B, w8a8gB the same by activations
+// in blocks of B; int4's output head is int8 (model.int8_head's default), a suffix
 // "+h4" on int4 or w4a8 keeps it int4, "+h8" says the default) with --group-size (int4's groups),
 // through the one weight-format parser: errors name --weights or --group-size.
 WeightFormat quality_weight_format(const std::string& name, int64_t group_size, bool quantize_head);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "experiments/results/quality.h"
 #include "framework/model/known_models.h"
 #include "tests/support/test_util.h"
 
@@ -60,6 +61,26 @@ TEST(Quality, FlagsAreChecked) {
   EXPECT_THAT(error_of_run({"quality", "--model", "x", "--windows", "0"}),
               HasSubstr("--windows: expected an integer from 1 to 256, found '0'"));
   EXPECT_THAT(error_of_run({"quality", "--model", "x", "--prompt", "1"}), HasSubstr("quality"));
+}
+
+// The formats' names: int4's head int8 unless +h4; --group-size is int4's (int8 stays per
+// channel); int8gB / w8a8gB int8 in blocks of B, by activation blocks of B for w8a8gB.
+TEST(Quality, FormatNamesAskForTheirFormats) {
+  EXPECT_TRUE(quality_weight_format("int4", 64, true).head_int8());
+  EXPECT_EQ(quality_weight_format("int4", 64, true).group_size, 64);
+  EXPECT_FALSE(quality_weight_format("int4+h4", 32, true).head_int8());
+  EXPECT_FALSE(quality_weight_format("w4a8+h4", 32, true).head_int8());
+  EXPECT_TRUE(quality_weight_format("w4a8+h8", 32, true).head_int8());
+  EXPECT_FALSE(quality_weight_format("int8", 64, true).int8_blocks());
+  const WeightFormat g = quality_weight_format("int8g32", 64, true);
+  EXPECT_EQ(g.describe(), "int8 (blocks of 32)");
+  EXPECT_EQ(quality_weight_format("w8a8g64", 32, true).describe(),
+            "int8 (blocks of 64) (int8 activations from 1 row, blocks of 64)");
+  EXPECT_THAT(testing::error_of([] { quality_weight_format("int8g48", 32, true); }),
+              ::testing::HasSubstr(
+                  "--weights: int8g48 (group_size): expected 32, 64, 128 or 256, found 48"));
+  EXPECT_THAT(testing::error_of([] { quality_weight_format("int8gx", 32, true); }),
+              ::testing::HasSubstr("expected int8gB or w8a8gB"));
 }
 
 TEST(Quality, ATextTooShortForTheWindowsIsNamed) {
