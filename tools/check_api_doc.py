@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""docs/embedding.md's API section against the public header it summarises.
+"""docs/embedding.md's API section against the public header it summarises, and docs/cli.md's
+usage texts against the CLI's (experiments/cli/usage.cpp).
 
 Every declaration of the option structs and of `class Model`'s, `class Plan`'s and `class Engine`'s public parts
 (and their base classes) in include/gengraph/gengraph.h must appear in the page's "## The API" block, and the block must
 declare nothing the header does not: the same declarations, compared without comments and with
-whitespace collapsed (the page's comments may be shorter). Exit 1 listing each difference.
+whitespace collapsed (the page's comments may be shorter). docs/cli.md holds, under "## gengraph
+--help" and "## gengraph NAME", a ```text block with exactly what `gengraph --help` and
+`gengraph NAME --help` print, for every command usage.cpp knows and no other. Exit 1 listing each
+difference.
 
 Usage: check_api_doc.py SOURCE_DIR     (--self-test: the check finds planted differences)
 """
@@ -79,6 +83,39 @@ def compare(header_text, page_text, classes=CLASSES):
     return problems
 
 
+def cli_texts(source):
+    """{"--help": the overview, NAME: NAME's usage} as experiments/cli/usage.cpp builds them."""
+    raw = lambda name: re.search(name + r'\s*=\s*R"\((.*?)\)";', source, flags=re.S).group(1)
+    texts, lines = {}, []
+    entry = re.compile(r'\{"([a-z-]+)",\s*((?:"(?:[^"\\]|\\.)*"\s*)+),\s*R"\((.*?)\)"\}', re.S)
+    for name, summary, text in entry.findall(source):
+        summary = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', summary)).replace('\\"', '"')
+        lines.append("  " + name.ljust(10)[:10] + summary + "\n")
+        texts[name] = text
+    texts["--help"] = raw("kOverviewHead") + "".join(lines) + raw("kOverviewTail")
+    return texts
+
+
+def compare_cli(source, page):
+    """Each usage text of the CLI against docs/cli.md's block for it."""
+    problems = []
+    code = cli_texts(source)
+    doc = dict(re.findall(r"^## gengraph (\S+)\n+```text\n(.*?)^```", page, flags=re.M | re.S))
+    for name, text in code.items():
+        if name not in doc:
+            problems.append(f"docs/cli.md: no '## gengraph {name}' with a ```text block")
+            continue
+        if doc[name] != text:
+            a, b = text.splitlines(), doc[name].splitlines()
+            i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            problems.append(f"gengraph {name}: usage.cpp and docs/cli.md differ at line {i + 1}: "
+                            f"{a[i] if i < len(a) else '(end)'!r} vs {b[i] if i < len(b) else '(end)'!r}")
+    for name in doc:
+        if name not in code:
+            problems.append(f"docs/cli.md: '## gengraph {name}' is no command of usage.cpp")
+    return problems
+
+
 def self_test():
     two = ("struct EngineOptions", "class Engine")
     header = "struct EngineOptions : A, B {\n  int a = 1;  // x\n};\nclass Engine {\n public:\n  void f(int x) const;\n  ~Engine();\n private:\n  int hidden;\n};\n"
@@ -95,6 +132,17 @@ def self_test():
     assert compare(header, "no block", two) == [
         "docs/embedding.md: no ```cpp block under '## The API'"]
     assert any("no 'class Model'" in p for p in compare(header, good))
+    source = ('const char* const kOverviewHead = R"(usage: x\n)";\nconst char* const kOverviewTail = '
+              'R"(end\n)";\n{"run", "Run it" " all",\n R"(usage: gengraph run\n  --set\n)"},\n')
+    doc = ("## gengraph --help\n\n```text\nusage: x\n  run       Run it all\nend\n```\n\n"
+           "## gengraph run\n\n```text\nusage: gengraph run\n  --set\n```\n")
+    assert compare_cli(source, doc) == [], compare_cli(source, doc)
+    assert "line 2: '  --set' vs '  --sat'" in compare_cli(source, doc.replace("--set", "--sat"))[0]
+    assert "line 2: '  run       Run it all' vs 'end'" in compare_cli(source, doc.replace(
+        "  run       Run it all\n", ""))[0]
+    assert compare_cli(source, doc.replace("## gengraph run", "## gengraph ran")) == [
+        "docs/cli.md: no '## gengraph run' with a ```text block",
+        "docs/cli.md: '## gengraph ran' is no command of usage.cpp"]
     print("check_api_doc self-test: planted differences found")
 
 
@@ -108,13 +156,16 @@ def main():
     src = Path(sys.argv[1])
     problems = compare((src / "include/gengraph/gengraph.h").read_text(),
                        (src / "docs/embedding.md").read_text())
+    problems += compare_cli((src / "experiments/cli/usage.cpp").read_text(),
+                            (src / "docs/cli.md").read_text())
     for p in problems:
         print(p, file=sys.stderr)
     if problems:
-        print(f"docs/embedding.md's API section differs from include/gengraph/gengraph.h "
+        print(f"docs/embedding.md's API section or docs/cli.md differ from the code they show "
               f"({len(problems)} difference(s))", file=sys.stderr)
         return 1
-    print("docs/embedding.md's API section matches include/gengraph/gengraph.h")
+    print("docs/embedding.md's API section matches include/gengraph/gengraph.h, docs/cli.md the "
+          "CLI's usage texts")
     return 0
 
 

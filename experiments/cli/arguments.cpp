@@ -19,6 +19,10 @@ Args parse_args(int argc, char** argv, int first) {
         throw UsageError("option " + s + " needs a value, found an empty one");
       return v;
     };
+    if (s == "--help" || s == "-h") {  // anywhere but as a value: the usage, whatever else
+      a.help = true;
+      continue;
+    }
     if (s.rfind("--", 0) == 0) {
       const bool repeatable =
           s == "--set" || s == "--prompt" || s == "--text" || s == "--slurm-option";

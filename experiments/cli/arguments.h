@@ -29,6 +29,7 @@ struct Args {
   std::optional<std::string> tokenizer;        // --tokenizer as given
   std::map<std::string, std::string> quality;  // gengraph quality's own flags, as given
   bool quiet = false, stream = false, chat = false;
+  bool help = false;               // --help or -h: the command's usage, nothing run
   std::vector<std::string> flags;  // every option given, for the per-command check
 };
 

@@ -347,7 +347,15 @@ std::vector<std::string> take_plugins(std::vector<char*>& args) {
   return plugins;
 }
 
+// `gengraph CMD --help` or `-h` anywhere among plugin's or serve's own arguments.
+bool asks_help(char** first, char** last) {
+  return std::any_of(first, last, [](const char* s) {
+    return std::string(s) == "--help" || std::string(s) == "-h";
+  });
+}
+
 int run_cli(int argc_in, char** argv_in) {
+  std::string cmd;  // the command, once known: a usage error points at its --help
   try {
     std::vector<char*> args(argv_in, argv_in + argc_in);
     const std::vector<std::string> plugins = take_plugins(args);
@@ -357,24 +365,39 @@ int run_cli(int argc_in, char** argv_in) {
     register_builtin_backends();
     load_plugins_from_environment();
     for (const std::string& p : plugins) load_plugin(p);
-    if (argc < 2) {
-      std::cerr << kUsage;
+    if (argc < 2) {  // no command: the overview, as the usage error it is
+      std::cerr << overview();
       return 2;
     }
-    const std::string cmd = argv[1];
-    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
-      print(kUsage);
+    const std::string word = argv[1];
+    if (word == "-h" || word == "--help" || word == "help") {
+      // gengraph help: the overview; gengraph help CMD: CMD's usage.
+      if (word != "help" || argc == 2) {
+        print(overview());
+        return 0;
+      }
+      if (argc > 3) {
+        throw UsageError("help: expected one command, found " + std::to_string(argc - 2) +
+                         " arguments");
+      }
+      if (command_help(argv[2]).empty())
+        throw UsageError("help: unknown command '" + std::string(argv[2]) + "'");
+      print(command_help(argv[2]));
       return 0;
     }
-    const std::vector<std::string> commands = {
-        "run",    "generate", "validate", "show",    "compare", "backends", "presets", "models",
-        "submit", "collect",  "task",     "quality", "paths",   "plugin",   "serve"};
-    if (std::find(commands.begin(), commands.end(), cmd) == commands.end()) {
-      throw UsageError("unknown command '" + cmd + "'");
+    if (command_help(word).empty()) throw UsageError("unknown command '" + word + "'");
+    cmd = word;
+    if ((cmd == "plugin" || cmd == "serve") && asks_help(argv + 2, argv + argc)) {
+      print(command_help(cmd));
+      return 0;
     }
     if (cmd == "plugin") return plugin_command({argv + 2, argv + argc}, std::cout, std::cerr);
     if (cmd == "serve") return serve_command({argv + 2, argv + argc}, std::cout, std::cerr);
     const Args a = parse_args(argc, argv, 2);
+    if (a.help) {
+      print(command_help(cmd));
+      return 0;
+    }
     if (cmd == "run") {
       check_usage(cmd, a, {"--set", "--output", "--quiet"}, 1);
       return run_and_report(load_experiment(a.positional[0], a.sets), a.output, a.quiet);
@@ -482,7 +505,7 @@ int run_cli(int argc_in, char** argv_in) {
     print(presets);
     return 0;
   } catch (const UsageError& e) {
-    std::cerr << "error: " << shown(e.what()) << "\n" << kUsage;
+    std::cerr << "error: " << shown(e.what()) << "\n" << usage_hint(cmd);
     return 2;
   } catch (const Interrupted& e) {
     std::cerr << "error: " << shown(e.what()) << "\n";

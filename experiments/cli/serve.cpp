@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "experiments/cli/arguments.h"
+#include "experiments/cli/usage.h"
 #include "experiments/experiment/experiment_config.h"
 #include "experiments/experiment/row_forms.h"
 #include "experiments/tools/chat_renderer.h"
@@ -23,24 +24,6 @@ namespace gengraph {
 namespace {
 
 using cli::UsageError;
-
-const char* kServeUsage =
-    R"(usage: gengraph serve [CONFIG.yaml] [--model PRESET|FOLDER|NAME] [--backend NAME]
-                     [--weights float|int8|int4|bfloat16] [--dtype float32|bfloat16|float16]
-                     [--device cpu|cuda] [--host 127.0.0.1] [--port 8000] [--api-key KEY]
-                     [--max-queue N] [--threads N] [--model-id ID] [--log-prompts]
-                     [--set KEY=VALUE]...
-  An OpenAI-compatible HTTP server over the continuous-batching scheduler (docs/serving.md):
-  POST /v1/completions, /v1/chat/completions (stream: true as server-sent events), GET /v1/models,
-  /health, /metrics. CONFIG.yaml holds model:, backend:, serving: (the scheduler) and serve: (the
-  server); without it --model is required. --threads N: the CPU threads (run.threads; 0, the
-  default, LibTorch's own choice). --set KEY=VALUE sets any of their keys (serve.port=0,
-  serving.max_running=16, model.int8_activation_rows=64). The API key: --api-key, or the
-  environment variable GENGRAPH_API_KEY, or the one serve.api_key_env names. Binds 127.0.0.1 unless
-  --host says otherwise; prints "listening on http://HOST:PORT" once ready. SIGINT or SIGTERM:
-  stops accepting, drains the requests in flight (serve.drain_timeout_s), exits 0; a second one
-  exits at once (status 1).
-)";
 
 struct ServeArgs {
   std::string config, model, backend, weights, dtype, device, host, port, api_key, max_queue,
@@ -76,7 +59,7 @@ ServeArgs parse(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw UsageError("--set: expected KEY=VALUE");
       a.sets.push_back(args[++i]);
     } else if (!arg.empty() && arg[0] == '-') {
-      throw UsageError("serve: unknown option '" + arg + "' (gengraph serve --help lists them)");
+      throw UsageError("serve: unknown option '" + arg + "'");
     } else if (a.config.empty()) {
       a.config = arg;
     } else {
@@ -153,7 +136,7 @@ std::string api_key(const ServeArgs& a, const ServeSpec& s) {
 int serve_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   for (const auto& arg : args) {
     if (arg == "--help" || arg == "-h") {
-      out << kServeUsage;
+      out << cli::command_help("serve");
       return 0;
     }
   }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -75,16 +76,88 @@ TEST(Cli, UsageErrorsExitTwoAndNameTheFlag) {
        "the plot 'same.png' and the results 'same.png' are the same file"},
       {{"run", e, "--output", "a.json", "--output", "b.json"}, "option --output given twice"},
       {{"validate", e, "--set", "foo"}, "--set 'foo': expected KEY=VALUE"},
+      {{"generate", "--model", "gpt2-tiny", "--bogus", "--help"}, "unknown option '--bogus'"},
+      {{"serve", "--bogus"}, "serve: unknown option '--bogus'"},
+      {{"plugin"}, "plugin: expected 'check LIB.so [--timeout SECONDS]', found nothing"},
+      {{"help", "frobnicate"}, "help: unknown command 'frobnicate'"},
   };
   for (const auto& [args, expected] : cases) {
-    ::testing::internal::CaptureStderr();
-    EXPECT_EQ(cli(args), 2) << args[0] << " " << expected;
-    EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr(expected));
+    // At most 3 lines (testing::cli_stderr checks it): the error and where the usage is.
+    const auto [rc, err] = testing::cli_stderr(args);
+    EXPECT_EQ(rc, 2) << args[0] << " " << expected;
+    EXPECT_THAT(err, HasSubstr(expected));
+    const bool known = args[0] != "frobnicate" && args[0] != "help";
+    EXPECT_THAT(err,
+                ::testing::EndsWith(known ? "\ngengraph " + args[0] + " --help shows its usage\n"
+                                          : "\ngengraph --help lists the commands\n"));
   }
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(cli({"generate", "--model", (dir / "no" / "model").string(), "--prompt", "1"}), 1);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(),
               HasSubstr("/no/model': no such model folder"));
+}
+
+// `gengraph CMD --help` and `-h` (anywhere among its arguments but as a value) print CMD's usage
+// on stdout, naming each option the command takes, and exit 0; `gengraph --help` the overview,
+// naming every command.
+TEST(Cli, EveryCommandHasItsHelp) {
+  const std::map<std::string, std::vector<std::string>> options = {
+      {"run", {"--set", "--output", "--quiet"}},
+      {"generate",
+       {"--set", "--output", "--quiet", "--prompt", "--text", "--model", "--backend", "--device",
+        "--dtype", "--max-new-tokens", "--stream", "--chat", "--tokenizer"}},
+      {"quality",
+       {"--model", "--weights", "--group-size", "--text-file", "--windows", "--window", "--text",
+        "--new-tokens", "--output", "--quiet"}},
+      {"serve",
+       {"--model", "--backend", "--weights", "--dtype", "--device", "--host", "--port", "--api-key",
+        "--max-queue", "--threads", "--model-id", "--log-prompts", "--set"}},
+      {"validate", {"--set"}},
+      {"show", {}},
+      {"compare", {"--metric", "--output"}},
+      {"submit", {"--set", "--slurm-option", "--job-dir", "--gengraph", "--rerun"}},
+      {"collect", {"--output"}},
+      {"task", {"--quiet"}},
+      {"backends", {}},
+      {"models", {}},
+      {"presets", {}},
+      {"plugin", {"check", "--timeout"}},
+      {"paths", {}},
+  };
+  const auto printed = [](const std::vector<std::string>& args) {
+    ::testing::internal::CaptureStdout();
+    ::testing::internal::CaptureStderr();
+    const int rc = cli(args);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, 0) << args[0] << ": " << err;
+    EXPECT_EQ(err, "") << args[0];
+    return ::testing::internal::GetCapturedStdout();
+  };
+  const std::string overview = printed({"--help"});
+  // The overview's list of commands: these, one line each.
+  const auto list = overview.substr(overview.find("\ncommands:\n"));
+  EXPECT_EQ(std::count(list.begin(), list.end(), '\n'), options.size() + 5) << list;
+  EXPECT_EQ(printed({"-h"}), overview);
+  EXPECT_EQ(printed({"help"}), overview);
+  for (const auto& [name, flags] : options) {
+    const std::string help = printed({name, "--help"});
+    EXPECT_TRUE(help.rfind("usage: gengraph " + name + " ", 0) == 0 ||
+                help.rfind("usage: gengraph " + name + "\n", 0) == 0)
+        << help;
+    for (const auto& flag : flags) EXPECT_THAT(help, HasSubstr(flag)) << name;
+    EXPECT_THAT(overview, HasSubstr("\n  " + name + " ")) << name;
+    EXPECT_EQ(printed({name, "-h"}), help);
+    EXPECT_EQ(printed({"help", name}), help);
+  }
+  // After other arguments too, and never run: the model is not looked for.
+  EXPECT_EQ(printed({"generate", "--model", "/no/such/model", "--prompt", "1", "-h"}),
+            printed({"generate", "--help"}));
+  EXPECT_EQ(printed({"serve", "--model", "/no/such/model", "--help"}), printed({"serve", "-h"}));
+  EXPECT_EQ(printed({"plugin", "check", "/no/such.so", "--help"}), printed({"plugin", "-h"}));
+  // As a value, -h is the value: a text to generate from.
+  const auto [rc, err] = testing::cli_stderr({"generate", "--text", "-h"});
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(err, HasSubstr("generate: --model PRESET|FOLDER|NAME is required"));
 }
 
 // validate checks what run would refuse later: backend options (without loading a model) and each

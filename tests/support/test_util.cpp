@@ -4,6 +4,7 @@
 #include <gengraph/cli.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -110,8 +111,15 @@ std::pair<int, std::string> cli_stderr(const std::vector<std::string>& args) {
   ::testing::internal::CaptureStderr();
   ::testing::internal::CaptureStdout();
   const int rc = cli(args);
-  ::testing::internal::GetCapturedStdout();
-  return {rc, ::testing::internal::GetCapturedStderr()};
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  // A usage error is its message and where the usage is, never the usage itself (a command line
+  // with no command is the one that gets the overview).
+  if (rc == 2 && !args.empty()) {
+    EXPECT_LE(std::count(err.begin(), err.end(), '\n'), 3) << err;
+    EXPECT_EQ(out, "");
+  }
+  return {rc, err};
 }
 
 std::filesystem::path cli_binary() {

@@ -81,6 +81,7 @@ void make_folder_with_test_tokenizer(const std::string& fixture,
 int cli(std::vector<std::string> args);
 
 // The CLI in-process with its stdout swallowed and its stderr captured: {exit status, stderr}.
+// A usage error (exit 2) is checked to print at most 3 lines, all on stderr.
 std::pair<int, std::string> cli_stderr(const std::vector<std::string>& args);
 
 // The CLI binary beside the test binary's folder (build/gengraph for build/tests/gengraph_tests),
