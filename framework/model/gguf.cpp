@@ -14,7 +14,6 @@
 #include <numeric>
 #include <string_view>
 
-#include "framework/model/gguf_dequant.h"
 #include "framework/text/utf8.h"
 #include "framework/util/error.h"
 

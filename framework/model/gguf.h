@@ -120,6 +120,13 @@ class GgufFile {
   static void read_header(GgufFile& f);
 };
 
+// `elements` values of `type` (a whole number of blocks) from `data` into `out`, in order: F16 and
+// BF16 widened, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K dequantized as llama.cpp's reference
+// dequantization does, each value rounded the same way (products and sums in float32, none fused:
+// framework/model/gguf_dequant.cpp is compiled without FMA contraction). Runs on ATen's intra-op
+// threads. GgufFile::to_float's work.
+void gguf_dequantize(GgufType type, const uint8_t* data, int64_t elements, float* out);
+
 // Whether `path` names a GGUF file by its first four bytes ("GGUF"); false for folders and
 // anything unreadable (the caller reports those as it does for folders).
 bool is_gguf_file(const std::filesystem::path& path);

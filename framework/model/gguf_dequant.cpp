@@ -1,11 +1,10 @@
-#include "framework/model/gguf_dequant.h"
-
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "framework/model/gguf.h"
 #include "framework/util/error.h"
 
 namespace gengraph {
