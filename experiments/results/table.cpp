@@ -14,6 +14,10 @@
 namespace gengraph {
 namespace {
 
+// A text longer than kLongestText characters shows its first kShownCharacters in the table; a
+// token list longer than kLongestIds its first kShownIds.
+constexpr size_t kLongestText = 80, kShownCharacters = 60, kLongestIds = 32, kShownIds = 16;
+
 // A string field of the file, made safe for the terminal.
 std::string shown(const JsonAt& v) { return terminal_text(v.string()); }
 
@@ -176,12 +180,53 @@ void point_header(std::ostringstream& o, const JsonAt& doc) {
   }
 }
 
-// A sequence's token ids as the table shows them.
+// 6000 -> "6,000".
+std::string with_thousands(size_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// A sequence's token ids as the table shows them: a long one cut after its first ids, with its
+// length (the results file holds them all).
 std::string token_list(const JsonAt& tokens) {
+  const std::vector<JsonAt> ids = tokens.items();
   std::string out = "[";
-  for (const auto& t : tokens.items())
-    out += (out.size() > 1 ? "," : "") + std::to_string(t.integer());
-  return out + "]";
+  for (size_t i = 0; i < ids.size() && (ids.size() <= kLongestIds || i < kShownIds); ++i)
+    out += (out.size() > 1 ? "," : "") + std::to_string(ids[i].integer());
+  if (ids.size() <= kLongestIds) return out + "]";
+  return out + ",…] (" + with_thousands(ids.size()) + " tokens)";
+}
+
+// A prompt or a generated text as the table shows it: quoted as JSON (control characters
+// escaped), and a long one cut after its first characters, with its length in tokens when known
+// (else in characters). The results file keeps the texts whole.
+// A sequence's generated tokens, when it records them.
+std::optional<size_t> new_tokens(const JsonAt& sequence) {
+  const auto tokens = sequence.find("tokens");
+  if (!tokens) return std::nullopt;
+  return tokens->items().size();
+}
+
+std::string table_text(const JsonAt& text, std::optional<size_t> tokens) {
+  const std::string s = text.string();
+  size_t characters = 0, cut = s.size();  // UTF-8: a character per byte that starts one
+  for (size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) continue;
+    if (characters++ == kShownCharacters) cut = i;
+  }
+  const auto quoted = [](const std::string& v) {
+    return terminal_text(
+        nlohmann::json(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  };
+  if (characters <= kLongestText) return quoted(s);
+  return quoted(s.substr(0, cut)) + "… (" +
+         (tokens ? with_thousands(*tokens) + " tokens"
+                 : with_thousands(characters) + " characters") +
+         ")";
 }
 
 }  // namespace
@@ -218,10 +263,14 @@ std::string format_table(const JsonAt& doc) {
   // characters escaped), for every input; the ids stay in the results file.
   const auto texts = doc.has("inputs") ? doc["inputs"].find("texts") : std::nullopt;
   if (outputs && texts) {
-    const auto quoted = [](const JsonAt& v) {
-      return terminal_text(v.json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    };
     const std::vector<JsonAt> prompts = texts->items();
+    // Each prompt's length in tokens, as the tokenizer encoded it.
+    std::vector<JsonAt> lengths;
+    if (const auto l = doc["inputs"].find("prompt_lengths")) lengths = l->items();
+    const auto prompt_tokens = [&](size_t i) -> std::optional<size_t> {
+      if (i >= lengths.size()) return std::nullopt;
+      return static_cast<size_t>(lengths[i].integer());
+    };
     o << "generated text (" << shown(runs.front()["label"]) << "; "
       << (doc["inputs"].has("tokenizer") ? shown(doc["inputs"]["tokenizer"])
                                          : std::string("tokenizer"))
@@ -231,8 +280,9 @@ std::string format_table(const JsonAt& doc) {
       for (const auto& s : in["sequences"].items()) {
         o << "  [" << i << "] ";
         if (i >= 0 && static_cast<size_t>(i) < prompts.size())
-          o << quoted(prompts[static_cast<size_t>(i)]) << " ->";
-        if (const auto text = s.find("text")) o << " " << quoted(*text);
+          o << table_text(prompts[static_cast<size_t>(i)], prompt_tokens(static_cast<size_t>(i)))
+            << " ->";
+        if (const auto text = s.find("text")) o << " " << table_text(*text, new_tokens(s));
         if (const auto score = s.find("score")) o << "  score " << score->number();
         o << "\n";
       }
@@ -251,12 +301,8 @@ std::string format_table(const JsonAt& doc) {
         o << "  input " << in["input"].integer() << ": " << token_list(s["tokens"]);
         if (const auto score = s.find("score")) o << "  score " << score->number();
         o << "\n";
-        // As JSON text: quoted, its control characters escaped.
         if (const auto text = s.find("text"))
-          o << "    text: "
-            << terminal_text(
-                   text->json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
-            << "\n";
+          o << "    text: " << table_text(*text, new_tokens(s)) << "\n";
       }
     }
   }

@@ -254,5 +254,41 @@ TEST(HostileResults, ManyRepeatsAreComparedInBoundedMemory) {
   EXPECT_EQ(ratio_confidence_text(2000), "95.3% confidence");
 }
 
+// Long prompts and generated texts are cut in the table, with their length in tokens (a
+// 6,000-token prompt once printed as one 30,608-character line); the results file keeps them.
+TEST(HostileResults, TheTableCutsLongTextsAndTokenLists) {
+  std::string prompt;
+  while (prompt.size() < 30000) prompt += "é word ";  // two-byte characters, never split
+  Json doc = complete_doc();
+  doc["inputs"] = {{"batch_size", 2},
+                   {"prompt_lengths", {6000, 3}},
+                   {"texts", {prompt, "short prompt"}},
+                   {"tokenizer", "native"}};
+  std::vector<int64_t> ids(100);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+  doc["runs"][0]["outputs"] = {
+      {{"input", 0}, {"sequences", {{{"tokens", ids}, {"text", prompt.substr(0, 500)}}}}},
+      {{"input", 1}, {"sequences", {{{"tokens", {7, 8}}, {"text", "a short answer"}}}}}};
+  std::string first60 = "\"";  // the first 60 characters, quoted
+  for (int i = 0; i < 8; ++i) first60 += "é word ";
+  first60 += "é wo\"";
+  std::string table = format_table(doc);
+  EXPECT_THAT(
+      table, HasSubstr("  [0] " + first60 + "… (6,000 tokens) -> " + first60 + "… (100 tokens)\n"));
+  EXPECT_THAT(table, HasSubstr("  [1] \"short prompt\" -> \"a short answer\"\n"));
+  // No line past 240 bytes (the longest holds two cut texts of 60 characters, some of 2 bytes).
+  for (size_t start = 0, end; start < table.size(); start = end + 1) {
+    end = table.find('\n', start);
+    EXPECT_LE(end - start, 240u) << table.substr(start, 240);
+  }
+  // Without the texts: the ids, a long list cut after 16, and the text cut the same way.
+  doc["inputs"].erase("texts");
+  table = format_table(doc);
+  EXPECT_THAT(table, HasSubstr("  input 0: [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,…] (100 tokens)\n"
+                               "    text: " +
+                               first60 + "… (100 tokens)\n"));
+  EXPECT_THAT(table, HasSubstr("  input 1: [7,8]\n    text: \"a short answer\"\n"));
+}
+
 }  // namespace
 }  // namespace gengraph
