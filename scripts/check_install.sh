@@ -3,7 +3,10 @@
 # removed, and the copy run without GENGRAPH_ROOT or GENGRAPH_PYTHON. It must find its Python tools
 # in its own share/gengraph and their Python from the install's record (`gengraph paths`), decode
 # text through the Python tokenizer (tools/hf_tokenizer.py), export an aoti package with
-# tools/export_aoti.py, and build and run docs/embedding.md's two programs against the copy.
+# tools/export_aoti.py, and build and run docs/embedding.md's two programs against the copy. The
+# extension example the install carries (share/gengraph/examples/extension_example) builds from
+# there with the copy alone in CMAKE_PREFIX_PATH (the package finds the LibTorch gengraph was built
+# with), and its tests pass; where that LibTorch is gone, find_package(gengraph) says what to set.
 # Usage: check_install.sh BUILD_DIR SOURCE_DIR TORCH_PREFIX
 set -euo pipefail
 BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd); TORCH_PREFIX="$3"
@@ -45,4 +48,30 @@ echo "aoti: exported $(find "$WORK/aoti" -name '*.pt2' | head -n1)"
 
 # The embedding examples, built against the copy and compared with its CLI.
 GENGRAPH_INSTALL_PREFIX="$COPY" bash "$SRC/scripts/check_embedding.sh" "$BUILD" "$SRC" "$TORCH_PREFIX"
-echo "standalone install: tools, Python, text, aoti export and embedding from a copy of the prefix"
+
+# The installed extension example, configured with gengraph's prefix only (no Torch path).
+EXAMPLE="$COPY/share/gengraph/examples/extension_example"
+[ -f "$EXAMPLE/CMakeLists.txt" ] || fail "the extension example is not installed at $EXAMPLE"
+env -u CMAKE_PREFIX_PATH -u Torch_DIR cmake -S "$EXAMPLE" -B "$WORK/extension_example" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$COPY" >/dev/null ||
+  fail "the installed extension example does not configure with CMAKE_PREFIX_PATH=$COPY alone"
+cmake --build "$WORK/extension_example" -j "${GENGRAPH_JOBS:-2}" >/dev/null
+ctest --test-dir "$WORK/extension_example" --output-on-failure
+
+# A LibTorch that is gone: a clear error naming Torch_DIR and CMAKE_PREFIX_PATH.
+mkdir -p "$WORK/no_torch/cmake" "$WORK/no_torch/project"
+cp -a "$COPY/lib/cmake/gengraph" "$WORK/no_torch/cmake/"
+sed -i 's|^set(GENGRAPH_TORCH_DIR ".*")$|set(GENGRAPH_TORCH_DIR "/nonexistent/torch")|' \
+    "$WORK/no_torch/cmake/gengraph/gengraphConfig.cmake"
+printf 'cmake_minimum_required(VERSION 3.25)\nproject(p LANGUAGES CXX)\nfind_package(gengraph REQUIRED)\n' \
+    > "$WORK/no_torch/project/CMakeLists.txt"
+if env -u CMAKE_PREFIX_PATH -u Torch_DIR cmake -S "$WORK/no_torch/project" -B "$WORK/no_torch/build" \
+    -Dgengraph_DIR="$WORK/no_torch/cmake/gengraph" > "$WORK/no_torch/log" 2>&1; then
+  fail "find_package(gengraph) succeeded without a LibTorch"
+fi
+said=$(tr -s ' \n' ' ' < "$WORK/no_torch/log")  # CMake wraps its messages' lines
+grep -qF "gengraph needs LibTorch, and found none: not at '/nonexistent/torch'" <<<"$said" &&
+  grep -qF "Set Torch_DIR to the folder holding TorchConfig.cmake, or add torch's prefix to CMAKE_PREFIX_PATH" <<<"$said" ||
+  fail "no clear error without a LibTorch: $said"
+echo "standalone install: tools, Python, text, aoti export, embedding and the extension example" \
+     "from a copy of the prefix"
