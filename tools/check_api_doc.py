@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """docs/embedding.md's API section against the public header it summarises, and docs/cli.md's
-usage texts against the CLI's (experiments/cli/usage.cpp).
+usage texts against the CLI's (experiments/cli/usage.cpp), and docs/extending.md's base classes
+against the headers that declare them.
 
 Every declaration of the option structs and of `class Model`'s, `class Plan`'s and `class Engine`'s public parts
 (and their base classes) in include/gengraph/gengraph.h must appear in the page's "## The API" block, and the block must
@@ -33,9 +34,9 @@ def declarations(body):
     return out
 
 
-def class_bodies(text, classes=CLASSES):
+def class_bodies(text, classes=CLASSES, keep_protected=False):
     """{name: body} for each class of CLASSES in `text`: its base classes as a first line
-    ("bases: A,B;") and its public part."""
+    ("bases: A,B;") and its public part (and its protected one, marked, with keep_protected)."""
     bodies = {}
     for name in classes:
         m = re.search(re.escape(name) + r"\b([^{;]*)\{", text)
@@ -46,7 +47,8 @@ def class_bodies(text, classes=CLASSES):
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
         body = text[m.end() : i - 1]
-        body = re.split(r"\n\s*(?:private|protected):", body)[0]
+        body = re.split(r"\n\s*(?:private|protected):" if not keep_protected else r"\n\s*private:",
+                        body)[0]
         body = body.replace("public:", "")
         bases = m.group(1).strip().lstrip(":").strip()
         bodies[name] = (f"bases: {bases};" if bases else "") + body
@@ -80,6 +82,39 @@ def compare(header_text, page_text, classes=CLASSES):
         for d in p:
             if d not in h:
                 problems.append(f"{name}: on the page, not in the header: {d}")
+    return problems
+
+
+# docs/extending.md's "## The base classes" block: the classes a part derives from, each with
+# its public and protected members as the header declares them.
+BASES = {"class ForwardBackend": "include/gengraph/ext/backend.h",
+         "class StaticDecode": "include/gengraph/ext/backend.h",
+         "class LogitsProcessor": "include/gengraph/ext/decoding.h",
+         "class StoppingCriterion": "include/gengraph/ext/decoding.h",
+         "class SearchStrategy": "include/gengraph/ext/decoding.h",
+         "class RowwiseSearch": "include/gengraph/ext/decoding.h",
+         "class CandidateGenerator": "include/gengraph/ext/decoding.h",
+         "class ModelStep": "framework/backend/model_step.h"}
+
+
+def compare_bases(headers, page, bases=BASES):
+    """`headers`: {path: text}. Each class of `bases` on the page against its header."""
+    m = re.search(r"## The base classes\s*\n.*?```cpp\n(.*?)```", page, flags=re.S)
+    if not m:
+        return ["docs/extending.md: no ```cpp block under '## The base classes'"]
+    problems = []
+    shown = class_bodies(m.group(1), tuple(bases), keep_protected=True)
+    for name, path in bases.items():
+        declared = class_bodies(headers[path], (name,), keep_protected=True)
+        if name not in declared:
+            problems.append(f"{path}: no '{name}'")
+            continue
+        if name not in shown:
+            problems.append(f"docs/extending.md: the base classes have no '{name}'")
+            continue
+        h, p = declarations(declared[name]), declarations(shown[name])
+        problems += [f"{name}: in {path}, not in docs/extending.md: {d}" for d in h if d not in p]
+        problems += [f"{name}: in docs/extending.md, not in {path}: {d}" for d in p if d not in h]
     return problems
 
 
@@ -143,6 +178,14 @@ def self_test():
     assert compare_cli(source, doc.replace("## gengraph run", "## gengraph ran")) == [
         "docs/cli.md: no '## gengraph run' with a ```text block",
         "docs/cli.md: '## gengraph ran' is no command of usage.cpp"]
+    header = "class A : B {\n public:\n  virtual int f() const = 0;  // x\n protected:\n  void g();\n private:\n  int h;\n};\n"
+    page = "## The base classes\n\ntext\n\n```cpp\nclass A : B {\n public:\n  virtual int f() const = 0;\n protected:\n  void g();\n};\n```\n"
+    one = {"class A": "a.h"}
+    assert compare_bases({"a.h": header}, page, one) == [], compare_bases({"a.h": header}, page, one)
+    assert compare_bases({"a.h": header}, page.replace(" protected:\n", ""), one) == [
+        "class A: in a.h, not in docs/extending.md: protected: void g()",
+        "class A: in docs/extending.md, not in a.h: void g()"]
+    assert "int f()const=0" in compare_bases({"a.h": header}, page.replace("= 0", ""), one)[0]
     print("check_api_doc self-test: planted differences found")
 
 
@@ -156,16 +199,19 @@ def main():
     src = Path(sys.argv[1])
     problems = compare((src / "include/gengraph/gengraph.h").read_text(),
                        (src / "docs/embedding.md").read_text())
+    problems += compare_bases({p: (src / p).read_text() for p in set(BASES.values())},
+                              (src / "docs/extending.md").read_text())
     problems += compare_cli((src / "experiments/cli/usage.cpp").read_text(),
                             (src / "docs/cli.md").read_text())
     for p in problems:
         print(p, file=sys.stderr)
     if problems:
-        print(f"docs/embedding.md's API section or docs/cli.md differ from the code they show "
+        print(f"docs/embedding.md's API section, docs/extending.md's base classes or docs/cli.md "
+              f"differ from the code they show "
               f"({len(problems)} difference(s))", file=sys.stderr)
         return 1
-    print("docs/embedding.md's API section matches include/gengraph/gengraph.h, docs/cli.md the "
-          "CLI's usage texts")
+    print("docs/embedding.md's API section matches include/gengraph/gengraph.h, docs/extending.md's "
+          "base classes their headers, docs/cli.md the CLI's usage texts")
     return 0
 
 
