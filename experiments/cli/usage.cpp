@@ -70,7 +70,9 @@ const std::vector<CommandHelp>& command_helps() {
                     row); w8a8/B the same with a scale per block of B channels (a multiple of
                     32); int4; w4a8, int4 weights (groups of --group-size) with activations in
                     blocks of 32; bfloat16. int4's output head is int8 (model.int8_head's
-                    default): int4+h4 and w4a8+h4 keep it int4 (int4+h8, w4a8+h8 the default)
+                    default): int4+h4 and w4a8+h4 keep it int4 (int4+h8, w4a8+h8 the default).
+                    int8gB: int8 weights with a float16 scale per block of B (model.group_size;
+                    int8g32 is Q8_0's layout); w8a8gB the same by activations in blocks of B
   --group-size N    int4's group size: 32, 64, 128 or 256
   --text-file FILE  the text of the perplexity windows (default the GPL-3 text Debian ships)
   --windows N       how many windows (default 8, at most 256)
