@@ -12,8 +12,9 @@ GENGRAPH_AVX2_FN inline __m256 widen8(const int8_t* p) {
       _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
-// MB activation rows by NB weight rows: per block, the partial dot of each pair in 8 lanes, then
-// scaled by the block's scale into the pair's sum (`s`: the NB rows' scales as float32, nb apart).
+// MB activation rows by NB weight rows: each 8 levels widened and multiplied by their block's
+// scale once (q * scale is exact in float32: 8 bits by float16's 11), then used MB times, as
+// stream_avx2.cpp's tiles use a widened weight (`s`: the NB rows' scales as float32, nb apart).
 template <int MB, int NB>
 GENGRAPH_AVX2_FN void tile(const float* x, int64_t K, const int8_t* w, const float* s,
                            int64_t block, float* out, int64_t ldo) {
@@ -23,23 +24,18 @@ GENGRAPH_AVX2_FN void tile(const float* x, int64_t K, const int8_t* w, const flo
     for (int n = 0; n < NB; ++n) acc[m][n] = _mm256_setzero_ps();
   const char* ahead = reinterpret_cast<const char*>(w) + kPrefetchBytes;
   for (int64_t b = 0; b < nb; ++b) {
-    __m256 p[MB][NB];
-    for (int m = 0; m < MB; ++m)
-      for (int n = 0; n < NB; ++n) p[m][n] = _mm256_setzero_ps();
+    __m256 sv[NB];
+    for (int n = 0; n < NB; ++n) sv[n] = _mm256_set1_ps(s[n * nb + b]);
     for (int64_t k = b * block; k < (b + 1) * block; k += 8) {
       if (k % 64 == 0) {
         for (int n = 0; n < NB; ++n) _mm_prefetch(ahead + n * K + k, _MM_HINT_T0);
       }
       __m256 wv[NB];
-      for (int n = 0; n < NB; ++n) wv[n] = widen8(w + n * K + k);
+      for (int n = 0; n < NB; ++n) wv[n] = _mm256_mul_ps(widen8(w + n * K + k), sv[n]);
       for (int m = 0; m < MB; ++m) {
         const __m256 xv = _mm256_loadu_ps(x + m * K + k);
-        for (int n = 0; n < NB; ++n) p[m][n] = _mm256_fmadd_ps(xv, wv[n], p[m][n]);
+        for (int n = 0; n < NB; ++n) acc[m][n] = _mm256_fmadd_ps(xv, wv[n], acc[m][n]);
       }
-    }
-    for (int n = 0; n < NB; ++n) {
-      const __m256 sv = _mm256_set1_ps(s[n * nb + b]);
-      for (int m = 0; m < MB; ++m) acc[m][n] = _mm256_fmadd_ps(p[m][n], sv, acc[m][n]);
     }
   }
   for (int m = 0; m < MB; ++m)

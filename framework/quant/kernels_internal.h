@@ -252,10 +252,10 @@ GENGRAPH_AVX2_FN void quantize_block_avx2(const float* xb, int64_t block, int8_t
 template <int MB, int NB>
 GENGRAPH_AVX2_FN void w8a8_rows_avx2_tile(const BlockRows& a, int64_t m0, const int8_t* w,
                                           const float* scales, float* out, int64_t ldo);
+// wblock: the NB weight rows' block scales as float32, [NB][K / a.block], or null.
 template <int NB>
 GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m, const int8_t* w,
-                                            const float* scales, const at::Half* wblock,
-                                            float* out);
+                                            const float* scales, const float* wblock, float* out);
 // int8_blocks_avx2.cpp: weight rows [n0, n1) for every activation row, weight-only.
 GENGRAPH_AVX2_FN void int8_blocks_avx2(const float* x, int64_t M, int64_t K, const int8_t* q,
                                        const at::Half* scales, int64_t block, int64_t n0,
@@ -264,9 +264,11 @@ GENGRAPH_AVX2_FN void int8_blocks_avx2(const float* x, int64_t M, int64_t K, con
 template <int MB, int NB>
 GENGRAPH_VNNI_FN void w8a8_rows_vnni_tile(const BlockRows& a, int64_t m0, const int8_t* w,
                                           const float* scales, float* out, int64_t ldo);
+// wcol: the `rows` weight rows' block scales as float32, transposed: [K / a.block][16] (rows past
+// `rows` 0), or null.
 GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m, const int8_t* w,
-                                            int64_t rows, const float* scales,
-                                            const at::Half* wblock, float* out, int32_t* sums);
+                                            int64_t rows, const float* scales, const float* wcol,
+                                            float* out, int32_t* sums);
 // w4a8_avx2.cpp, w4a8_vnni.cpp: weight rows [n0, n1) for every activation row.
 GENGRAPH_AVX2_FN void w4a8_avx2_rows(const W4A8Rows& r, const uint8_t* q, const at::Half* scales,
                                      const at::Half* zeros, int64_t group, int64_t n0, int64_t n1,
@@ -300,9 +302,12 @@ template <bool kVnni, bool kWholeRow>
 void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales,
                       const at::Half* wblock, int64_t n0, int64_t n1, float* out, int64_t ldo) {
   constexpr int64_t kRowsPerPass = 16;
-  const int64_t K = a.K, nb = K / a.block;
-  // Weight row n's block scales (null without them).
-  const auto wb = [&](int64_t n) { return wblock ? wblock + n * nb : nullptr; };
+  const int64_t K = a.K, nblk = K / a.block;
+  // The pass's weight block scales as float32, widened once a pass: [16][nblk] for the AVX2 tile,
+  // [nblk][16] for the VNNI tile (the 16 rows in the lanes). `pass` is the pass's first row.
+  static thread_local std::vector<float> wrow, wcol;
+  int64_t pass = n0;
+  const auto wb = [&](int64_t n) { return wblock ? wrow.data() + (n - pass) * nblk : nullptr; };
   auto blocks = [&](int64_t m, int64_t nb, int64_t ne) {
     int64_t n = nb;
     float* o = out + m * ldo;
@@ -311,7 +316,8 @@ void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales,
       static thread_local std::vector<int32_t> sums;
       const size_t need = static_cast<size_t>((K / a.block + 15) / 16 * 256);
       if (sums.size() < need) sums.resize(need);
-      w8a8_blocks_vnni_tile(a, m, w + n * K, ne - nb, scales + n, wb(n), o + n, sums.data());
+      w8a8_blocks_vnni_tile(a, m, w + n * K, ne - nb, scales + n, wblock ? wcol.data() : nullptr,
+                            o + n, sums.data());
     } else {
       for (; n + 4 <= ne; n += 4)
         w8a8_blocks_avx2_tile<4>(a, m, w + n * K, scales + n, wb(n), o + n);
@@ -336,6 +342,20 @@ void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales,
   };
   for (int64_t nb = n0; nb < n1; nb += kRowsPerPass) {
     const int64_t ne = std::min(n1, nb + kRowsPerPass);
+    if (wblock != nullptr) {
+      pass = nb;
+      const size_t need = static_cast<size_t>(kRowsPerPass * nblk);
+      if (wrow.size() < need) wrow.resize(need);
+      if (wcol.size() < need) wcol.resize(need);
+      halves_to_floats(wblock + nb * nblk, (ne - nb) * nblk, wrow.data());
+      if constexpr (kVnni) {
+        for (int64_t b = 0; b < nblk; ++b) {
+          for (int64_t r = 0; r < kRowsPerPass; ++r) {
+            wcol[b * kRowsPerPass + r] = r < ne - nb ? wrow[r * nblk + b] : 0.f;
+          }
+        }
+      }
+    }
     if constexpr (!kWholeRow) {
       for (int64_t m = 0; m < a.M; ++m) blocks(m, nb, ne);
       continue;

@@ -123,12 +123,11 @@ GENGRAPH_AVX2_FN inline __m256i lane_sums8(const __m256i* v) {
 
 // With blocks, in the order of w8a8_blocks_plain: one activation row m, NB weight rows; eight
 // blocks' exact sums at a time, then the blocks' fused multiply-adds in order. With the weight's
-// block scales (wblock, row n's at wblock + n * nb) each block's multiplier is s_b * w_b and
-// there is no per-channel scale.
+// block scales (wblock, float32, row n's at wblock + n * nb) each block's multiplier is s_b * w_b
+// and there is no per-channel scale.
 template <int NB>
 GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m, const int8_t* w,
-                                            const float* scales, const at::Half* wblock,
-                                            float* out) {
+                                            const float* scales, const float* wblock, float* out) {
   const int64_t K = a.K, block = a.block, nb = K / block;
   const int8_t* x = a.q.data() + m * K;
   const float* bs = a.block_scale.data() + m * nb;
@@ -144,9 +143,9 @@ GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m, const
       alignas(32) int32_t sums[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(sums), lane_sums8(v));
       if (wblock != nullptr) {
-        const at::Half* ws = wblock + n * nb + g0;
+        const float* ws = wblock + n * nb + g0;
         for (int64_t i = 0; i < gb; ++i) {
-          const float d = bs[g0 + i] * static_cast<float>(ws[i]);
+          const float d = bs[g0 + i] * ws[i];
           acc[n] = std::fma(static_cast<float>(sums[i]), d, acc[n]);
         }
         continue;

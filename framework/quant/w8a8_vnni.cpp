@@ -116,22 +116,12 @@ GENGRAPH_VNNI_FN inline void transpose16(__m512i* r) {
 // group's eight pairs, plus the blocks' -128 * sums); then per group a transpose puts each
 // block's sums for the 16 weight rows in one register, and the blocks' fused multiply-adds run
 // in order with the weight rows in the lanes. `sums` holds [groups][16][16] int32. With the
-// weight's block scales (wblock: the first row's, rows nb apart) each block's multiplier is
-// s_b * w_b, the 16 rows' w_b in the lanes, and there is no per-channel scale.
+// weight's block scales (wblock: float32 [nb][16], the 16 rows in the lanes) each block's
+// multiplier is s_b * w_b and there is no per-channel scale.
 GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m, const int8_t* w,
-                                            int64_t rows, const float* scales,
-                                            const at::Half* wblock, float* out, int32_t* sums) {
+                                            int64_t rows, const float* scales, const float* wblock,
+                                            float* out, int32_t* sums) {
   const int64_t K = a.K, block = a.block, nb = K / block, groups = (nb + 15) / 16;
-  // The weight rows' block scales as float32, [nb][16] (rows past `rows` 0).
-  static thread_local std::vector<float> wt;
-  if (wblock != nullptr) {
-    if (wt.size() < static_cast<size_t>(nb * 16)) wt.resize(static_cast<size_t>(nb * 16));
-    for (int64_t r = 0; r < 16; ++r) {
-      for (int64_t b = 0; b < nb; ++b) {
-        wt[b * 16 + r] = r < rows ? static_cast<float>(wblock[r * nb + b]) : 0.f;
-      }
-    }
-  }
   const int8_t* x = a.q.data() + m * K;
   const int32_t* bb = a.block_bias.data() + m * nb;
   const float* bs = a.block_scale.data() + m * nb;
@@ -168,7 +158,7 @@ GENGRAPH_VNNI_FN void w8a8_blocks_vnni_tile(const BlockRows& a, int64_t m, const
     for (int64_t b = 0; b < gb; ++b) {
       const __m512i exact = _mm512_add_epi32(t[b], _mm512_set1_epi32(bb[g0 + b]));
       __m512 d = _mm512_set1_ps(bs[g0 + b]);
-      if (wblock != nullptr) d = _mm512_mul_ps(d, _mm512_loadu_ps(wt.data() + (g0 + b) * 16));
+      if (wblock != nullptr) d = _mm512_mul_ps(d, _mm512_loadu_ps(wblock + (g0 + b) * 16));
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), d, acc);
     }
   }
