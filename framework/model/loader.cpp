@@ -212,11 +212,11 @@ std::filesystem::path check_model_folder(const std::filesystem::path& dir) {
                 "a folder with config.json and model.safetensors)" + preset_hint(dir));
   }
   if (!std::filesystem::is_directory(st)) {
-    throw Error("model path '" + dir.string() + "' is not a folder: it is " +
-                (std::filesystem::is_regular_file(st) ? "a file, and not a GGUF file"
-                                                      : kind_of(st)) +
-                " (expected a folder with config.json and model.safetensors, or a GGUF file)" +
-                preset_hint(dir));
+    throw Error(
+        "model path '" + dir.string() + "' is not a folder: it is " +
+        (std::filesystem::is_regular_file(st) ? "a file, and not a GGUF file" : kind_of(st)) +
+        " (expected a folder with config.json and model.safetensors, or a GGUF file)" +
+        preset_hint(dir));
   }
   const auto config_path = dir / "config.json";
   const auto cst = checked_status(config_path, "the model's config.json");
@@ -302,8 +302,8 @@ LoadedModel load_model(const ModelSource& src) {
     ModelConfig config = parse_model_config(out.config_json, src.path.string());
     const Architecture& arch = ModelRegistry::instance().get(config.model_type, config.source);
     const double bytes = weight_bytes(arch, config, src.load.dtype);
-    const std::string what = "the weights of '" + src.path.string() + "' (" +
-                             gguf_summary(*file) + ", dequantized)";
+    const std::string what =
+        "the weights of '" + src.path.string() + "' (" + gguf_summary(*file) + ", dequantized)";
     const std::string advice = "use a smaller dtype (model.dtype) or a device with more memory";
     check_memory(what, bytes, src.load.device, advice);
     config.fused = src.load.fused;

@@ -421,8 +421,8 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::filesystem::path& file
   return std::make_unique<JsonTokenizer>(doc, source, file.string());
 }
 
-std::unique_ptr<Tokenizer> tokenizer_detail::load_tokenizer_json_document(
-    const nlohmann::json& doc, const std::string& name) {
+std::unique_ptr<Tokenizer> tokenizer_detail::load_tokenizer_json_document(const nlohmann::json& doc,
+                                                                          const std::string& name) {
   return std::make_unique<JsonTokenizer>(doc, "'" + name + "'", name);
 }
 
