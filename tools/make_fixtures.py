@@ -249,8 +249,11 @@ def json_difference(x, y, path="$", tolerance=SCORE_TOLERANCE):
     return walk(x, y, path), worst[0]
 
 
-# A folder of tests/fixtures that another generator writes (the real model's fixture).
-OTHER_GENERATORS = "real"
+# Folders of tests/fixtures that other generators write, each checked by its own --check where
+# it has one: the real model's fixture (make_real_fixtures.py), the GGUF reader's
+# (make_gguf_fixtures.py), the GGUF tokenizer's (make_gguf_tokenizer_fixtures.py); gguf/models
+# inside gguf/ is make_gguf_model_fixtures.py's.
+OTHER_GENERATORS = ("real", "gguf", "gguf_tokenizer")
 
 
 def compare_trees(a, b):
@@ -277,9 +280,9 @@ def compare_trees(a, b):
                 else:
                     problems.append(f"differs: {rel}")
     for dirpath, dirs, files in os.walk(b):
-        # tests/fixtures/real/ is tools/make_real_fixtures.py's (checked by its own --check).
-        if os.path.abspath(dirpath) == os.path.abspath(b) and OTHER_GENERATORS in dirs:
-            dirs.remove(OTHER_GENERATORS)
+        # Other generators' folders (OTHER_GENERATORS) are theirs to check.
+        if os.path.abspath(dirpath) == os.path.abspath(b):
+            dirs[:] = [d for d in dirs if d not in OTHER_GENERATORS]
         for name in files:
             pb = os.path.join(dirpath, name)
             if not os.path.exists(os.path.join(a, os.path.relpath(pb, b))):
