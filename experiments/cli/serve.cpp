@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <string_view>
 #include <thread>
 
 #include "experiments/cli/arguments.h"
@@ -14,6 +15,7 @@
 #include "experiments/experiment/experiment_config.h"
 #include "experiments/experiment/row_forms.h"
 #include "experiments/tools/chat_renderer.h"
+#include "framework/model/gguf.h"
 #include "framework/model/model_names.h"
 #include "framework/text/chat_template.h"
 #include "framework/text/tokenizer.h"
@@ -172,8 +174,19 @@ int serve_command(const std::vector<std::string>& args, std::ostream& out, std::
   std::shared_ptr<ChatRenderer> renderer;
   if (!c.model.path.empty()) {
     const std::filesystem::path folder(c.model.path);
-    if (std::filesystem::exists(folder / "tokenizer.json") ||
-        std::filesystem::exists(folder / "tokenizer.model")) {
+    if (is_gguf_file(folder)) {
+      // Its tokenizer is in its metadata; a file without one (converted with --no-vocab) serves
+      // token ids.
+      try {
+        served.tokenizer = load_tokenizer(folder);
+      } catch (const Error& e) {
+        if (std::string_view(e.what()).find(kUnsupportedTokenizer) == std::string_view::npos) {
+          throw;
+        }
+        err << "note: " << e.what() << "\n";
+      }
+    } else if (std::filesystem::exists(folder / "tokenizer.json") ||
+               std::filesystem::exists(folder / "tokenizer.model")) {
       served.tokenizer = load_tokenizer(folder);
     }
     if (served.tokenizer && read_chat_template(folder)) {

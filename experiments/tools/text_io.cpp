@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "experiments/tools/python_tools.h"
+#include "framework/model/gguf.h"
 #include "framework/text/chat_template.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
@@ -33,6 +34,13 @@ const char* tokenizer_choice_name(TokenizerChoice choice) {
 
 TextCodec::TextCodec(const std::string& folder, TokenizerChoice choice, std::ostream& log)
     : folder_(folder), log_(log) {
+  // transformers reads model folders: a GGUF file's tokenizer is gengraph's own or none.
+  const bool gguf = is_gguf_file(folder);
+  if (gguf && choice == TokenizerChoice::Python) {
+    throw Error("tokenizer python: '" + folder +
+                "' is a GGUF file, which the Python tokenizer (transformers) does not read here; "
+                "its tokenizer is native (--tokenizer auto or native)");
+  }
   if (choice == TokenizerChoice::Python) {
     description_ = "python: tools/hf_tokenizer.py (transformers) on '" + folder + "' (as asked)";
     return;
@@ -45,7 +53,7 @@ TextCodec::TextCodec(const std::string& folder, TokenizerChoice choice, std::ost
     const bool unsupported = why.rfind(std::string(kUnsupportedTokenizer), 0) == 0;
     // Only a kind the native reader does not handle falls back; a damaged file is an error either
     // way (the Python tokenizer would refuse it too, less clearly).
-    if (choice == TokenizerChoice::Native || !unsupported) throw;
+    if (choice == TokenizerChoice::Native || !unsupported || gguf) throw;
     description_ =
         "python: tools/hf_tokenizer.py (transformers) on '" + folder +
         "' (the native tokenizer refused it: " + why.substr(kUnsupportedTokenizer.size()) + ")";
@@ -106,6 +114,12 @@ int64_t chat_template_seconds() {
 }
 
 std::vector<std::string> TextCodec::chat_prompts(const std::vector<std::string>& texts) const {
+  if (is_gguf_file(folder_)) {
+    throw Error("chat: '" + folder_ +
+                "' is a GGUF file, and its chat template (tokenizer.chat_template) is not rendered "
+                "yet: the renderer (transformers) reads model folders. Give the prompts as texts "
+                "with the template written out, or use the model's Hugging Face folder");
+  }
   // The template is checked here first (UTF-8, size), naming its file and key; a folder without
   // one is left to the tool, which says so.
   const auto chat_template = read_chat_template(folder_);

@@ -17,6 +17,10 @@ GgufVocabulary read_gguf_vocabulary(const GgufFile& file) {
                 "model key (no tokenizer in its metadata)");
   }
   v.model = file.string(p + "model");
+  if (v.model == "none") {  // llama.cpp's vocabulary-less files (convert_hf_to_gguf --no-vocab)
+    throw Error(std::string(kUnsupportedTokenizer) + "'" + file.name() + "': " + p +
+                "model is 'none' (a file written without a vocabulary: prompts are token ids)");
+  }
   if (file.has(p + "pre")) v.pre = file.string(p + "pre");
   if (!file.has(p + "tokens")) {
     throw Error("'" + file.name() + "': " + p + "model is '" + v.model + "' but there is no " + p +

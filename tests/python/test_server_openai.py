@@ -460,3 +460,23 @@ def test_the_real_model_answers_as_generate(openai, tmp_path_factory):
         assert r.choices[0].message.content == json.loads(out.read_text())["runs"][0]["outputs"][0]["sequences"][0]["text"]
     finally:
         assert s.stop() == 0
+
+
+def test_a_gguf_file_is_served(openai, tmp_path_factory):
+    """A GGUF file serves as a model folder does (docs/gguf.md): one written without a vocabulary
+    serves token ids, saying why, and its greedy answer is gengraph generate's."""
+    file = ROOT / "tests" / "fixtures" / "gguf" / "models" / "llama-q8_0.gguf"
+    log = tmp_path_factory.mktemp("gguf") / "serve.log"
+    s = serve_process.ServeProcess(GENGRAPH, ["--model", file], log).start()
+    out = tmp_path_factory.mktemp("gguf") / "out.json"
+    try:
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="x", max_retries=0, timeout=60)
+        r = c.completions.create(model="llama-q8_0.gguf", prompt=[1, 5, 9], max_tokens=6, temperature=0,
+                                 extra_body={"gengraph": {"min_new_tokens": 6}})
+        cli("generate", "--model", file, "--prompt", "1,5,9", "--max-new-tokens", 6, "--set",
+            "generation.min_new_tokens=6", "--set", PAGED, "--quiet", "--output", out)
+        want = json.loads(out.read_text())["runs"][0]["outputs"][0]["sequences"][0]["tokens"]
+        assert r.choices[0].model_extra["token_ids"] == want
+        assert "has no tokenizer gengraph reads" in s.log_tail()
+    finally:
+        assert s.stop() == 0

@@ -162,6 +162,18 @@ TEST(GgufModelEntryPoints, ExperimentsAndTheCliTakeAGgufFile) {
   const auto [rc, err] = testing::cli_stderr({"run", (dir / "bad.yaml").string()});
   EXPECT_NE(rc, 0);
   EXPECT_THAT(err, HasSubstr("model.gguf: expected a GGUF file"));
+  // Text needs a vocabulary, which this file was written without; the Python tokenizer does not
+  // read GGUF files. Both are refused saying so.
+  const auto [text_rc, text_err] =
+      testing::cli_stderr({"generate", "--model", file, "--text", "hi"});
+  EXPECT_NE(text_rc, 0);
+  EXPECT_THAT(text_err, HasSubstr("tokenizer.ggml.model is 'none' (a file written without a "
+                                  "vocabulary: prompts are token ids)"));
+  const auto [py_rc, py_err] =
+      testing::cli_stderr({"generate", "--model", file, "--text", "hi", "--tokenizer", "python"});
+  EXPECT_NE(py_rc, 0);
+  EXPECT_THAT(py_err, HasSubstr("is a GGUF file, which the Python tokenizer (transformers) does "
+                                "not read here"));
   EXPECT_EQ(
       testing::cli({"generate", "--model", file, "--prompt", "1,2,3", "--max-new-tokens", "3"}), 0);
 }
