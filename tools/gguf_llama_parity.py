@@ -19,6 +19,8 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_cpp_perplexity import emit  # noqa: E402
 
 
 def main():
@@ -48,11 +50,7 @@ def main():
                         "llama.cpp": {"token": g["tokens"][common], "margin": g["top2_logit_margin"][common]}})
         rows.append(row)
     doc = {"gguf": a.gguf, "llama": a.llama, "prompts": rows}
-    s = json.dumps(doc, indent=1)
-    print(s)
-    if a.output:
-        with open(a.output, "w") as f:
-            f.write(s + "\n")
+    emit(doc, a.output)
 
 
 if __name__ == "__main__":

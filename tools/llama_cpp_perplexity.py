@@ -25,6 +25,15 @@ import os
 import sys
 
 
+def emit(doc, output):
+    """Prints `doc` as JSON, and writes it to `output` when given."""
+    s = json.dumps(doc, indent=1)
+    print(s)
+    if output:
+        with open(output, "w") as f:
+            f.write(s + "\n")
+
+
 def site_dir():
     base = os.environ.get("GENGRAPH_CACHE", os.path.expanduser("~/.cache/gengraph"))
     found = sorted(d for d in glob.glob(os.path.join(base, "peers", "llama-cpp-python-0.3.36-py*", "site"))
@@ -84,11 +93,7 @@ def main():
     doc = {"gguf": a.gguf, "engine": "llama.cpp (llama-cpp-python 0.3.36)", "threads": a.threads, "kv": a.kv,
            "text_file": q["text_file"], "tokens": len(ids), "windows": windows, "window": window,
            "perplexity": math.exp(nll / count), "greedy": greedy}
-    s = json.dumps(doc, indent=1)
-    print(s)
-    if a.output:
-        with open(a.output, "w") as f:
-            f.write(s + "\n")
+    emit(doc, a.output)
 
 
 if __name__ == "__main__":
