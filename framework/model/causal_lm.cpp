@@ -134,6 +134,12 @@ at::Tensor CausalLM::fuse(const std::vector<std::string>& names, int64_t dim, bo
   // Rows of the fused projection ([out, in]) are the parts' output rows in order when the parts
   // are [out_i, in] joined along 0, or Conv1D's [in, out_i] joined along 1 and transposed (a
   // single part transposed is its own [out, in]).
+  // The parts' own entries go (their tensors may be freed and the addresses reused), then the
+  // fused tensor gets its joined levels, or none.
+  for (const at::Tensor& p : parts) {
+    stored_int4_.erase(p.data_ptr());
+    stored_int8_.erase(p.data_ptr());
+  }
   if (config_.stored && (names.size() == 1 || (transpose ? dim == 1 : dim == 0))) {
     if (auto l = joined(config_.stored->int4, names)) stored_int4_[fused.data_ptr()] = *l;
     if (auto l = joined(config_.stored->int8, names)) stored_int8_[fused.data_ptr()] = *l;

@@ -72,7 +72,9 @@ class CausalLM {
   WeightMap weights_;
   double quantized_bytes_saved_ = 0;  // checkpoint bytes minus stored bytes, quantized projections
   // fuse()'s results whose parts the file stored quantized (ModelConfig::stored): their levels
-  // concatenated as the floats were, for project() to take, keyed by the fused tensor's data.
+  // concatenated as the floats were, for project() to take, keyed by the fused tensor's data
+  // (the weights themselves too, from construction, for projections made of one weight as it
+  // is). project() also checks the shape; an entry is dropped once used or fused.
   std::map<const void*, Int4Weight> stored_int4_;
   std::map<const void*, Int8Blocks> stored_int8_;
   // Files' stored levels for weights projected as they are (an output head, a tied embedding):
