@@ -29,12 +29,6 @@ namespace {
 const std::vector<std::string> kArgs = {"input_ids", "positions", "slots", "token_valid",
                                         "valid",     "keys",      "values"};
 
-std::string shape_str(at::IntArrayRef s) {
-  std::ostringstream o;
-  o << s;
-  return o.str();
-}
-
 // Traces one step (T tokens per row) of `model` into method `name` of `m`: the last position's
 // logits, or with `all_positions` every position's (a verify step).
 void trace_method(torch::jit::Module& m, const std::string& name, const CausalLM& model,

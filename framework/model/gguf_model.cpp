@@ -13,12 +13,6 @@ namespace {
 
 const char* const kSupported = "llama, qwen2, gpt2";
 
-std::string shape_string(at::IntArrayRef s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 std::string arch_of(const GgufFile& f) {
   if (!f.has("general.architecture")) {
     throw Error("GGUF file '" + f.name() +
@@ -259,7 +253,7 @@ WeightMap gguf_weights(const GgufFile& f, const ModelConfig& c,
     const GgufTensorInfo* t = f.find_tensor(src->name);
     if (!t) {
       throw Error("GGUF file '" + f.name() + "': no tensor " + src->name + " (" + spec.name +
-                  ", expected shape " + shape_string(spec.shape) + ")");
+                  ", expected shape " + shape_str(spec.shape) + ")");
     }
     used.insert(src->name);
     at::Tensor w = f.to_float(*t);
@@ -270,8 +264,8 @@ WeightMap gguf_weights(const GgufFile& f, const ModelConfig& c,
     }
     if (w.sizes().vec() != spec.shape) {
       throw Error("GGUF file '" + f.name() + "': tensor " + src->name + " (" + spec.name +
-                  ") has shape " + shape_string(w.sizes().vec()) + ", expected " +
-                  shape_string(spec.shape) + " from the file's metadata");
+                  ") has shape " + shape_str(w.sizes().vec()) + ", expected " +
+                  shape_str(spec.shape) + " from the file's metadata");
     }
     if (options.check_weights && !at::isfinite(w).all().item<bool>()) {
       throw Error("GGUF file '" + f.name() + "': tensor " + src->name + " (" +
@@ -301,7 +295,7 @@ WeightMap gguf_weights(const GgufFile& f, const ModelConfig& c,
   for (const GgufTensorInfo& t : f.tensors()) {
     if (!used.count(t.name)) {
       throw Error("GGUF file '" + f.name() + "': tensor " + t.name + " (" + gguf_type_name(t.type) +
-                  ", shape " + shape_string(t.shape()) + ") is not one gengraph's " + c.model_type +
+                  ", shape " + shape_str(t.shape()) + ") is not one gengraph's " + c.model_type +
                   " takes");
     }
   }

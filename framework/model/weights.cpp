@@ -24,13 +24,13 @@ std::string join_at_most(const std::vector<std::string>& names, size_t most) {
 }
 
 }  // namespace
-namespace {
-
 std::string shape_str(at::IntArrayRef s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
 }
+
+namespace {
 
 // Draws normal(0, std) for `shape` in `dtype`. ATen's CPU normal_ is vectorised for float32 only;
 // drawing bfloat16/float16 directly is several times slower (minutes for a large preset), so

@@ -53,6 +53,9 @@ struct LoadOptions {
   WeightFormat weights;
 };
 
+// "[576, 49152]": a shape as errors about weights write it.
+std::string shape_str(at::IntArrayRef s);
+
 // Loads exactly `specs` from `ckpt`: a missing tensor, an unexpected one, or a shape that differs
 // is an error naming the tensor and the file, and so is a non-finite value (options.check_weights).
 // Converts to options.dtype/device one tensor at a time, so peak host memory stays near one copy of
