@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -11,7 +12,7 @@
 namespace gengraph {
 namespace {
 
-const char* const kSupported = "llama, qwen2, gpt2";
+const char* const kSupported = "llama, qwen2, gpt2, gemma3";
 
 std::string arch_of(const GgufFile& f) {
   if (!f.has("general.architecture")) {
@@ -20,7 +21,7 @@ std::string arch_of(const GgufFile& f) {
                 ")");
   }
   const std::string a = f.string("general.architecture");
-  if (a != "llama" && a != "qwen2" && a != "gpt2") {
+  if (a != "llama" && a != "qwen2" && a != "gpt2" && a != "gemma3") {
     throw Error("GGUF file '" + f.name() + "': general.architecture '" + a +
                 "' is not supported (supported: " + std::string(kSupported) + ")");
   }
@@ -38,7 +39,7 @@ int64_t vocab_size(const GgufFile& f, const std::string& a) {
               ".vocab_size, tokenizer.ggml.tokens or token_embd.weight to size the vocabulary");
 }
 
-void special_ids(const GgufFile& f, nlohmann::json& doc) {
+void special_ids(const GgufFile& f, bool gemma3, nlohmann::json& doc) {
   for (const auto& [key, hf] : {std::pair<std::string, std::string>{"bos", "bos_token_id"},
                                 {"eos", "eos_token_id"},
                                 {"padding", "pad_token_id"}}) {
@@ -47,10 +48,18 @@ void special_ids(const GgufFile& f, nlohmann::json& doc) {
   }
   // llama.cpp ends a generation at any end-of-generation token: EOS and, where the file names
   // one, the end-of-turn token.
-  if (f.has("tokenizer.ggml.eot_token_id") && doc.contains("eos_token_id")) {
-    const int64_t eot = f.integer("tokenizer.ggml.eot_token_id");
-    if (eot != doc["eos_token_id"].get<int64_t>()) {
-      doc["eos_token_id"] = nlohmann::json::array({doc["eos_token_id"], eot});
+  std::optional<int64_t> eot;
+  if (f.has("tokenizer.ggml.eot_token_id")) eot = f.integer("tokenizer.ggml.eot_token_id");
+  if (!eot && gemma3 && f.has("tokenizer.ggml.tokens")) {
+    // Gemma 3's files name no end-of-turn token; llama.cpp finds it by its text, and the model's
+    // own generation config ends at it too (eos_token_id [1, 106]).
+    const auto& tokens = f.strings("tokenizer.ggml.tokens");
+    const auto it = std::find(tokens.begin(), tokens.end(), "<end_of_turn>");
+    if (it != tokens.end()) eot = it - tokens.begin();
+  }
+  if (eot && doc.contains("eos_token_id")) {
+    if (*eot != doc["eos_token_id"].get<int64_t>()) {
+      doc["eos_token_id"] = nlohmann::json::array({doc["eos_token_id"], *eot});
     }
   }
 }
@@ -72,6 +81,53 @@ void rope(const GgufFile& f, const std::string& a, int64_t head_dim, nlohmann::j
                 "' is not supported (supported: none, linear)");
   }
   doc["rope_scaling"] = {{"rope_type", "linear"}, {"factor", f.number(a + ".rope.scaling.factor")}};
+}
+
+// Gemma 3's keys beyond the LLaMA family's, as llama.cpp reads a gemma3 file: the global layers'
+// rope from {arch}.rope.* (done by rope()), the local layers' base 10000 unscaled, a window on five
+// layers of six (or the file's own pattern), the attention scale from the head size (27B's from
+// width / heads), GELU-tanh, and logit soft-capping when the file gives it.
+void gemma3_config(const GgufFile& f, int64_t head_dim, nlohmann::json& doc) {
+  doc["model_type"] = "gemma3_text";
+  nlohmann::json full = {{"rope_type", "default"}, {"rope_theta", doc["rope_theta"]}};
+  if (doc.contains("rope_scaling")) {
+    full["rope_type"] = "linear";
+    full["factor"] = doc["rope_scaling"]["factor"];
+  }
+  doc.erase("rope_scaling");
+  doc.erase("rope_theta");
+  doc["rope_parameters"] = {
+      {"full_attention", full},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  doc["hidden_activation"] = "gelu_pytorch_tanh";
+  const int64_t layers = doc["num_hidden_layers"].get<int64_t>();
+  const std::string window = "gemma3.attention.sliding_window";
+  const std::string pattern = "gemma3.attention.sliding_window_pattern";
+  if (!f.has(window)) {
+    doc["sliding_window"] = nullptr;
+    doc["layer_types"] = std::vector<std::string>(static_cast<size_t>(layers), "full_attention");
+  } else {
+    doc["sliding_window"] = f.integer(window);
+    int64_t every = 6;
+    if (f.has(pattern)) {
+      every = f.integer(pattern);
+      if (every < 1) {
+        throw Error("GGUF file '" + f.name() + "': " + pattern + " is " + std::to_string(every) +
+                    ", expected a positive layer count");
+      }
+    }
+    std::vector<std::string> types;
+    for (int64_t i = 0; i < layers; ++i) {
+      types.push_back((i + 1) % every != 0 ? "sliding_attention" : "full_attention");
+    }
+    doc["layer_types"] = types;
+  }
+  const int64_t heads = doc["num_attention_heads"].get<int64_t>();
+  doc["query_pre_attn_scalar"] =
+      layers == 62 ? doc["hidden_size"].get<int64_t>() / heads : head_dim;  // 27B: 62 layers
+  if (f.has("gemma3.final_logit_softcapping")) {
+    doc["final_logit_softcapping"] = f.number("gemma3.final_logit_softcapping");
+  }
 }
 
 }  // namespace
@@ -117,13 +173,14 @@ nlohmann::json gguf_config_document(const GgufFile& f) {
       doc["head_dim"] = head_dim;
     }
     rope(f, a, head_dim, doc);
+    if (a == "gemma3") gemma3_config(f, head_dim, doc);
     if (f.find_tensor("rope_freqs.weight")) {
       throw Error("GGUF file '" + f.name() +
                   "': tensor rope_freqs.weight (LLaMA 3.1's per-frequency rotary factors) is not "
                   "supported");
     }
   }
-  special_ids(f, doc);
+  special_ids(f, a == "gemma3", doc);
   doc["gguf"] = {{"file", f.name()}, {"architecture", a}, {"version", f.version()}};
   return doc;
 }
@@ -133,7 +190,7 @@ namespace {
 // How a canonical (transformers) name is found in the file, and what is done to it there.
 struct Source {
   std::string name;
-  enum class Fix { kNone, kTranspose, kUnpermute } fix = Fix::kNone;
+  enum class Fix { kNone, kTranspose, kUnpermute, kMinusOne } fix = Fix::kNone;
   int64_t heads = 0;  // kUnpermute: the heads its rows hold
 };
 
@@ -168,6 +225,41 @@ std::optional<Source> llama_source(const std::string& name, const ModelConfig& c
     if (it->second == "attn_k") s = {s.name, Source::Fix::kUnpermute, c.num_kv_heads};
   }
   return s;
+}
+
+// Gemma 3: the LLaMA names plus q/k norms and four norms per layer; llama.cpp's converter stored
+// every norm weight plus one (Gemma's RMSNorm scales by 1 + weight), taken back here.
+std::optional<Source> gemma3_source(const std::string& name) {
+  static const std::map<std::string, std::string> top = {
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"}};
+  if (auto it = top.find(name); it != top.end()) {
+    return Source{it->second,
+                  it->second == "output_norm.weight" ? Source::Fix::kMinusOne : Source::Fix::kNone};
+  }
+  static const std::map<std::string, std::string> in_layer = {
+      {"input_layernorm", "attn_norm"},
+      {"post_attention_layernorm", "post_attention_norm"},
+      {"pre_feedforward_layernorm", "ffn_norm"},
+      {"post_feedforward_layernorm", "post_ffw_norm"},
+      {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"},
+      {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},
+      {"self_attn.o_proj", "attn_output"},
+      {"mlp.gate_proj", "ffn_gate"},
+      {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"}};
+  const auto [i, rest] = split_layer(name, "model.layers.");
+  if (i < 0) return std::nullopt;
+  const size_t dot = rest.rfind('.');
+  const auto it = in_layer.find(rest.substr(0, dot));
+  if (it == in_layer.end()) return std::nullopt;
+  const bool norm = it->first.find("norm") != std::string::npos;
+  return Source{"blk." + std::to_string(i) + "." + it->second + rest.substr(dot),
+                norm ? Source::Fix::kMinusOne : Source::Fix::kNone};
 }
 
 std::optional<Source> gpt2_source(const std::string& name) {
@@ -244,8 +336,9 @@ WeightMap gguf_weights(const GgufFile& f, const ModelConfig& c,
   WeightMap out;
   std::set<std::string> used;
   for (const TensorSpec& spec : specs) {
-    const std::optional<Source> src =
-        a == "gpt2" ? gpt2_source(spec.name) : llama_source(spec.name, c, a == "llama");
+    const std::optional<Source> src = a == "gpt2"     ? gpt2_source(spec.name)
+                                      : a == "gemma3" ? gemma3_source(spec.name)
+                                                      : llama_source(spec.name, c, a == "llama");
     if (!src) {
       throw Error("GGUF file '" + f.name() + "': gengraph's " + c.model_type + " needs " +
                   spec.name + ", which has no GGUF name here");
@@ -258,6 +351,7 @@ WeightMap gguf_weights(const GgufFile& f, const ModelConfig& c,
     used.insert(src->name);
     at::Tensor w = f.to_float(*t);
     if (src->fix == Source::Fix::kTranspose && w.dim() == 2) w = w.t();
+    if (src->fix == Source::Fix::kMinusOne) w = w - 1.0;
     if (src->fix == Source::Fix::kUnpermute && w.dim() == 2 && src->heads > 0 &&
         w.size(0) % (2 * src->heads) == 0) {
       w = unpermute(w, src->heads);
