@@ -12,6 +12,12 @@ checked to change the generated tokens (e.g. rotary_dim 8 -> 4, llama3 -> defaul
   mistral-a  sliding window of 5 (prompts and generations run past it), rope_theta 1e6
   qwen2-a    q/k/v bias without o_proj bias, tied embeddings, sliding window on layer 1 only
              (use_sliding_window + max_window_layers)
+  gemma3-a   Gemma 3 text: local layers 0 and 1 with a window of 5 and rope base 1e4, global
+             layer 2 with linear rope scaling over base 1e6 (sliding_window_pattern 3), head_dim
+             16 != hidden/heads, query_pre_attn_scalar 24 != head_dim, attention_bias, final
+             logit soft cap 3, an untied head (tied, the scaled embeddings make these random
+             models repeat their last token); its norms' weights drawn at random (transformers
+             starts them at zero)
 """
 
 MODELS = [
@@ -44,6 +50,17 @@ MODELS = [
                     use_sliding_window=True, sliding_window=6, max_window_layers=1,
                     tie_word_embeddings=True, initializer_range=0.25,
                     bos_token_id=5, eos_token_id=6)},
+    {"name": "gemma3-a", "model_type": "gemma3_text", "seed": 15, "random_norms": 0.3,
+     "config": dict(vocab_size=128, max_position_embeddings=64, hidden_size=32, intermediate_size=64,
+                    num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    sliding_window=5, sliding_window_pattern=3, query_pre_attn_scalar=24,
+                    rope_parameters=dict(full_attention=dict(rope_type="linear", factor=2.0,
+                                                             rope_theta=1000000.0),
+                                         sliding_attention=dict(rope_type="default",
+                                                                rope_theta=10000.0)),
+                    attention_bias=True, final_logit_softcapping=3.0, tie_word_embeddings=False,
+                    initializer_range=0.15,
+                    bos_token_id=2, eos_token_id=1, pad_token_id=0)},
 ]
 
 RAGGED = [[3, 14, 15, 92, 65, 35, 89, 79], [35, 89], [79, 32, 38, 46]]
@@ -78,5 +95,8 @@ def cases():
             + _pair("llama-b", 12, ["auto:2,3", "auto:1,7"])
             + _pair("mistral-a", 14, "auto:1,6")
             + _pair("qwen2-a", 14, "auto:2,4")
+            + _search("gemma3-a", 36) + _pair("gemma3-a", 14, "auto:1,6")
+            + [{"name": "gemma3-a_greedy_single_long", "model": "gemma3-a",
+                "prompts": [list(range(4, 44))], "generation": {"max_new_tokens": 16}}]
             + [{"name": "llama-a_greedy_single_long", "model": "llama-a",
                 "prompts": [list(range(4, 44))], "generation": {"max_new_tokens": 24}}])

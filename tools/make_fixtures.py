@@ -53,6 +53,13 @@ def make_model(spec, out_dir):
     torch.manual_seed(spec["seed"])
     config = AutoConfig.for_model(spec.get("model_type", "gpt2"), **spec["config"])
     model = AutoModelForCausalLM.from_config(config, attn_implementation=spec.get("attn_implementation", "sdpa")).eval()
+    if spec.get("random_norms"):
+        # Norm weights drawn too (Gemma's initialise to zero, which would leave the norms' scales
+        # untested): normal with this standard deviation, from the same seeded generator.
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.normal_(0.0, spec["random_norms"])
     if spec.get("storage_dtype") == "float16":
         model = model.to(torch.float16)
     path = os.path.join(out_dir, "models", spec["name"])

@@ -10,6 +10,10 @@
 
 namespace gengraph {
 
+// framework/model/architectures/gemma3.cpp (declared here rather than in model_registry.h, which
+// most of the tree includes).
+Architecture gemma3_architecture();
+
 ModelRegistry& ModelRegistry::instance() {
   static ModelRegistry registry;
   return registry;
@@ -47,6 +51,7 @@ void register_builtin_architectures() {
     registry.add(llama_architecture());
     registry.add(mistral_architecture());
     registry.add(qwen2_architecture());
+    registry.add(gemma3_architecture());
   });
 }
 

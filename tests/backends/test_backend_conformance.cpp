@@ -254,7 +254,7 @@ INSTANTIATE_TEST_SUITE_P(Registry, BackendConformance,
                          ::testing::Combine(::testing::ValuesIn(variants()),
                                             ::testing::Values("tiny", "gpt2-a", "gpt2-b", "gptj-a",
                                                               "llama-a", "llama-b", "mistral-a",
-                                                              "qwen2-a")),
+                                                              "qwen2-a", "gemma3-a")),
                          [](const auto& info) {
                            std::string m = std::get<1>(info.param);
                            std::replace(m.begin(), m.end(), '-', '_');

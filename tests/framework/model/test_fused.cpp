@@ -19,9 +19,9 @@ namespace {
 
 // The fixture models cover every architecture and option the fused form handles differently:
 // GPT-2, GPT-J (partial rotary), LLaMA (grouped-query attention, biases), Mistral and Qwen2
-// (sliding windows).
-const std::vector<std::string> kModels = {"tiny",    "gpt2-a",    "gptj-a", "llama-a",
-                                          "llama-b", "mistral-a", "qwen2-a"};
+// (sliding windows), Gemma 3 (q/k norms, local and global layers with their own rope).
+const std::vector<std::string> kModels = {"tiny",    "gpt2-a",    "gptj-a",  "llama-a",
+                                          "llama-b", "mistral-a", "qwen2-a", "gemma3-a"};
 
 std::shared_ptr<const CausalLM> model_in_form(const std::string& which, bool fused) {
   LoadOptions load;
