@@ -7,8 +7,8 @@
 tests/fixtures/gguf/
   quants.gguf           written by gguf.GGUFWriter: metadata of every value type, and one tensor of
                         each type gengraph reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K,
-                        Q6_K). F16/F32/BF16/Q8_0/Q4_0/Q4_1 hold random normal values quantized by
-                        gguf.quants.quantize; the K-quants (gguf-py has no quantizer for them) hold
+                        Q6_K, Q5_0, Q5_1). F16/F32/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 hold random normal
+                        values quantized by gguf.quants.quantize; the K-quants (gguf-py has no quantizer for them) hold
                         random bytes with finite fp16 scales.
   reference.safetensors the same tensors in float32 as gguf.quants.dequantize gives them (llama.cpp's
                         reference dequantization), under the same names; the C++ test
@@ -62,7 +62,7 @@ def make_tensor(rng, qtype, rows, cols):
     if qtype == Q.BF16:
         data.flat[:16] = special_values()
         data.flat[16] = np.nan
-    if qtype in (Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1):
+    if qtype in (Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1):
         return gguf.quants.quantize(data, qtype)
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(rows * cols // block, size), dtype=np.uint8)
@@ -99,7 +99,7 @@ def write(out_dir, rows, extra_metadata):
         w.add_array("test.bools", [True, False, True])
         w.add_uint32("llama.block_count", 2)
     reference = {}
-    types = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+    types = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q5_0, Q.Q5_1]
     for qtype in types:
         name = qtype.name.lower()
         stored = make_tensor(rng, qtype, rows, 512)

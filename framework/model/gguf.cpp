@@ -64,6 +64,8 @@ constexpr TypeInfo kTypes[] = {{GgufType::kF32, 1, 4},
                                {GgufType::kQ8_0, 32, 2 + 32},
                                {GgufType::kQ4_0, 32, 2 + 16},
                                {GgufType::kQ4_1, 32, 4 + 16},
+                               {GgufType::kQ5_0, 32, 2 + 4 + 16},
+                               {GgufType::kQ5_1, 32, 4 + 4 + 16},
                                {GgufType::kQ4_K, 256, 4 + 12 + 128},
                                {GgufType::kQ5_K, 256, 4 + 12 + 32 + 128},
                                {GgufType::kQ6_K, 256, 128 + 64 + 16 + 2}};

@@ -30,6 +30,8 @@ enum class GgufType : uint32_t {
   kF16 = 1,
   kQ4_0 = 2,
   kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
   kQ4_K = 12,
   kQ5_K = 13,
@@ -99,9 +101,10 @@ class GgufFile {
   // The tensor's bytes as a CPU uint8 tensor viewing the mapping (no copy; keeps it alive).
   at::Tensor raw(const GgufTensorInfo& t) const;
   // The tensor in float32, torch shape (shape()): F32 viewed (copied when the file's alignment
-  // leaves it at an address that is not a multiple of 4), F16/BF16 converted, Q8_0, Q4_0, Q4_1 and
-  // the K-quants dequantized as llama.cpp's reference dequantization does, to the bit. Treat views
-  // as read-only: the mapping is private (a write never reaches the file) but every view shares it.
+  // leaves it at an address that is not a multiple of 4), F16/BF16 converted, Q8_0, Q4_0, Q4_1,
+  // Q5_0, Q5_1 and the K-quants dequantized as llama.cpp's reference dequantization does, to the
+  // bit. Treat views as read-only: the mapping is private (a write never reaches the file) but
+  // every view shares it.
   at::Tensor to_float(const GgufTensorInfo& t) const;
 
  private:
@@ -121,10 +124,10 @@ class GgufFile {
 };
 
 // `elements` values of `type` (a whole number of blocks) from `data` into `out`, in order: F16 and
-// BF16 widened, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K dequantized as llama.cpp's reference
-// dequantization does, each value rounded the same way (products and sums in float32, none fused:
-// framework/model/gguf_dequant.cpp is compiled without FMA contraction). Runs on ATen's intra-op
-// threads. GgufFile::to_float's work.
+// BF16 widened, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K dequantized as llama.cpp's
+// reference dequantization does, each value rounded the same way (products and sums in float32,
+// none fused: framework/model/gguf_dequant.cpp is compiled without FMA contraction). Runs on ATen's
+// intra-op threads. GgufFile::to_float's work.
 void gguf_dequantize(GgufType type, const uint8_t* data, int64_t elements, float* out);
 
 // Whether `path` names a GGUF file by its first four bytes ("GGUF"); false for folders and

@@ -62,6 +62,36 @@ void q4_1_block(const uint8_t* b, float* y) {
   }
 }
 
+// Q5_0: fp16 scale d, 4 bytes of high bits (a little-endian 32-bit word: bit i is element i's fifth
+// bit), nibbles as Q4_0: d * (q - 16).
+void q5_0_block(const uint8_t* b, float* y) {
+  const float d = half_at(b);
+  uint32_t qh;
+  std::memcpy(&qh, b + 2, 4);
+  const uint8_t* q = b + 6;
+  for (int i = 0; i < 16; ++i) {
+    const int lo = (q[i] & 0x0F) | static_cast<int>(((qh >> i) & 1) << 4);
+    const int hi = (q[i] >> 4) | static_cast<int>(((qh >> (i + 16)) & 1) << 4);
+    y[i] = d * static_cast<float>(lo - 16);
+    y[i + 16] = d * static_cast<float>(hi - 16);
+  }
+}
+
+// Q5_1: fp16 scale d and minimum m, then Q5_0's high bits and nibbles: d * q + m.
+void q5_1_block(const uint8_t* b, float* y) {
+  const float d = half_at(b);
+  const float m = half_at(b + 2);
+  uint32_t qh;
+  std::memcpy(&qh, b + 4, 4);
+  const uint8_t* q = b + 8;
+  for (int i = 0; i < 16; ++i) {
+    const int lo = (q[i] & 0x0F) | static_cast<int>(((qh >> i) & 1) << 4);
+    const int hi = (q[i] >> 4) | static_cast<int>(((qh >> (i + 16)) & 1) << 4);
+    y[i] = d * static_cast<float>(lo) + m;
+    y[i + 16] = d * static_cast<float>(hi) + m;
+  }
+}
+
 // The 6-bit scale and minimum of sub-block j (0..7) from a K-quant block's 12 scale bytes: bytes
 // 0..3 hold the low six bits of scales 0..3, bytes 4..7 those of minimums 0..3, and for j >= 4
 // bytes 8..11 hold the low four bits of scale and minimum while the top two bits of bytes 0..7
@@ -179,6 +209,10 @@ void gguf_dequantize(GgufType type, const uint8_t* data, int64_t elements, float
       return run<q4_0_block>(data, n, per_block, bytes, out);
     case GgufType::kQ4_1:
       return run<q4_1_block>(data, n, per_block, bytes, out);
+    case GgufType::kQ5_0:
+      return run<q5_0_block>(data, n, per_block, bytes, out);
+    case GgufType::kQ5_1:
+      return run<q5_1_block>(data, n, per_block, bytes, out);
     case GgufType::kQ4_K:
       return run<q4_k_block>(data, n, per_block, bytes, out);
     case GgufType::kQ5_K:

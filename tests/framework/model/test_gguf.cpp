@@ -8,10 +8,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "framework/model/gguf.h"
 #include "framework/model/safetensors.h"
+#include "framework/util/sha256.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -318,9 +320,9 @@ std::vector<Hostile> hostile_cases() {
   out.push_back({"byte_overflow",
                  one_tensor({uint64_t{1} << 62}, 0, 0, ""),
                  {"tensor 't'", "size in bytes overflows"}});
-  out.push_back({"type_q5_0",
-                 one_tensor({32}, 6, 0, std::string(22, '\0')),
-                 {"tensor 't'", "tensor type 6 (Q5_0) is not supported", "Q4_K"}});
+  out.push_back({"type_q8_1",
+                 one_tensor({32}, 9, 0, std::string(36, '\0')),
+                 {"tensor 't'", "tensor type 9 (Q8_1) is not supported", "Q5_0"}});
   out.push_back({"type_unknown",
                  one_tensor({32}, 99, 0, std::string(64, '\0')),
                  {"tensor 't'", "tensor type 99 (unknown)"}});
@@ -404,7 +406,7 @@ TEST(Gguf, DequantizesAsLlamaCppsReference) {
   const std::string dir = std::string(GENGRAPH_FIXTURES_DIR) + "/gguf/";
   const auto f = GgufFile::open(dir + "quants.gguf");
   const auto ref = SafetensorsFile::open(dir + "reference.safetensors");
-  ASSERT_EQ(f->tensors().size(), 10u);
+  ASSERT_EQ(f->tensors().size(), 12u);
   for (const auto& t : f->tensors()) {
     SCOPED_TRACE(t.name + " (" + gguf_type_name(t.type) + ")");
     const at::Tensor got = f->to_float(t);
@@ -424,6 +426,10 @@ TEST(Gguf, TypeNamesAndBlockSizes) {
   EXPECT_EQ(gguf_block_elements(GgufType::kF32), 1);
   EXPECT_EQ(gguf_block_bytes(GgufType::kQ8_0), 34);
   EXPECT_EQ(gguf_block_bytes(GgufType::kQ4_K), 144);
+  EXPECT_EQ(gguf_type_name(GgufType::kQ5_0), "Q5_0");
+  EXPECT_EQ(gguf_block_bytes(GgufType::kQ5_0), 22);
+  EXPECT_EQ(gguf_block_elements(GgufType::kQ5_1), 32);
+  EXPECT_EQ(gguf_block_bytes(GgufType::kQ5_1), 24);
   EXPECT_EQ(gguf_block_bytes(GgufType::kQ5_K), 176);
   EXPECT_EQ(gguf_block_bytes(GgufType::kQ6_K), 210);
   EXPECT_EQ(gguf_block_elements(GgufType::kQ6_K), 256);
@@ -464,6 +470,27 @@ TEST(Gguf, ReadsTheRealModelFile) {
   }
   EXPECT_EQ(f->find_tensor("blk.0.attn_q.weight")->shape(), (std::vector<int64_t>{576, 576}));
   EXPECT_EQ(f->find_tensor("token_embd.weight")->shape(), (std::vector<int64_t>{49152, 576}));
+}
+
+// Opt-in: tools/gguf_dequant_parity.py sets GENGRAPH_GGUF_DEQUANT to a GGUF file and
+// GENGRAPH_GGUF_DEQUANT_OUT to the JSON this writes: for every tensor its type, torch shape and
+// the SHA-256 of its float32 values (GgufFile::to_float), which the script compares with gguf-py's
+// dequantization of the same file.
+TEST(GgufOnFile, HashesEveryTensorItIsGiven) {
+  const char* in = std::getenv("GENGRAPH_GGUF_DEQUANT");
+  const char* out = std::getenv("GENGRAPH_GGUF_DEQUANT_OUT");
+  if (in == nullptr || out == nullptr) {
+    GTEST_SKIP() << "opt-in: tools/gguf_dequant_parity.py sets GENGRAPH_GGUF_DEQUANT(_OUT)";
+  }
+  const auto f = GgufFile::open(in);
+  nlohmann::json doc = nlohmann::json::object();
+  for (const auto& t : f->tensors()) {
+    const at::Tensor x = f->to_float(t).contiguous();
+    Sha256 h;
+    h.update(static_cast<const unsigned char*>(x.data_ptr()), x.numel() * sizeof(float));
+    doc[t.name] = {{"type", gguf_type_name(t.type)}, {"shape", t.shape()}, {"sha256", h.hex()}};
+  }
+  write_file(out, doc.dump(1) + "\n");
 }
 
 }  // namespace
