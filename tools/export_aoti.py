@@ -196,7 +196,7 @@ PROJECTIONS = {
     "llama": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
 }
-PROJECTIONS["mistral"] = PROJECTIONS["qwen2"] = PROJECTIONS["llama"]
+PROJECTIONS["mistral"] = PROJECTIONS["qwen2"] = PROJECTIONS["gemma3_text"] = PROJECTIONS["llama"]
 JOINT_INPUTS = {"gptj": ("attn.out_proj", "mlp.fc_out")}
 
 

@@ -461,6 +461,13 @@ std::vector<QuantCase> quant_cases() {
       out.push_back({format, "cuda_graph", {{"capture", "false"}}, model});
     }
   }
+  // Gemma 3 (q/k norms and norms after o_proj and down_proj): int8 per channel and int4.
+  for (const auto& [format, model] : std::vector<std::pair<std::string, std::string>>{
+           {"int8", "gemma3-a"}, {"int4", "preset:gemma3-tiny"}}) {
+    out.push_back({format, "eager", {{"cache", "static"}}, model});
+    out.push_back({format, "trace", {}, model});
+    out.push_back({format, "cuda_graph", {{"capture", "false"}}, model});
+  }
   // aoti: a package per model and format (built once, then taken from the package cache); GPT-J
   // quantizes out_proj and fc_out as one projection (one scale per output channel over both).
   out.push_back({"int8", "aoti", {}, "tiny"});
