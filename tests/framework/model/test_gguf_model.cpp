@@ -101,14 +101,17 @@ std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
 INSTANTIATE_TEST_SUITE_P(Files, GgufModel,
                          ::testing::Values("llama-f32", "llama-q8_0", "llama-q4_0", "llama-q4_1",
                                            "qwen2-f32", "qwen2-q8_0", "qwen2-q4_0", "qwen2-q4_1",
-                                           "gpt2-f32", "gpt2-q8_0", "gpt2-q4_0", "gpt2-q4_1"),
+                                           "gpt2-f32", "gpt2-q8_0", "gpt2-q4_0", "gpt2-q4_1",
+                                           "gemma3-f32", "gemma3-q8_0", "gemma3-q4_0",
+                                           "gemma3-q4_1"),
                          test_name);
 INSTANTIATE_TEST_SUITE_P(Files, GgufQ4Model,
                          ::testing::Values("llama-q4_0", "llama-q4_1", "qwen2-q4_0", "qwen2-q4_1",
-                                           "gpt2-q4_0", "gpt2-q4_1"),
+                                           "gpt2-q4_0", "gpt2-q4_1", "gemma3-q4_0", "gemma3-q4_1"),
                          test_name);
 INSTANTIATE_TEST_SUITE_P(Files, GgufQ8Model,
-                         ::testing::Values("llama-q8_0", "qwen2-q8_0", "gpt2-q8_0"), test_name);
+                         ::testing::Values("llama-q8_0", "qwen2-q8_0", "gpt2-q8_0", "gemma3-q8_0"),
+                         test_name);
 
 TEST(GgufModelConfig, MetadataBecomesTheArchitecturesConfig) {
   const auto f = GgufFile::open(fixtures() / "llama-q4_1.gguf");
@@ -120,6 +123,27 @@ TEST(GgufModelConfig, MetadataBecomesTheArchitecturesConfig) {
   EXPECT_EQ(gguf_summary(*f), "llama: 20 tensors (F32 5, Q4_1 14, Q8_0 1)");
   const auto g = GgufFile::open(fixtures() / "gpt2-f32.gguf");
   EXPECT_EQ(gguf_config_document(*g)["n_inner"], 256);
+}
+
+// A gemma3 file's metadata becomes Gemma3TextConfig's keys as llama.cpp reads the file: five
+// sliding layers of six, the local layers' rope base 10000, the attention scaled by the head size,
+// and generation ending at <end_of_turn> as well as EOS where the vocabulary has it.
+TEST(GgufModelConfig, Gemma3MetadataBecomesGemma3TextsConfig) {
+  const auto f = GgufFile::open(fixtures() / "gemma3-q8_0.gguf");
+  const nlohmann::json doc = gguf_config_document(*f);
+  EXPECT_EQ(doc["model_type"], "gemma3_text");
+  EXPECT_EQ(doc["head_dim"], 256);
+  EXPECT_EQ(doc["query_pre_attn_scalar"], 256);
+  EXPECT_EQ(doc["sliding_window"], 4);
+  EXPECT_EQ(doc["layer_types"],
+            nlohmann::json({"sliding_attention", "sliding_attention", "sliding_attention",
+                            "sliding_attention", "sliding_attention", "full_attention"}));
+  EXPECT_EQ(doc["rope_parameters"]["sliding_attention"]["rope_theta"], 10000.0);
+  EXPECT_EQ(doc["rope_parameters"]["full_attention"]["rope_theta"], 1000000.0);
+  EXPECT_EQ(doc["hidden_activation"], "gelu_pytorch_tanh");
+  EXPECT_FALSE(doc.contains("rope_theta"));
+  // Converted without a vocabulary: no special token ids, so no <end_of_turn> either.
+  EXPECT_FALSE(doc.contains("eos_token_id"));
 }
 
 // A GGUF whose tensors do not fit its metadata is refused naming the tensor.
