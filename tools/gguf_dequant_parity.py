@@ -66,7 +66,10 @@ def main():
             per_type[kind][0] += 1
     equal = sum(v[0] for v in per_type.values())
     total = sum(v[1] for v in per_type.values())
-    lines.append(f"file: {os.path.basename(a.gguf)}, {total} tensors; bit-equal to gguf-py: "
+    with open(a.gguf, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    lines.append(f"file: {os.path.basename(a.gguf)}, SHA-256 {digest}")
+    lines.append(f"{total} tensors; bit-equal to gguf-py: "
                  + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in sorted(per_type.items())))
     lines.append(f"RESULT: {equal} of {total} tensors equal")
     text = "\n".join(lines) + "\n"

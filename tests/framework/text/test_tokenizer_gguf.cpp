@@ -6,6 +6,7 @@
 // does.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -242,6 +243,42 @@ TEST(GgufTokenizer, RealSmolLM2GgufTokenizesAsItsTokenizerJson) {
     EXPECT_EQ(from_gguf->token_id(t), from_json->token_id(t)) << t;
     EXPECT_TRUE(from_gguf->is_special(from_gguf->token_id(t))) << t;
   }
+}
+
+// Opt-in: tools/gguf_tokenizer_parity.py runs this with GENGRAPH_GGUF_TOKENIZE naming a JSON
+// document {"gguf": FILE, "lines": [hex of each line's bytes]} and GENGRAPH_GGUF_TOKENIZE_OUT the
+// JSON it writes back: the load time, and for each line the ids without and with the special
+// tokens and the decoded text (special tokens kept, and skipped). The script compares them with
+// llama.cpp's on the same file.
+TEST(GgufTokenizerOnFile, TokenizesTheLinesItIsGiven) {
+  const char* in = std::getenv("GENGRAPH_GGUF_TOKENIZE");
+  const char* out = std::getenv("GENGRAPH_GGUF_TOKENIZE_OUT");
+  if (in == nullptr || out == nullptr) {
+    GTEST_SKIP() << "opt-in: tools/gguf_tokenizer_parity.py sets GENGRAPH_GGUF_TOKENIZE(_OUT)";
+  }
+  const nlohmann::json job = nlohmann::json::parse(testing::read_file(in));
+  const auto start = std::chrono::steady_clock::now();
+  const auto file = GgufFile::open(job["gguf"].get<std::string>());
+  const auto tok = load_gguf_tokenizer(*file);
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  nlohmann::json result = {{"load_s", load_s}, {"describe", tok->describe()}};
+  auto& ids = result["ids"] = nlohmann::json::array();
+  auto& ids_special = result["ids_special"] = nlohmann::json::array();
+  auto& text = result["text"] = nlohmann::json::array();
+  auto& text_skip = result["text_skip"] = nlohmann::json::array();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const auto& h : job["lines"]) {
+    const std::string line = unhex(h.get<std::string>());
+    const auto got = tok->encode(line, false);
+    ids.push_back(got);
+    ids_special.push_back(tok->encode(line, true));
+    text.push_back(tok->decode(got, false));
+    text_skip.push_back(tok->decode(got, true));
+  }
+  result["encode_decode_s"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  testing::write_file(out, result.dump(-1, ' ', true) + "\n");
 }
 
 }  // namespace
