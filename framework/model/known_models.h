@@ -15,6 +15,12 @@ struct KnownModel {
   std::string description;  // one line for listings
   std::string license;      // of the weights
   std::string origin;       // where the set-up gets them and what it does to them
+  // The model is this one file in the folder (a GGUF file), which resolve_known_model returns;
+  // "" for a converted model folder (config.json, model.safetensors, ...).
+  std::string file;
+  // How to fetch it, for errors: "" for the set-up's default (scripts/setup.sh); an opt-in
+  // model names its command.
+  std::string fetch;
 };
 
 // The table, in listing order.
@@ -43,8 +49,9 @@ struct KnownModelStatus {
   // for a file whose size, modification or change time or inode differs from when it was last
   // verified: <cache>/models/<name>-<hex>.verified.json records those).
   bool ready = false;
-  // When ready, the folder itself (the set-up's link resolved: <cache>/models/<name>-<hash>);
-  // otherwise where it would be (the link), or the folder that is refused.
+  // When ready, the folder itself (the set-up's link resolved: <cache>/models/<name>-<hash>), or
+  // for a model stored as one file that file in it; otherwise where it would be (the link), or the
+  // folder that is refused.
   std::filesystem::path folder;
   // Something is there but is not what the set-up made ("" when nothing is there), e.g.
   // "'model.safetensors' is 1000 bytes, the conversion wrote 538090408".
@@ -58,7 +65,8 @@ struct KnownModelStatus {
 // Cheap: sizes always, hashes only of the files changed since they were last verified.
 KnownModelStatus known_model_status(const std::string& name);
 
-// The folder of the known model `name` (the set-up's link resolved), checked as
+// The folder of the known model `name` (the set-up's link resolved; for a model stored as one
+// file, KnownModel::file in that folder), checked as
 // known_model_status checks it. Throws an Error naming the model for a name not in the table (with
 // the known names); for one not set up here, where it was looked for, the reason the set-up left
 // in <cache>/models/<name>.unavailable when there is one, and how to get it; for one whose folder

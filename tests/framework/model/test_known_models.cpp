@@ -182,7 +182,8 @@ TEST(KnownModels, CliModelsListsPresetsAndRealModelsWithTheirState) {
   EXPECT_EQ(cli({"models"}), 0);
   out = ::testing::internal::GetCapturedStdout();
   EXPECT_THAT(out, HasSubstr("set up here: " + real.string()));
-  EXPECT_THAT(out, ::testing::Not(HasSubstr("not set up")));
+  EXPECT_THAT(out,
+              ::testing::Not(HasSubstr("not set up here (" + (cache / "models" / kName).string())));
   // `presets` keeps its form: one preset per line, name and configuration.
   ::testing::internal::CaptureStdout();
   EXPECT_EQ(cli({"presets"}), 0);
@@ -217,6 +218,58 @@ TEST(KnownModels, CliGenerateResolvesAKnownName) {
       {"generate", "--model", "preset:" + kName, "--prompt", "1", "--output", out.string()});
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr(kName));
+}
+
+// gemma3-270m is stored as the GGUF file itself (tools/fetch_real_model.py gemma3-270m, opt-in):
+// the name resolves to the file in the fetched folder, and a model not fetched says how to fetch
+// it. A small GGUF fixture stands in for the real file.
+TEST(KnownModels, Gemma3ResolvesToItsGgufFileOnceFetched) {
+  const std::string name = "gemma3-270m", file = "gemma-3-270m-q4_k_m.gguf";
+  TempDir cache;
+  const ScopedEnv env("GENGRAPH_CACHE", cache.path().string());
+  const KnownModel* m = find_known_model(name);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->license, "Gemma Terms of Use");
+  EXPECT_EQ(m->file, file);
+  const std::string e = error_of([&] { resolve_known_model(name); });
+  EXPECT_THAT(e, HasSubstr("model '" + name + "' (real weights) is not fetched here (no folder '" +
+                           (cache / "models" / name).string() + "')"));
+  EXPECT_THAT(e, HasSubstr("tools/fetch_real_model.py gemma3-270m (opt-in"));
+  EXPECT_THAT(e, HasSubstr("not Apache-2.0"));
+  // As the fetch leaves it: the file, the terms and the marker in <name>-<hex>, and the link.
+  const std::string folder_name = name + "-" + testing::kFakeWheelSha.substr(0, 12);
+  const auto folder = cache / "models" / folder_name;
+  std::filesystem::create_directories(folder);
+  std::filesystem::copy_file(
+      std::filesystem::path(GENGRAPH_FIXTURES_DIR) / "gguf" / "models" / "gpt2-q4_0.gguf",
+      folder / file);
+  write_file(folder / "GEMMA_TERMS.html", "terms\n");
+  const std::string cmd =
+      testing::shell_quote(testing::project_python()) +
+      " -c 'import sys; sys.path.insert(0, sys.argv[1]); import real_model_cache as r; "
+      "r.write_marker(sys.argv[2], sys.argv[3], name=\"gemma3-270m\", source=\"a test\")' " +
+      testing::shell_quote(std::string(GENGRAPH_SOURCE_DIR) + "/tools") + " " +
+      testing::shell_quote(folder.string()) + " " + testing::shell_quote(testing::kFakeWheelSha);
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::filesystem::create_directory_symlink(folder_name, cache / "models" / name);
+  const auto gguf = std::filesystem::canonical(folder) / file;
+  EXPECT_EQ(resolve_known_model(name), gguf);
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(cli({"models"}), 0);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_THAT(out, HasSubstr("  " + name + "\t"));
+  EXPECT_THAT(out, HasSubstr("license Gemma Terms of Use"));
+  EXPECT_THAT(out, HasSubstr("set up here: " + gguf.string()));
+  // --model NAME loads the file (here the stand-in's GPT-2 weights).
+  const auto json = cache / "out.json";
+  const auto [rc, err] =
+      testing::cli_stderr({"generate", "--model", name, "--prompt", "1,2", "--max-new-tokens", "2",
+                           "--output", json.string(), "--quiet"});
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_EQ(nlohmann::json::parse(testing::read_file(json))["model"]["source"], gguf.string());
+  // The file changed after the fetch: refused, saying how to fetch it again.
+  testing::write_file(folder / file, "GGUF");
+  EXPECT_THAT(error_of([&] { resolve_known_model(name); }), HasSubstr("to fetch it again"));
 }
 
 }  // namespace
