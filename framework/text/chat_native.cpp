@@ -1,0 +1,166 @@
+#include "framework/text/chat_native.h"
+
+#include "framework/model/gguf.h"
+#include "framework/text/utf8.h"
+#include "framework/util/error.h"
+#include "framework/util/files.h"
+#include "framework/util/json_at.h"
+
+namespace gengraph {
+namespace {
+
+namespace fs = std::filesystem;
+
+// transformers' named special tokens (SPECIAL_TOKENS_ATTRIBUTES), which apply_chat_template passes
+// to the template by name.
+const char* const kSpecialNames[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                     "pad_token", "cls_token", "mask_token"};
+
+// tokenizer_config.json's special tokens, then special_tokens_map.json's for those it lacks; each a
+// string or an object whose "content" is one.
+nlohmann::json folder_special_tokens(const fs::path& folder) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const char* file : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    const fs::path path = folder / file;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) continue;
+    const std::string source = "'" + path.string() + "'";
+    const nlohmann::json doc = parse_json_text(
+        read_regular_file(path, "tokenizer config " + source, "a JSON file", kMaxDocumentBytes),
+        source);
+    if (!doc.is_object()) continue;
+    for (const char* name : kSpecialNames) {
+      if (out.contains(name) || !doc.contains(name)) continue;
+      const nlohmann::json& v = doc[name];
+      if (v.is_string()) {
+        out[name] = v;
+      } else if (v.is_object() && v.contains("content") && v["content"].is_string()) {
+        out[name] = v["content"];
+      } else if (!v.is_null()) {
+        throw Error(source + ": key '" + name + "': expected a string or an object with " +
+                    "\"content\", found " + v.dump().substr(0, 80));
+      }
+    }
+  }
+  return out;
+}
+
+// A GGUF file's template and its special tokens' texts (tokenizer.ggml.<name>_token_id).
+std::optional<NativeChat> gguf_chat(const fs::path& file) {
+  const auto f = GgufFile::open(file);
+  const std::string key = "tokenizer.chat_template";
+  if (!f->has(key)) return std::nullopt;
+  const ChatTemplate t{"'" + file.string() + "', key '" + key + "'", f->string(key)};
+  check_chat_template_text(t.text, t.source);
+  nlohmann::json special = nlohmann::json::object();
+  if (f->has("tokenizer.ggml.tokens")) {
+    const auto& tokens = f->strings("tokenizer.ggml.tokens");
+    for (const auto& [gguf, name] : {std::pair<const char*, const char*>{"bos", "bos_token"},
+                                     {"eos", "eos_token"},
+                                     {"unknown", "unk_token"},
+                                     {"seperator", "sep_token"},
+                                     {"padding", "pad_token"},
+                                     {"cls", "cls_token"},
+                                     {"mask", "mask_token"}}) {
+      const std::string k = std::string("tokenizer.ggml.") + gguf + "_token_id";
+      if (!f->has(k)) continue;
+      const int64_t id = f->integer(k);
+      if (id >= 0 && id < static_cast<int64_t>(tokens.size())) special[name] = tokens[id];
+    }
+  }
+  return NativeChat(t, std::move(special));
+}
+
+std::string json_kind(const nlohmann::json& v) {
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+}  // namespace
+
+NativeChat::NativeChat(const ChatTemplate& t, nlohmann::json special_tokens)
+    : source_(t.source),
+      template_(std::make_shared<jinja::Template>(t.text, t.source)),
+      special_(nlohmann::ordered_json::parse(special_tokens.dump())) {}
+
+std::optional<NativeChat> NativeChat::for_model(const fs::path& path) {
+  if (is_gguf_file(path)) return gguf_chat(path);
+  const auto t = read_chat_template(path);
+  if (!t) return std::nullopt;
+  return NativeChat(*t, folder_special_tokens(path));
+}
+
+std::string NativeChat::render(const nlohmann::json& messages, bool add_generation_prompt,
+                               const std::string& where, int64_t seconds, int64_t characters,
+                               int64_t characters_per_character) const {
+  check_chat_messages(nlohmann::json::array({messages}));
+  int64_t contents = 0;
+  for (const auto& m : messages) {
+    const std::string& text = m["content"].get_ref<const std::string&>();
+    for (size_t i = 0; i < text.size(); ++contents) utf8::next(text, i);  // Python's len()
+  }
+  jinja::Limits limits;
+  limits.seconds = seconds;
+  limits.max_output = static_cast<size_t>(characters + characters_per_character * contents);
+  // apply_chat_template's context: the special tokens, the messages in their keys' order (role,
+  // then content, as the request gave them), no tools or documents.
+  nlohmann::ordered_json context = special_;
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& m : messages) {
+    list.push_back({{"role", m["role"]}, {"content", m["content"]}});
+  }
+  context["messages"] = std::move(list);
+  context["tools"] = nullptr;
+  context["documents"] = nullptr;
+  context["add_generation_prompt"] = add_generation_prompt;
+  try {
+    return template_->render(context, limits);
+  } catch (const jinja::Unsupported&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (on " + where + ")");
+  }
+}
+
+void check_chat_messages(const nlohmann::json& conversations) {
+  auto fail = [](const std::string& what) { throw Error(what); };
+  if (!conversations.is_array()) {
+    fail("messages: expected an array of conversations, found " + json_kind(conversations));
+  }
+  for (size_t i = 0; i < conversations.size(); ++i) {
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    const nlohmann::json& c = conversations[i];
+    if (!c.is_array()) fail(where + ": expected an array of messages, found " + json_kind(c));
+    if (c.empty()) fail(where + ": expected at least one message, found none");
+    for (size_t j = 0; j < c.size(); ++j) {
+      const std::string at = where + "[" + std::to_string(j) + "]";
+      const nlohmann::json& m = c[j];
+      if (!m.is_object()) {
+        fail(at + ": expected an object with 'role' and 'content', found " + json_kind(m));
+      }
+      for (auto it = m.begin(); it != m.end(); ++it) {
+        if (it.key() != "role" && it.key() != "content") {
+          fail(at + ": key '" + it.key() +
+               "' is not accepted (a message has 'role' and 'content')");
+        }
+      }
+      for (const char* key : {"role", "content"}) {
+        if (!m.contains(key)) fail(at + ": key '" + key + "' is missing");
+      }
+      const nlohmann::json& role = m["role"];
+      if (role != "system" && role != "user" && role != "assistant") {
+        fail(at + ": key 'role': expected 'system', 'user' or 'assistant', found " +
+             (role.is_string() ? role.dump() : json_kind(role)));
+      }
+      if (!m["content"].is_string()) {
+        fail(at + ": key 'content': expected a string, found " + json_kind(m["content"]));
+      }
+    }
+  }
+}
+
+}  // namespace gengraph
