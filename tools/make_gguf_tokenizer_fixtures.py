@@ -26,6 +26,9 @@ qwen2     qwen2 family, pre "qwen2"
 llama     spm family (tokenizer.model, LLaMA 2's SentencePiece settings), model "llama"
 mistral   as llama, with [INST] and [/INST] (CONTROL) and <|sep|> (USER_DEFINED) added after the
           pieces, as Mistral's instruction tokens (the space prefix after a special token)
+gemma     as llama with Gemma 3's settings: no space prefix, <start_of_turn> and <end_of_turn>
+          (CONTROL), and runs of newlines, spaces and tabs written as they are (USER_DEFINED), as
+          Gemma's vocabulary holds them
 """
 import argparse
 import filecmp
@@ -61,6 +64,9 @@ SPECIAL_LINES = [
     # what llama_detokenize's clean_spaces would change, digits, contractions, whitespace runs
     "Hello , world ! It 's 'll ' x . y ?", "1234567890 \u0661\u0662\u0663 \u00b2\u00b3 12,345.67",
     "don't DON'T it'S we'Re", "\t\tindent\n\n\n  x  ", "x\r\n\r\ny", "   ",
+    # Gemma's chat turns and whitespace runs
+    "<start_of_turn>user\nHi  there<end_of_turn>\n<start_of_turn>model\n",
+    " a  b   c    d\n\n\ne\t\t\tf \n \n",
 ]
 
 
@@ -136,7 +142,7 @@ def bpe_file(path, fam, pre, bos=None, eos=None, add_bos=None, add_eos=None):
     write_gguf(path, fill)
 
 
-def spm_file(path, model_file, added=()):
+def spm_file(path, model_file, added=(), add_space_prefix=True):
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(model_file=model_file)
     tokens, scores, types = [], [], []
@@ -161,7 +167,7 @@ def spm_file(path, model_file, added=()):
         w.add_unk_token_id(sp.unk_id())
         w.add_add_bos_token(True)
         w.add_add_eos_token(False)
-        w.add_add_space_prefix(True)
+        w.add_add_space_prefix(add_space_prefix)
     write_gguf(path, fill)
 
 
@@ -253,6 +259,10 @@ def generate(out):
             "llama": lambda p: spm_file(p, os.path.join(fam("spm"), "tokenizer.model")),
             "mistral": lambda p: spm_file(p, os.path.join(fam("spm"), "tokenizer.model"),
                                           [("[INST]", 3), ("[/INST]", 3), ("<|sep|>", 4)]),
+            "gemma": lambda p: spm_file(p, os.path.join(fam("spm"), "tokenizer.model"),
+                                        [("<start_of_turn>", 3), ("<end_of_turn>", 3), ("\n", 4),
+                                         ("\n\n", 4), ("\n\n\n", 4), ("  ", 4), ("   ", 4),
+                                         ("\t\t\t", 4)], add_space_prefix=False),
         }
         for name, make in files.items():
             make(os.path.join(out, name + ".gguf"))

@@ -109,7 +109,7 @@ TEST_P(GgufTokenizerVsLlamaCpp, StreamedTextEqualsTheWhole) {
 
 INSTANTIATE_TEST_SUITE_P(Files, GgufTokenizerVsLlamaCpp,
                          ::testing::Values("gpt2", "default", "smollm", "llama3", "qwen2", "llama",
-                                           "mistral"));
+                                           "mistral", "gemma"));
 
 // A small byte-level vocabulary: the letters, "ab" (USER_DEFINED) and "bcd" (CONTROL).
 GgufVocabulary tiny(const std::string& pre) {
