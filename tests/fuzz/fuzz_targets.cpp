@@ -17,6 +17,7 @@
 #include "framework/model/gguf.h"
 #include "framework/model/safetensors.h"
 #include "framework/text/chat_template.h"
+#include "framework/text/jinja.h"
 #include "framework/text/tokenizer.h"
 #include "framework/text/utf8.h"
 #include "framework/util/error.h"
@@ -288,6 +289,26 @@ void chat_template(const uint8_t* data, size_t size) {
   });
 }
 
+// A chat template's text, parsed and rendered natively with a small conversation: refused by
+// name (Unsupported, a syntax error, a template's own error or a limit) or rendered within limits.
+void jinja_template(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  expect_result_or_error([&] {
+    const jinja::Template t(text, "'fuzz.jinja'");
+    jinja::Limits limits;
+    limits.max_steps = 200000;
+    limits.max_output = 1 << 20;
+    const nlohmann::ordered_json context = {
+        {"messages",
+         {{{"role", "system"}, {"content", "s"}}, {{"role", "user"}, {"content", "u \u00e9"}}}},
+        {"add_generation_prompt", true},
+        {"bos_token", "<s>"},
+        {"tools", nullptr}};
+    const std::string out = t.render(context, limits);
+    if (out.size() > limits.max_output) throw std::logic_error("the output limit was passed");
+  });
+}
+
 void gguf_file(const uint8_t* data, size_t size) {
   expect_result_or_error([&] {
     const auto f = GgufFile::parse(data, size, "fuzz.gguf");
@@ -305,17 +326,13 @@ void gguf_file(const uint8_t* data, size_t size) {
 }
 
 const std::vector<NamedTarget>& targets() {
-  static const std::vector<NamedTarget> all = {{"safetensors_file", safetensors_file},
-                                               {"safetensors_index", safetensors_index},
-                                               {"experiment_yaml", experiment_yaml},
-                                               {"results_json", results_json},
-                                               {"trace_metadata", trace_metadata},
-                                               {"job_json", job_json},
-                                               {"aoti_package", aoti_package},
-                                               {"tokenizer_json", tokenizer_json},
-                                               {"tokenizer_text", tokenizer_text},
-                                               {"chat_template", chat_template},
-                                               {"gguf_file", gguf_file}};
+  static const std::vector<NamedTarget> all = {
+      {"safetensors_file", safetensors_file}, {"safetensors_index", safetensors_index},
+      {"experiment_yaml", experiment_yaml},   {"results_json", results_json},
+      {"trace_metadata", trace_metadata},     {"job_json", job_json},
+      {"aoti_package", aoti_package},         {"tokenizer_json", tokenizer_json},
+      {"tokenizer_text", tokenizer_text},     {"chat_template", chat_template},
+      {"jinja_template", jinja_template},     {"gguf_file", gguf_file}};
   return all;
 }
 
