@@ -258,9 +258,9 @@ def json_difference(x, y, path="$", tolerance=SCORE_TOLERANCE):
 
 # Folders of tests/fixtures that other generators write, each checked by its own --check where
 # it has one: the real model's fixture (make_real_fixtures.py), the GGUF reader's
-# (make_gguf_fixtures.py), the GGUF tokenizer's (make_gguf_tokenizer_fixtures.py); gguf/models
-# inside gguf/ is make_gguf_model_fixtures.py's.
-OTHER_GENERATORS = ("real", "gguf", "gguf_tokenizer")
+# (make_gguf_fixtures.py), the GGUF tokenizer's (make_gguf_tokenizer_fixtures.py), the chat
+# templates' (make_chat_fixtures.py); gguf/models inside gguf/ is make_gguf_model_fixtures.py's.
+OTHER_GENERATORS = ("real", "gguf", "gguf_tokenizer", "chat")
 
 
 def compare_trees(a, b):

@@ -342,8 +342,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaGraphGpuQuantized,
                          ::testing::Values("int8", "int4", "bfloat16"));
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphGpu,
-                         ::testing::Combine(::testing::Values("tiny", "gpt2-a", "gptj-a",
-                                                              "llama-a"),
+                         ::testing::Combine(::testing::Values("tiny", "gpt2-a", "gptj-a", "llama-a",
+                                                              "gemma3-a"),
                                             ::testing::Values(at::kFloat, at::kBFloat16)),
                          [](const auto& info) {
                            std::string m = std::get<0>(info.param);
@@ -352,7 +352,7 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaGraphGpu,
                                                                              : "_bfloat16");
                          });
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphGpuModels,
-                         ::testing::Values("tiny", "gpt2-a", "gptj-a", "llama-a"),
+                         ::testing::Values("tiny", "gpt2-a", "gptj-a", "llama-a", "gemma3-a"),
                          [](const auto& info) {
                            std::string m = info.param;
                            std::replace(m.begin(), m.end(), '-', '_');
