@@ -6,7 +6,8 @@ AutoTokenizer, local files only), used by `inputs.texts` and `gengraph generate 
     hf_tokenizer.py --serve [--model FOLDER]
 
 REQ: {"model": FOLDER, "encode": [text, ...]}   -> OUT: {"ids": [[id, ...], ...], "tokenizer": ...}
-     {"model": FOLDER, "decode": [[id, ...], ...]} -> OUT: {"texts": [text, ...], "tokenizer": ...}
+     {"model": FOLDER, "decode": [[id, ...], ...], "skip_special_tokens": false}
+                                                   -> OUT: {"texts": [text, ...], "tokenizer": ...}
      {"model": FOLDER, "chat": [text, ...]}        -> OUT: {"texts": [prompt, ...], "tokenizer": ...}
      {"model": FOLDER, "messages": [[{"role": R, "content": text}, ...], ...],
       "add_generation_prompt": true}               -> OUT: {"texts": [prompt, ...], "tokenizer": ...}
@@ -220,7 +221,8 @@ def answer(tok, folder, req):
                      f"the tokenizer does not match the model")
         try:
             with library_stderr():
-                out["texts"] = [tok.decode(seq, skip_special_tokens=False) for seq in req["decode"]]
+                skip = req.get("skip_special_tokens", False) is True
+                out["texts"] = [tok.decode(seq, skip_special_tokens=skip) for seq in req["decode"]]
         except BaseException as e:  # noqa: B036 a panic is a BaseException
             if not is_panic(e):
                 raise

@@ -64,6 +64,12 @@ Args parse_args(int argc, char** argv, int first) {
       a.chat = true;
     else if (s == "--tokenizer")
       a.tokenizer = value();
+    else if (s == "--prompts")
+      a.prompt_file = value();
+    else if (s == "--resume")
+      a.resume = true;
+    else if (s == "--skip-special-tokens")
+      a.skip_special = value();
     else if (s == "--weights" || s == "--group-size" || s == "--text-file" || s == "--windows" ||
              s == "--window" || s == "--new-tokens")
       a.quality[s] = value();

@@ -27,8 +27,10 @@ struct Args {
                              metric = "total_ms";
   std::optional<std::string> max_new;          // --max-new-tokens as given
   std::optional<std::string> tokenizer;        // --tokenizer as given
+  std::string prompt_file;                     // generate --prompts FILE
+  std::optional<std::string> skip_special;     // --skip-special-tokens as given
   std::map<std::string, std::string> quality;  // gengraph quality's own flags, as given
-  bool quiet = false, stream = false, chat = false;
+  bool quiet = false, stream = false, chat = false, resume = false;
   bool help = false;               // --help or -h: the command's usage, nothing run
   std::vector<std::string> flags;  // every option given, for the per-command check
 };

@@ -18,6 +18,7 @@
 
 #include "backends/register_builtin.h"
 #include "experiments/cli/arguments.h"
+#include "experiments/cli/generate.h"
 #include "experiments/cli/output.h"
 #include "experiments/cli/plugin_check.h"
 #include "experiments/cli/serve.h"
@@ -112,73 +113,6 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
     return 3;
   }
   return 0;
-}
-
-// Builds the experiment YAML for `gengraph generate` so it goes through the same validation. Flag
-// values are checked here and written as quoted YAML scalars, so no value can change the YAML's
-// structure.
-std::string generate_yaml(const Args& a) {
-  if (a.model.empty()) throw UsageError("generate: --model PRESET|FOLDER|NAME is required");
-  if (a.prompts.empty() == a.texts.empty()) {
-    throw UsageError(
-        "generate: give --prompt IDS or --text TEXT (one or more of either, not both)");
-  }
-  // A model folder, a preset or a known real model, read as every boundary reads a model name
-  // (framework/model/model_names.h), with a note when the name could mean two things.
-  ModelName name;
-  try {
-    name = resolve_model_name(a.model, "--model", /*locate_known=*/false);
-  } catch (const Error& e) {
-    throw Error(std::string("generate: ") + e.what());
-  }
-  if (!name.note.empty()) std::cerr << "note: " << name.note << "\n";
-  const bool is_folder = !name.folder.empty();
-  const bool is_known = name.known;
-  const std::string model = is_folder ? name.folder.string() : is_known ? a.model : name.preset;
-  if (a.max_new && a.max_new->size() > 9 &&
-      a.max_new->find_first_not_of("0123456789") == std::string::npos) {
-    throw UsageError("--max-new-tokens: too large (the most is 999999999), found '" + *a.max_new +
-                     "'");
-  }
-  if (a.max_new && (a.max_new->empty() || a.max_new->size() > 9 ||
-                    a.max_new->find_first_not_of("0123456789") != std::string::npos ||
-                    std::stoll(*a.max_new) < 1)) {
-    throw UsageError("--max-new-tokens: expected an integer >= 1, found '" + *a.max_new + "'");
-  }
-  if (a.dtype != "float32" && a.dtype != "bfloat16" && a.dtype != "float16") {
-    throw UsageError("--dtype: expected float32, bfloat16 or float16, found '" + a.dtype + "'");
-  }
-  if (a.device != "cpu" && a.device.rfind("cuda", 0) != 0) {
-    throw UsageError("--device: expected cpu, cuda or cuda:N, found '" + a.device + "'");
-  }
-  // JSON strings are YAML double-quoted scalars: any path or text survives the round trip.
-  auto q = [](const std::string& v) { return nlohmann::json(v).dump(); };
-  std::ostringstream y;
-  y << "name: generate\nmodel:\n  "
-    << (is_folder  ? "path"
-        : is_known ? "name"
-                   : "preset")
-    << ": " << q(model) << "\n  device: " << q(a.device) << "\n  dtype: " << q(a.dtype) << "\n";
-  y << "backend: " << q(a.backend) << "\ninputs:\n  " << (a.texts.empty() ? "prompts" : "texts")
-    << ":\n";
-  for (const auto& p : a.prompts) y << "    - " << nlohmann::json(parse_ids(p)).dump() << "\n";
-  for (const auto& t : a.texts) {
-    if (t.empty()) throw UsageError("--text: expected a non-empty text");
-    try {
-      y << "    - " << q(t) << "\n";
-    } catch (const nlohmann::json::exception&) {
-      throw UsageError("--text: expected UTF-8 text, found bytes that are not valid UTF-8");
-    }
-  }
-  if ((a.chat || a.tokenizer) && a.texts.empty()) {
-    throw UsageError(std::string(a.chat ? "--chat" : "--tokenizer") +
-                     ": applies to --text (token ids need no tokenizer)");
-  }
-  if (a.tokenizer) y << "  tokenizer: " << q(*a.tokenizer) << "\n";
-  if (a.chat) y << "  chat: true\n";
-  if (a.max_new) y << "generation:\n  max_new_tokens: " << *a.max_new << "\n";
-  y << "run:\n  warmup: 0\n  repeats: 1\n";
-  return y.str();
 }
 
 // A positive integer flag of gengraph quality, or its default.
@@ -405,8 +339,10 @@ int run_cli(int argc_in, char** argv_in) {
     if (cmd == "generate") {
       check_usage(cmd, a,
                   {"--set", "--output", "--quiet", "--prompt", "--text", "--model", "--backend",
-                   "--device", "--dtype", "--max-new-tokens", "--stream", "--chat", "--tokenizer"},
+                   "--device", "--dtype", "--max-new-tokens", "--stream", "--chat", "--tokenizer",
+                   "--prompts", "--resume", "--skip-special-tokens"},
                   0);
+      if (!a.prompt_file.empty()) return run_prompts(a);
       return run_and_report(
           parse_experiment(generate_yaml(a), "gengraph generate (flags as YAML)", a.sets), a.output,
           a.quiet, a.stream, /*results_by_default=*/false);

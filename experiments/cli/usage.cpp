@@ -35,6 +35,9 @@ const std::vector<CommandHelp>& command_helps() {
                          [--backend NAME] [--max-new-tokens N] [--device cpu|cuda]
                          [--dtype float32|bfloat16|float16] [--set KEY=VALUE]... [--output FILE]
                          [--stream] [--chat] [--tokenizer auto|native|python] [--quiet]
+                         [--skip-special-tokens true|false]
+       gengraph generate --model PRESET|FOLDER|NAME --prompts FILE [--output FILE [--resume]]
+                         [options above but --stream]
   One-off generation. Prints the table and the tokens (with --text, the text too); writes the
   results JSON only with --output FILE.
   --model PRESET|FOLDER|NAME  a preset (random weights), a folder holding config.json, or a
@@ -43,18 +46,31 @@ const std::vector<CommandHelp>& command_helps() {
   --prompt IDS      comma-separated token ids, e.g. --prompt 1,2,3 (repeatable: one input each)
   --text TEXT       a text, encoded by the model's tokenizer (repeatable); needs a model FOLDER
                     or NAME with a Hugging Face tokenizer; the output is decoded to text too
+  --prompts FILE    the prompts of a file: one text per line, or JSON Lines (.jsonl, or a first
+                    line that is a JSON object) with "prompt" (a text or token ids) or "messages"
+                    (a conversation, rendered by the chat template), and optionally "id", "seed",
+                    "skip_special_tokens" and generation settings of its own (max_new_tokens,
+                    temperature, ...). Every line is checked before anything runs; a bad one is
+                    refused by its line number. Writes JSON Lines, one line per prompt in file
+                    order ({"index", "id", "prompt", "prompt_tokens", "text", "tokens",
+                    "finish_reason"}), to --output FILE (else standard output), each batch's as it
+                    ends
+  --resume          with --prompts and --output: keep the lines FILE holds (a run stopped by
+                    Ctrl-C) and generate the rest; the file ends as an uninterrupted run writes it
   --backend NAME    the backend (default eager; gengraph backends lists them)
   --max-new-tokens N  how many tokens to generate
   --device cpu|cuda (or cuda:N; default cpu)
   --dtype float32|bfloat16|float16  (default float32)
   --set KEY=VALUE   any key of an experiment (repeatable), e.g. generation.do_sample=true
-  --output FILE     also write the results JSON
+  --output FILE     also write the results JSON (with --prompts: the JSON Lines)
   --stream          print each token as it is chosen, one line per step (greedy search and
                     sampling); with --text, the text as it becomes final
   --chat            send each text as a user message through the model's chat template
   --tokenizer auto|native|python  the native C++ tokenizer (auto, the default, falls back to
                     the Python one for a tokenizer.json it does not read; native refuses
                     instead) or python (transformers, in a Python process)
+  --skip-special-tokens true|false  leave special tokens (<|im_end|>, ...) out of the decoded
+                    text (default: true with --chat or messages, else false)
   --quiet           no progress on standard error
 )"},
       {"quality", "What weight-only quantization costs, per format, against the float model",

@@ -126,12 +126,16 @@ void check_runnable(const ExperimentConfig& c) {
   target.dtype = parse_dtype(c.model.dtype);
   target.device = c10::Device(c.model.device);
   target.architecture = &ModelRegistry::instance().get(mc.model_type, mc.source);
+  // Texts, and a prompt file's lines that are not all plain token ids (gengraph generate --prompts
+  // plans each batch of them once encoded), are checked once encoded.
+  const bool encoded_later =
+      !c.inputs.texts.empty() || (c.inputs.prompt_file && c.inputs.prompts.empty());
   const auto prompts =
-      !c.inputs.texts.empty() ? std::vector<std::vector<int64_t>>{std::vector<int64_t>(1, 0)}
+      encoded_later ? std::vector<std::vector<int64_t>>{std::vector<int64_t>(1, 0)}
       : c.inputs.synthetic
           ? std::vector<std::vector<int64_t>>{std::vector<int64_t>(c.inputs.prompt_length, 0)}
           : c.inputs.prompts;
-  const int64_t inputs = !c.inputs.texts.empty() ? static_cast<int64_t>(c.inputs.texts.size())
+  const int64_t inputs = encoded_later ? std::max<int64_t>(1, c.inputs.texts.size())
                          : c.inputs.synthetic    ? c.inputs.batch_size
                                                  : static_cast<int64_t>(c.inputs.prompts.size());
   // The experiment's settings, planned for the largest cache any row lays out.
@@ -168,7 +172,7 @@ void check_runnable(const ExperimentConfig& c) {
     }
     if (row_plans.back().memory.total() > largest->memory.total()) largest = &row_plans.back();
   }
-  if (!c.inputs.texts.empty()) return;  // their lengths are known once they are encoded
+  if (encoded_later) return;  // their lengths are known once they are encoded
   // Before any load: the weights, the KV cache of every row (batch x beams or sequences), the
   // prefill (quadratic in the prompt), a decode step and the search's state, against what the
   // device (and this process's limits) have available. The largest need of any row counts.

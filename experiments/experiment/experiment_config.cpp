@@ -178,14 +178,46 @@ BackendSpec read_backend(const YAML::Node& n, const std::string& path, const std
 
 InputsSpec read_inputs(MapReader r, const std::string& file) {
   InputsSpec in;
-  const int given = r.has("prompts") + r.has("synthetic") + r.has("texts");
+  const int given = r.has("prompts") + r.has("synthetic") + r.has("texts") + r.has("file");
   if (given != 1) {
     r.fail(r.has("texts")       ? "texts"
            : r.has("synthetic") ? "synthetic"
+           : r.has("file")      ? "file"
                                 : "prompts",
-           "exactly one of inputs.prompts (token-id lists), inputs.texts or inputs.synthetic");
+           "exactly one of inputs.prompts (token-id lists), inputs.texts, inputs.file or "
+           "inputs.synthetic");
   }
-  if (r.has("texts")) {
+  if (r.has("file")) {
+    // The prompts of a file (prompt_file.h): a path as model.path is, from the current folder.
+    in.file = r.scalar<std::string>("file", "", "a file path");
+    if (in.file.empty()) r.fail("file", "a file path (one prompt per line, or JSON Lines)");
+    try {
+      in.prompt_file = std::make_shared<const PromptFile>(read_prompt_file(in.file));
+    } catch (const Error& e) {
+      throw Error(r.located("file") + ": " + e.what());
+    }
+    bool any_text = false, any_ids = false, plain = true;
+    for (const auto& p : in.prompt_file->lines) {
+      any_text = any_text || p.is_text();
+      any_ids = any_ids || !p.ids.empty();
+      plain = plain && p.messages.is_null() && !p.has_settings();
+    }
+    for (const auto& p : in.prompt_file->lines) {
+      if (!plain || (any_text && any_ids)) break;
+      if (p.is_text()) in.texts.push_back(p.text);
+      if (!p.ids.empty()) in.prompts.push_back(p.ids);
+    }
+  }
+  if (r.has("texts") || r.has("file")) {
+    in.skip_special_tokens = r.has("skip_special_tokens")
+                                 ? std::optional<bool>(r.scalar<bool>(
+                                       "skip_special_tokens", false, "true or false"))
+                                 : std::nullopt;
+  }
+  if (r.has("file")) {
+    in.tokenizer = r.choice("tokenizer", "auto", {"auto", "native", "python"});
+    in.chat = r.scalar<bool>("chat", false, "true or false");
+  } else if (r.has("texts")) {
     const YAML::Node t = r.child("texts");
     if (!t.IsSequence() || t.size() == 0) r.fail("texts", "a non-empty list of strings");
     for (size_t i = 0; i < t.size(); ++i) {
@@ -366,11 +398,16 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
     if (!r.has("inputs")) r.fail("inputs", "an inputs: mapping (prompts, texts or synthetic)");
     c.inputs = read_inputs(MapReader(r.child("inputs"), "inputs", file), file);
   }
-  if (!c.inputs.texts.empty()) {
+  bool file_texts = false;  // a prompt file's texts or conversations need the tokenizer too
+  if (c.inputs.prompt_file) {
+    for (const auto& p : c.inputs.prompt_file->lines) file_texts = file_texts || p.ids.empty();
+  }
+  if (!c.inputs.texts.empty() || file_texts) {
+    const std::string what = c.inputs.file.empty() ? "inputs.texts" : "inputs.file (texts)";
     // Texts are encoded with the model folder's own tokenizer; a preset has none.
     if (c.model.path.empty()) {
-      throw Error(file +
-                  ": inputs.texts: needs model.path, a folder with a Hugging Face tokenizer; "
+      throw Error(file + ": " + what +
+                  ": needs model.path, a folder with a Hugging Face tokenizer; "
                   "model.preset '" +
                   c.model.preset +
                   "' has none (give inputs.prompts as token ids instead, or a real model as "
@@ -380,7 +417,7 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
     if (std::filesystem::is_directory(folder) &&
         !std::filesystem::exists(folder / "tokenizer.json") &&
         !std::filesystem::exists(folder / "tokenizer_config.json")) {
-      throw Error(file + ": inputs.texts: the model folder '" + c.model.path +
+      throw Error(file + ": " + what + ": the model folder '" + c.model.path +
                   "' has no tokenizer (expected tokenizer.json or tokenizer_config.json)");
     }
   }

@@ -4,12 +4,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "experiments/experiment/load_config.h"
+#include "experiments/experiment/prompt_file.h"
 #include "experiments/experiment/serve_config.h"
 #include "framework/decoding/loop_options.h"
 #include "framework/model/model_config.h"
@@ -74,6 +76,15 @@ struct InputsSpec {
   // kind; native; python), and whether each text is a user message in the model's chat template.
   std::string tokenizer = "auto";
   bool chat = false;
+  // Texts only: whether special tokens are left out of the decoded text (transformers'
+  // skip_special_tokens); not given: true with chat, false otherwise.
+  std::optional<bool> skip_special_tokens;
+  // inputs.file: the prompts of a file (prompt_file.h), read when the experiment is. Its texts or
+  // token ids are also in `texts` or `prompts` when the file holds only one kind and no line has
+  // settings of its own (what gengraph run takes; gengraph generate --prompts takes any file).
+  std::string file;
+  std::shared_ptr<const PromptFile> prompt_file;
+  bool skip_special() const { return skip_special_tokens.value_or(chat); }
 };
 
 struct RunSpec {

@@ -384,16 +384,42 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
     doc["runs"].push_back(row_json(c, row, rows.front(), in.prompts, bandwidth));
   if (!c.peers.empty())
     add_peer_rows(c, forms.main(), settings_plan.settings(), in.prompts, doc, log);
-  if (in.codec) decode_outputs(doc["runs"], *in.codec);
+  if (in.codec) decode_outputs(doc["runs"], *in.codec, c.inputs.skip_special());
   add_ratios(c, doc["runs"]);
   return doc;
 }
 
-// A `serve:` file is a server, not an experiment: it runs with `gengraph serve`.
+// A `serve:` file is a server, not an experiment: it runs with `gengraph serve`. An experiment
+// runs its prompts as one batch under its generation: block, so a prompt file (inputs.file) whose
+// lines hold settings of their own, conversations, or texts beside token ids is for gengraph
+// generate --prompts.
 void refuse_server(const ExperimentConfig& c) {
   if (c.serve) {
     throw Error(c.file + ": serve: this file configures a server; start it with gengraph serve " +
                 c.file);
+  }
+  if (!c.inputs.prompt_file) return;
+  const PromptFile& f = *c.inputs.prompt_file;
+  const PromptLine* text = nullptr;
+  const PromptLine* ids = nullptr;
+  for (const auto& p : f.lines) {
+    const std::string at = c.file + ": inputs.file: '" + f.path + "' line " +
+                           std::to_string(p.line) + ": ";
+    if (p.has_settings()) {
+      throw Error(at + "settings of its own; an experiment's prompts share its generation: block " +
+                  "(gengraph generate --prompts takes settings per line)");
+    }
+    if (!p.messages.is_null()) {
+      throw Error(at + "messages; an experiment takes texts or token ids (gengraph generate " +
+                  "--prompts takes conversations)");
+    }
+    if (p.is_text() && text == nullptr) text = &p;
+    if (!p.is_text() && ids == nullptr) ids = &p;
+  }
+  if (text != nullptr && ids != nullptr) {
+    throw Error(c.file + ": inputs.file: '" + f.path + "': texts (line " +
+                std::to_string(text->line) + ") beside token ids (line " +
+                std::to_string(ids->line) + "); an experiment's prompts are all of one kind");
   }
 }
 

@@ -24,6 +24,8 @@ struct Interrupted : Error {
       : Error("interrupted by signal " + std::to_string(sig) +
               ": temporary files removed, no results written"),
         signal(sig) {}
+  // One that says what was kept instead (gengraph generate --prompts keeps what it wrote).
+  Interrupted(int sig, const std::string& what) : Error(what), signal(sig) {}
   int signal;
 };
 

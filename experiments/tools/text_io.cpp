@@ -84,13 +84,15 @@ std::vector<std::vector<int64_t>> TextCodec::encode(const std::vector<std::strin
       .get<std::vector<std::vector<int64_t>>>();
 }
 
-std::vector<std::string> TextCodec::decode(const std::vector<std::vector<int64_t>>& ids) const {
+std::vector<std::string> TextCodec::decode(const std::vector<std::vector<int64_t>>& ids,
+                                           bool skip_special_tokens) const {
   if (native_) {
     std::vector<std::string> out;
-    for (const auto& seq : ids) out.push_back(native_->decode(seq));
+    for (const auto& seq : ids) out.push_back(native_->decode(seq, skip_special_tokens));
     return out;
   }
-  nlohmann::json request = {{"model", folder_}, {"decode", ids}};
+  nlohmann::json request = {
+      {"model", folder_}, {"decode", ids}, {"skip_special_tokens", skip_special_tokens}};
   return tokenizer_request(folder_, request, "texts", ids.size(), log_)
       .get<std::vector<std::string>>();
 }
@@ -114,6 +116,16 @@ int64_t chat_template_seconds() {
 }
 
 std::vector<std::string> TextCodec::chat_prompts(const std::vector<std::string>& texts) const {
+  return render_chat("chat", nlohmann::json(texts), texts.size());
+}
+
+std::vector<std::string> TextCodec::chat_conversations(
+    const std::vector<nlohmann::json>& conversations) const {
+  return render_chat("messages", nlohmann::json(conversations), conversations.size());
+}
+
+std::vector<std::string> TextCodec::render_chat(const char* form, const nlohmann::json& items,
+                                                size_t count) const {
   if (is_gguf_file(folder_)) {
     throw Error("chat: '" + folder_ +
                 "' is a GGUF file, and its chat template (tokenizer.chat_template) is not rendered "
@@ -126,17 +138,17 @@ std::vector<std::string> TextCodec::chat_prompts(const std::vector<std::string>&
   const int64_t seconds = chat_template_seconds();
   nlohmann::json request = {
       {"model", folder_},
-      {"chat", texts},
+      {form, items},
       {"limits", {{"seconds", seconds}, {"characters_per_character", 4}, {"characters", 1000000}}}};
   if (chat_template) request["template_source"] = chat_template->source;
   // The tool bounds each rendering itself; the process's limit is the backstop (Python's start
   // and the tokenizer's load take some seconds more).
-  const int64_t process_limit = seconds * static_cast<int64_t>(texts.size()) + 300;
-  return tokenizer_request(folder_, request, "texts", texts.size(), log_, process_limit)
+  const int64_t process_limit = seconds * static_cast<int64_t>(count) + 300;
+  return tokenizer_request(folder_, request, "texts", count, log_, process_limit)
       .get<std::vector<std::string>>();
 }
 
-void decode_outputs(nlohmann::json& runs, const TextCodec& codec) {
+void decode_outputs(nlohmann::json& runs, const TextCodec& codec, bool skip_special_tokens) {
   // Read through JsonAt: a peer's row was checked when it came, gengraph's are its own.
   const JsonAt all(runs, "the results");
   std::vector<std::vector<int64_t>> seqs;
@@ -151,7 +163,7 @@ void decode_outputs(nlohmann::json& runs, const TextCodec& codec) {
     }
   }
   if (seqs.empty()) return;
-  const std::vector<std::string> texts = codec.decode(seqs);
+  const std::vector<std::string> texts = codec.decode(seqs, skip_special_tokens);
   size_t k = 0;
   for (auto& run : runs) {
     if (!run.contains("outputs")) continue;

@@ -30,11 +30,15 @@ class TextCodec {
   // added). A text that encodes to no tokens is refused, naming `what` and its index.
   std::vector<std::vector<int64_t>> encode(const std::vector<std::string>& texts,
                                            bool add_special_tokens, const std::string& what) const;
-  // The text of each token list (special tokens kept).
-  std::vector<std::string> decode(const std::vector<std::vector<int64_t>>& ids) const;
+  // The text of each token list: special tokens kept, or left out with skip_special_tokens.
+  std::vector<std::string> decode(const std::vector<std::vector<int64_t>>& ids,
+                                  bool skip_special_tokens = false) const;
   // Each text as one user message in the model's chat template, ready to encode without special
   // tokens (through tools/hf_tokenizer.py: the template is Jinja).
   std::vector<std::string> chat_prompts(const std::vector<std::string>& texts) const;
+  // The same for whole conversations, each a JSON list of {"role", "content"} messages, with the
+  // template's generation prompt.
+  std::vector<std::string> chat_conversations(const std::vector<nlohmann::json>& conversations) const;
 
   // "native: byte-level BPE, 49152 tokens, '<folder>/tokenizer.json'" or "python: ... (why)".
   const std::string& description() const { return description_; }
@@ -42,6 +46,9 @@ class TextCodec {
   const Tokenizer* native() const { return native_.get(); }
 
  private:
+  // chat_prompts and chat_conversations: the tool's "chat" or "messages" request.
+  std::vector<std::string> render_chat(const char* form, const nlohmann::json& items,
+                                       size_t count) const;
   std::string folder_;
   std::unique_ptr<Tokenizer> native_;
   std::string description_;
@@ -53,6 +60,6 @@ class TextCodec {
 int64_t chat_template_seconds();
 
 // Adds "text" to every generated sequence of every row of a results document's `runs`.
-void decode_outputs(nlohmann::json& runs, const TextCodec& codec);
+void decode_outputs(nlohmann::json& runs, const TextCodec& codec, bool skip_special_tokens = false);
 
 }  // namespace gengraph

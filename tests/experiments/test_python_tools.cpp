@@ -133,15 +133,15 @@ TEST(Cli, TextInputsNeedAFolderWithATokenizer) {
   EXPECT_EQ(
       cli({"generate", "--model", folder.string(), "--text", "a", "--prompt", "1", "--quiet"}), 2);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(),
-              HasSubstr("give --prompt IDS or --text TEXT (one or more of either, not both)"));
+              HasSubstr("give --prompt IDS or --text TEXT (one or more of either), or --prompts FILE"));
   write_file(dir / "e.yaml", "model: {preset: gpt2-tiny}\ninputs: {texts: [\"\"]}\n");
   EXPECT_THAT(error_of_run({"validate", (dir / "e.yaml").string()}),
               HasSubstr("inputs.texts[0]: expected a non-empty string"));
   write_file(dir / "f.yaml", "model: {preset: gpt2-tiny}\ninputs: {texts: [a], prompts: [[1]]}\n");
   EXPECT_THAT(
       error_of_run({"validate", (dir / "f.yaml").string()}),
-      HasSubstr(
-          "exactly one of inputs.prompts (token-id lists), inputs.texts or inputs.synthetic"));
+      HasSubstr("exactly one of inputs.prompts (token-id lists), inputs.texts, inputs.file or "
+                "inputs.synthetic"));
   // A tokenizer file that is not JSON: the native reader names it (no fallback for a damaged file).
   const auto broken = dir / "broken";
   std::filesystem::copy(folder, broken);
