@@ -87,6 +87,23 @@ def _search(model, seed):
     ]
 
 
+# One prompt that repeats itself (past gemma3-a's window), so that prompt lookup finds candidates.
+REPEATING = [[5, 9, 13, 5, 9, 13, 5, 9, 7, 21, 5, 9]]
+
+
+def _gemma3_more():
+    """Processors and prompt lookup on gemma3-a. No early exit (assistant_early_exit): like
+    Qwen2's, transformers 5.17's Gemma 3 raises a TypeError cropping the draft's cache (a layer of
+    the full model's DynamicCache that the truncated draft never filled)."""
+    return [
+        {"name": "gemma3-a_processors", "model": "gemma3-a", "prompts": RAGGED,
+         "generation": {"max_new_tokens": 12, "repetition_penalty": 1.3, "no_repeat_ngram_size": 3,
+                        "min_new_tokens": 4, "eos_token_id": "auto:0,2"}},
+        {"name": "gemma3-a_lookup_greedy", "model": "gemma3-a", "prompts": REPEATING,
+         "generation": {"max_new_tokens": 16, "prompt_lookup_num_tokens": 4}},
+    ]
+
+
 def cases():
     return (_search("gptj-a", 31) + _search("llama-a", 32) + _search("llama-b", 33)
             + _search("mistral-a", 34) + _search("qwen2-a", 35)
@@ -98,5 +115,6 @@ def cases():
             + _search("gemma3-a", 36) + _pair("gemma3-a", 14, "auto:1,6")
             + [{"name": "gemma3-a_greedy_single_long", "model": "gemma3-a",
                 "prompts": [list(range(4, 44))], "generation": {"max_new_tokens": 16}}]
+            + _gemma3_more()
             + [{"name": "llama-a_greedy_single_long", "model": "llama-a",
                 "prompts": [list(range(4, 44))], "generation": {"max_new_tokens": 24}}])
