@@ -205,9 +205,9 @@ ToolResult run_tool(const std::string& script, const nlohmann::json& request, in
         std::string("--request"), req_path, std::string("--out"), out_path}) {
     argv.push_back(a);
   }
-  log << script << ":";
-  for (const auto& a : argv) log << " " << a;
-  log << "\n";
+  // What the user may need (which tool, which Python), not its temporary request and output
+  // files or the time limit's wrapper.
+  log << "running tools/" << script << " with " << python_for_tools().string() << "\n";
   ToolResult r;
   r.rc = run_command(argv);
   if (r.rc == 0 && std::filesystem::exists(out_path)) r.out = read_json_file(out_path);
