@@ -142,7 +142,8 @@ end
 
 ERRORS = ["{{ messages[5].role }}", "{{ nothing.attr }}", "{{ 1 + 'a' }}", "{% for x in none %}{% endfor %}",
           "{{ raise_exception('boom') }}", "{{ messages[0]['role']['x']['y'] }}", "{{ 1/0 }}",
-          "{{ 'a' ~ nothing ~ 'b' }}", "{{ nothing }}", "{% for a in nothing %}x{% else %}empty{% endfor %}"]
+          "{{ 'a' ~ nothing ~ 'b' }}", "{{ nothing }}", "{% for a in nothing %}x{% else %}empty{% endfor %}",
+          "{% for i in range(100001) %}{% endfor %}", "{{ range(3, 100003)|length }}", "{{ [1, 2] * 2 }}{{ 2 * 'ab' }}"]
 
 
 def contexts():

@@ -1,5 +1,7 @@
 #include "framework/text/chat_native.h"
 
+#include <climits>
+
 #include "framework/model/gguf.h"
 #include "framework/text/utf8.h"
 #include "framework/util/error.h"
@@ -68,7 +70,7 @@ std::optional<NativeChat> gguf_chat(const fs::path& file) {
       if (id >= 0 && id < static_cast<int64_t>(tokens.size())) special[name] = tokens[id];
     }
   }
-  return NativeChat(t, std::move(special));
+  return NativeChat(file.string(), t, std::move(special));
 }
 
 std::string json_kind(const nlohmann::json& v) {
@@ -82,8 +84,10 @@ std::string json_kind(const nlohmann::json& v) {
 
 }  // namespace
 
-NativeChat::NativeChat(const ChatTemplate& t, nlohmann::json special_tokens)
-    : source_(t.source),
+NativeChat::NativeChat(const std::string& model, const ChatTemplate& t,
+                       nlohmann::json special_tokens)
+    : model_(model),
+      source_(t.source),
       template_(std::make_shared<jinja::Template>(t.text, t.source)),
       special_(nlohmann::ordered_json::parse(special_tokens.dump())) {}
 
@@ -91,7 +95,7 @@ std::optional<NativeChat> NativeChat::for_model(const fs::path& path) {
   if (is_gguf_file(path)) return gguf_chat(path);
   const auto t = read_chat_template(path);
   if (!t) return std::nullopt;
-  return NativeChat(*t, folder_special_tokens(path));
+  return NativeChat(path.string(), *t, folder_special_tokens(path));
 }
 
 std::string NativeChat::render(const nlohmann::json& messages, bool add_generation_prompt,
@@ -105,6 +109,7 @@ std::string NativeChat::render(const nlohmann::json& messages, bool add_generati
   }
   jinja::Limits limits;
   limits.seconds = seconds;
+  limits.max_steps = INT64_MAX;  // the seconds bound it, as they bound the Python renderer
   limits.max_output = static_cast<size_t>(characters + characters_per_character * contents);
   // apply_chat_template's context: the special tokens, the messages in their keys' order (role,
   // then content, as the request gave them), no tools or documents.
@@ -117,12 +122,14 @@ std::string NativeChat::render(const nlohmann::json& messages, bool add_generati
   context["tools"] = nullptr;
   context["documents"] = nullptr;
   context["add_generation_prompt"] = add_generation_prompt;
+  // The Python renderer's words (tools/chat_render.py), so a refusal reads the same either way.
+  const std::string name = "the chat template of '" + model_ + "' (" + source_ + ")";
   try {
     return template_->render(context, limits);
-  } catch (const jinja::Unsupported&) {
-    throw;
+  } catch (const jinja::LimitPassed& e) {
+    throw Error(name + " " + e.reason() + " on " + where);
   } catch (const Error& e) {
-    throw Error(std::string(e.what()) + " (on " + where + ")");
+    throw Error(name + " failed on " + where + ": " + e.what());
   }
 }
 

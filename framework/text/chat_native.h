@@ -20,8 +20,9 @@ namespace gengraph {
 
 class NativeChat {
  public:
-  // The template and the context values that go with every render (the special tokens).
-  NativeChat(const ChatTemplate& t, nlohmann::json special_tokens);
+  // The template of `model` (a folder or GGUF file, for messages) and the context values that go
+  // with every render (the special tokens).
+  NativeChat(const std::string& model, const ChatTemplate& t, nlohmann::json special_tokens);
 
   // A model folder's template with tokenizer_config.json's special tokens (a string, or an
   // object with "content"); a GGUF file's with its special tokens' texts by id. nullopt when
@@ -31,7 +32,8 @@ class NativeChat {
   // One conversation (checked by check_chat_messages first) rendered, as apply_chat_template(
   // tokenize=False) renders it. Bounded: `seconds` of rendering, and `characters` plus
   // `characters_per_character` per character of the messages' contents (the limits the Python
-  // renderer applies). Throws Error naming the template and `where` ("conversation 3").
+  // renderer applies). Throws Error in the Python renderer's words: "the chat template of
+  // '<model>' ('<file>') ran past 30 s on text 0", "... failed on conversation 2: ...".
   std::string render(const nlohmann::json& messages, bool add_generation_prompt,
                      const std::string& where, int64_t seconds = 30, int64_t characters = 1000000,
                      int64_t characters_per_character = 4) const;
@@ -39,7 +41,7 @@ class NativeChat {
   const std::string& source() const { return source_; }
 
  private:
-  std::string source_;
+  std::string model_, source_;
   std::shared_ptr<const jinja::Template> template_;
   nlohmann::ordered_json special_;
 };

@@ -40,10 +40,25 @@ class Unsupported : public Error {
   std::string construct_;
 };
 
+// A rendering stopped by one of its Limits; what() names the template, the line and the limit.
+class LimitPassed : public Error {
+ public:
+  enum class Kind { kSteps, kSeconds, kOutput };
+  LimitPassed(Kind kind, const std::string& where, const std::string& reason)
+      : Error(where + ": " + reason), kind_(kind), reason_(reason) {}
+  Kind kind() const { return kind_; }
+  // The limit alone: "ran past 30 s", "rendered more than N characters (the template's output)".
+  const std::string& reason() const { return reason_; }
+
+ private:
+  Kind kind_;
+  std::string reason_;
+};
+
 struct Limits {
   int64_t max_steps = 20'000'000;
-  size_t max_output = size_t{16} << 20;
-  int64_t seconds = 0;  // wall-clock seconds of rendering; 0: no limit
+  size_t max_output = size_t{16} << 20;  // characters (code points), as Python counts them
+  int64_t seconds = 0;                   // wall-clock seconds of rendering; 0: no limit
 };
 
 struct Node;

@@ -2,6 +2,8 @@
 // templates (range, namespace, dict, raise_exception, strftime_now), Python's string and dict
 // methods, and jinja2's filters and tests that jinja_names.h lists, with their semantics.
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <ctime>
 
 #include "framework/text/jinja_names.h"
@@ -51,9 +53,15 @@ Value Renderer::call(const Expr& e) {
       const int64_t st = args.size() > 2 ? int_of(args[2]) : 1;
       if (st == 0) fail(e.line, "range() step must not be zero");
       Json out = Json::array();
-      for (int64_t i = start; st > 0 ? i < stop : i > stop; i += st) {
+      // jinja2's sandbox refuses ranges of more than 100,000 items (MAX_RANGE).
+      const double count = std::ceil((static_cast<double>(stop) - static_cast<double>(start)) /
+                                     static_cast<double>(st));
+      if (count > 100000) {
+        fail(e.line, "range() of more than 100000 items (jinja2's sandbox refuses it)");
+      }
+      for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
         step(e.line);
-        out.push_back(i);
+        out.push_back(start + k * st);
       }
       return {out};
     }
@@ -235,6 +243,7 @@ Value Renderer::apply_filter(const std::string& f, const Value& v, const std::ve
   if (f == "int" || f == "float" || f == "abs") {
     if (f == "abs") {
       if (!is_num(j)) fail(line, "bad operand type for abs(): '" + type_name(j) + "'");
+      if (is_int(j) && int_of(j) == INT64_MIN) fail(line, "an integer past 64 bits");
       return is_int(j) ? Value{Json(std::abs(int_of(j)))} : Value{Json(std::abs(num(j)))};
     }
     double d = 0;
@@ -250,6 +259,7 @@ Value Renderer::apply_filter(const std::string& f, const Value& v, const std::ve
       }
     }
     if (!ok) return {args.empty() ? (f == "int" ? Json(0) : Json(0.0)) : args[0]};
+    if (f == "int" && !(std::abs(d) < 9.2e18)) fail(line, "an integer past 64 bits");
     return f == "int" ? Value{Json(static_cast<int64_t>(d))} : Value{Json(d)};
   }
   if (f == "reverse") {

@@ -3,7 +3,9 @@
 // printing of values (str, repr, float formatting) and transformers' tojson.
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
 
 #include "framework/text/jinja_names.h"
@@ -371,6 +373,7 @@ Value Renderer::eval(const Expr& e) {
       if (!is_num(j))
         fail(e.line, "bad operand type for unary " + e.name + ": '" + type_name(j) + "'");
       if (e.name == "+") return {j};
+      if (is_int(j) && int_of(j) == INT64_MIN) fail(e.line, "an integer past 64 bits");
       return is_int(j) ? Value{Json(-int_of(j))} : Value{Json(-num(j))};
     }
     case Expr::Kind::kBinary:
@@ -483,6 +486,19 @@ Value Renderer::binary(const Expr& e) {
     const bool r = e.name == "<" ? c < 0 : e.name == ">" ? c > 0 : e.name == "<=" ? c <= 0 : c >= 0;
     return {Json(r)};
   }
+  const auto too_big = [&](const std::string& what) {
+    limit(
+        LimitPassed::Kind::kOutput, e.line,
+        "rendered more than " + std::to_string(limits_.max_output) + " characters (" + what + ")");
+  };
+  const auto size_of = [](const Json& v) -> int64_t {
+    if (v.is_string()) return static_cast<int64_t>(v.get_ref<const std::string&>().size());
+    return v.is_array() ? static_cast<int64_t>(v.size()) : -1;
+  };
+  if (e.name == "+" && size_of(a) >= 0 && size_of(b) >= 0 &&
+      static_cast<size_t>(size_of(a) + size_of(b)) > limits_.max_output) {
+    too_big("a value of " + std::to_string(size_of(a)) + " + " + std::to_string(size_of(b)));
+  }
   if (e.name == "+") {
     if (a.is_string() && b.is_string()) return {Json(a.get<std::string>() + b.get<std::string>())};
     if (a.is_array() && b.is_array()) {
@@ -491,24 +507,40 @@ Value Renderer::binary(const Expr& e) {
       return {out};
     }
   }
-  if (e.name == "*" && ((a.is_string() && is_int(b)) || (is_int(a) && b.is_string()))) {
-    const std::string& s =
-        a.is_string() ? a.get_ref<const std::string&>() : b.get_ref<const std::string&>();
-    const int64_t n = a.is_string() ? int_of(b) : int_of(a);
-    if (n > 0 && s.size() * static_cast<size_t>(n) > limits_.max_output) {
-      fail(e.line,
-           "a repeated string passes " + std::to_string(limits_.max_output) + " characters");
+  if (e.name == "*" && ((size_of(a) >= 0 && is_int(b)) || (is_int(a) && size_of(b) >= 0))) {
+    const Json& seq = size_of(a) >= 0 ? a : b;
+    const int64_t n = size_of(a) >= 0 ? int_of(b) : int_of(a);
+    if (n > 0 && static_cast<double>(size_of(seq)) * static_cast<double>(n) >
+                     static_cast<double>(limits_.max_output)) {
+      too_big("a value of " + std::to_string(size_of(seq)) + " x " + std::to_string(n));
     }
-    std::string out;
-    for (int64_t i = 0; i < n; ++i) out += s;
-    return {Json(out)};
+    Json out = seq.is_string() ? Json(std::string()) : Json::array();
+    for (int64_t i = 0; i < n; ++i) {
+      if (seq.is_string()) {
+        out.get_ref<std::string&>() += seq.get_ref<const std::string&>();
+      } else {
+        for (const auto& x : seq) out.push_back(x);
+      }
+    }
+    return {out};
   }
   if (!is_num(a) || !is_num(b)) return bad();
   const bool ints = is_int(a) && is_int(b);
   const double x = num(a), y = num(b);
-  if (e.name == "+") return ints ? Value{Json(int_of(a) + int_of(b))} : Value{Json(x + y)};
-  if (e.name == "-") return ints ? Value{Json(int_of(a) - int_of(b))} : Value{Json(x - y)};
-  if (e.name == "*") return ints ? Value{Json(int_of(a) * int_of(b))} : Value{Json(x * y)};
+  // Python's integers do not overflow; past int64 the native renderer refuses.
+  const auto checked = [&](bool overflowed, int64_t r) -> Value {
+    if (overflowed)
+      fail(e.line, "an integer past 64 bits (" + e.name + ") is not rendered natively");
+    return {Json(r)};
+  };
+  const int64_t p = ints ? int_of(a) : 0, q = ints ? int_of(b) : 0;
+  int64_t r = 0;
+  if (e.name == "+")
+    return ints ? checked(__builtin_add_overflow(p, q, &r), r) : Value{Json(x + y)};
+  if (e.name == "-")
+    return ints ? checked(__builtin_sub_overflow(p, q, &r), r) : Value{Json(x - y)};
+  if (e.name == "*")
+    return ints ? checked(__builtin_mul_overflow(p, q, &r), r) : Value{Json(x * y)};
   if (e.name == "/") {
     if (y == 0) fail(e.line, "division by zero");
     return {Json(x / y)};
@@ -516,7 +548,7 @@ Value Renderer::binary(const Expr& e) {
   if (e.name == "//" || e.name == "%") {
     if (y == 0) fail(e.line, "integer division or modulo by zero");
     if (ints) {
-      const int64_t p = int_of(a), q = int_of(b);
+      if (p == INT64_MIN && q == -1) return checked(true, 0);
       int64_t d = p / q;
       if ((p % q != 0) && ((p < 0) != (q < 0))) --d;
       return {Json(e.name == "//" ? d : p - d * q)};
@@ -525,10 +557,12 @@ Value Renderer::binary(const Expr& e) {
     return {Json(e.name == "//" ? d : x - d * y)};
   }
   if (e.name == "**") {
-    if (ints && int_of(b) >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < int_of(b); ++i) r *= int_of(a);
-      return {Json(r)};
+    if (ints && q >= 0) {
+      int64_t acc = 1;
+      for (int64_t i = 0; i < q && acc != 0 && !(acc == 1 && (p == 1 || p == 0) && i > 0); ++i) {
+        if (__builtin_mul_overflow(acc, p, &acc)) return checked(true, 0);
+      }
+      return {Json(q == 0 ? int64_t{1} : acc)};
     }
     return {Json(std::pow(x, y))};
   }

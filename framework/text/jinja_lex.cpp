@@ -170,10 +170,14 @@ std::vector<Token> lex(const std::string& s, const std::string& source, int line
       std::string digits = s.substr(i, j - i);
       digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
       nlohmann::json v;
-      if (real) {
-        v = std::stod(digits);
-      } else {
-        v = static_cast<int64_t>(std::stoll(digits));
+      try {
+        if (real) {
+          v = std::stod(digits);
+        } else {
+          v = static_cast<int64_t>(std::stoll(digits));
+        }
+      } catch (const std::exception&) {  // out of range: Python's big integers, or inf
+        fail("the number " + digits + " is out of the range rendered natively");
       }
       out.push_back({Token::Kind::kNumber, digits, v});
       i = j;

@@ -70,21 +70,31 @@ class Renderer {
     throw Error(source_ + ": line " + std::to_string(line) + ": " + what);
   }
 
+  [[noreturn]] void limit(LimitPassed::Kind kind, int line, const std::string& what) const {
+    throw LimitPassed(kind, source_ + ": line " + std::to_string(line), what);
+  }
+
   void step(int line) {
     if (++steps_ > limits_.max_steps) {
-      fail(line, "rendering passed " + std::to_string(limits_.max_steps) +
-                     " steps (a template that does not end is stopped)");
+      limit(LimitPassed::Kind::kSteps, line,
+            "passed " + std::to_string(limits_.max_steps) +
+                " steps (a template that does not end is stopped)");
     }
     if (limits_.seconds > 0 && (steps_ & 4095) == 0 &&
         std::chrono::steady_clock::now() > deadline_) {
-      fail(line, "rendering ran past " + std::to_string(limits_.seconds) + " s");
+      limit(LimitPassed::Kind::kSeconds, line,
+            "ran past " + std::to_string(limits_.seconds) + " s");
     }
   }
 
+  // Characters as Python counts them (code points: bytes that do not continue a UTF-8 sequence).
   void emit(const std::string& s, int line) {
     out_ += s;
-    if (out_.size() > limits_.max_output) {
-      fail(line, "the rendered text passed " + std::to_string(limits_.max_output) + " characters");
+    for (const char c : s) out_chars_ += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    if (out_chars_ > limits_.max_output) {
+      limit(LimitPassed::Kind::kOutput, line,
+            "rendered more than " + std::to_string(limits_.max_output) +
+                " characters (the template's output)");
     }
   }
 
@@ -262,6 +272,7 @@ class Renderer {
   Limits limits_;
   std::chrono::steady_clock::time_point deadline_;
   int64_t steps_ = 0;
+  size_t out_chars_ = 0;
   std::string out_;
   std::vector<std::map<std::string, Json>> scopes_;
 };

@@ -104,7 +104,7 @@ TEST(Jinja, ATemplateThatDoesNotEndIsStoppedByItsLimits) {
   chars.max_output = 1000;
   const jinja::Template grow("{% for i in range(10000) %}abc{% endfor %}", "'grow'");
   EXPECT_THAT(error_of([&] { grow.render(nlohmann::json::object(), chars); }),
-              HasSubstr("passed 1000 characters"));
+              HasSubstr("rendered more than 1000 characters (the template's output)"));
   EXPECT_THAT(error_of([&] { grow.render(nlohmann::json::array()); }), HasSubstr("not an object"));
 }
 
@@ -130,7 +130,13 @@ TEST(NativeChat, RendersAFoldersTemplateWithItsTokenizersSpecialTokens) {
   EXPECT_THAT(error_of([&] {
                 NativeChat::for_model(folder)->render(messages, true, "conversation 7", 30, 100, 4);
               }),
-              HasSubstr("on conversation 7"));
+              "the chat template of '" + folder.string() + "' ('" +
+                  (folder / "chat_template.jinja").string() +
+                  "') rendered more than 108 characters (the template's output) on conversation 7");
+  // jinja2's sandbox refuses ranges past 100,000 items; the native renderer too, in its words.
+  testing::write_file(folder / "chat_template.jinja", "{% for i in range(100001) %}{% endfor %}");
+  EXPECT_THAT(error_of([&] { NativeChat::for_model(folder)->render(messages, true, "text 0"); }),
+              HasSubstr("') failed on text 0: "));
   EXPECT_FALSE(NativeChat::for_model(dir / "none"));
 }
 
