@@ -282,7 +282,20 @@ std::string Engine::decode(const std::vector<int64_t>& ids, bool skip_special_to
 }
 
 Generation Engine::generate_text(const std::vector<std::string>& texts,
-                                 const nlohmann::json& settings, const TextStreamCallback& stream) {
+                                 const nlohmann::json& settings_in,
+                                 const TextStreamCallback& stream) {
+  // skip_special_tokens (transformers' name, a decoding option rather than a generation one):
+  // special tokens left out of the text. Default false, as decode's.
+  nlohmann::json settings = settings_in;
+  bool skip_special = false;
+  if (settings.is_object() && settings.contains("skip_special_tokens")) {
+    if (!settings["skip_special_tokens"].is_boolean()) {
+      throw Error("Engine::generate_text: skip_special_tokens: expected true or false, found " +
+                  settings["skip_special_tokens"].dump());
+    }
+    skip_special = settings["skip_special_tokens"].get<bool>();
+    settings.erase("skip_special_tokens");
+  }
   const Tokenizer& tok = impl_->text();
   std::vector<std::vector<int64_t>> prompts;
   const int64_t vocab = impl_->loaded().model->config().vocab_size;
@@ -306,7 +319,8 @@ Generation Engine::generate_text(const std::vector<std::string>& texts,
     on_token = [&](const StreamedToken& t) {
       auto it = streams.find({t.input, t.sequence});
       if (it == streams.end())
-        it = streams.emplace(std::make_pair(t.input, t.sequence), TextStream(tok)).first;
+        it = streams.emplace(std::make_pair(t.input, t.sequence), TextStream(tok, skip_special))
+                 .first;
       const std::string piece = it->second.push(t.token);
       return piece.empty() || stream(t.input, t.sequence, piece);
     };
@@ -317,7 +331,12 @@ Generation Engine::generate_text(const std::vector<std::string>& texts,
     if (!rest.empty()) stream(key.first, key.second, rest);
   }
   for (auto& per_input : out.outputs) {
-    for (auto& seq : per_input) seq.text = tok.decode(seq.tokens);
+    // Up to the last whole character: one the length limit cut is left out, as the stream's
+    // end leaves it out.
+    for (auto& seq : per_input) {
+      size_t cut = 0;
+      seq.text = tok.decode_whole(seq.tokens, skip_special, cut);
+    }
   }
   return out;
 }

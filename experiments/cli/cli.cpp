@@ -80,7 +80,8 @@ int run_and_report(const ExperimentConfig& config, const std::string& output_fla
     // (the runner says why it falls back).
     try {
       text_printer = std::make_unique<TextStreamPrinter>(load_tokenizer(config.model.path),
-                                                         config.inputs.texts.size() == 1);
+                                                         config.inputs.texts.size() == 1,
+                                                         config.inputs.skip_special());
     } catch (const Error& e) {
       if (std::string(e.what()).rfind(std::string(kUnsupportedTokenizer), 0) != 0) throw;
     }

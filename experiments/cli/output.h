@@ -4,6 +4,7 @@
 
 #include <gengraph/stream.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "experiments/results/table.h"
 #include "framework/text/tokenizer.h"
@@ -69,16 +71,23 @@ class StreamPrinter {
 
 // Prints the text of streamed tokens as it becomes final (framework/text/tokenizer.h's TextStream):
 // one prompt as running text; several, one line per piece, "[input] " or "[input.sequence] " and
-// the piece as a JSON string. Control characters other than line breaks are shown escaped.
+// the piece as a JSON string, then, when the tokens have log-probabilities (output_scores or
+// top_logprobs), those of the tokens the piece completed, as a JSON list. Control characters
+// other than line breaks are shown escaped. Special tokens are left out with skip_special_tokens;
+// a character the length limit cut is not shown.
 class TextStreamPrinter {
  public:
-  TextStreamPrinter(std::unique_ptr<Tokenizer> tokenizer, bool running)
-      : tokenizer_(std::move(tokenizer)), running_(running) {}
+  TextStreamPrinter(std::unique_ptr<Tokenizer> tokenizer, bool running, bool skip_special = false)
+      : tokenizer_(std::move(tokenizer)), running_(running), skip_special_(skip_special) {}
   void operator()(const StreamedToken& t) {
     auto it = streams_.find({t.input, t.sequence});
     if (it == streams_.end()) {
-      it = streams_.emplace(std::make_pair(t.input, t.sequence), TextStream(*tokenizer_)).first;
+      it = streams_
+               .emplace(std::make_pair(t.input, t.sequence), TextStream(*tokenizer_, skip_special_))
+               .first;
     }
+    auto& held = logprobs_[{t.input, t.sequence}];
+    if (!std::isnan(t.logprob)) held.push_back(t.logprob);
     show(t.input, t.sequence, it->second.push(t.token));
     if (t.last) ended_.insert({t.input, t.sequence});
     // Every sequence ended: its text is complete, and the line ends before the run logs more.
@@ -89,23 +98,32 @@ class TextStreamPrinter {
     if (running_ && !streams_.empty()) std::cout << "\n" << std::flush;
     streams_.clear();
     ended_.clear();
+    logprobs_.clear();
   }
 
  private:
   void show(int64_t input, int64_t sequence, const std::string& piece) {
     if (piece.empty()) return;
+    auto& held = logprobs_[{input, sequence}];
+    const nlohmann::json logprobs = held;
+    held.clear();
     if (running_ && sequence == 0) {
       std::cout << terminal_text(piece, /*keep_line_breaks=*/true) << std::flush;
       return;
     }
     std::cout << "[" << input;
     if (sequence > 0) std::cout << "." << sequence;
-    std::cout << "] " << terminal_text(nlohmann::json(piece).dump()) << "\n" << std::flush;
+    std::cout << "] " << terminal_text(nlohmann::json(piece).dump());
+    if (!logprobs.empty()) std::cout << " " << logprobs.dump();
+    std::cout << "\n" << std::flush;
   }
   std::unique_ptr<Tokenizer> tokenizer_;
   bool running_;
+  bool skip_special_;
   std::map<std::pair<int64_t, int64_t>, TextStream> streams_;
   std::set<std::pair<int64_t, int64_t>> ended_;  // (input, sequence) whose last token came
+  // The log-probabilities of each sequence's tokens since its last piece was shown.
+  std::map<std::pair<int64_t, int64_t>, std::vector<double>> logprobs_;
 };
 
 }  // namespace gengraph::cli

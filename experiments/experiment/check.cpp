@@ -135,9 +135,9 @@ void check_runnable(const ExperimentConfig& c) {
       : c.inputs.synthetic
           ? std::vector<std::vector<int64_t>>{std::vector<int64_t>(c.inputs.prompt_length, 0)}
           : c.inputs.prompts;
-  const int64_t inputs = encoded_later ? std::max<int64_t>(1, c.inputs.texts.size())
-                         : c.inputs.synthetic    ? c.inputs.batch_size
-                                                 : static_cast<int64_t>(c.inputs.prompts.size());
+  const int64_t inputs = encoded_later        ? std::max<int64_t>(1, c.inputs.texts.size())
+                         : c.inputs.synthetic ? c.inputs.batch_size
+                                              : static_cast<int64_t>(c.inputs.prompts.size());
   // The experiment's settings, planned for the largest cache any row lays out.
   GenerationPlan plan;
   try {

@@ -209,10 +209,10 @@ InputsSpec read_inputs(MapReader r, const std::string& file) {
     }
   }
   if (r.has("texts") || r.has("file")) {
-    in.skip_special_tokens = r.has("skip_special_tokens")
-                                 ? std::optional<bool>(r.scalar<bool>(
-                                       "skip_special_tokens", false, "true or false"))
-                                 : std::nullopt;
+    in.skip_special_tokens =
+        r.has("skip_special_tokens")
+            ? std::optional<bool>(r.scalar<bool>("skip_special_tokens", false, "true or false"))
+            : std::nullopt;
   }
   if (r.has("file")) {
     in.tokenizer = r.choice("tokenizer", "auto", {"auto", "native", "python"});

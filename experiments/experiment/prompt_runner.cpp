@@ -284,7 +284,11 @@ PromptRunReport run_prompt_file(const ExperimentConfig& c, const PromptRunOption
         const PromptLine& p = f.lines[i];
         const auto sequence = [&](const Sequence& s) {
           Line j;
-          if (codec) j["text"] = codec->decode({s.tokens}, q[i].skip_special).front();
+          if (codec) {
+            std::vector<size_t> cut;
+            j["text"] = codec->decode({s.tokens}, q[i].skip_special, &cut).front();
+            if (cut.front() > 0) j["text_cut_bytes"] = cut.front();  // a character cut, left out
+          }
           j["tokens"] = s.tokens;
           j["finish_reason"] = finish_reason(s, gen.settings, limit);
           return j;

@@ -403,8 +403,8 @@ void refuse_server(const ExperimentConfig& c) {
   const PromptLine* text = nullptr;
   const PromptLine* ids = nullptr;
   for (const auto& p : f.lines) {
-    const std::string at = c.file + ": inputs.file: '" + f.path + "' line " +
-                           std::to_string(p.line) + ": ";
+    const std::string at =
+        c.file + ": inputs.file: '" + f.path + "' line " + std::to_string(p.line) + ": ";
     if (p.has_settings()) {
       throw Error(at + "settings of its own; an experiment's prompts share its generation: block " +
                   "(gengraph generate --prompts takes settings per line)");

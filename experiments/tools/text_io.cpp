@@ -85,10 +85,16 @@ std::vector<std::vector<int64_t>> TextCodec::encode(const std::vector<std::strin
 }
 
 std::vector<std::string> TextCodec::decode(const std::vector<std::vector<int64_t>>& ids,
-                                           bool skip_special_tokens) const {
+                                           bool skip_special_tokens,
+                                           std::vector<size_t>* cut_bytes) const {
+  if (cut_bytes != nullptr) cut_bytes->assign(ids.size(), 0);
   if (native_) {
     std::vector<std::string> out;
-    for (const auto& seq : ids) out.push_back(native_->decode(seq, skip_special_tokens));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      size_t cut = 0;
+      out.push_back(native_->decode_whole(ids[i], skip_special_tokens, cut));
+      if (cut_bytes != nullptr) (*cut_bytes)[i] = cut;
+    }
     return out;
   }
   nlohmann::json request = {
@@ -163,12 +169,16 @@ void decode_outputs(nlohmann::json& runs, const TextCodec& codec, bool skip_spec
     }
   }
   if (seqs.empty()) return;
-  const std::vector<std::string> texts = codec.decode(seqs, skip_special_tokens);
+  std::vector<size_t> cut;
+  const std::vector<std::string> texts = codec.decode(seqs, skip_special_tokens, &cut);
   size_t k = 0;
   for (auto& run : runs) {
     if (!run.contains("outputs")) continue;
     for (auto& in : run["outputs"]) {
-      for (auto& s : in["sequences"]) s["text"] = texts[k++];
+      for (auto& s : in["sequences"]) {
+        if (cut[k] > 0) s["text_cut_bytes"] = cut[k];
+        s["text"] = texts[k++];
+      }
     }
   }
 }

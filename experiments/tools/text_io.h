@@ -30,15 +30,19 @@ class TextCodec {
   // added). A text that encodes to no tokens is refused, naming `what` and its index.
   std::vector<std::vector<int64_t>> encode(const std::vector<std::string>& texts,
                                            bool add_special_tokens, const std::string& what) const;
-  // The text of each token list: special tokens kept, or left out with skip_special_tokens.
+  // The text of each token list: special tokens kept, or left out with skip_special_tokens. The
+  // native tokenizer ends each at its last whole character (Tokenizer::decode_whole), counting in
+  // `cut_bytes` (when given) the bytes of a character the tokens left incomplete.
   std::vector<std::string> decode(const std::vector<std::vector<int64_t>>& ids,
-                                  bool skip_special_tokens = false) const;
+                                  bool skip_special_tokens = false,
+                                  std::vector<size_t>* cut_bytes = nullptr) const;
   // Each text as one user message in the model's chat template, ready to encode without special
   // tokens (through tools/hf_tokenizer.py: the template is Jinja).
   std::vector<std::string> chat_prompts(const std::vector<std::string>& texts) const;
   // The same for whole conversations, each a JSON list of {"role", "content"} messages, with the
   // template's generation prompt.
-  std::vector<std::string> chat_conversations(const std::vector<nlohmann::json>& conversations) const;
+  std::vector<std::string> chat_conversations(
+      const std::vector<nlohmann::json>& conversations) const;
 
   // "native: byte-level BPE, 49152 tokens, '<folder>/tokenizer.json'" or "python: ... (why)".
   const std::string& description() const { return description_; }
@@ -59,7 +63,8 @@ class TextCodec {
 // (a whole number from 1 to 86400), default 30; an Error naming the variable when it is not one.
 int64_t chat_template_seconds();
 
-// Adds "text" to every generated sequence of every row of a results document's `runs`.
+// Adds "text" to every generated sequence of every row of a results document's `runs`, and
+// "text_cut_bytes" where the length limit cut a last character (left out of the text).
 void decode_outputs(nlohmann::json& runs, const TextCodec& codec, bool skip_special_tokens = false);
 
 }  // namespace gengraph

@@ -209,6 +209,12 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& folder) {
               "' has no tokenizer: expected tokenizer.json or tokenizer.model in it");
 }
 
+std::string Tokenizer::decode_whole(const std::vector<int64_t>& ids, bool skip_special_tokens,
+                                    size_t& cut_bytes) const {
+  cut_bytes = 0;
+  return decode(ids, skip_special_tokens);
+}
+
 TextStream::TextStream(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}
 
@@ -233,7 +239,7 @@ std::string TextStream::push(int64_t id) {
 }
 
 std::string TextStream::finish() {
-  const std::string text = tokenizer_.decode(window_, skip_special_);
+  const std::string text = tokenizer_.decode_whole(window_, skip_special_, cut_bytes_);
   std::string piece;
   if (text.size() > prefix_.size() && text.compare(0, prefix_.size(), prefix_) == 0) {
     piece = text.substr(prefix_.size());

@@ -34,6 +34,12 @@ class Tokenizer {
   // The text of `ids` (valid UTF-8). An id outside the vocabulary is refused, naming it.
   virtual std::string decode(const std::vector<int64_t>& ids,
                              bool skip_special_tokens = false) const = 0;
+  // decode() that ends at the last whole character: bytes at the end that begin a character the
+  // ids leave incomplete (a token limit cut it) are left out instead of shown as U+FFFD, and
+  // counted in `cut_bytes`; a replacement character the tokens hold themselves stays. The default
+  // is decode() with nothing cut (a tokenizer that cannot tell).
+  virtual std::string decode_whole(const std::vector<int64_t>& ids, bool skip_special_tokens,
+                                   size_t& cut_bytes) const;
   // Ids [0, vocab_size()) are known; an id of an added token may be the largest.
   virtual int64_t vocab_size() const = 0;
   // Whether `id` is a special token (BOS, EOS, chat markers, ...).
@@ -69,12 +75,15 @@ inline constexpr std::string_view kUnsupportedTokenizer = "unsupported tokenizer
 // Streaming detokenisation: push ids as they are generated, get the text that became final. Text
 // never ends inside a UTF-8 character, and a byte-fallback or byte-level token that begins a
 // character is held until the character is complete. The pieces concatenated equal
-// decode(all ids) (finish() gives what was still held, U+FFFD for bytes that never completed).
+// decode_whole(all ids): finish() gives what was still held, without the bytes of a character
+// that never completed (cut_bytes() counts them, as decode_whole does).
 class TextStream {
  public:
   explicit TextStream(const Tokenizer& tokenizer, bool skip_special_tokens = false);
   std::string push(int64_t id);
   std::string finish();
+  // The bytes of a last character that the ids left incomplete, as the last finish() found them.
+  size_t cut_bytes() const { return cut_bytes_; }
 
  private:
   const Tokenizer& tokenizer_;
@@ -82,6 +91,7 @@ class TextStream {
   std::vector<int64_t> window_;  // the ids of the last emitted piece, then those not yet shown
   std::string prefix_;           // decode(window_[0, read_))
   size_t read_ = 0;
+  size_t cut_bytes_ = 0;
 };
 
 }  // namespace gengraph

@@ -221,6 +221,60 @@ class JsonTokenizer : public Tokenizer {
   }
 
   std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override {
+    return chain(token_strings(ids, skip_special_tokens));
+  }
+
+  // A character cut at the end is found in the bytes of the last tokens (at most 3 bytes, so at
+  // most 3 tokens hold it): byte-level tokens map to bytes through the ByteLevel table, <0xNN>
+  // tokens are their byte, others their text. The byte-level decoder shows the cut bytes as one
+  // U+FFFD at the end, which is dropped; byte-fallback shows one per byte token, which are left
+  // out.
+  std::string decode_whole(const std::vector<int64_t>& ids, bool skip_special_tokens,
+                           size_t& cut_bytes) const override {
+    cut_bytes = 0;
+    std::vector<std::string> tokens = token_strings(ids, skip_special_tokens);
+    if (!decoder_) return chain(std::move(tokens));
+    const bool byte_level = kind_ == "byte-level BPE";
+    const auto& table = tokenizer_detail::byte_level().char_to_byte;
+    std::string bytes;
+    size_t byte_tokens = 0;  // <0xNN> tokens at the end
+    for (size_t k = tokens.size() > 4 ? tokens.size() - 4 : 0; k < tokens.size(); ++k) {
+      const std::string& t = tokens[k];
+      const auto b = byte_level ? std::nullopt : byte_token(t);
+      byte_tokens = b ? byte_tokens + 1 : 0;
+      if (b) {
+        bytes.push_back(static_cast<char>(*b));
+        continue;
+      }
+      std::string mapped;
+      bool all = byte_level;
+      for (size_t i = 0; all && i < t.size();) {
+        const auto it = table.find(utf8::next(t, i));
+        if (it == table.end()) all = false;
+        if (all) mapped.push_back(static_cast<char>(it->second));
+      }
+      bytes += all ? mapped : t;
+    }
+    const size_t cut = bytes.size() - utf8::complete_prefix(bytes);
+    if (cut == 0) return chain(std::move(tokens));
+    if (!byte_level) {
+      if (byte_tokens < cut) return chain(std::move(tokens));
+      tokens.resize(tokens.size() - cut);
+      cut_bytes = cut;
+      return chain(std::move(tokens));
+    }
+    std::string text = chain(std::move(tokens));
+    const std::string_view r = utf8::kReplacement;
+    if (text.size() >= r.size() && text.compare(text.size() - r.size(), r.size(), r) == 0) {
+      text.resize(text.size() - r.size());
+      cut_bytes = cut;
+    }
+    return text;
+  }
+
+  // The strings decode() hands its decoder: each id's token (special ones left out when asked).
+  std::vector<std::string> token_strings(const std::vector<int64_t>& ids,
+                                         bool skip_special_tokens) const {
     std::vector<std::string> tokens;
     tokens.reserve(ids.size());
     for (const int64_t id : ids) {
@@ -239,6 +293,10 @@ class JsonTokenizer : public Tokenizer {
       if (skip_special_tokens && special_contents_.count(*token)) continue;
       tokens.push_back(*token);
     }
+    return tokens;
+  }
+
+  std::string chain(std::vector<std::string> tokens) const {
     if (!decoder_) return join(tokens, " ");
     std::string out;
     for (const auto& t : decoder_->chain(std::move(tokens))) out += t;

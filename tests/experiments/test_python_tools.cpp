@@ -132,8 +132,9 @@ TEST(Cli, TextInputsNeedAFolderWithATokenizer) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(
       cli({"generate", "--model", folder.string(), "--text", "a", "--prompt", "1", "--quiet"}), 2);
-  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
-              HasSubstr("give --prompt IDS or --text TEXT (one or more of either), or --prompts FILE"));
+  EXPECT_THAT(
+      ::testing::internal::GetCapturedStderr(),
+      HasSubstr("give --prompt IDS or --text TEXT (one or more of either), or --prompts FILE"));
   write_file(dir / "e.yaml", "model: {preset: gpt2-tiny}\ninputs: {texts: [\"\"]}\n");
   EXPECT_THAT(error_of_run({"validate", (dir / "e.yaml").string()}),
               HasSubstr("inputs.texts[0]: expected a non-empty string"));
