@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string_view>
 #include <thread>
 
@@ -15,8 +16,10 @@
 #include "experiments/experiment/experiment_config.h"
 #include "experiments/experiment/row_forms.h"
 #include "experiments/tools/chat_renderer.h"
+#include "experiments/tools/text_io.h"
 #include "framework/model/gguf.h"
 #include "framework/model/model_names.h"
+#include "framework/text/chat_native.h"
 #include "framework/text/chat_template.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
@@ -189,12 +192,30 @@ int serve_command(const std::vector<std::string>& args, std::ostream& out, std::
                std::filesystem::exists(folder / "tokenizer.model")) {
       served.tokenizer = load_tokenizer(folder);
     }
-    if (served.tokenizer && read_chat_template(folder)) {
-      renderer = std::make_shared<ChatRenderer>(c.model.path, err);
-      renderer->start();  // Python and the tokenizer now, not in the first chat request
-      served.chat = [renderer](const nlohmann::json& messages) {
-        return renderer->render(messages, /*add_generation_prompt=*/true);
-      };
+    if (served.tokenizer) {
+      // The template rendered natively where it can be (framework/text/chat_native.h); one that
+      // uses what the native renderer does not render goes to transformers, in a Python process.
+      std::optional<NativeChat> native;
+      bool python = false;
+      try {
+        native = NativeChat::for_model(folder);
+      } catch (const jinja::Unsupported& e) {
+        err << "note: " << e.what() << ": chat requests are rendered by transformers\n";
+        python = !is_gguf_file(folder);
+      }
+      if (native) {
+        auto chat = std::make_shared<const NativeChat>(std::move(*native));
+        const int64_t seconds = chat_template_seconds();
+        served.chat = [chat, seconds](const nlohmann::json& messages) {
+          return chat->render(messages, /*add_generation_prompt=*/true, "the request", seconds);
+        };
+      } else if (python) {
+        renderer = std::make_shared<ChatRenderer>(c.model.path, err);
+        renderer->start();  // Python and the tokenizer now, not in the first chat request
+        served.chat = [renderer](const nlohmann::json& messages) {
+          return renderer->render(messages, /*add_generation_prompt=*/true);
+        };
+      }
     }
   }
   if (!served.tokenizer) {

@@ -2,10 +2,13 @@
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
+#include <string_view>
 
 #include "experiments/tools/python_tools.h"
 #include "framework/model/gguf.h"
+#include "framework/text/chat_native.h"
 #include "framework/text/chat_template.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
@@ -132,16 +135,41 @@ std::vector<std::string> TextCodec::chat_conversations(
 
 std::vector<std::string> TextCodec::render_chat(const char* form, const nlohmann::json& items,
                                                 size_t count) const {
+  const int64_t seconds = chat_template_seconds();
+  const bool texts = std::string_view(form) == "chat";
+  // Natively where the template allows (framework/text/chat_native.h): no Python process. A
+  // template using what the native renderer does not render goes to transformers, by name.
+  std::optional<NativeChat> native;
+  try {
+    native = NativeChat::for_model(folder_);
+  } catch (const jinja::Unsupported& e) {
+    if (is_gguf_file(folder_)) {
+      throw Error("chat: " + std::string(e.what()) +
+                  ", and a GGUF file's template has no other renderer (transformers reads model "
+                  "folders)");
+    }
+    log_ << "note: " << e.what() << ": it is rendered by transformers\n";
+  }
+  if (native) {
+    if (!texts) check_chat_messages(items);  // named by conversation and message
+    std::vector<std::string> out;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const nlohmann::json messages =
+          texts ? nlohmann::json::array({{{"role", "user"}, {"content", items[i]}}}) : items[i];
+      out.push_back(native->render(messages, /*add_generation_prompt=*/true,
+                                   (texts ? "text " : "conversation ") + std::to_string(i),
+                                   seconds));
+    }
+    return out;
+  }
   if (is_gguf_file(folder_)) {
     throw Error("chat: '" + folder_ +
-                "' is a GGUF file, and its chat template (tokenizer.chat_template) is not rendered "
-                "yet: the renderer (transformers) reads model folders. Give the prompts as texts "
-                "with the template written out, or use the model's Hugging Face folder");
+                "' is a GGUF file without a chat template (tokenizer.chat_template): give the "
+                "prompts as texts with the template written out");
   }
   // The template is checked here first (UTF-8, size), naming its file and key; a folder without
   // one is left to the tool, which says so.
   const auto chat_template = read_chat_template(folder_);
-  const int64_t seconds = chat_template_seconds();
   nlohmann::json request = {
       {"model", folder_},
       {form, items},

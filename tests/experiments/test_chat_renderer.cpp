@@ -16,6 +16,7 @@
 
 #include "experiments/tools/chat_renderer.h"
 #include "framework/model/known_models.h"
+#include "framework/text/chat_native.h"
 #include "framework/util/error.h"
 #include "tests/support/test_util.h"
 
@@ -266,12 +267,21 @@ TEST(ChatRenderer, RendersTheRealModelsTemplateAsTransformersDoes) {
   }
   TempDir dir;
   const nlohmann::json messages = conversation();
-  const auto want = transformers_render(dir, folder, nlohmann::json::array({{messages, true}}));
+  // Without a system message the template puts its own first.
+  const nlohmann::json user_only = nlohmann::json::array({messages[1]});
+  const auto want = transformers_render(
+      dir, folder, nlohmann::json::array({{messages, true}, {user_only, true}, {messages, false}}));
   std::ostringstream log;
   ChatRenderer r(folder.string(), log);
   const std::string prompt = r.render(messages, true);
   EXPECT_EQ(prompt, want[0]);
   EXPECT_THAT(prompt, HasSubstr("<|im_start|>system\nYou answer in words w2 to w95.<|im_end|>"));
+  // The native renderer gives the same texts, with no Python process.
+  const auto native = NativeChat::for_model(folder);
+  ASSERT_TRUE(native);
+  EXPECT_EQ(native->render(messages, true, "conversation 0"), want[0]);
+  EXPECT_EQ(native->render(user_only, true, "conversation 1"), want[1]);
+  EXPECT_EQ(native->render(messages, false, "conversation 2"), want[2]);
 }
 
 }  // namespace
