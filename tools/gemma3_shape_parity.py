@@ -13,9 +13,12 @@ their (1 + weight) scales untested), and saves it to a temporary folder. Two lef
 longer than the window (--prompt-length and 60 fewer tokens) go through transformers' generate()
 (CPU, float32, sdpa) with greedy search and beam search (3 beams), and through `gengraph generate`
 on the same folder: the eager backend with a growing cache and with a static cache on the fused
-model, and with a static cache on the unfused one (transformers' formulation op by op). The
-tokens must be equal, and the beam scores within 1e-4. Exit status 0 when everything matches, 1
-otherwise; the report goes to standard output (and to --out).
+model, and with a static cache on the unfused one (transformers' formulation op by op); the trace
+backend; cuda_graph's static step uncaptured under the whole-step loop (what a CUDA graph replays,
+run on CPU); and the aoti backend (its package built for this model into a temporary
+GENGRAPH_AOTI_CACHE, removed afterwards). The tokens must be equal, and the beam scores within
+1e-4. Exit status 0 when everything matches, 1 otherwise; the report goes to standard output (and
+to --out).
 """
 import argparse
 import json
@@ -49,7 +52,11 @@ NORM_STD = 0.3
 # gengraph's rows: (label, --set overrides)
 ROWS = [("eager growing, fused", ["backend={name: eager, options: {cache: growing}}"]),
         ("eager static, fused", ["backend={name: eager, options: {cache: static}}"]),
-        ("eager static, unfused", ["backend={name: eager, options: {cache: static}}", "model.fused=false"])]
+        ("eager static, unfused", ["backend={name: eager, options: {cache: static}}", "model.fused=false"]),
+        ("trace", ["backend={name: trace}"]),
+        ("cuda_graph uncaptured, whole step", [
+            "backend={name: cuda_graph, options: {capture: false}, loop: {whole_step: on, capture: false}}"]),
+        ("aoti", ["backend={name: aoti}"])]
 
 
 def build(folder):
@@ -81,7 +88,7 @@ def hf_generate(model, inputs, new_tokens, beams):
     return [{"tokens": t, "score": s} for t, s in zip(seqs, scores)]
 
 
-def gengraph_generate(binary, folder, inputs, new_tokens, beams, overrides):
+def gengraph_generate(binary, folder, inputs, new_tokens, beams, overrides, env):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
         cmd = [binary, "generate", "--model", folder, "--max-new-tokens", str(new_tokens),
@@ -91,7 +98,7 @@ def gengraph_generate(binary, folder, inputs, new_tokens, beams, overrides):
             cmd += ["--prompt", ",".join(map(str, p))]
         for o in overrides:
             cmd += ["--set", o]
-        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
         if res.returncode != 0:
             sys.exit(f"gemma3_shape_parity: gengraph failed ({res.returncode}):\n{res.stderr}")
         with open(out) as f:
@@ -127,7 +134,8 @@ def main():
     lines.append(f"prompts: {[len(p) for p in inputs]} tokens (window {SHAPE['sliding_window']}), "
                  f"{a.new_tokens} new tokens, CPU float32")
     ok = True
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, GENGRAPH_AOTI_CACHE=cache)  # the aoti package (1 GB) goes with it
         t0 = time.perf_counter()
         model = build(folder)
         lines.append(f"model: {sum(p.numel() for p in model.parameters())} parameters, built and saved "
@@ -141,7 +149,7 @@ def main():
                 lines.append(f"  input {i}: {w['tokens']}{score}")
             for label, overrides in ROWS:
                 t0 = time.perf_counter()
-                got = gengraph_generate(a.gengraph, folder, inputs, a.new_tokens, beams, overrides)
+                got = gengraph_generate(a.gengraph, folder, inputs, a.new_tokens, beams, overrides, env)
                 same = all(g["tokens"] == w["tokens"] for g, w in zip(got, want)) and len(got) == len(want)
                 close = all(w["score"] is None or abs(g["score"] - w["score"]) <= 1e-4 for g, w in zip(got, want))
                 ok = ok and same and close
