@@ -70,8 +70,10 @@ at::Tensor gemma_norm(const at::Tensor& x, const at::Tensor& scale, double eps) 
   return (normed * scale).to(x.scalar_type());
 }
 
-// Narrows an attention mask to a sliding window over cache slots, as llama.cpp's does: the query
-// at slot i reads slot j only when i - j < window.  mask: [rows, 1, T, L] bool, slots: [T]
+// Narrows an attention mask to a sliding window over cache slots, as the LLaMA family's file here
+// (llama.cpp in this folder) does for Mistral and Qwen2: the query at slot i reads slot j only
+// when i - j < window, counting cache slots as transformers' mask does, padding included.
+//   mask: [rows, 1, T, L] bool, slots: [T]
 at::Tensor windowed(const at::Tensor& mask, const at::Tensor& slots, int64_t window) {
   const at::Tensor keys = at::arange(mask.size(-1), slots.options());  // [L]
   return mask.logical_and(slots.unsqueeze(1) - keys.unsqueeze(0) < window);
