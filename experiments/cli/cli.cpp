@@ -211,7 +211,9 @@ int list_models() {
            number("n_embd", "hidden_size") + ", vocabulary " + number("vocab_size", "vocab_size") +
            "\n";
   }
-  out += "known real models (trained weights; scripts/setup.sh fetches and converts them):\n";
+  out +=
+      "known real models (trained weights; scripts/setup.sh fetches and converts them, an opt-in "
+      "one only when asked):\n";
   for (const auto& m : known_models()) {
     out += "  " + m.name + "\t" + m.description + "\n    license " + m.license + "; from " +
            m.origin + "\n";
@@ -221,12 +223,14 @@ int list_models() {
       if (s.ready) {
         where = "set up here: " + s.folder.string();
       } else if (!s.refused.empty()) {  // there, but not what the set-up's conversion wrote
-        where = "not usable here: '" + s.folder.string() + "': " + s.refused +
-                "; run tools/fetch_real_model.py (or scripts/setup.sh) to convert it again";
+        where = "not usable here: '" + s.folder.string() + "': " + s.refused + "; run " +
+                (m.fetch.empty() ? "tools/fetch_real_model.py (or scripts/setup.sh)" : m.fetch) +
+                (m.file.empty() ? " to convert it again" : " to fetch it again");
       } else {
-        where = "not set up here (" + s.folder.string() + " is missing" +
+        where = std::string(m.fetch.empty() ? "not set up" : "not fetched") + " here (" +
+                s.folder.string() + " is missing" +
                 (s.unavailable_reason.empty() ? "" : "; the set-up said: " + s.unavailable_reason) +
-                "); run scripts/setup.sh";
+                "); run " + (m.fetch.empty() ? "scripts/setup.sh" : m.fetch);
       }
     } catch (const Error& e) {
       where = std::string("not set up here: ") + e.what();

