@@ -47,12 +47,44 @@ nlohmann::json folder_special_tokens(const fs::path& folder) {
   return out;
 }
 
-// A GGUF file's template and its special tokens' texts (tokenizer.ggml.<name>_token_id).
+// Gemma's turn format, for a Gemma file that carries no template (gemma-3-270m-q4_k_m.gguf has
+// none): BOS, then <start_of_turn>user / model turns with the contents trimmed, a system message
+// folded into the first user turn, and the model's turn opened for the generation prompt. This is
+// the format llama.cpp applies to Gemma files by name ("gemma").
+constexpr const char* kGemmaTurns = R"({{- bos_token -}}
+{%- set ns = namespace(system='') -%}
+{%- for m in messages -%}
+  {%- if m['role'] == 'system' -%}
+    {%- set ns.system = ns.system + m['content'] | trim -%}
+  {%- else -%}
+    {{- '<start_of_turn>' + ('model' if m['role'] == 'assistant' else 'user') + '
+' -}}
+    {%- if ns.system and m['role'] != 'assistant' -%}
+      {{- ns.system + '
+
+' -}}
+      {%- set ns.system = '' -%}
+    {%- endif -%}
+    {{- m['content'] | trim + '<end_of_turn>
+' -}}
+  {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<start_of_turn>model
+' -}}{%- endif -%})";
+
+// A GGUF file's template and its special tokens' texts (tokenizer.ggml.<name>_token_id); for a
+// Gemma file without one, Gemma's turn format.
 std::optional<NativeChat> gguf_chat(const fs::path& file) {
   const auto f = GgufFile::open(file);
   const std::string key = "tokenizer.chat_template";
-  if (!f->has(key)) return std::nullopt;
-  const ChatTemplate t{"'" + file.string() + "', key '" + key + "'", f->string(key)};
+  const std::string arch = f->has("general.architecture") ? f->string("general.architecture") : "";
+  const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
+  if (!f->has(key) && !gemma) return std::nullopt;
+  const ChatTemplate t =
+      f->has(key) ? ChatTemplate{"'" + file.string() + "', key '" + key + "'", f->string(key)}
+                  : ChatTemplate{
+                        "gengraph's Gemma turn format ('" + file.string() + "' has no " + key + ")",
+                        kGemmaTurns};
   check_chat_template_text(t.text, t.source);
   nlohmann::json special = nlohmann::json::object();
   if (f->has("tokenizer.ggml.tokens")) {

@@ -140,6 +140,53 @@ TEST(NativeChat, RendersAFoldersTemplateWithItsTokenizersSpecialTokens) {
   EXPECT_FALSE(NativeChat::for_model(dir / "none"));
 }
 
+// A GGUF file with only metadata: its architecture, a vocabulary and a BOS id.
+std::string gguf_with_vocabulary(const std::string& arch, const std::vector<std::string>& tokens) {
+  std::string b;
+  const auto u32 = [&](uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); };
+  const auto u64 = [&](uint64_t v) { b.append(reinterpret_cast<const char*>(&v), 8); };
+  const auto str = [&](const std::string& s) {
+    u64(s.size());
+    b += s;
+  };
+  u32(0x46554747);  // "GGUF"
+  u32(3);
+  u64(0);  // tensors
+  u64(3);  // keys
+  str("general.architecture");
+  u32(8);
+  str(arch);
+  str("tokenizer.ggml.tokens");
+  u32(9);  // an array of strings
+  u32(8);
+  u64(tokens.size());
+  for (const auto& t : tokens) str(t);
+  str("tokenizer.ggml.bos_token_id");
+  u32(4);
+  u32(1);
+  return b;
+}
+
+// A Gemma file without tokenizer.chat_template (as gemma-3-270m-q4_k_m.gguf) is rendered in
+// Gemma's turn format, the one llama.cpp applies to such files: BOS, the system message folded
+// into the first user turn, contents trimmed, the model's turn opened. Another architecture's file
+// without a template has none.
+TEST(NativeChat, AGemmaFileWithoutATemplateUsesGemmasTurnFormat) {
+  testing::TempDir dir;
+  testing::write_file(dir / "gemma.gguf", gguf_with_vocabulary("gemma3", {"<pad>", "<bos>"}));
+  const auto chat = NativeChat::for_model(dir / "gemma.gguf");
+  ASSERT_TRUE(chat);
+  EXPECT_THAT(chat->source(), HasSubstr("Gemma turn format"));
+  const auto messages = nlohmann::json::parse(R"([{"role": "system", "content": " Be brief. "},
+    {"role": "user", "content": "Hi\n"}, {"role": "assistant", "content": "Hello"},
+    {"role": "user", "content": "Bye"}])");
+  EXPECT_EQ(chat->render(messages, true, "conversation 0"),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello"
+            "<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  testing::write_file(dir / "llama.gguf", gguf_with_vocabulary("llama", {"<unk>", "<s>"}));
+  EXPECT_FALSE(NativeChat::for_model(dir / "llama.gguf"));
+}
+
 TEST(NativeChat, MessagesAreCheckedAsThePythonRendererChecksThem) {
   using nlohmann::json;
   EXPECT_EQ(error_of([] { check_chat_messages(json::object()); }),
