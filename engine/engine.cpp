@@ -282,8 +282,19 @@ std::string Engine::decode(const std::vector<int64_t>& ids, bool skip_special_to
 }
 
 Generation Engine::generate_text(const std::vector<std::string>& texts,
+                                 const nlohmann::json& settings, const TextStreamCallback& stream) {
+  TextPieceCallback pieces;
+  if (stream) {
+    pieces = [&stream](const TextPiece& p) {
+      return p.text.empty() || stream(p.input, p.sequence, p.text);
+    };
+  }
+  return generate_text(texts, settings, pieces);
+}
+
+Generation Engine::generate_text(const std::vector<std::string>& texts,
                                  const nlohmann::json& settings_in,
-                                 const TextStreamCallback& stream) {
+                                 const TextPieceCallback& stream) {
   // skip_special_tokens (transformers' name, a decoding option rather than a generation one):
   // special tokens left out of the text. Default false, as decode's.
   nlohmann::json settings = settings_in;
@@ -312,23 +323,44 @@ Generation Engine::generate_text(const std::vector<std::string>& texts,
       }
     }
   }
-  // One detokeniser per (input, sequence), made when its first token comes.
-  std::map<std::pair<int64_t, int64_t>, TextStream> streams;
+  // One detokeniser per (input, sequence), made when its first token comes, and the piece its
+  // tokens since the last one shown make up.
+  struct Open {
+    TextStream text;
+    TextPiece piece;
+  };
+  std::map<std::pair<int64_t, int64_t>, Open> streams;
   TokenStream on_token;
   if (stream) {
     on_token = [&](const StreamedToken& t) {
       auto it = streams.find({t.input, t.sequence});
-      if (it == streams.end())
-        it = streams.emplace(std::make_pair(t.input, t.sequence), TextStream(tok, skip_special))
+      if (it == streams.end()) {
+        it = streams
+                 .emplace(std::make_pair(t.input, t.sequence),
+                          Open{TextStream(tok, skip_special), TextPiece{}})
                  .first;
-      const std::string piece = it->second.push(t.token);
-      return piece.empty() || stream(t.input, t.sequence, piece);
+      }
+      TextPiece& p = it->second.piece;
+      p.tokens.push_back(t.token);
+      p.logprobs.push_back(t.logprob);
+      p.top.push_back(t.top);
+      p.text = it->second.text.push(t.token);
+      if (p.text.empty()) return true;
+      p.input = t.input;
+      p.sequence = t.sequence;
+      const bool go_on = stream(p);
+      p = TextPiece{};
+      return go_on;
     };
   }
   Generation out = generate(prompts, settings, on_token);
-  for (auto& [key, s] : streams) {
-    const std::string rest = s.finish();
-    if (!rest.empty()) stream(key.first, key.second, rest);
+  for (auto& [key, open] : streams) {
+    TextPiece& p = open.piece;
+    p.text = open.text.finish();
+    if (p.text.empty() && p.tokens.empty()) continue;
+    p.input = key.first;
+    p.sequence = key.second;
+    stream(p);
   }
   for (auto& per_input : out.outputs) {
     // Up to the last whole character: one the length limit cut is left out, as the stream's

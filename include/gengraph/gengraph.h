@@ -150,6 +150,21 @@ class Plan {
 using TextStreamCallback =
     std::function<bool(int64_t input, int64_t sequence, const std::string& text)>;
 
+// The same stream with the tokens behind each piece: the ids of that sequence streamed since its
+// previous piece (one held back until its character completed included) and, as the streamed ids
+// have them (StreamedToken), their log-probabilities (NaN without output_scores or top_logprobs)
+// and alternatives (top_logprobs). A sequence's last piece may have no text (special tokens
+// skipped, a character the limit cut); its pieces' tokens are all the sequence's tokens.
+struct TextPiece {
+  int64_t input = 0;
+  int64_t sequence = 0;
+  std::string text;
+  std::vector<int64_t> tokens;
+  std::vector<double> logprobs;
+  std::vector<std::vector<TopLogprob>> top;
+};
+using TextPieceCallback = std::function<bool(const TextPiece& piece)>;
+
 // Threads: one Engine runs one call at a time. Calls from several threads are serialised (a
 // second caller waits until the first call returns; results are as if called one after the
 // other); a call from inside a stream callback of the same Engine is refused with an Error, since
@@ -206,6 +221,9 @@ class Engine {
   Generation generate_text(const std::vector<std::string>& texts,
                            const GenerationSettings& settings,
                            const TextStreamCallback& stream = {});
+  // generate_text whose stream hands over each piece with its tokens and their log-probabilities.
+  Generation generate_text(const std::vector<std::string>& texts, const nlohmann::json& settings,
+                           const TextPieceCallback& stream);
   // Seeds the generator sampling draws from (the CLI seeds it with run.seed, default 0, before
   // every generation; do the same here to get its sampled tokens).
   void manual_seed(uint64_t seed);

@@ -99,8 +99,7 @@ RunOptions run_options(const std::string& backend, const std::map<std::string, s
 struct Item {
   bool is_text = false;
   StreamedToken token;
-  int64_t input = 0, sequence = 0;
-  std::string text;
+  TextPiece piece;
 };
 
 // A generation on its own thread, handing each token over as it is chosen. The generating thread
@@ -114,21 +113,18 @@ class StreamRun {
     worker_ = std::thread([this, &engine, prompts = std::move(prompts), texts = std::move(texts),
                            settings = std::move(settings), is_text] {
       try {
-        Generation g =
-            is_text ? engine.generate_text(texts, settings,
-                                           [this](int64_t i, int64_t s, const std::string& t) {
-                                             Item item;
-                                             item.is_text = true;
-                                             item.input = i;
-                                             item.sequence = s;
-                                             item.text = t;
-                                             return push(std::move(item));
-                                           })
-                    : engine.generate(prompts, settings, [this](const StreamedToken& t) {
-                        Item item;
-                        item.token = t;
-                        return push(std::move(item));
-                      });
+        Generation g = is_text ? engine.generate_text(texts, settings,
+                                                      TextPieceCallback([this](const TextPiece& p) {
+                                                        Item item;
+                                                        item.is_text = true;
+                                                        item.piece = p;
+                                                        return push(std::move(item));
+                                                      }))
+                               : engine.generate(prompts, settings, [this](const StreamedToken& t) {
+                                   Item item;
+                                   item.token = t;
+                                   return push(std::move(item));
+                                 });
         const std::lock_guard<std::mutex> lock(mutex_);
         result_ = std::move(g);
       } catch (...) {
@@ -164,8 +160,7 @@ class StreamRun {
       }
     }
     if (item)
-      return item->is_text ? py::cast(StreamedText{item->input, item->sequence, item->text})
-                           : py::cast(item->token);
+      return item->is_text ? py::cast(StreamedText{std::move(item->piece)}) : py::cast(item->token);
     join();
     if (error_ && !error_raised_) {
       error_raised_ = true;
@@ -201,8 +196,7 @@ class StreamRun {
   }
 
   struct StreamedText {
-    int64_t input, sequence;
-    std::string text;
+    TextPiece piece;
   };
 
  private:
@@ -426,14 +420,24 @@ PYBIND11_MODULE(_gengraph, m) {
                ", step=" + std::to_string(t.step) + (t.last ? ", last=True" : "") + ")";
       });
   using StreamedText = StreamRun::StreamedText;
-  py::class_<StreamedText>(m, "StreamedText", "Text of one sequence as it becomes final.")
-      .def_readonly("input", &StreamedText::input)
-      .def_readonly("sequence", &StreamedText::sequence)
-      .def_readonly("text", &StreamedText::text)
+  py::class_<StreamedText>(m, "StreamedText",
+                           "Text of one sequence as it becomes final, with the tokens behind it.")
+      .def_property_readonly("input", [](const StreamedText& t) { return t.piece.input; })
+      .def_property_readonly("sequence", [](const StreamedText& t) { return t.piece.sequence; })
+      .def_property_readonly("text", [](const StreamedText& t) { return t.piece.text; })
+      .def_property_readonly(
+          "tokens", [](const StreamedText& t) { return t.piece.tokens; },
+          "the ids streamed since the previous piece of this sequence")
+      .def_property_readonly(
+          "logprobs", [](const StreamedText& t) { return t.piece.logprobs; },
+          "their log-probabilities (nan without output_scores or top_logprobs)")
+      .def_property_readonly(
+          "top", [](const StreamedText& t) { return top_pairs(t.piece.top); },
+          "with top_logprobs=k: per token, its step's k most likely (token, logprob)")
       .def("__repr__", [](const StreamedText& t) {
-        return "StreamedText(input=" + std::to_string(t.input) +
-               ", sequence=" + std::to_string(t.sequence) +
-               ", text=" + std::string(py::repr(py::str(t.text))) + ")";
+        return "StreamedText(input=" + std::to_string(t.piece.input) +
+               ", sequence=" + std::to_string(t.piece.sequence) +
+               ", text=" + std::string(py::repr(py::str(t.piece.text))) + ")";
       });
 
   py::class_<StreamRun, std::shared_ptr<StreamRun>>(m, "_StreamRun")

@@ -120,6 +120,38 @@ TEST(CleanText, TheEngineSkipsSpecialTokensAndNeverShowsACutCharacter) {
               HasSubstr("skip_special_tokens: expected true or false, found \"yes\""));
 }
 
+// The stream of pieces with their tokens: the tokens add up to the sequence's, each with its
+// log-probability as the streamed ids have it.
+TEST(CleanText, TextPiecesCarryTheirTokensLogprobs) {
+  TempDir dir;
+  const fs::path model = dir / "model";
+  fs::copy(fs::path(testing::fixtures_dir()) / "models" / "gpt2-a", model);
+  write_file(model / "tokenizer.json", kByteLevel);
+  Engine engine(model.string());
+  std::vector<TextPiece> pieces;
+  const Generation g = engine.generate_text({"a"},
+                                            {{"max_new_tokens", 3},
+                                             {"logit_bias", {{"1", 30}}},
+                                             {"output_scores", true},
+                                             {"skip_special_tokens", true}},
+                                            TextPieceCallback([&](const TextPiece& p) {
+                                              pieces.push_back(p);
+                                              return true;
+                                            }));
+  std::vector<int64_t> tokens;
+  std::string text;
+  for (const auto& p : pieces) {
+    tokens.insert(tokens.end(), p.tokens.begin(), p.tokens.end());
+    text += p.text;
+    ASSERT_EQ(p.logprobs.size(), p.tokens.size());
+    for (double lp : p.logprobs) EXPECT_LE(lp, 0.0);
+  }
+  EXPECT_EQ(tokens, g.outputs[0][0].tokens);
+  EXPECT_EQ(text, g.outputs[0][0].text);
+  ASSERT_EQ(pieces.size(), 3u);
+  for (const auto& p : pieces) EXPECT_EQ(p.text, "b");
+}
+
 // gengraph generate: the results' text keeps special tokens by default and leaves them out with
 // --skip-special-tokens true; a cut character is left out of the text and counted in
 // text_cut_bytes. The tokens are forced with logit_bias.

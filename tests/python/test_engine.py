@@ -253,6 +253,14 @@ def test_the_real_model_gives_the_clis_text(tmp_path):
     assert len(out.texts[0][0]) > 0
     pieces = "".join(p.text for p in engine.stream("The capital of France is", max_new_tokens=8))
     assert pieces == out.texts[0][0]
+    # Each piece carries the tokens behind it and their log-probabilities, as the streamed ids
+    # have them; skip_special_tokens leaves the EOS out of the text.
+    scored = list(engine.stream(["What is 2+2?"], max_new_tokens=8, output_scores=True,
+                                skip_special_tokens=True, logit_bias={2: 100}))
+    assert [t for p in scored for t in p.tokens] == [2]
+    assert "".join(p.text for p in scored) == ""
+    assert all(len(p.logprobs) == len(p.tokens) for p in scored)
+    assert -1e-3 < scored[0].logprobs[0] <= 0  # biased to certainty, not nan
 
 
 def test_plan_decides_what_generate_runs_without_running_it():
