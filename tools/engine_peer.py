@@ -89,6 +89,9 @@ def refusal(engine, gen):
 
 def model_refusal(engine, folder):
     """What the engine's converter would silently get wrong about this model: refused instead."""
+    if os.path.isfile(folder):  # a GGUF file: only an engine that reads GGUF runs it, as it is
+        return None if getattr(engine, "READS_GGUF", False) else (
+            f"'{folder}' is a GGUF file, and the {engine.NAME} peers convert model folders")
     try:
         cfg = json.load(open(os.path.join(folder, "config.json")))
     except (OSError, ValueError) as e:

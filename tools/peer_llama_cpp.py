@@ -40,6 +40,7 @@ if __name__ != "__main__":
     import engine_peer as ep
 
 NAME = "llama.cpp"
+READS_GGUF = True  # a GGUF model file runs as it is (gguf())
 VERSION = "0.3.36"  # llama-cpp-python; its llama.cpp and converter are vendored in the sdist
 DISKCACHE = "5.6.3"  # llama_cpp imports it
 SUPPORTED = {"do_sample", "temperature", "top_k", "top_p", "min_p"}
@@ -170,6 +171,11 @@ def gguf(d, folder, dtype, variant, threads):
     """The model folder as a GGUF file (cached): in `dtype` by llama.cpp's converter, then
     quantized to `variant` (q8_0, q4_0; "float" leaves it) by llama.cpp's quantizer, with the
     llama-cpp-python installation `d`. Returns its path and what the conversion was."""
+    if os.path.isfile(folder):  # a GGUF file is the model: llama.cpp runs it as it is
+        if variant != "float":
+            raise ep.Refused(f"'{folder}' is a GGUF file, run as it is: the {NAME} peer takes it in "
+                             f"its own formats, not requantized to {variant} (use the peer 'llama_cpp')")
+        return folder, {"cache": None, "cached": True, "seconds": 0.0, "format": "the file's own"}
     outtype = OUTTYPE[dtype]
     base = f"gguf-{VERSION}-f{ep.CONVERSION_FORMAT}-{ep.folder_fingerprint(folder)}-"
     t0 = time.perf_counter()
