@@ -19,6 +19,7 @@
 #include "framework/model/loader.h"
 #include "framework/model/model_names.h"
 #include "framework/quant/weight_format.h"
+#include "framework/text/chat_native.h"
 #include "framework/text/tokenizer.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
@@ -50,6 +51,35 @@ struct Engine::Impl {
       tokenizer = load_tokenizer(loaded().source);
     }
     return *tokenizer;
+  }
+  // The model's chat template (chat, apply_chat_template), read on first use.
+  std::optional<NativeChat> chat_template;
+  bool chat_template_read = false;
+  const NativeChat& chat() {
+    const std::lock_guard<std::mutex> lock(tokenizer_mutex);
+    if (!chat_template_read) {
+      const std::string& source = loaded().source;
+      if (source.rfind("preset:", 0) == 0) {
+        throw Error("Engine: chat: model " + source +
+                    " has random weights and no chat template: chat needs a model folder or "
+                    "GGUF file with one");
+      }
+      try {
+        chat_template = NativeChat::for_model(source);
+      } catch (const jinja::Unsupported& e) {
+        throw Error("Engine: chat: " + std::string(e.what()) +
+                    ": the Engine renders chat templates natively only (gengraph generate --chat "
+                    "renders this one through transformers)");
+      }
+      chat_template_read = true;
+    }
+    if (!chat_template) {
+      throw Error("Engine: chat: model '" + loaded().source +
+                  "' has no chat template (chat_template.jinja, or chat_template in "
+                  "tokenizer_config.json; tokenizer.chat_template in a GGUF file): give texts to "
+                  "generate_text with the template written out");
+    }
+    return *chat_template;
   }
 
   // One call at a time: the backend's cache, the generator's reused state and its graph belong to
@@ -307,11 +337,22 @@ Generation Engine::generate_text(const std::vector<std::string>& texts,
     skip_special = settings["skip_special_tokens"].get<bool>();
     settings.erase("skip_special_tokens");
   }
+  // add_special_tokens (tokenizer(text, add_special_tokens=...)): what the tokenizer's
+  // post-processor adds (LLaMA's BOS, ...). Default true; chat's rendered prompts take false.
+  bool add_special = true;
+  if (settings.is_object() && settings.contains("add_special_tokens")) {
+    if (!settings["add_special_tokens"].is_boolean()) {
+      throw Error("Engine::generate_text: add_special_tokens: expected true or false, found " +
+                  settings["add_special_tokens"].dump());
+    }
+    add_special = settings["add_special_tokens"].get<bool>();
+    settings.erase("add_special_tokens");
+  }
   const Tokenizer& tok = impl_->text();
   std::vector<std::vector<int64_t>> prompts;
   const int64_t vocab = impl_->loaded().model->config().vocab_size;
   for (size_t i = 0; i < texts.size(); ++i) {
-    prompts.push_back(tok.encode(texts[i]));
+    prompts.push_back(tok.encode(texts[i], add_special));
     if (prompts.back().empty()) {
       throw Error("Engine::generate_text: text " + std::to_string(i) + " encodes to no tokens");
     }
@@ -371,6 +412,32 @@ Generation Engine::generate_text(const std::vector<std::string>& texts,
     }
   }
   return out;
+}
+
+std::string Engine::apply_chat_template(const nlohmann::json& messages,
+                                        bool add_generation_prompt) const {
+  return impl_->chat().render(messages, add_generation_prompt, "conversation 0");
+}
+
+Generation Engine::chat(const std::vector<nlohmann::json>& conversations,
+                        const nlohmann::json& settings_in, const TextStreamCallback& stream) {
+  // As transformers' apply_chat_template(tokenize=True): the template writes the special tokens
+  // itself, so encoding adds none; the text leaves them out unless told otherwise.
+  if (!settings_in.is_object()) {
+    throw Error("Engine::chat: settings: expected an object, found " + settings_in.dump());
+  }
+  const NativeChat& chat = impl_->chat();
+  const nlohmann::json all(conversations);
+  check_chat_messages(all);  // named by conversation and message
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < conversations.size(); ++i) {
+    texts.push_back(chat.render(conversations[i], /*add_generation_prompt=*/true,
+                                "conversation " + std::to_string(i)));
+  }
+  nlohmann::json settings = settings_in;
+  settings.emplace("add_special_tokens", false);
+  settings.emplace("skip_special_tokens", true);
+  return generate_text(texts, settings, stream);
 }
 
 void Engine::manual_seed(uint64_t seed) { at::manual_seed(seed); }

@@ -224,6 +224,19 @@ class Engine {
   // generate_text whose stream hands over each piece with its tokens and their log-probabilities.
   Generation generate_text(const std::vector<std::string>& texts, const nlohmann::json& settings,
                            const TextPieceCallback& stream);
+  // Chat, as transformers' apply_chat_template(messages, add_generation_prompt=True,
+  // tokenize=True) then generate: each conversation (a list of {"role": "system" | "user" |
+  // "assistant", "content": text}) rendered with the model's own chat template, natively (no
+  // Python process), encoded without special tokens (settings' add_special_tokens, false here)
+  // and generated as generate_text does; skip_special_tokens defaults to true here. A template
+  // the native renderer does not render is refused naming the construct; so is a model without
+  // a template, and a preset.
+  Generation chat(const std::vector<nlohmann::json>& conversations,
+                  const nlohmann::json& settings = nlohmann::json::object(),
+                  const TextStreamCallback& stream = {});
+  // One conversation rendered as chat() renders it (apply_chat_template(tokenize=False)).
+  std::string apply_chat_template(const nlohmann::json& messages,
+                                  bool add_generation_prompt = true) const;
   // Seeds the generator sampling draws from (the CLI seeds it with run.seed, default 0, before
   // every generation; do the same here to get its sampled tokens).
   void manual_seed(uint64_t seed);
