@@ -201,6 +201,23 @@ std::pair<int64_t, std::string> split_layer(const std::string& name, const std::
   return {std::stoll(name.substr(prefix.size(), dot - prefix.size())), name.substr(dot + 1)};
 }
 
+// A per-layer tensor's GGUF name through `in_layer` (its part's transformers name -> GGUF's):
+// "model.layers.3.self_attn.q_proj.weight" -> blk.3.attn_q.weight, part self_attn.q_proj, GGUF
+// part attn_q, suffix .weight; nullopt for a name outside the layers or a part not in the map.
+struct LayerTensor {
+  std::string gguf, part, gguf_part, suffix;
+};
+std::optional<LayerTensor> layer_tensor(const std::string& name, const std::string& prefix,
+                                        const std::map<std::string, std::string>& in_layer) {
+  const auto [i, rest] = split_layer(name, prefix);
+  if (i < 0) return std::nullopt;
+  const size_t dot = rest.rfind('.');
+  const auto it = in_layer.find(rest.substr(0, dot));
+  if (it == in_layer.end()) return std::nullopt;
+  return LayerTensor{"blk." + std::to_string(i) + "." + it->second + rest.substr(dot), it->first,
+                     it->second, rest.substr(dot)};
+}
+
 std::optional<Source> llama_source(const std::string& name, const ModelConfig& c, bool permuted) {
   static const std::map<std::string, std::string> top = {
       {"model.embed_tokens.weight", "token_embd.weight"},
@@ -213,16 +230,13 @@ std::optional<Source> llama_source(const std::string& name, const ModelConfig& c
       {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"},
       {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
-  const auto [i, rest] = split_layer(name, "model.layers.");
-  if (i < 0) return std::nullopt;
-  const size_t dot = rest.rfind('.');
-  const auto it = in_layer.find(rest.substr(0, dot));
-  if (it == in_layer.end()) return std::nullopt;
-  Source s{"blk." + std::to_string(i) + "." + it->second + rest.substr(dot)};
+  const auto t = layer_tensor(name, "model.layers.", in_layer);
+  if (!t) return std::nullopt;
+  Source s{t->gguf};
   // llama.cpp's converter permutes the rows of q and k weights for its rotary form (not biases).
-  if (permuted && rest.substr(dot) == ".weight") {
-    if (it->second == "attn_q") s = {s.name, Source::Fix::kUnpermute, c.num_heads};
-    if (it->second == "attn_k") s = {s.name, Source::Fix::kUnpermute, c.num_kv_heads};
+  if (permuted && t->suffix == ".weight") {
+    if (t->gguf_part == "attn_q") s = {s.name, Source::Fix::kUnpermute, c.num_heads};
+    if (t->gguf_part == "attn_k") s = {s.name, Source::Fix::kUnpermute, c.num_kv_heads};
   }
   return s;
 }
@@ -252,14 +266,10 @@ std::optional<Source> gemma3_source(const std::string& name) {
       {"mlp.gate_proj", "ffn_gate"},
       {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
-  const auto [i, rest] = split_layer(name, "model.layers.");
-  if (i < 0) return std::nullopt;
-  const size_t dot = rest.rfind('.');
-  const auto it = in_layer.find(rest.substr(0, dot));
-  if (it == in_layer.end()) return std::nullopt;
-  const bool norm = it->first.find("norm") != std::string::npos;
-  return Source{"blk." + std::to_string(i) + "." + it->second + rest.substr(dot),
-                norm ? Source::Fix::kMinusOne : Source::Fix::kNone};
+  const auto t = layer_tensor(name, "model.layers.", in_layer);
+  if (!t) return std::nullopt;
+  const bool norm = t->part.find("norm") != std::string::npos;
+  return Source{t->gguf, norm ? Source::Fix::kMinusOne : Source::Fix::kNone};
 }
 
 std::optional<Source> gpt2_source(const std::string& name) {
@@ -273,14 +283,11 @@ std::optional<Source> gpt2_source(const std::string& name) {
   static const std::map<std::string, std::string> in_layer = {
       {"ln_1", "attn_norm"},          {"ln_2", "ffn_norm"},   {"attn.c_attn", "attn_qkv"},
       {"attn.c_proj", "attn_output"}, {"mlp.c_fc", "ffn_up"}, {"mlp.c_proj", "ffn_down"}};
-  const auto [i, rest] = split_layer(name, "transformer.h.");
-  if (i < 0) return std::nullopt;
-  const size_t dot = rest.rfind('.');
-  const auto it = in_layer.find(rest.substr(0, dot));
-  if (it == in_layer.end()) return std::nullopt;
-  Source s{"blk." + std::to_string(i) + "." + it->second + rest.substr(dot)};
+  const auto t = layer_tensor(name, "transformer.h.", in_layer);
+  if (!t) return std::nullopt;
+  Source s{t->gguf};
   // transformers' Conv1D holds [in, out]; the converter wrote [out, in].
-  if (rest.substr(0, 2) != "ln" && rest.substr(dot) == ".weight") s.fix = Source::Fix::kTranspose;
+  if (t->part.substr(0, 2) != "ln" && t->suffix == ".weight") s.fix = Source::Fix::kTranspose;
   return s;
 }
 

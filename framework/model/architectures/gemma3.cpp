@@ -57,10 +57,6 @@ std::vector<TensorSpec> gemma3_specs(const ModelConfig& c) {
   return s;
 }
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
-}
-
 // transformers' Gemma3RMSNorm: normalise in float32, scale by (1 + weight) in float32, cast back.
 // `scale` is 1 + weight, in float32, made once at load (the same values transformers makes at
 // every call).  x: [..., d]; scale: [d] float32
@@ -68,15 +64,6 @@ at::Tensor gemma_norm(const at::Tensor& x, const at::Tensor& scale, double eps) 
   const at::Tensor xf = x.to(at::kFloat);
   const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return (normed * scale).to(x.scalar_type());
-}
-
-// Narrows an attention mask to a sliding window over cache slots, as the LLaMA family's file here
-// (llama.cpp in this folder) does for Mistral and Qwen2: the query at slot i reads slot j only
-// when i - j < window, counting cache slots as transformers' mask does, padding included.
-//   mask: [rows, 1, T, L] bool, slots: [T]
-at::Tensor windowed(const at::Tensor& mask, const at::Tensor& slots, int64_t window) {
-  const at::Tensor keys = at::arange(mask.size(-1), slots.options());  // [L]
-  return mask.logical_and(slots.unsqueeze(1) - keys.unsqueeze(0) < window);
 }
 
 class Gemma3 final : public CausalLM {
@@ -181,7 +168,7 @@ class Gemma3 final : public CausalLM {
   std::pair<at::Tensor, at::Tensor> masks(const ForwardBatch& b) const {
     const auto& c = config();
     const at::Tensor local = c.sliding_window > 0 && b.attn_mask.defined()
-                                 ? windowed(b.attn_mask, b.slots, c.sliding_window)
+                                 ? sliding_window_mask(b.attn_mask, b.slots, c.sliding_window)
                                  : b.attn_mask;
     return {b.attn_mask, local};
   }
@@ -203,19 +190,22 @@ class Gemma3 final : public CausalLM {
       const at::Tensor& cos = blk.sliding ? lcos : gcos;
       const at::Tensor& sin = blk.sliding ? lsin : gsin;
       const at::Tensor x = gemma_norm(h, blk.norms[0], c.norm_eps);
-      at::Tensor q = gemma_norm(heads_first(linear(x, p[0].w, p[0].b)), blk.q_norm, c.norm_eps);
-      at::Tensor k = gemma_norm(heads_first(linear(x, p[1].w, p[1].b)), blk.k_norm, c.norm_eps);
+      at::Tensor q =
+          gemma_norm(heads_first(linear_maybe_bias(x, p[0].w, p[0].b)), blk.q_norm, c.norm_eps);
+      at::Tensor k =
+          gemma_norm(heads_first(linear_maybe_bias(x, p[1].w, p[1].b)), blk.k_norm, c.norm_eps);
       q = rotate_halves(q, cos, sin);
       k = rotate_halves(k, cos, sin);
-      const at::Tensor v = heads_first(linear(x, p[2].w, p[2].b));
+      const at::Tensor v = heads_first(linear_maybe_bias(x, p[2].w, p[2].b));
       auto [keys, values] = cache.update(i, k, v, b.slots);  // [rows, kv_heads, L, hd]
       const at::Tensor o =
           attend_cached(cache, i, q, keys, values, blk.sliding ? local_mask : global_mask, scale_,
                         blk.sliding ? c.sliding_window : 0);
-      h = h + gemma_norm(linear(o, p[3].w, p[3].b), blk.norms[1], c.norm_eps);
+      h = h + gemma_norm(linear_maybe_bias(o, p[3].w, p[3].b), blk.norms[1], c.norm_eps);
       const at::Tensor y = gemma_norm(h, blk.norms[2], c.norm_eps);
-      const at::Tensor g = activation(linear(y, p[4].w, p[4].b), false) * linear(y, p[5].w, p[5].b);
-      h = h + gemma_norm(linear(g, p[6].w, p[6].b), blk.norms[3], c.norm_eps);
+      const at::Tensor g = activation(linear_maybe_bias(y, p[4].w, p[4].b), false) *
+                           linear_maybe_bias(y, p[5].w, p[5].b);
+      h = h + gemma_norm(linear_maybe_bias(g, p[6].w, p[6].b), blk.norms[3], c.norm_eps);
     }
     const at::Tensor last = gemma_norm(output_positions(h, b), norm_, c.norm_eps);
     return at::linear(last, lm_head_);  // [rows, (T,) vocab]

@@ -143,4 +143,14 @@ AttentionInputs rotate_and_store(const at::Tensor& y, const at::Tensor& cos,
   return a;
 }
 
+at::Tensor linear_maybe_bias(const at::Tensor& x, const at::Tensor& weight,
+                             const at::Tensor& bias) {
+  return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
+}
+
+at::Tensor sliding_window_mask(const at::Tensor& mask, const at::Tensor& slots, int64_t window) {
+  const at::Tensor keys = at::arange(mask.size(-1), slots.options());  // [L]
+  return mask.logical_and(slots.unsqueeze(1) - keys.unsqueeze(0) < window);
+}
+
 }  // namespace gengraph

@@ -18,6 +18,14 @@ enum class Activation { kGeluNew, kGeluExact, kRelu, kSilu, kQuickGelu };
 Activation parse_activation(const std::string& name, const std::string& source);
 at::Tensor activate(const at::Tensor& x, Activation a);
 
+// nn.Linear with an optional bias (undefined: none).  x: [..., in] -> [..., out]
+at::Tensor linear_maybe_bias(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// Narrows an attention mask to a sliding window over cache slots, as transformers' mask counts
+// them (padding included): the query at slot i reads slot j only when i - j < window.
+//   mask: [rows, 1, T, L] bool, slots: [T] int64 -> [rows, 1, T, L] bool
+at::Tensor sliding_window_mask(const at::Tensor& mask, const at::Tensor& slots, int64_t window);
+
 // transformers' Conv1D: x @ weight + bias with weight stored [in, out].
 //   x: [..., in] -> [..., out]
 at::Tensor conv1d_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);

@@ -174,24 +174,11 @@ std::vector<TensorSpec> llama_specs(const ModelConfig& c) {
   return s;
 }
 
-// nn.Linear with an optional bias.  x: [..., in] -> [..., out]
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
-}
-
 // transformers' LlamaRMSNorm: normalise in float32, cast back, then scale.  x: [..., d]
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   const at::Tensor xf = x.to(at::kFloat);
   const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight * normed.to(x.scalar_type());
-}
-
-// Narrows an attention mask to a sliding window over cache slots (transformers' window counts
-// cache positions, padding included): the query at slot i reads slot j only when i - j < window.
-//   mask: [rows, 1, T, L] bool, slots: [T] int64 -> [rows, 1, T, L] bool
-at::Tensor windowed(const at::Tensor& mask, const at::Tensor& slots, int64_t window) {
-  const at::Tensor keys = at::arange(mask.size(-1), slots.options());  // [L]
-  return mask.logical_and(slots.unsqueeze(1) - keys.unsqueeze(0) < window);
 }
 
 class Llama final : public CausalLM {
@@ -217,7 +204,7 @@ class Llama final : public CausalLM {
     at::Tensor h = at::embedding(embed_, b.input_ids);  // [rows, T, d]
     const auto [cos, sin] = rope_cos_sin_halves(b.positions, inv_freq_, h.scalar_type());
     const at::Tensor window_mask = c.sliding_window > 0 && b.attn_mask.defined()
-                                       ? windowed(b.attn_mask, b.slots, c.sliding_window)
+                                       ? sliding_window_mask(b.attn_mask, b.slots, c.sliding_window)
                                        : b.attn_mask;
     for (int64_t i = 0; i < static_cast<int64_t>(blocks_.size()); ++i) {
       const Block& blk = blocks_[i];
@@ -272,18 +259,20 @@ class Llama final : public CausalLM {
     auto heads_first = [&](const at::Tensor& y) {
       return y.view({rows, t, -1, hd}).transpose(1, 2);  // [rows, heads or kv_heads, T, hd]
     };
-    const at::Tensor q = rotate_halves(heads_first(linear(x, blk.q.w, blk.q.b)), cos, sin);
-    const at::Tensor k = rotate_halves(heads_first(linear(x, blk.k.w, blk.k.b)), cos, sin);
-    const at::Tensor v = heads_first(linear(x, blk.v.w, blk.v.b));
+    const at::Tensor q =
+        rotate_halves(heads_first(linear_maybe_bias(x, blk.q.w, blk.q.b)), cos, sin);
+    const at::Tensor k =
+        rotate_halves(heads_first(linear_maybe_bias(x, blk.k.w, blk.k.b)), cos, sin);
+    const at::Tensor v = heads_first(linear_maybe_bias(x, blk.v.w, blk.v.b));
     auto [keys, values] = cache.update(i, k, v, slots);  // [rows, kv_heads, L, hd]
     const at::Tensor o = attend_cached(cache, i, q, keys, values, mask, scale_, window);
-    return linear(o, blk.o.w, blk.o.b);
+    return linear_maybe_bias(o, blk.o.w, blk.o.b);
   }
 
   // SwiGLU: down(act(gate(x)) * up(x)).  x: [rows, T, d] -> [rows, T, d]
   at::Tensor mlp(const Block& blk, const at::Tensor& x) const {
-    const at::Tensor g = activate(linear(x, blk.gate.w, blk.gate.b), act_);
-    return linear(g * linear(x, blk.up.w, blk.up.b), blk.down.w, blk.down.b);
+    const at::Tensor g = activate(linear_maybe_bias(x, blk.gate.w, blk.gate.b), act_);
+    return linear_maybe_bias(g * linear_maybe_bias(x, blk.up.w, blk.up.b), blk.down.w, blk.down.b);
   }
 
   // The fused form: q/k/v as one GEMM, gate/up as one, o_proj and down_proj accumulating into the
@@ -359,7 +348,7 @@ class Llama final : public CausalLM {
     const at::Tensor mask = additive_mask(b.attn_mask, dtype);
     const at::Tensor window_mask =
         c.sliding_window > 0 && b.attn_mask.defined()
-            ? additive_mask(windowed(b.attn_mask, b.slots, c.sliding_window), dtype)
+            ? additive_mask(sliding_window_mask(b.attn_mask, b.slots, c.sliding_window), dtype)
             : mask;
     for (int64_t i = 0; i < static_cast<int64_t>(fused_.size()); ++i) {
       const FusedBlock& blk = fused_[i];
