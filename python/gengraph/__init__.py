@@ -248,14 +248,17 @@ class Engine:
             _check.boolean(capture, "Engine: capture"),
             _check.integer(sync_every, "Engine: sync_every"), model_opts)
 
-    def generate(self, inputs, *, attention_mask=None, seed=None, **settings):
+    def generate(self, inputs, *, attention_mask=None, seed=None, chat=False, **settings):
         """Generates from texts, token ids (lists) or input_ids (a tensor, with attention_mask).
 
         settings: transformers' generate() keywords (max_new_tokens=8, do_sample=True, ...) and
         gengraph's own (processors, strategy, ...; docs/decoding.md). seed: seeds the generator
-        first, as the CLI does with run.seed. Returns a Generation.
+        first, as the CLI does with run.seed. chat=True: each text is a user message in the
+        model's chat template (as chat() takes it). Returns a Generation.
         """
         prompts, texts = _prompts(inputs, attention_mask, "generate")
+        if _check.boolean(chat, "generate: chat"):
+            return self.chat(self._user_messages(texts, "generate"), seed=seed, **settings)
         s = _settings(settings, "generate")
         if seed is not None:
             self._engine.manual_seed(_seed(seed, "generate"))
@@ -273,17 +276,67 @@ class Engine:
             prompts = [self._engine.encode(t, True) for t in texts]
         return self._engine.plan(prompts, _settings(settings, "plan"))
 
-    def stream(self, inputs, *, attention_mask=None, seed=None, **settings):
+    def stream(self, inputs, *, attention_mask=None, seed=None, chat=False, **settings):
         """As generate(), handing over each token as it is chosen: a Stream to iterate.
 
         Token ids in: gengraph.StreamedToken items; texts in: gengraph.StreamedText pieces.
         Greedy search and sampling stream; beam strategies choose at the end and are refused.
         """
         prompts, texts = _prompts(inputs, attention_mask, "stream")
+        if _check.boolean(chat, "stream: chat"):
+            return self.chat(self._user_messages(texts, "stream"), seed=seed, stream=True,
+                             **settings)
         s = _settings(settings, "stream")
         if seed is not None:
             self._engine.manual_seed(_seed(seed, "stream"))
         return Stream(self._engine.stream(prompts, texts, s))
+
+    def chat(self, messages, *, stream=False, seed=None, **settings):
+        """Generates from conversations, as transformers' apply_chat_template(messages,
+        add_generation_prompt=True, tokenize=True) then generate() do.
+
+        messages: one conversation (a list of {"role": "system" | "user" | "assistant",
+        "content": str}) or a list of them. Each is rendered with the model's own chat template
+        (natively; by transformers where the template uses what the native renderer does not
+        render, as gengraph generate --chat does), encoded without special tokens and generated;
+        the text leaves special tokens out unless skip_special_tokens=False. stream=True: a
+        Stream of StreamedText pieces, as stream() gives for texts. Returns a Generation.
+        """
+        call = "stream" if stream else "chat"
+        convs = self._conversations(messages, call)
+        s = _settings(settings, call)
+        s.setdefault("add_special_tokens", False)
+        s.setdefault("skip_special_tokens", True)
+        texts = self._engine.chat_texts(convs)
+        if seed is not None:
+            self._engine.manual_seed(_seed(seed, call))
+        if _check.boolean(stream, "chat: stream"):
+            return Stream(self._engine.stream([], texts, s))
+        return self._engine.generate_text(texts, s)
+
+    def apply_chat_template(self, messages):
+        """The prompt text chat() generates from, per conversation (with the generation prompt)."""
+        return list(self._engine.chat_texts(self._conversations(messages, "apply_chat_template")))
+
+    @staticmethod
+    def _user_messages(texts, call):
+        if not texts:
+            raise ArgumentTypeError(f"{call}: chat=True takes texts (each a user message), found "
+                                    f"token ids")
+        return [[{"role": "user", "content": t}] for t in texts]
+
+    @staticmethod
+    def _conversations(messages, call):
+        """A list of conversations: one conversation (a list of dicts) is made a list of one."""
+        items = None if isinstance(messages, (str, bytes, dict)) else _check._sequence(messages)
+        if not items:
+            raise ArgumentTypeError(f"{call}: messages: expected a conversation (a list of "
+                                    f"{{'role', 'content'}} dicts) or a list of them, found "
+                                    f"{_check.describe(messages)}")
+        if isinstance(items[0], dict):
+            items = [items]
+        return [list(c) if _check._sequence(c) is not None and not isinstance(c, (str, dict))
+                else c for c in items]
 
     def encode(self, text, add_special_tokens=True):
         return self._engine.encode(_check.text(text, "encode: text"),

@@ -23,6 +23,7 @@
 #include "experiments/experiment/runner.h"
 #include "experiments/results/results.h"
 #include "experiments/results/table.h"
+#include "experiments/tools/text_io.h"
 #include "framework/backend/backend_registry.h"
 #include "framework/model/known_models.h"
 #include "framework/model/loader.h"
@@ -257,6 +258,19 @@ class PyEngine {
     stream_ = s;
     return s;
   }
+  // Conversations rendered with the model's chat template, as gengraph generate --chat renders
+  // them (TextCodec: natively, else by transformers, naming why); a preset is refused as
+  // Engine::chat refuses it.
+  std::vector<std::string> chat_texts(const nlohmann::json& conversations) {
+    Engine& e = get("chat");
+    if (e.model_source().rfind("preset:", 0) == 0) {
+      e.apply_chat_template(conversations.at(0));  // throws, naming the preset
+    }
+    if (!codec_) {
+      codec_ = std::make_unique<TextCodec>(e.model_source(), TokenizerChoice::Auto, std::cerr);
+    }
+    return codec_->chat_conversations(conversations.get<std::vector<nlohmann::json>>());
+  }
   ~PyEngine() {
     // A stream still running uses this Engine: end it first.
     if (auto s = stream_.lock()) s->close();
@@ -265,6 +279,7 @@ class PyEngine {
  private:
   std::unique_ptr<Engine> engine_;
   std::weak_ptr<StreamRun> stream_;
+  std::unique_ptr<TextCodec> codec_;  // chat_texts' renderer, made on first use
 };
 
 py::list backend_list() {
@@ -534,6 +549,10 @@ PYBIND11_MODULE(_gengraph, m) {
                             to_json(s, "stream: the settings"));
           },
           py::keep_alive<0, 1>())
+      .def("chat_texts",
+           [](PyEngine& e, const py::object& conversations) {
+             return e.chat_texts(to_json(conversations, "chat: messages"));
+           })
       .def("encode",
            [](PyEngine& e, const std::string& text, bool add_special_tokens) {
              return e.get("encode").encode(text, add_special_tokens);
