@@ -129,15 +129,16 @@ void check_runnable(const ExperimentConfig& c) {
   // Texts, and a prompt file's lines that are not all plain token ids (gengraph generate --prompts
   // plans each batch of them once encoded), are checked once encoded.
   const bool encoded_later =
-      !c.inputs.texts.empty() || (c.inputs.prompt_file && c.inputs.prompts.empty());
+      c.inputs.has_texts() || (c.inputs.prompt_file && c.inputs.prompts.empty());
   const auto prompts =
       encoded_later ? std::vector<std::vector<int64_t>>{std::vector<int64_t>(1, 0)}
       : c.inputs.synthetic
           ? std::vector<std::vector<int64_t>>{std::vector<int64_t>(c.inputs.prompt_length, 0)}
           : c.inputs.prompts;
-  const int64_t inputs = encoded_later        ? std::max<int64_t>(1, c.inputs.texts.size())
-                         : c.inputs.synthetic ? c.inputs.batch_size
-                                              : static_cast<int64_t>(c.inputs.prompts.size());
+  const int64_t inputs =
+      encoded_later        ? std::max<int64_t>(1, c.inputs.texts.size() + c.inputs.messages.size())
+      : c.inputs.synthetic ? c.inputs.batch_size
+                           : static_cast<int64_t>(c.inputs.prompts.size());
   // The experiment's settings, planned for the largest cache any row lays out.
   GenerationPlan plan;
   try {

@@ -178,14 +178,16 @@ BackendSpec read_backend(const YAML::Node& n, const std::string& path, const std
 
 InputsSpec read_inputs(MapReader r, const std::string& file) {
   InputsSpec in;
-  const int given = r.has("prompts") + r.has("synthetic") + r.has("texts") + r.has("file");
+  const int given =
+      r.has("prompts") + r.has("synthetic") + r.has("texts") + r.has("file") + r.has("messages");
   if (given != 1) {
     r.fail(r.has("texts")       ? "texts"
            : r.has("synthetic") ? "synthetic"
            : r.has("file")      ? "file"
+           : r.has("messages")  ? "messages"
                                 : "prompts",
-           "exactly one of inputs.prompts (token-id lists), inputs.texts, inputs.file or "
-           "inputs.synthetic");
+           "exactly one of inputs.prompts (token-id lists), inputs.texts, inputs.messages, "
+           "inputs.file or inputs.synthetic");
   }
   if (r.has("file")) {
     // The prompts of a file (prompt_file.h): a path as model.path is, from the current folder.
@@ -208,7 +210,7 @@ InputsSpec read_inputs(MapReader r, const std::string& file) {
       if (!p.ids.empty()) in.prompts.push_back(p.ids);
     }
   }
-  if (r.has("texts") || r.has("file")) {
+  if (r.has("texts") || r.has("file") || r.has("messages")) {
     in.skip_special_tokens =
         r.has("skip_special_tokens")
             ? std::optional<bool>(r.scalar<bool>("skip_special_tokens", false, "true or false"))
@@ -230,6 +232,11 @@ InputsSpec read_inputs(MapReader r, const std::string& file) {
     }
     in.tokenizer = r.choice("tokenizer", "auto", {"auto", "native", "python"});
     in.chat = r.scalar<bool>("chat", false, "true or false");
+  } else if (r.has("messages")) {
+    // Conversations in the model's chat template, with its generation prompt.
+    in.messages = chat_conversations(r.child("messages"), "inputs.messages", file);
+    in.tokenizer = r.choice("tokenizer", "auto", {"auto", "native", "python"});
+    in.chat = true;
   } else if (r.has("prompts")) {
     const YAML::Node p = r.child("prompts");
     if (!p.IsSequence() || p.size() == 0) r.fail("prompts", "a non-empty list of token-id lists");
@@ -402,8 +409,10 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   if (c.inputs.prompt_file) {
     for (const auto& p : c.inputs.prompt_file->lines) file_texts = file_texts || p.ids.empty();
   }
-  if (!c.inputs.texts.empty() || file_texts) {
-    const std::string what = c.inputs.file.empty() ? "inputs.texts" : "inputs.file (texts)";
+  if (c.inputs.has_texts() || file_texts) {
+    const std::string what = !c.inputs.file.empty()       ? "inputs.file (texts)"
+                             : !c.inputs.messages.empty() ? "inputs.messages"
+                                                          : "inputs.texts";
     // Texts are encoded with the model folder's own tokenizer; a preset has none.
     if (c.model.path.empty()) {
       throw Error(file + ": " + what +

@@ -68,6 +68,7 @@ struct BackendSpec {
 struct InputsSpec {
   std::vector<std::vector<int64_t>> prompts;  // explicit token ids (ragged allowed), or
   std::vector<std::string> texts;             // texts, encoded by the model folder's tokenizer, or
+  std::vector<nlohmann::json> messages;       // conversations in its chat template, or
   bool synthetic = false;                     // random ids from a seed:
   int64_t batch_size = 1;
   int64_t prompt_length = 0;
@@ -85,6 +86,8 @@ struct InputsSpec {
   std::string file;
   std::shared_ptr<const PromptFile> prompt_file;
   bool skip_special() const { return skip_special_tokens.value_or(chat); }
+  // Texts or conversations: prompts the tokenizer makes.
+  bool has_texts() const { return !texts.empty() || !messages.empty(); }
 };
 
 struct RunSpec {

@@ -82,9 +82,17 @@ struct Inputs {
 
 Inputs encode_texts(const ExperimentConfig& c, std::ostream& log) {
   Inputs in;
-  if (c.inputs.texts.empty()) return in;
+  if (!c.inputs.has_texts()) return in;
   in.codec = std::make_unique<TextCodec>(
       c.model.path, parse_tokenizer_choice(c.inputs.tokenizer, c.file + ": inputs.tokenizer"), log);
+  if (!c.inputs.messages.empty()) {
+    log << "encoding " << c.inputs.messages.size()
+        << " conversation(s) in the chat template with the tokenizer (" << in.codec->description()
+        << ")\n";
+    in.chat_prompts = in.codec->chat_conversations(c.inputs.messages);
+    in.prompts = in.codec->encode(in.chat_prompts, false, c.file + ": inputs.messages");
+    return in;
+  }
   log << "encoding " << c.inputs.texts.size() << " text(s)"
       << (c.inputs.chat ? " as chat messages" : "") << " with the tokenizer ("
       << in.codec->description() << ")\n";
@@ -101,7 +109,7 @@ Inputs encode_texts(const ExperimentConfig& c, std::ostream& log) {
 // The prompts once the model is loaded: the synthetic batch drawn, or the texts' ids checked
 // against the vocabulary (a tokenizer that does not match the model).
 void complete_inputs(const ExperimentConfig& c, int64_t vocab, Inputs& in) {
-  if (c.inputs.texts.empty()) {
+  if (!c.inputs.has_texts()) {
     in.prompts = make_inputs(c.inputs, vocab);
     return;
   }
@@ -312,8 +320,9 @@ nlohmann::json results_document(const ExperimentConfig& c, const Model& model,
   std::vector<size_t> lengths;
   for (const auto& p : in.prompts) lengths.push_back(p.size());
   doc["inputs"] = {{"batch_size", in.prompts.size()}, {"prompt_lengths", lengths}};
-  if (!c.inputs.texts.empty()) {
-    doc["inputs"]["texts"] = c.inputs.texts;
+  if (c.inputs.has_texts()) {
+    if (!c.inputs.texts.empty()) doc["inputs"]["texts"] = c.inputs.texts;
+    if (!c.inputs.messages.empty()) doc["inputs"]["messages"] = c.inputs.messages;
     doc["inputs"]["tokenizer"] = in.codec->description();
     if (c.inputs.chat) doc["inputs"]["chat_prompts"] = in.chat_prompts;  // the template's output
     doc["inputs"]["prompts"] = in.prompts;  // as the tokenizer encoded them

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "framework/text/chat_native.h"
 #include "framework/util/error.h"
 #include "framework/util/strings.h"
 
@@ -431,6 +432,56 @@ nlohmann::json to_json(const YAML::Node& n) {
   if (YAML::convert<double>::decode(n, d)) return d;
   if (YAML::convert<bool>::decode(n, b)) return b;
   return s;
+}
+
+std::vector<nlohmann::json> chat_conversations(const YAML::Node& n, const std::string& path,
+                                               const std::string& file) {
+  if (!n.IsSequence() || n.size() == 0) {
+    throw Error(where(file, n) + path +
+                ": expected a non-empty list of conversations (each a list of {role, content} "
+                "messages), found " +
+                describe(n));
+  }
+  // As JSON, a message's scalars as text (content: 2 is the text "2"); what is not a list of
+  // maps is left as it is for the check to name.
+  nlohmann::json all = nlohmann::json::array();
+  for (size_t i = 0; i < n.size(); ++i) {
+    const YAML::Node conv = n[i];
+    if (!conv.IsSequence()) {
+      all.push_back(to_json(conv));
+      continue;
+    }
+    nlohmann::json c = nlohmann::json::array();
+    for (size_t j = 0; j < conv.size(); ++j) {
+      const YAML::Node m = conv[j];
+      if (!m.IsMap()) {
+        c.push_back(to_json(m));
+        continue;
+      }
+      nlohmann::json o = nlohmann::json::object();
+      for (auto it = m.begin(); it != m.end(); ++it) {
+        o[it->first.as<std::string>()] =
+            it->second.IsScalar() ? nlohmann::json(it->second.Scalar()) : to_json(it->second);
+      }
+      c.push_back(std::move(o));
+    }
+    all.push_back(std::move(c));
+  }
+  try {
+    check_chat_messages(all);
+  } catch (const Error& e) {
+    // "messages[1][0]: ..." at the conversation's line, under `path`.
+    const std::string what = e.what();
+    const size_t at = what.find('[');
+    YAML::Node located = n;
+    if (at == std::string("messages").size()) {
+      const size_t index = std::strtoull(what.c_str() + at + 1, nullptr, 10);
+      if (index < n.size()) located = n[index];
+      throw Error(where(file, located) + path + what.substr(at));
+    }
+    throw Error(where(file, n) + path + ": " + what);
+  }
+  return all.get<std::vector<nlohmann::json>>();
 }
 
 std::vector<int64_t> token_list(const YAML::Node& n, const std::string& path,

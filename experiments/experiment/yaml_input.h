@@ -91,6 +91,12 @@ class MapReader {
 // A YAML scalar/list/map as JSON: numbers, booleans and null keep their types.
 nlohmann::json to_json(const YAML::Node& n);
 
+// inputs.messages: a non-empty list of conversations, each a list of {role, content} messages
+// (scalars read as text), checked as check_chat_messages checks them; an Error names the file,
+// line and key path ("inputs.messages[1][0]: key 'role': ...").
+std::vector<nlohmann::json> chat_conversations(const YAML::Node& n, const std::string& path,
+                                               const std::string& file);
+
 // A list of non-negative token ids at `path`, or an Error naming the item.
 std::vector<int64_t> token_list(const YAML::Node& n, const std::string& path,
                                 const std::string& file);

@@ -41,10 +41,12 @@ constexpr const char* kTurns =
     "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
 
 // A character-level BPE (printable ASCII and the newline, one token each; <eos> special, <unk>
-// for the rest) that the native reader and transformers both read, with the template given.
+// for the rest; the model's other ids as tokens no text encodes to) that the native reader and
+// transformers both read, with the template given.
 std::string char_tokenizer() {
   nlohmann::ordered_json vocab = {{"<eos>", 0}, {"<unk>", 1}, {"\n", 2}};
   for (int c = 32; c < 127; ++c) vocab[std::string(1, static_cast<char>(c))] = c - 29;
+  for (int i = 98; i < 160; ++i) vocab["<t" + std::to_string(i) + ">"] = i;  // gpt2-b's other ids
   const nlohmann::ordered_json t = {{"version", "1.0"},
                                     {"normalizer", nullptr},
                                     {"added_tokens",
@@ -192,6 +194,55 @@ TEST(EngineChat, WhatCannotBeChattedWithIsNamed) {
                 engine.chat(convs, {{"add_special_tokens", "no"}});
               }),
               HasSubstr("add_special_tokens: expected true or false"));
+}
+
+// An experiment's inputs: {messages: [...]}: each conversation rendered and encoded as Engine::chat
+// does, the text without special tokens; bad conversations refused by key path.
+TEST(EngineChat, AnExperimentTakesConversations) {
+  TempDir dir;
+  const fs::path folder = chat_folder(dir, "chatml", kChatMl);
+  const std::string head = "model: {path: \"" + folder.string() + "\"}\n";
+  testing::write_file(dir / "e.yaml", head +
+                                          "inputs:\n  messages:\n"
+                                          "    - [{role: system, content: s}, {role: user, "
+                                          "content: 2}]\n"
+                                          "    - [{role: user, content: hi}]\n"
+                                          "generation: {max_new_tokens: 3}\n"
+                                          "run: {warmup: 0, repeats: 1}\n");
+  ASSERT_EQ(testing::run_quietly(dir / "e.yaml", dir / "r.json"), 0);
+  const auto doc = nlohmann::json::parse(testing::read_file(dir / "r.json"));
+  const auto convs = nlohmann::json::parse(R"([
+    [{"role": "system", "content": "s"}, {"role": "user", "content": "2"}],
+    [{"role": "user", "content": "hi"}]])")
+                         .get<std::vector<nlohmann::json>>();
+  Engine engine(folder.string());
+  const Generation g = engine.chat(convs, {{"max_new_tokens", 3}});
+  EXPECT_EQ(doc["inputs"]["messages"], nlohmann::json(convs));
+  for (size_t i = 0; i < convs.size(); ++i) {
+    EXPECT_EQ(doc["inputs"]["chat_prompts"][i], engine.apply_chat_template(convs[i]));
+    const auto& seq = doc["runs"][0]["outputs"][i]["sequences"][0];
+    EXPECT_EQ(seq["tokens"], g.outputs[i][0].tokens);
+    EXPECT_EQ(seq["text"], g.outputs[i][0].text);
+  }
+  const auto refused = [&](const std::string& inputs) {
+    testing::write_file(dir / "bad.yaml", head + "inputs:\n" + inputs);
+    return testing::cli_stderr({"validate", (dir / "bad.yaml").string()}).second;
+  };
+  EXPECT_THAT(
+      refused("  messages:\n    - [{role: user, content: a}]\n    - [{role: tool, "
+              "content: b}]\n"),
+      HasSubstr("bad.yaml:5:7: inputs.messages[1][0]: key 'role': expected 'system', 'user' or "
+                "'assistant', found \"tool\""));
+  EXPECT_THAT(refused("  messages: [[{role: user, content: [a]}]]\n"),
+              HasSubstr("inputs.messages[0][0]: key 'content': expected a string"));
+  EXPECT_THAT(refused("  messages: [[{role: user}]]\n"),
+              HasSubstr("inputs.messages[0][0]: key 'content' is missing"));
+  EXPECT_THAT(refused("  messages: [[]]\n"),
+              HasSubstr("inputs.messages[0]: expected at least one message"));
+  EXPECT_THAT(refused("  messages: []\n"),
+              HasSubstr("inputs.messages: expected a non-empty list of conversations"));
+  EXPECT_THAT(refused("  messages: [[{role: user, content: a}]]\n  texts: [a]\n"),
+              HasSubstr("exactly one of inputs.prompts"));
 }
 
 // The set-up's real model (skipped where it is not set up): transformers' chat tokens, the
