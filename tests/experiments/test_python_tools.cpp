@@ -141,8 +141,8 @@ TEST(Cli, TextInputsNeedAFolderWithATokenizer) {
   write_file(dir / "f.yaml", "model: {preset: gpt2-tiny}\ninputs: {texts: [a], prompts: [[1]]}\n");
   EXPECT_THAT(
       error_of_run({"validate", (dir / "f.yaml").string()}),
-      HasSubstr("exactly one of inputs.prompts (token-id lists), inputs.texts, inputs.file or "
-                "inputs.synthetic"));
+      HasSubstr("exactly one of inputs.prompts (token-id lists), inputs.texts, inputs.messages, "
+                "inputs.file or inputs.synthetic"));
   // A tokenizer file that is not JSON: the native reader names it (no fallback for a damaged file).
   const auto broken = dir / "broken";
   std::filesystem::copy(folder, broken);
