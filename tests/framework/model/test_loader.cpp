@@ -159,7 +159,8 @@ TEST(LoaderErrors, ConfigJsonDefects) {
     return error_of([&] { load_model(folder(dir.path())); });
   };
   EXPECT_THAT(with({{"model_type", "gpt7"}}),
-              HasSubstr("unsupported model_type 'gpt7'; supported: gpt2"));
+              HasSubstr("unsupported model_type 'gpt7'; supported: gemma3_text, gpt2, gptj, llama, "
+                        "mistral, qwen2"));
   EXPECT_THAT(with({{"model_type", nullptr}}), HasSubstr("missing string field 'model_type'"));
   EXPECT_THAT(with({{"n_layer", "two"}}),
               HasSubstr("key 'n_layer': expected a positive integer, found \"two\""));
