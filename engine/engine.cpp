@@ -326,28 +326,22 @@ Generation Engine::generate_text(const std::vector<std::string>& texts,
                                  const nlohmann::json& settings_in,
                                  const TextPieceCallback& stream) {
   // skip_special_tokens (transformers' name, a decoding option rather than a generation one):
-  // special tokens left out of the text. Default false, as decode's.
+  // special tokens left out of the text. Default false, as decode's. add_special_tokens
+  // (tokenizer(text, add_special_tokens=...)): what the tokenizer's post-processor adds (LLaMA's
+  // BOS, ...). Default true; chat's rendered prompts take false. Both taken out of the settings.
   nlohmann::json settings = settings_in;
-  bool skip_special = false;
-  if (settings.is_object() && settings.contains("skip_special_tokens")) {
-    if (!settings["skip_special_tokens"].is_boolean()) {
-      throw Error("Engine::generate_text: skip_special_tokens: expected true or false, found " +
-                  settings["skip_special_tokens"].dump());
+  const auto take_bool = [&settings](const char* key, bool fallback) {
+    if (!settings.is_object() || !settings.contains(key)) return fallback;
+    if (!settings[key].is_boolean()) {
+      throw Error(std::string("Engine::generate_text: ") + key +
+                  ": expected true or false, found " + settings[key].dump());
     }
-    skip_special = settings["skip_special_tokens"].get<bool>();
-    settings.erase("skip_special_tokens");
-  }
-  // add_special_tokens (tokenizer(text, add_special_tokens=...)): what the tokenizer's
-  // post-processor adds (LLaMA's BOS, ...). Default true; chat's rendered prompts take false.
-  bool add_special = true;
-  if (settings.is_object() && settings.contains("add_special_tokens")) {
-    if (!settings["add_special_tokens"].is_boolean()) {
-      throw Error("Engine::generate_text: add_special_tokens: expected true or false, found " +
-                  settings["add_special_tokens"].dump());
-    }
-    add_special = settings["add_special_tokens"].get<bool>();
-    settings.erase("add_special_tokens");
-  }
+    const bool v = settings[key].get<bool>();
+    settings.erase(key);
+    return v;
+  };
+  const bool skip_special = take_bool("skip_special_tokens", false);
+  const bool add_special = take_bool("add_special_tokens", true);
   const Tokenizer& tok = impl_->text();
   std::vector<std::vector<int64_t>> prompts;
   const int64_t vocab = impl_->loaded().model->config().vocab_size;
