@@ -217,7 +217,7 @@ Value Renderer::apply_filter(const std::string& f, const Value& v, const std::ve
     std::string out;
     bool first = true;
     for (const auto& x : items_of(v, line)) {
-      const Json y = attr ? attribute({x}, py_str(*attr), line).j : x;
+      const Json y = attr ? attribute(&x, py_str(*attr), line).j : x;
       out += (first ? "" : (sep ? py_str(*sep) : "")) + py_str(y);
       first = false;
     }
@@ -278,7 +278,7 @@ Value Renderer::apply_filter(const std::string& f, const Value& v, const std::ve
     if (args.empty()) fail(line, "filter '" + f + "' needs an attribute name");
     Json out = Json::array();
     for (const auto& x : items_of(v, line)) {
-      const Value a = attribute({x}, py_str(args[0]), line);
+      const Value a = attribute(&x, py_str(args[0]), line);
       const bool pass = args.size() > 1
                             ? apply_test(py_str(args[1]), a, {args.begin() + 2, args.end()}, line)
                             : truthy(a);
@@ -290,7 +290,7 @@ Value Renderer::apply_filter(const std::string& f, const Value& v, const std::ve
     Json out = Json::array();
     for (const auto& x : items_of(v, line)) {
       if (auto at = kw.find("attribute"); at != kw.end()) {
-        Value a = attribute({x}, py_str(at->second), line);
+        Value a = attribute(&x, py_str(at->second), line);
         if (a.undefined && kw.count("default")) a = {kw.at("default")};
         out.push_back(a.j);
       } else if (!args.empty() && args[0].is_string() && args[0] != "map" &&

@@ -353,10 +353,18 @@ Value Renderer::eval(const Expr& e) {
     case Expr::Kind::kName:
       return lookup(e.name);
     case Expr::Kind::kAttr:
-      return attribute(eval(*e.a), e.name, e.line);
+      if (e.a->kind == Expr::Kind::kName) return attribute(lookup_ref(e.a->name), e.name, e.line);
+      {
+        const Value obj = eval(*e.a);
+        return attribute(obj.undefined ? nullptr : &obj.j, e.name, e.line);
+      }
     case Expr::Kind::kItem: {
+      if (e.a->kind == Expr::Kind::kName) {
+        const Json* obj = lookup_ref(e.a->name);
+        return item(obj, eval(*e.args[0]).j, e.line);
+      }
       const Value obj = eval(*e.a);
-      return item(obj, eval(*e.args[0]).j, e.line);
+      return item(obj.undefined ? nullptr : &obj.j, eval(*e.args[0]).j, e.line);
     }
     case Expr::Kind::kSlice:
       return slice(e);

@@ -98,6 +98,14 @@ class Renderer {
     }
   }
 
+  // Where a name's value is held (innermost scope first); null when it is undefined.
+  const Json* lookup_ref(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      if (auto f = it->find(name); f != it->end()) return &f->second;
+    }
+    return nullptr;
+  }
+
   Value lookup(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
       if (auto f = it->find(name); f != it->end()) return {f->second};
@@ -231,16 +239,20 @@ class Renderer {
     return v.j;
   }
 
-  Value attribute(const Value& obj, const std::string& name, int line) const {
-    const Json& j = defined(obj, line, "attribute '" + name + "'");
+  // obj: the value, or null for an undefined one. A name's value is passed where it is held in its
+  // scope, so `messages[0]` reads one message without copying the whole list.
+  Value attribute(const Json* obj, const std::string& name, int line) const {
+    if (!obj) fail(line, "attribute '" + name + "' of an undefined value");
+    const Json& j = *obj;
     if (j.is_object()) {
       if (auto it = j.find(name); it != j.end()) return {*it};
     }
     return Value::undef();
   }
 
-  Value item(const Value& obj, const Json& key, int line) const {
-    const Json& j = defined(obj, line, "subscript");
+  Value item(const Json* obj, const Json& key, int line) const {
+    if (!obj) fail(line, "subscript of an undefined value");
+    const Json& j = *obj;
     if (j.is_object() && key.is_string()) {
       if (auto it = j.find(key.get<std::string>()); it != j.end()) return {*it};
       return Value::undef();
