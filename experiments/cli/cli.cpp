@@ -41,6 +41,7 @@
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
 #include "framework/util/path_errors.h"
+#include "framework/util/progress.h"
 #include "framework/util/strings.h"
 
 namespace gengraph {
@@ -337,6 +338,8 @@ int run_cli(int argc_in, char** argv_in) {
       print(command_help(cmd));
       return 0;
     }
+    // --quiet: no progress display either (an aoti build's, ...); a Slurm task's goes to its log.
+    if (a.quiet && cmd != "task") set_progress_quiet(true);
     if (cmd == "run") {
       check_usage(cmd, a, {"--set", "--output", "--quiet"}, 1);
       return run_and_report(load_experiment(a.positional[0], a.sets), a.output, a.quiet);

@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 
@@ -17,13 +18,21 @@
 #include "experiments/tools/process.h"
 #include "experiments/tools/python_tools.h"
 #include "experiments/tools/text_io.h"
+#include "framework/util/clock.h"
 #include "framework/util/device.h"
 #include "framework/util/error.h"
+#include "framework/util/progress.h"
 #include "framework/util/strings.h"
 #include "framework/util/version.h"
 
 namespace gengraph {
 namespace {
+
+// Progress displays go where the log goes to standard error (the CLI without --quiet); a log
+// kept elsewhere (a test's, --quiet's sink) gets none.
+ProgressMode progress_mode_for(const std::ostream& log) {
+  return &log == &std::cerr ? progress_mode() : ProgressMode::kOff;
+}
 
 std::vector<std::vector<int64_t>> make_inputs(const InputsSpec& in, int64_t vocab) {
   if (!in.synthetic) return in.prompts;
@@ -173,13 +182,16 @@ std::vector<Row> prepare_rows(const ExperimentConfig& c, Forms& forms,
       throw Error(c.file + ": backends: '" + spec.label + "': " + e.what());
     }
     reset_peak_memory(device);
+    Progress shown("backend " + spec.label + ": warm-up", c.run.warmup, 0, loop_position_text,
+                   progress_mode_for(log));
     for (int64_t i = 0; i < c.run.warmup; ++i) {
       at::manual_seed(c.run.seed);
       const Generation r = row.engine->generate(row.plan, prompts);
+      shown.advance();
       row.capture_s = std::max(row.capture_s, r.capture_s);
       if (i == 0 && !r.whole_step_fallback.empty()) {
-        log << "backend " << spec.label
-            << ": whole step not possible, host loop: " << r.whole_step_fallback << "\n";
+        shown.log(log, "backend " + spec.label +
+                           ": whole step not possible, host loop: " + r.whole_step_fallback);
       }
     }
     row.peak_device = peak_memory_bytes(device);
@@ -192,6 +204,10 @@ std::vector<Row> prepare_rows(const ExperimentConfig& c, Forms& forms,
 void time_rows(const ExperimentConfig& c, std::vector<Row>& rows,
                const std::vector<std::vector<int64_t>>& prompts, const TokenStream& stream,
                std::ostream& log) {
+  const int64_t runs = c.run.repeats * static_cast<int64_t>(rows.size());
+  // A stream shows the tokens as they come: no display beside it.
+  Progress shown(runs == 1 ? "generating" : "timed repeats", runs == 1 ? 0 : runs, 0,
+                 loop_position_text, stream ? ProgressMode::kOff : progress_mode_for(log));
   for (int64_t i = 0; i < c.run.repeats; ++i) {
     for (size_t k = 0; k < rows.size(); ++k) {
       Row& row = rows[(k + static_cast<size_t>(i)) % rows.size()];
@@ -205,8 +221,10 @@ void time_rows(const ExperimentConfig& c, std::vector<Row>& rows,
       row.steps = r.steps;
       row.timings.add(r, prompts.size());
       row.last = std::move(r);
+      shown.advance();
     }
   }
+  shown.finish();
   log << "timed " << c.run.repeats << " interleaved repeat(s) of " << rows.size()
       << " backend(s)\n";
 }
@@ -458,9 +476,15 @@ nlohmann::json run_experiment(const ExperimentConfig& c, std::ostream& log,
   doc["sweep"] = nlohmann::json::object();
   for (const auto& [key, values] : c.sweep) doc["sweep"][key] = values;
   doc["points"] = nlohmann::json::array();
+  const auto start = Clock::now();
   for (size_t i = 0; i < points.size(); ++i) {
-    log << "sweep point " << i + 1 << "/" << points.size() << ": " << join(points[i].first, ", ")
-        << "\n";
+    log << "sweep point " << i + 1 << "/" << points.size() << ": " << join(points[i].first, ", ");
+    if (i > 0) {  // the points so far, and an estimate of the rest at their pace
+      const double elapsed = since(start);
+      log << " (" << progress_duration(elapsed) << " so far, about "
+          << progress_duration(elapsed / i * (points.size() - i)) << " left)";
+    }
+    log << "\n";
     nlohmann::json point = run_checked_point(points[i].second, log, stream);
     point["point"] = points[i].first;
     doc["points"].push_back(point);

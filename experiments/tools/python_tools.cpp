@@ -15,8 +15,10 @@
 #include "experiments/tools/peers.h"
 #include "framework/model/loader.h"
 #include "framework/util/error.h"
+#include "framework/util/files.h"
 #include "framework/util/json_at.h"
 #include "framework/util/process_checks.h"
+#include "framework/util/progress.h"
 
 namespace gengraph {
 
@@ -206,6 +208,34 @@ void remove_stale_export_folders() {
   }
 }
 
+// The mean build time (export and compile) of the packages already in the cache folder `dir`,
+// from their build records; 0 when there are none. A progress display's estimate.
+double usual_build_seconds(const std::filesystem::path& dir) {
+  double sum = 0;
+  int n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator() && n < 64; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string tail = ".pt2.build.json";
+    if (name.size() <= tail.size() || name.compare(name.size() - tail.size(), tail.size(), tail))
+      continue;
+    try {
+      const std::string source = "'" + it->path().string() + "'";
+      const nlohmann::json doc =
+          parse_json_text(read_regular_file(it->path(), source, "a JSON file", 1 << 16), source);
+      const JsonAt j(doc, source);
+      const double most = std::numeric_limits<double>::max();
+      sum += j["export_seconds"].number_in(0, most, "seconds") +
+             j["compile_seconds"].number_in(0, most, "seconds");
+      ++n;
+    } catch (const std::exception&) {
+      // a damaged record: the package's own check reports it when the package is used
+    }
+  }
+  return n > 0 ? sum / n : 0.0;
+}
+
 AotiBuildReport export_with_tool(const CausalLM& model, const AotiExportRequest& request,
                                  const std::filesystem::path& out) {
   static int calls = 0;
@@ -265,7 +295,12 @@ AotiBuildReport export_with_tool(const CausalLM& model, const AotiExportRequest&
            "--int8-activation-block", std::to_string(request.weights.int8_activation_block)});
     }
   }
-  const CapturedCommand r = run_captured(argv);
+  CapturedCommand r;
+  {
+    Progress shown("building the aoti package (export, then compile)", 0,
+                   usual_build_seconds(out.parent_path()));
+    r = run_captured(argv);
+  }
   throw_if_interrupted();
   const std::string what = "AOTInductor export of the model from " + model.config().source;
   if (!r.found) {

@@ -5,6 +5,7 @@
 #include "framework/model/causal_lm.h"
 #include "framework/model/memory.h"
 #include "framework/util/error.h"
+#include "framework/util/progress.h"
 
 namespace gengraph {
 namespace {
@@ -81,6 +82,7 @@ Generation Generator::run_checked(ForwardBackend& backend,
                 "streamed; stream with greedy search or sampling");
   }
   backend.prepare(rows, max_length);
+  loop_position().begin(prompt_len, max_length - prompt_len);  // for a progress display
   Generation result;
   result.settings = settings_;
   result.prompt_length = prompt_len;

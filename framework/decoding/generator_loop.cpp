@@ -11,6 +11,7 @@
 #include "framework/model/causal_lm.h"
 #include "framework/util/clock.h"
 #include "framework/util/error.h"
+#include "framework/util/progress.h"
 #include "framework/util/step_graph.h"
 
 namespace gengraph {
@@ -374,6 +375,7 @@ void Generator::run_loop(const std::vector<std::vector<int64_t>>& prompts, int64
   out.time_to_first_token_s = since(t0);
   out.whole_step = whole;
   for (; go_on && run < max_steps; ++run) {
+    loop_position().step.store(run, std::memory_order_relaxed);  // for a progress display
     if (run == 1 || run % sync_every == 0) {
       ++out.flag_reads;
       const bool running = running_.item<bool>();
@@ -511,6 +513,7 @@ void Generator::run_speculative(const std::vector<int64_t>& prompt, int64_t pad,
 
   while (go_on && running && seqs_.length.known() < max_length_) {
     const int64_t n = seqs_.length.known();  // the last chosen token, not yet in the cache, is n-1
+    loop_position().step.store(n - prompt_length_, std::memory_order_relaxed);  // for a display
     const auto p0 = Clock::now();
     at::Tensor q;  // [m, vocab]: the draft's distribution of each candidate, when it has one
     const std::vector<int64_t> c =
