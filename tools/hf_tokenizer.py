@@ -8,6 +8,8 @@ AutoTokenizer, local files only), used by `inputs.texts` and `gengraph generate 
 REQ: {"model": FOLDER, "encode": [text, ...]}   -> OUT: {"ids": [[id, ...], ...], "tokenizer": ...}
      {"model": FOLDER, "decode": [[id, ...], ...], "skip_special_tokens": false}
                                                    -> OUT: {"texts": [text, ...], "tokenizer": ...}
+     ("whole": true: each text ends at its last whole character, and OUT has "cut_bytes": [n, ...],
+      the bytes of a last character the ids leave incomplete, left out instead of shown as U+FFFD)
      {"model": FOLDER, "chat": [text, ...]}        -> OUT: {"texts": [prompt, ...], "tokenizer": ...}
      {"model": FOLDER, "messages": [[{"role": R, "content": text}, ...], ...],
       "add_generation_prompt": true}               -> OUT: {"texts": [prompt, ...], "tokenizer": ...}
@@ -187,6 +189,60 @@ def load_tokenizer(folder):
     return tok
 
 
+def byte_level_table():
+    """GPT-2's byte-level alphabet: {character: byte} (the printable Latin-1 bytes as themselves,
+    the others from U+0100 on)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[chr(b)] = b
+        else:
+            table[chr(0x100 + extra)] = b
+            extra += 1
+    return table
+
+
+def token_bytes(token, byte_level):
+    """A token's bytes: <0xNN> (byte fallback) is its byte, a byte-level token maps through GPT-2's
+    byte-to-character table, any other is its text."""
+    if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+        try:
+            return bytes([int(token[3:5], 16)]), True
+        except ValueError:
+            pass
+    if all(c in byte_level for c in token):
+        return bytes(byte_level[c] for c in token), False
+    return token.encode("utf-8", "surrogatepass"), False
+
+
+def decode_whole(tok, seq, skip):
+    """tok.decode(seq) up to its last whole character, and how many bytes of a last character the
+    ids leave incomplete were left out (as gengraph's native Tokenizer::decode_whole): byte-fallback
+    tokens that begin it are dropped before decoding; a byte-level decoder's one U+FFFD for them is
+    cut from the text. A U+FFFD that the tokens hold themselves stays."""
+    import codecs
+    text = tok.decode(seq, skip_special_tokens=skip)
+    if not text.endswith("\ufffd"):
+        return text, 0
+    byte_level = byte_level_table()
+    tail = tok.convert_ids_to_tokens(list(seq), skip_special_tokens=skip)[-4:]
+    data, byte_tokens = b"", 0
+    for token in tail:
+        b, is_byte = token_bytes(token, byte_level)
+        data += b
+        byte_tokens = byte_tokens + 1 if is_byte else 0
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    decoder.decode(data, final=False)
+    cut = len(decoder.getstate()[0])  # the bytes it holds for a character not yet complete
+    if cut == 0:
+        return text, 0
+    if byte_tokens >= cut:
+        kept = [i for i in seq if not (skip and i in tok.all_special_ids)][:-cut]
+        return tok.decode(kept, skip_special_tokens=skip), cut
+    return text[:-1], cut
+
+
 def template_name(folder, req):
     source = req.get("template_source")
     return f"the chat template of '{folder}'" + (f" ({source})" if source else "")
@@ -222,7 +278,12 @@ def answer(tok, folder, req):
         try:
             with library_stderr():
                 skip = req.get("skip_special_tokens", False) is True
-                out["texts"] = [tok.decode(seq, skip_special_tokens=skip) for seq in req["decode"]]
+                if req.get("whole") is True:  # each text up to its last whole character
+                    wholes = [decode_whole(tok, seq, skip) for seq in req["decode"]]
+                    out["texts"] = [text for text, _ in wholes]
+                    out["cut_bytes"] = [cut for _, cut in wholes]
+                else:
+                    out["texts"] = [tok.decode(seq, skip_special_tokens=skip) for seq in req["decode"]]
         except BaseException as e:  # noqa: B036 a panic is a BaseException
             if not is_panic(e):
                 raise

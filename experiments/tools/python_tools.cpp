@@ -112,7 +112,7 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
 
 nlohmann::json tokenizer_request(const std::string& folder, const nlohmann::json& request,
                                  const char* field, size_t count, std::ostream& log,
-                                 int64_t timeout_s) {
+                                 int64_t timeout_s, nlohmann::json* output) {
   const std::string op = request.contains("encode")   ? "encode"
                          : request.contains("decode") ? "decode"
                                                       : "chat";
@@ -146,6 +146,7 @@ nlohmann::json tokenizer_request(const std::string& folder, const nlohmann::json
       x.string();
     }
   }
+  if (output != nullptr) *output = *r.out;
   return (*r.out)[field];
 }
 

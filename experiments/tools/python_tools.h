@@ -45,9 +45,10 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
 
 // One call of tools/hf_tokenizer.py with `request` (its "encode", "decode" or "chat" form, see the
 // tool): the output's `field`, checked to hold `count` entries of the right type, or an Error.
-// `timeout_s` > 0 stops the tool after that long (the chat template's backstop).
+// `timeout_s` > 0 stops the tool after that long (the chat template's backstop). `output`, when
+// given, receives the tool's whole output (a decode's "cut_bytes" beside its "texts").
 nlohmann::json tokenizer_request(const std::string& folder, const nlohmann::json& request,
                                  const char* field, size_t count, std::ostream& log,
-                                 int64_t timeout_s = 0);
+                                 int64_t timeout_s = 0, nlohmann::json* output = nullptr);
 
 }  // namespace gengraph

@@ -100,10 +100,23 @@ std::vector<std::string> TextCodec::decode(const std::vector<std::vector<int64_t
     }
     return out;
   }
-  nlohmann::json request = {
-      {"model", folder_}, {"decode", ids}, {"skip_special_tokens", skip_special_tokens}};
-  return tokenizer_request(folder_, request, "texts", ids.size(), log_)
-      .get<std::vector<std::string>>();
+  // transformers' decode, each text ending at its last whole character as the native one's does
+  // (tools/hf_tokenizer.py's "whole").
+  nlohmann::json request = {{"model", folder_},
+                            {"decode", ids},
+                            {"skip_special_tokens", skip_special_tokens},
+                            {"whole", true}};
+  nlohmann::json output;
+  auto texts = tokenizer_request(folder_, request, "texts", ids.size(), log_, 0, &output)
+                   .get<std::vector<std::string>>();
+  if (cut_bytes != nullptr) {
+    const JsonAt cuts(output, "the output of tools/hf_tokenizer.py (decode)");
+    const std::vector<JsonAt> items = cuts["cut_bytes"].items(ids.size(), "one count a sequence");
+    if (items.size() != ids.size()) cuts["cut_bytes"].fail("one count a sequence");
+    for (size_t i = 0; i < items.size(); ++i)
+      (*cut_bytes)[i] = static_cast<size_t>(items[i].integer_in(0, 3, "0 to 3 bytes"));
+  }
+  return texts;
 }
 
 // The chat template's rendering limits (tools/hf_tokenizer.py enforces them): seconds per text

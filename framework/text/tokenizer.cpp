@@ -4,9 +4,12 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "framework/model/gguf.h"
 #include "framework/text/utf8.h"
@@ -115,6 +118,16 @@ class SentencePieceTokenizer : public Tokenizer {
     if (model_ == nullptr) throw Error(not_a_model(file, error));
     pieces_ = api_.piece_size(model_);
     bos_ = api_.bos_id(model_);
+    // The byte-fallback pieces <0x00>..<0xFF>, where the model has them (an unknown piece's id is
+    // the unknown token's).
+    const std::string none = "\x01gengraph: no such piece";
+    const int unknown = api_.token_id(model_, none.data(), none.size());
+    for (int b = 0; b < 256; ++b) {
+      char piece[8];
+      std::snprintf(piece, sizeof piece, "<0x%02X>", b);
+      const int id = api_.token_id(model_, piece, std::strlen(piece));
+      if (id >= 0 && id != unknown) byte_of_[id] = static_cast<char>(b);
+    }
   }
   ~SentencePieceTokenizer() override { api_.free_model(model_); }
   SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
@@ -158,6 +171,21 @@ class SentencePieceTokenizer : public Tokenizer {
     return out;
   }
 
+  // A character cut at the end is in the byte-fallback pieces at the end (at most 3 of them,
+  // which libsentencepiece shows as one U+FFFD each): those that begin it are left out.
+  std::string decode_whole(const std::vector<int64_t>& ids, bool skip_special_tokens,
+                           size_t& cut_bytes) const override {
+    cut_bytes = 0;
+    size_t run = 0;  // byte pieces at the end
+    while (run < 4 && run < ids.size() && byte_of_.count(ids[ids.size() - 1 - run])) ++run;
+    std::string bytes;
+    for (size_t k = ids.size() - run; k < ids.size(); ++k) bytes.push_back(byte_of_.at(ids[k]));
+    const size_t cut = bytes.size() - utf8::complete_prefix(bytes);
+    if (cut == 0) return decode(ids, skip_special_tokens);
+    cut_bytes = cut;
+    return decode({ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(cut)}, skip_special_tokens);
+  }
+
   int64_t vocab_size() const override { return pieces_; }
   bool is_special(int64_t id) const override {
     return id >= 0 && id < pieces_ && api_.is_control(model_, static_cast<int>(id)) != 0;
@@ -175,6 +203,7 @@ class SentencePieceTokenizer : public Tokenizer {
   bool add_bos_;
   void* model_ = nullptr;
   int pieces_ = 0, bos_ = -1;
+  std::unordered_map<int64_t, char> byte_of_;  // the byte-fallback pieces' bytes, by id
 };
 
 }  // namespace

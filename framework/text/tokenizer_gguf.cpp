@@ -316,6 +316,22 @@ class GgufTokenizer : public Tokenizer {
   // pre-tokenizers) is left out because it would make streamed text differ from the whole, and
   // llama.cpp's own server streams the pieces without it.
   std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override {
+    return utf8::repair(pieces_of(ids, skip_special_tokens));
+  }
+
+  // The pieces are bytes (a byte token's piece is its byte): the bytes at the end that begin a
+  // character the ids leave incomplete are left out before the text is repaired.
+  std::string decode_whole(const std::vector<int64_t>& ids, bool skip_special_tokens,
+                           size_t& cut_bytes) const override {
+    std::string out = pieces_of(ids, skip_special_tokens);
+    const size_t whole = utf8::complete_prefix(out);
+    cut_bytes = out.size() - whole;
+    out.resize(whole);
+    return utf8::repair(out);
+  }
+
+  // decode()'s bytes before their repair.
+  std::string pieces_of(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
     std::string out;
     bool strip_space = add_space_prefix_;  // one leading space of the first piece
     for (const int64_t id : ids) {
@@ -330,7 +346,7 @@ class GgufTokenizer : public Tokenizer {
       strip_space = false;
       out += piece;
     }
-    return utf8::repair(out);
+    return out;
   }
 
   int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }

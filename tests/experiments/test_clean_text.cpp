@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -24,8 +25,10 @@ using namespace testing::cli_names;  // NOLINT(build/namespaces)
 const char* const kByteLevel = R"({"version": "1.0", "normalizer": null,
   "added_tokens": [{"id": 7, "content": "<|im_end|>", "special": true, "single_word": false,
                     "lstrip": false, "rstrip": false, "normalized": false}],
-  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
-  "post_processor": null, "decoder": {"type": "ByteLevel"},
+  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
+                    "use_regex": true},
+  "post_processor": null, "decoder": {"type": "ByteLevel", "add_prefix_space": false,
+                                      "trim_offsets": false, "use_regex": true},
   "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "\u00c3": 2, "\u00a9": 3, "\u00ef": 4,
                                      "\u00bf": 5, "\u00bd": 6}, "merges": []}})";
 
@@ -197,6 +200,61 @@ TEST(CleanText, GenerateSkipsSpecialTokensAndReportsACut) {
   const std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_THAT(out, HasSubstr("[0] \"b\" [")) << out;
   EXPECT_THAT(out, HasSubstr("[1] \"b\" [")) << out;
+}
+
+// transformers' tokenizer (tools/hf_tokenizer.py, "whole": true) ends each text at the last whole
+// character and counts the cut as the native tokenizer does: every sequence of one to three tokens
+// of a byte-level and a byte-fallback vocabulary (cut characters, invalid bytes before them, and
+// U+FFFD spelled out by the tokens). gengraph generate --tokenizer python reports the cut too.
+TEST(CleanText, ThePythonTokenizerEndsAtTheLastWholeCharacterToo) {
+  TempDir dir;
+  const fs::path model = dir / "model";
+  fs::copy(fs::path(testing::fixtures_dir()) / "models" / "gpt2-a", model);
+  const std::string python = std::string(GENGRAPH_SOURCE_DIR) + "/.venv/bin/python";
+  const std::string tool = std::string(GENGRAPH_SOURCE_DIR) + "/tools/hf_tokenizer.py";
+  for (const auto& [json, vocab] :
+       {std::make_pair(kByteLevel, 8), std::make_pair(kByteFallback, 3)}) {
+    write_file(model / "tokenizer.json", json);
+    std::vector<std::vector<int64_t>> seqs;
+    for (int64_t a = 0; a < vocab; ++a) {
+      seqs.push_back({a});
+      for (int64_t b = 0; b < vocab; ++b) {
+        seqs.push_back({a, b});
+        for (int64_t c = 0; c < vocab; ++c) seqs.push_back({a, b, c});
+      }
+    }
+    write_file(dir / "req.json",
+               nlohmann::json{{"model", model.string()}, {"decode", seqs}, {"whole", true}}.dump());
+    ASSERT_EQ(std::system((python + " " + tool + " --request " + (dir / "req.json").string() +
+                           " --out " + (dir / "out.json").string())
+                              .c_str()),
+              0);
+    const auto out = nlohmann::json::parse(testing::read_file(dir / "out.json"));
+    const auto native = load_tokenizer_json(model / "tokenizer.json");
+    size_t differ = 0, cuts = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const auto want = whole(*native, seqs[i]);
+      cuts += want.second > 0;
+      if ((out["texts"][i] != want.first || out["cut_bytes"][i] != want.second) && differ++ < 3) {
+        ADD_FAILURE() << nlohmann::json(seqs[i]) << ": transformers " << out["texts"][i].dump()
+                      << " cut " << out["cut_bytes"][i] << ", native "
+                      << nlohmann::json(want.first).dump() << " cut " << want.second;
+      }
+    }
+    EXPECT_EQ(differ, 0u) << vocab;
+    EXPECT_GT(cuts, 10u) << vocab;
+  }
+  // Through gengraph generate: two <0xC3> tokens, the first invalid (kept), the second cut.
+  const auto [rc, err] = testing::cli_stderr({"generate", "--model", model.string(), "--text", "a",
+                                              "--tokenizer", "python", "--max-new-tokens", "2",
+                                              "--set", "generation.logit_bias={0: 100}", "--output",
+                                              (dir / "r.json").string(), "--quiet"});
+  ASSERT_EQ(rc, 0) << err;
+  const auto seq = nlohmann::json::parse(
+      testing::read_file(dir / "r.json"))["runs"][0]["outputs"][0]["sequences"][0];
+  EXPECT_EQ(seq["tokens"], nlohmann::json({0, 0}));
+  EXPECT_EQ(seq["text"], kFffd);
+  EXPECT_EQ(seq["text_cut_bytes"], 1);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // pinned environment; nothing here is hand-written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "framework/util/json_at.h"
 #include "framework/util/locks.h"
 #include "tests/support/test_util.h"
+#include "tests/support/whole_characters.h"
 
 namespace gengraph {
 namespace {
@@ -174,6 +176,25 @@ TEST_F(TokenizerParity, MistralMetaspace) {
 TEST_F(TokenizerParity, SentencePieceModel) {
   const fs::path model = *dir_ / "fam" / "spm" / "tokenizer.model";
   check(*load_sentencepiece_model(model, true), model);
+}
+
+// Text cut by a token limit ends at the last whole character (issue 55), in the byte-fallback
+// families (tokenizer.json's and libsentencepiece's) and the byte-level one.
+TEST_F(TokenizerParity, EveryPrefixEndsAtTheLastWholeCharacter) {
+  std::vector<std::string> lines;
+  for (const auto& line : *corpus_) {
+    if (lines.size() < 300 && line.size() < 120 && utf8::is_valid(line) &&
+        std::any_of(line.begin(), line.end(), [](char c) { return (c & 0x80) != 0; })) {
+      lines.push_back(line);  // lines with characters of more than one byte
+    }
+  }
+  ASSERT_GE(lines.size(), 50u);
+  const fs::path spm = *dir_ / "fam" / "spm" / "tokenizer.model";
+  EXPECT_GT(testing::check_whole_characters(*load_sentencepiece_model(spm, true), lines, "spm"),
+            0u);
+  for (const char* name : {"llama2", "gpt2"}) {
+    EXPECT_GT(testing::check_whole_characters(*load_tokenizer_json(family(name)), lines, name), 0u);
+  }
 }
 
 // The set-up's real model (scripts/setup.sh converts it; GENGRAPH_CACHE or ~/.cache/gengraph).

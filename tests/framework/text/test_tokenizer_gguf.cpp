@@ -6,6 +6,7 @@
 // does.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "framework/util/error.h"
 #include "framework/util/locks.h"
 #include "tests/support/test_util.h"
+#include "tests/support/whole_characters.h"
 
 namespace gengraph {
 namespace {
@@ -105,6 +107,23 @@ TEST_P(GgufTokenizerVsLlamaCpp, StreamedTextEqualsTheWhole) {
     text += stream.finish();
     EXPECT_EQ(text, tok->decode(ids, false)) << "line " << k;
   }
+}
+
+// Text cut by a token limit ends at the last whole character: the bytes of a character the ids
+// leave incomplete are left out and counted, never shown as U+FFFD.
+TEST_P(GgufTokenizerVsLlamaCpp, EveryPrefixEndsAtTheLastWholeCharacter) {
+  const auto file = GgufFile::open(fixture_dir() / (GetParam() + ".gguf"));
+  const auto tok = load_gguf_tokenizer(*file);
+  std::vector<std::string> lines;
+  for (const auto& line : corpus()) {
+    if (line.size() < 200 &&
+        std::any_of(line.begin(), line.end(), [](char c) { return (c & 0x80) != 0; })) {
+      lines.push_back(line);  // lines with characters of more than one byte
+    }
+  }
+  ASSERT_GE(lines.size(), 5u);
+  const size_t cuts = testing::check_whole_characters(*tok, lines, GetParam() + ".gguf");
+  EXPECT_GT(cuts, 0u) << "no prefix cut a character: the check saw nothing";
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, GgufTokenizerVsLlamaCpp,
