@@ -3,10 +3,11 @@
 # removed, and the copy run without GENGRAPH_ROOT or GENGRAPH_PYTHON. It must find its Python tools
 # in its own share/gengraph and their Python from the install's record (`gengraph paths`), decode
 # text through the Python tokenizer (tools/hf_tokenizer.py), export an aoti package with
-# tools/export_aoti.py, and build and run docs/embedding.md's two programs against the copy. The
-# extension example the install carries (share/gengraph/examples/extension_example) builds from
-# there with the copy alone in CMAKE_PREFIX_PATH (the package finds the LibTorch gengraph was built
-# with), and its tests pass; where that LibTorch is gone, find_package(gengraph) says what to set.
+# tools/export_aoti.py, and build and run docs/embedding.md's two programs against the copy. A
+# newcomer's steps pass on the copy (scripts/check_newcomer.sh: chat from Python, help for every
+# command, and the extension example the install carries built from there with the copy alone in
+# CMAKE_PREFIX_PATH: the package finds the LibTorch gengraph was built with); where that LibTorch
+# is gone, find_package(gengraph) says what to set.
 # Usage: check_install.sh BUILD_DIR SOURCE_DIR TORCH_PREFIX
 set -euo pipefail
 BUILD=$(cd "$1" && pwd); SRC=$(cd "$2" && pwd); TORCH_PREFIX="$3"
@@ -49,14 +50,10 @@ echo "aoti: exported $(find "$WORK/aoti" -name '*.pt2' | head -n1)"
 # The embedding examples, built against the copy and compared with its CLI.
 GENGRAPH_INSTALL_PREFIX="$COPY" bash "$SRC/scripts/check_embedding.sh" "$BUILD" "$SRC" "$TORCH_PREFIX"
 
-# The installed extension example, configured with gengraph's prefix only (no Torch path).
-EXAMPLE="$COPY/share/gengraph/examples/extension_example"
-[ -f "$EXAMPLE/CMakeLists.txt" ] || fail "the extension example is not installed at $EXAMPLE"
-env -u CMAKE_PREFIX_PATH -u Torch_DIR cmake -S "$EXAMPLE" -B "$WORK/extension_example" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$COPY" >/dev/null ||
-  fail "the installed extension example does not configure with CMAKE_PREFIX_PATH=$COPY alone"
-cmake --build "$WORK/extension_example" -j "${GENGRAPH_JOBS:-2}" >/dev/null
-ctest --test-dir "$WORK/extension_example" --output-on-failure
+# A newcomer's steps on the copy (scripts/check_newcomer.sh): chat from Python, help for every
+# command, and the installed extension example configured with gengraph's prefix only (no Torch
+# path), built and tested.
+bash "$SRC/scripts/check_newcomer.sh" "$BUILD" "$SRC" "$COPY"
 
 # A LibTorch that is gone: a clear error naming Torch_DIR and CMAKE_PREFIX_PATH.
 mkdir -p "$WORK/no_torch/cmake" "$WORK/no_torch/project"
