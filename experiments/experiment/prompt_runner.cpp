@@ -19,6 +19,7 @@
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
 #include "framework/util/files.h"
+#include "framework/util/progress.h"
 
 namespace gengraph {
 namespace {
@@ -268,6 +269,13 @@ PromptRunReport run_prompt_file(const ExperimentConfig& c, const PromptRunOption
 
   const auto started = std::chrono::steady_clock::now();
   auto last_note = started;
+  // Lines written to a file: a progress display of the prompts still to run (steps, time, an
+  // estimate). Lines on standard output: a plain note every 5 s instead, which does not redraw
+  // over them.
+  const int64_t to_run = static_cast<int64_t>(f.lines.size()) - report.kept;
+  Progress shown(report.kept > 0 ? "prompts (" + std::to_string(report.kept) + " kept)" : "prompts",
+                 to_run, 0, loop_position_text,
+                 fd >= 0 ? progress_mode_for(log) : ProgressMode::kOff);
   for (size_t b = 0; b < blocks.size(); ++b) {
     std::map<size_t, Line> lines;
     for (const Group& g : blocks[b]) {
@@ -316,8 +324,9 @@ PromptRunReport run_prompt_file(const ExperimentConfig& c, const PromptRunOption
       if (!out) throw Error("cannot write the lines to standard output");
     }
     report.written += static_cast<int64_t>(lines.size());
+    shown.advance(static_cast<int64_t>(lines.size()));
     const auto now = std::chrono::steady_clock::now();
-    if (now - last_note > std::chrono::seconds(5)) {
+    if (fd < 0 && now - last_note > std::chrono::seconds(5)) {
       last_note = now;
       log << "prompts: " << report.written + report.kept << "/" << f.lines.size() << " ("
           << std::chrono::duration_cast<std::chrono::seconds>(now - started).count() << " s)\n";

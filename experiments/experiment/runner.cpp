@@ -5,7 +5,6 @@
 #include <ATen/Parallel.h>
 
 #include <functional>
-#include <iostream>
 #include <map>
 #include <memory>
 
@@ -27,12 +26,6 @@
 
 namespace gengraph {
 namespace {
-
-// Progress displays go where the log goes to standard error (the CLI without --quiet); a log
-// kept elsewhere (a test's, --quiet's sink) gets none.
-ProgressMode progress_mode_for(const std::ostream& log) {
-  return &log == &std::cerr ? progress_mode() : ProgressMode::kOff;
-}
 
 std::vector<std::vector<int64_t>> make_inputs(const InputsSpec& in, int64_t vocab) {
   if (!in.synthetic) return in.prompts;

@@ -43,6 +43,10 @@ ProgressMode progress_mode() {
   return isatty(STDERR_FILENO) && !dumb ? ProgressMode::kTerminal : ProgressMode::kLines;
 }
 
+ProgressMode progress_mode_for(const std::ostream& log) {
+  return &log == &std::cerr ? progress_mode() : ProgressMode::kOff;
+}
+
 std::chrono::milliseconds progress_period(ProgressMode mode) {
   if (const char* p = std::getenv("GENGRAPH_PROGRESS_PERIOD_MS"); p && *p) {
     char* end = nullptr;

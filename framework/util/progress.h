@@ -24,6 +24,10 @@ enum class ProgressMode { kOff, kLines, kTerminal };
 void set_progress_quiet(bool quiet);
 ProgressMode progress_mode();
 
+// progress_mode() where `log` is std::cerr (the CLI's log without --quiet), else kOff: a log kept
+// elsewhere (a test's, --quiet's sink) gets no display.
+ProgressMode progress_mode_for(const std::ostream& log);
+
 // Time between updates: GENGRAPH_PROGRESS_PERIOD_MS when set (1 to 3600000; tests shorten it),
 // else 200 ms on a terminal and 30 s for plain lines. A display shows nothing before one period
 // has passed, so short work stays silent.
