@@ -28,6 +28,7 @@ struct Settings {
   int64_t warmup = 3;
   bool capture = true;  // false: the same static-buffer step, run eagerly (debugging; any device)
   bool share_prefill = true;  // the eager and compiled steps run a shared prompt once per input
+  int64_t ring_spare = kDefaultRingSpare;  // -1: sliding-window layers at the whole length
   int64_t verify_bucket = 4;  // speculative decoding: verify graphs per multiple of this many
   RaggedSettings ragged;      // continuous batching (ragged_graphs.h)
 };
@@ -100,6 +101,17 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
     step_ = ModelStepRegistry::instance()
                 .get(s_.step, "backend 'cuda_graph' option 'step'")
                 .create(this->model(), o, s_.warmup);
+    if (!step_->reads_window_rings()) {
+      if (o.values().count("window_rings") || o.values().count("ring_spare")) {
+        throw Error(
+            "backend 'cuda_graph': options window_rings and ring_spare apply to step: "
+            "eager, found step: " +
+            s_.step +
+            " (its graph takes every layer at the "
+            "cache's whole length)");
+      }
+      s_.ring_spare = -1;
+    }
   }
 
   std::string name() const override { return "cuda_graph"; }
@@ -113,6 +125,8 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
                           {"graph_pool_bytes", double(pool_bytes_)},
                           {"capture_reserved_bytes", double(reserved_growth_)},
                           {"max_length", double(max_length_)},
+                          {"kv_cache_bytes", double(cache_bytes())},
+                          {"ring_spare", double(s_.ring_spare)},
                           {"captured", s_.capture ? 1.0 : 0.0}});
     if (ragged_) r.merge(ragged_->report());
     for (const std::string& kind : ModelStepRegistry::instance().names()) {  // step_is_trace, ...
@@ -231,10 +245,16 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
   // dropped and their slots forgotten at once. Padding rows are pure padding, as in prefill.
   // Another step verifies one (captured) decode step per position (the base class's way).
   bool verifies_at_once() const override { return step_->verifies(); }
+  int64_t max_verify_candidates() const override {
+    return rings() ? s_.ring_spare : ForwardBackend::max_verify_candidates();
+  }
   at::Tensor do_verify(const StepInputs& in, const at::Tensor& slots) override {
     Bucket& b = *bucket_;
     const int64_t rows = in.input_ids.size(0), t = in.input_ids.size(1);
-    const int64_t positions = verify_positions(t, s_.verify_bucket, max_length_ - length());
+    // Rings are rewritten in place by steps of up to ring_spare + 1 positions: the cap.
+    const int64_t room =
+        rings() ? std::min(max_length_ - length(), s_.ring_spare + 1) : max_length_ - length();
+    const int64_t positions = verify_positions(t, s_.verify_bucket, room);
     VerifyStep& v = verify_for(b, positions);
     const StepInputs padded = pad_verify_inputs(in, positions);
     v.ids.zero_();
@@ -321,6 +341,16 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
     ++verify_graphs_;
   }
 
+  // Whether the prepared bucket's cache holds sliding-window layers in rings.
+  bool rings() const { return bucket_ && bucket_->cache->shape().windows.count() > 0; }
+
+  // The buckets' static caches, rings included.
+  int64_t cache_bytes() const {
+    int64_t n = 0;
+    for (const auto& [rows, b] : buckets_) n += b.cache->bytes();
+    return n;
+  }
+
   Bucket& bucket_for(int64_t rows) {
     auto found = buckets_.find(rows);
     if (found != buckets_.end()) return found->second;
@@ -330,7 +360,7 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
     const auto l = f.dtype(at::kLong);
     Bucket b;
     b.rows = rows;
-    reuse_or_allocate(b.cache, model().cache_shape(rows, max_length_), f);
+    reuse_or_allocate(b.cache, model().cache_shape(rows, max_length_, s_.ring_spare), f);
     b.ids = at::zeros({rows, 1}, l);
     b.positions = at::zeros({rows, 1}, l);
     b.token_valid = at::ones({rows, 1}, f.dtype(at::kBool));
@@ -402,6 +432,7 @@ Settings read_settings(const BackendOptions& o) {
   s.capture = o.get_bool("capture", true);
   s.share_prefill = read_share_prefill(o);
   s.verify_bucket = o.get_int("verify_bucket", 4, 1, 1024);
+  s.ring_spare = read_ring_spare(o);
   s.ragged = read_ragged_settings(o);
   s.ragged.warmup = s.warmup;
   s.ragged.capture = s.capture;
@@ -425,7 +456,8 @@ BackendInfo cuda_graph_backend_info() {
       "verify steps per multiple of this many positions, each captured), ragged_max_tokens (256: "
       "continuous batching's steps padded to a power of two of tokens up to this many, each "
       "captured; larger ones run uncaptured), ragged_max_blocks (0: the model's max_positions; "
-      "the static block table's width in blocks)";
+      "the static block table's width in blocks), window_rings and ring_spare (as eager's, "
+      "step: eager)";
   info.unavailable_reason = [](const BackendOptions& o) -> std::string {
     if (cuda_available() || !o.get_bool("capture", true)) return "";
     return "capture needs a CUDA device, and none is visible here (capture: false runs the step "

@@ -21,11 +21,12 @@ enum class EagerCache { kGrowing, kStatic, kPaged };
 class EagerBackend final : public ForwardBackend {
  public:
   EagerBackend(std::shared_ptr<const CausalLM> model, EagerCache cache, bool share_prefill,
-               int64_t block_size)
+               int64_t block_size, int64_t ring_spare)
       : ForwardBackend(std::move(model)),
         kind_(cache),
         share_prefill_(share_prefill),
-        block_size_(block_size) {}
+        block_size_(block_size),
+        ring_spare_(ring_spare) {}
 
   std::string name() const override { return "eager"; }
 
@@ -35,6 +36,13 @@ class EagerBackend final : public ForwardBackend {
         {"sdpa_kernel",
          rows() > 0 ? double(model().decode_attention_kernel(rows(), max_length())) : -1.0},
         {"reorder_bytes_per_step", cache_ ? cache_->reorder_bytes_per_step() : 0.0}};
+    // What the cache holds (after a run: a growing cache grows), rings included.
+    if (kind_ == EagerCache::kGrowing && growing_) r["kv_cache_bytes"] = double(growing_->bytes());
+    if (kind_ == EagerCache::kStatic && static_) r["kv_cache_bytes"] = double(static_->bytes());
+    if (kind_ != EagerCache::kPaged) {
+      r["window_rings"] = window_rings_;
+      r["ring_spare"] = double(ring_spare_);
+    }
     if (kind_ == EagerCache::kPaged) r["paged_block_size"] = static_cast<double>(block_size_);
     return r;
   }
@@ -54,12 +62,15 @@ class EagerBackend final : public ForwardBackend {
     const auto options = at::TensorOptions().dtype(model().dtype()).device(model().device());
     switch (kind_) {
       case EagerCache::kGrowing:
-        growing_ = std::make_unique<GrowingCache>(model().config().num_layers, max_length);
+        growing_ = std::make_unique<GrowingCache>(model().config().num_layers, max_length,
+                                                  model().window_layout(max_length, ring_spare_));
+        window_rings_ = double(model().window_layout(max_length, ring_spare_).count());
         cache_ = growing_.get();
         return;
       case EagerCache::kStatic:
-        cache_ = &reuse_or_allocate(static_, model().cache_shape(rows, max_length), options,
-                                    Reorder::kSwap);
+        cache_ = &reuse_or_allocate(static_, model().cache_shape(rows, max_length, ring_spare_),
+                                    options, Reorder::kSwap);
+        window_rings_ = double(static_->shape().windows.count());
         return;
       case EagerCache::kPaged: {
         const ModelShape s = model_shape(model());
@@ -111,6 +122,9 @@ class EagerBackend final : public ForwardBackend {
 
   // Speculative decoding: the candidates in one forward, every position's logits.
   bool verifies_at_once() const override { return true; }
+  int64_t max_verify_candidates() const override {
+    return window_rings_ > 0 ? ring_spare_ : ForwardBackend::max_verify_candidates();
+  }
   at::Tensor do_verify(const StepInputs& in, const at::Tensor& slots) override {
     if (kind_ == EagerCache::kPaged) return paged_step(in, slots, /*all_positions=*/true);
     return run_forward_step(model(), *cache_, in.input_ids, in.positions, slots, in.token_valid,
@@ -146,6 +160,8 @@ class EagerBackend final : public ForwardBackend {
   EagerCache kind_;
   bool share_prefill_;
   int64_t block_size_;
+  int64_t ring_spare_;       // -1: sliding-window layers at the whole length
+  double window_rings_ = 0;  // layers the cache holds in rings
   std::unique_ptr<GrowingCache> growing_;
   std::unique_ptr<StaticCache> static_;
   std::unique_ptr<PagedCache> paged_;
@@ -163,6 +179,7 @@ class EagerStep final : public ModelStep {
   at::Tensor decode(const StepArgs& a) override {
     return run_forward_step(model_, *a.cache, a.input_ids, a.positions, a.slots, a.token_valid);
   }
+  bool reads_window_rings() const override { return true; }
   bool verifies() const override { return true; }
   at::Tensor verify(const StepArgs& a) override {
     return run_forward_step(model_, *a.cache, a.input_ids, a.positions, a.slots, a.token_valid,
@@ -192,11 +209,13 @@ BackendInfo eager_backend_info() {
   info.description =
       "ATen ops run directly; options cache: growing (default) | static | paged (blocks of "
       "block_size positions, 16, with the batch-invariant kernels: a request's solo run for the "
-      "scheduler), share_prefill (true; not with paged)";
+      "scheduler), share_prefill (true; not with paged), window_rings (true: a model's "
+      "sliding-window layers held in rings of window + ring_spare slots, 64; not with paged)";
   struct Settings {
     EagerCache cache;
     bool share_prefill;
     int64_t block_size;
+    int64_t ring_spare;
   };
   auto read = [](const BackendOptions& o) {
     Settings s;
@@ -216,12 +235,21 @@ BackendInfo eager_backend_info() {
       throw Error("backend 'eager': option block_size applies to cache: paged, found cache: " +
                   cache);
     }
+    s.ring_spare = -1;
+    if (!paged) {
+      s.ring_spare = read_ring_spare(o);
+    } else if (o.values().count("window_rings") || o.values().count("ring_spare")) {
+      throw Error(
+          "backend 'eager': options window_rings and ring_spare apply to cache: growing or "
+          "static, found cache: paged (the pool's blocks are shared by every layer)");
+    }
     return s;
   };
   info.check_options = [read](const BackendOptions& o, const c10::Device&) { read(o); };
   info.create = [read](std::shared_ptr<const CausalLM> model, const BackendOptions& options) {
     const Settings s = read(options);
-    return std::make_unique<EagerBackend>(std::move(model), s.cache, s.share_prefill, s.block_size);
+    return std::make_unique<EagerBackend>(std::move(model), s.cache, s.share_prefill, s.block_size,
+                                          s.ring_spare);
   };
   return info;
 }

@@ -65,6 +65,10 @@ class ModelStep {
   // input's beams run once, in the cache's first rows). A trace is made per row count: it does
   // not.
   virtual bool shares_prefill() const { return true; }
+  // Whether the step runs the model's forward over any StaticCache, so that its sliding-window
+  // layers can be held in rings (WindowLayout); a trace or a package takes the cache's stacked
+  // buffers as its inputs, every layer at the whole length.
+  virtual bool reads_window_rings() const { return false; }
   // Whether the step runs gengraph's own attention (its kernel choice is reported); a compiled
   // package runs its own.
   virtual bool runs_own_attention() const { return true; }

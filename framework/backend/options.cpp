@@ -1,5 +1,7 @@
 #include "framework/backend/options.h"
 
+#include <gengraph/ext/model.h>
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -69,6 +71,16 @@ void BackendOptions::check_all_used() const {
 }
 
 bool read_share_prefill(const BackendOptions& o) { return o.get_bool("share_prefill", true); }
+
+int64_t read_ring_spare(const BackendOptions& o) {
+  const bool rings = o.get_bool("window_rings", true);
+  const int64_t spare = o.get_int("ring_spare", kDefaultRingSpare, 0, 1 << 20);
+  if (!rings && o.values().count("ring_spare")) {
+    throw Error("backend '" + o.backend() +
+                "': option ring_spare applies to window_rings: true, found window_rings: false");
+  }
+  return rings ? spare : -1;
+}
 
 std::string expand_home(const std::string& path) {
   if (path == "~" || path.rfind("~/", 0) == 0) {

@@ -12,6 +12,11 @@ namespace gengraph {
 // (the beams of one input) once and copy its cache: false prefills every row, for comparison.
 bool read_share_prefill(const BackendOptions& o);
 
+// The options window_rings (default true) and ring_spare (default kDefaultRingSpare), of backends
+// whose caches can hold a model's sliding-window layers in rings (WindowLayout): the spare, or -1
+// with window_rings false (every layer at the cache's whole length, for comparison).
+int64_t read_ring_spare(const BackendOptions& o);
+
 // "~/x" as the shell would expand it (YAML does not); other paths as they are. For path options.
 std::string expand_home(const std::string& path);
 

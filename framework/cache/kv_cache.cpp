@@ -23,8 +23,17 @@ at::Tensor KVCache::expand_prefill(const at::Tensor& logits, int64_t copies, int
   return logits.index_select(0, parents.narrow(0, 0, rows));
 }
 
-void GrowingCache::write_validity(const at::Tensor& /*slots*/, const at::Tensor& token_valid) {
+void GrowingCache::write_validity(const at::Tensor& slots, const at::Tensor& token_valid) {
   valid_ = valid_.defined() ? at::cat({valid_, token_valid}, 1) : token_valid.clone();
+  rings_.write_validity(slots, token_valid);
+}
+
+int64_t GrowingCache::bytes() const {
+  int64_t n = valid_.defined() ? static_cast<int64_t>(valid_.nbytes()) : 0;
+  for (const auto* layers : {&keys_, &values_})
+    for (const at::Tensor& t : *layers)
+      if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  return n + rings_.bytes();
 }
 
 namespace {
@@ -42,6 +51,7 @@ at::Tensor regrown(const at::Tensor& buffer, int64_t length, int64_t room, const
 std::pair<at::Tensor, at::Tensor> GrowingCache::update(int64_t layer, const at::Tensor& k_new,
                                                        const at::Tensor& v_new,
                                                        const at::Tensor& /*slots*/) {
+  if (rings_.holds(layer)) return rings_.update(layer, k_new, v_new);
   auto& k = keys_.at(layer);
   auto& v = values_.at(layer);
   int64_t& length = lengths_.at(layer);
@@ -67,6 +77,7 @@ std::pair<at::Tensor, at::Tensor> GrowingCache::update(int64_t layer, const at::
 void GrowingCache::truncate(int64_t length) {
   for (int64_t& l : lengths_) l = std::min(l, length);
   if (valid_.defined()) valid_ = valid_.narrow(1, 0, std::min(length, valid_.size(1)));
+  rings_.truncate(length);
 }
 
 void GrowingCache::reorder(const at::Tensor& parent_rows, int64_t /*written: all of it is*/) {
@@ -87,34 +98,79 @@ void GrowingCache::reorder(const at::Tensor& parent_rows, int64_t /*written: all
     }
   }
   valid_ = valid_.index_select(0, parent_rows);
+  bytes += rings_.reorder(parent_rows);
   count_reorder(bytes + 2 * static_cast<int64_t>(valid_.nbytes()));
 }
 
+namespace {
+
+// Per layer: its place among the layers held at max_len, or -1 for a layer in a ring.
+std::vector<int64_t> full_layer_index(int64_t layers, const WindowRings& rings) {
+  std::vector<int64_t> index;
+  int64_t next = 0;
+  for (int64_t i = 0; i < layers; ++i) index.push_back(rings.holds(i) ? -1 : next++);
+  return index;
+}
+
+}  // namespace
+
 StaticCache::StaticCache(const CacheShape& s, const at::TensorOptions& options, Reorder mode)
-    : keys_(at::zeros({s.layers, s.rows, s.kv_heads, s.max_len, s.head_dim}, options)),
-      values_(at::zeros({s.layers, s.rows, s.kv_heads, s.max_len, s.head_dim}, options)),
-      valid_(at::zeros({s.rows, s.max_len}, options.dtype(at::kBool))),
-      mode_(mode) {}
+    : shape_(s), rings_(s.windows), mode_(mode) {
+  if (rings_.active() && static_cast<int64_t>(s.windows.layers.size()) != s.layers) {
+    throw Error("StaticCache: the window layout names " + std::to_string(s.windows.layers.size()) +
+                " layers, the cache holds " + std::to_string(s.layers));
+  }
+  index_ = full_layer_index(s.layers, rings_);
+  const int64_t full = s.layers - s.windows.count();
+  keys_ = at::zeros({full, s.rows, s.kv_heads, s.max_len, s.head_dim}, options);
+  values_ = at::zeros({full, s.rows, s.kv_heads, s.max_len, s.head_dim}, options);
+  valid_ = at::zeros({s.rows, s.max_len}, options.dtype(at::kBool));
+  rings_.allocate(s.rows, s.kv_heads, s.head_dim, options);
+}
 
 StaticCache::StaticCache(at::Tensor keys, at::Tensor values, at::Tensor valid)
-    : keys_(std::move(keys)), values_(std::move(values)), valid_(std::move(valid)) {}
+    : keys_(std::move(keys)), values_(std::move(values)), valid_(std::move(valid)) {
+  shape_ = CacheShape{keys_.size(0), keys_.size(1), keys_.size(2), keys_.size(3), keys_.size(4)};
+  index_ = full_layer_index(keys_.size(0), rings_);
+}
+
+StaticCache StaticCache::first_rows(int64_t rows) const {
+  StaticCache c = *this;
+  c.keys_ = keys_.narrow(1, 0, rows);
+  c.values_ = values_.narrow(1, 0, rows);
+  c.valid_ = valid_.narrow(0, 0, rows);
+  c.rings_ = rings_.first_rows(rows);
+  c.shape_.rows = rows;
+  c.spare_keys_ = c.spare_values_ = at::Tensor();
+  return c;
+}
+
+int64_t StaticCache::bytes() const {
+  int64_t n = 0;
+  for (const at::Tensor* t : {&keys_, &values_, &valid_, &spare_keys_, &spare_values_})
+    if (t->defined()) n += static_cast<int64_t>(t->nbytes());
+  return n + rings_.bytes();
+}
 
 void StaticCache::write_validity(const at::Tensor& slots, const at::Tensor& token_valid) {
   valid_.index_copy_(1, slots, token_valid);
+  rings_.write_validity(slots, token_valid);
 }
 
 std::pair<at::Tensor, at::Tensor> StaticCache::update(int64_t layer, const at::Tensor& k_new,
                                                       const at::Tensor& v_new,
                                                       const at::Tensor& slots) {
-  at::Tensor k = keys_.select(0, layer);  // views: writes land in the stacked buffers
-  at::Tensor v = values_.select(0, layer);
+  if (rings_.holds(layer)) return rings_.update(layer, k_new, v_new);
+  at::Tensor k = keys_.select(0, index_.at(layer));  // views: writes land in the stacked buffers
+  at::Tensor v = values_.select(0, index_.at(layer));
   k.index_copy_(2, slots, k_new);
   v.index_copy_(2, slots, v_new);
   return {k, v};
 }
 
 std::optional<std::pair<at::Tensor, at::Tensor>> StaticCache::layer_buffers(int64_t layer) {
-  return std::make_pair(keys_.select(0, layer), values_.select(0, layer));
+  if (rings_.holds(layer)) return std::nullopt;  // written at slot % ring, by update()
+  return std::make_pair(keys_.select(0, index_.at(layer)), values_.select(0, index_.at(layer)));
 }
 
 void StaticCache::reorder(const at::Tensor& parent_rows, int64_t written) {
@@ -147,28 +203,34 @@ void StaticCache::reorder(const at::Tensor& parent_rows, int64_t written) {
     moved *= 4;  // gathered into a temporary, then copied back
   }
   valid_.copy_(valid_.index_select(0, parent_rows));
+  moved += rings_.reorder(parent_rows);
   count_reorder(moved + 4 * static_cast<int64_t>(valid_.nbytes()));
 }
 
 void StaticCache::truncate(int64_t length) {
   // The slots from `length` on are no longer read; the next write overwrites them.
   valid_.narrow(1, length, valid_.size(1) - length).fill_(false);
+  rings_.truncate(length);
 }
 
 void StaticCache::reset() {
   valid_.fill_(false);
+  rings_.reset();
   reset_reorder_count();
 }
 
 StaticCache& reuse_or_allocate(std::unique_ptr<StaticCache>& cache, const CacheShape& shape,
                                const at::TensorOptions& options, Reorder mode) {
-  const auto& k = cache ? cache->keys() : at::Tensor();
-  if (cache && k.size(0) == shape.layers && k.size(1) == shape.rows &&
-      k.size(2) == shape.kv_heads && k.size(3) == shape.max_len && k.size(4) == shape.head_dim &&
-      k.options().dtype() == options.dtype() && k.device() == options.device() &&
-      cache->mode() == mode) {
-    cache->reset();  // same shape: reuse the buffers
-    return *cache;
+  if (cache) {
+    const CacheShape& s = cache->shape();
+    const at::Tensor& k = cache->keys();
+    if (s.layers == shape.layers && s.rows == shape.rows && s.kv_heads == shape.kv_heads &&
+        s.max_len == shape.max_len && s.head_dim == shape.head_dim && s.windows == shape.windows &&
+        k.options().dtype() == options.dtype() && k.device() == options.device() &&
+        cache->mode() == mode) {
+      cache->reset();  // same shape: reuse the buffers
+      return *cache;
+    }
   }
   cache.reset();  // the old buffers go before the new ones are allocated
   cache = std::make_unique<StaticCache>(shape, options, mode);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "framework/backend/forward_backend.h"
+#include "framework/backend/options.h"
 #include "framework/decoding/generation_defaults.h"
 #include "framework/model/causal_lm.h"
 #include "framework/util/error.h"
@@ -24,6 +25,18 @@ CacheLayout cache_layout(const std::string& backend,
       backend != "eager" || paged || (cache != options.end() && cache->second == "static");
   // eager's paged cache repeats a prompt per row (it refuses share_prefill: true).
   layout.shared_prefill = !paged && (share == options.end() || share->second != "false");
+  // Rings where the backend's cache takes them and its options leave them on.
+  const auto step = options.find("step");
+  const bool eager_step = backend == "eager" ? !paged
+                                             : backend == "cuda_graph" && (step == options.end() ||
+                                                                           step->second == "eager");
+  if (eager_step) {
+    try {
+      layout.ring_spare = read_ring_spare(BackendOptions(backend, options));
+    } catch (const std::exception&) {
+      // The backend refuses the value by name when it is made.
+    }
+  }
   return layout;
 }
 
@@ -33,6 +46,8 @@ CacheLayout cache_layout(const ForwardBackend& backend) {
   const auto static_cache = report.find("static_cache");
   if (static_cache != report.end()) layout.static_cache = static_cache->second != 0.0;
   layout.shared_prefill = backend.shares_prefill();
+  const auto spare = report.find("ring_spare");
+  layout.ring_spare = spare != report.end() ? static_cast<int64_t>(spare->second) : -1;
   return layout;
 }
 
@@ -159,6 +174,7 @@ GenerationPlan plan_generation(const PlanTarget& target, ResolvedSettings config
   shape.beam_search = config.num_beams > 1;
   shape.shared_prefill = target.cache.shared_prefill;
   shape.static_cache = target.cache.static_cache;
+  shape.ring_spare = target.cache.ring_spare;
   plan.memory = estimate_generation_memory(mc, target.dtype, shape, target.architecture);
   plan.memory_what = "generating " + std::to_string(plan.inputs * plan.rows_per_input) + " rows (" +
                      std::to_string(plan.inputs) + " prompts x " +

@@ -35,6 +35,9 @@ struct CacheLayout {
   bool static_cache = false;
   // The prompt runs once per input and its cache is copied to the input's rows.
   bool shared_prefill = true;
+  // Sliding-window layers in rings of window + ring_spare slots (eager's growing and static
+  // caches, cuda_graph's eager step: option window_rings); -1: at the whole length.
+  int64_t ring_spare = -1;
 };
 
 // The layout of backend `backend` with `options` (as in YAML), before it exists: the one place

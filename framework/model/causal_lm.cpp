@@ -103,8 +103,22 @@ Projection CausalLM::project(const at::Tensor& weight, const at::Tensor& bias,
   return p;
 }
 
-CacheShape CausalLM::cache_shape(int64_t rows, int64_t max_len) const {
-  return CacheShape{config_.num_layers, rows, config_.num_kv_heads, max_len, config_.head_dim};
+CacheShape CausalLM::cache_shape(int64_t rows, int64_t max_len, int64_t ring_spare) const {
+  return CacheShape{config_.num_layers,   rows,
+                    config_.num_kv_heads, max_len,
+                    config_.head_dim,     window_layout(max_len, ring_spare)};
+}
+
+WindowLayout CausalLM::window_layout(int64_t max_len, int64_t ring_spare) const {
+  const ModelConfig& c = config_;
+  WindowLayout w;
+  if (ring_spare < 0 || c.sliding_window <= 0 || c.sliding_layers.empty()) return w;
+  // A ring no smaller than the whole cache saves nothing.
+  if (c.sliding_window + ring_spare >= max_len) return w;
+  w.window = c.sliding_window;
+  w.spare = ring_spare;
+  w.layers = c.sliding_layers;
+  return w;
 }
 
 int64_t CausalLM::decode_attention_kernel(int64_t rows, int64_t max_len) const {
@@ -158,8 +172,14 @@ at::Tensor run_forward_step(const CausalLM& model, KVCache& cache, const at::Ten
                             const at::Tensor& positions, const at::Tensor& slots,
                             const at::Tensor& token_valid, bool all_positions) {
   cache.write_validity(slots, token_valid);
-  const at::Tensor mask = attention_mask(cache.validity(), slots);
-  return model.forward(ForwardBatch{input_ids, positions, slots, mask, all_positions}, cache);
+  ForwardBatch b;
+  b.input_ids = input_ids;
+  b.positions = positions;
+  b.slots = slots;
+  b.attn_mask = attention_mask(cache.validity(), slots);
+  b.window_mask = cache.window_mask();
+  b.all_positions = all_positions;
+  return model.forward(b, cache);
 }
 
 ModelShape model_shape(const CausalLM& model) {
@@ -179,8 +199,13 @@ ModelShape model_shape(const CausalLM& model) {
 at::ScalarType model_dtype(const CausalLM& model) { return model.dtype(); }
 at::Device model_device(const CausalLM& model) { return model.device(); }
 
-CacheShape model_cache_shape(const CausalLM& model, int64_t rows, int64_t max_len) {
-  return model.cache_shape(rows, max_len);
+CacheShape model_cache_shape(const CausalLM& model, int64_t rows, int64_t max_len,
+                             int64_t ring_spare) {
+  return model.cache_shape(rows, max_len, ring_spare);
+}
+
+WindowLayout model_window_layout(const CausalLM& model, int64_t max_len, int64_t ring_spare) {
+  return model.window_layout(max_len, ring_spare);
 }
 
 at::Tensor model_forward(const CausalLM& model, const ForwardBatch& batch, KVCache& cache) {

@@ -39,7 +39,10 @@ class CausalLM {
   // projections a quantized WeightFormat stores count at their stored size (int8, int4 with
   // scales and zeros, bfloat16) instead of the checkpoint's.
   double decode_weight_bytes() const;
-  CacheShape cache_shape(int64_t rows, int64_t max_len) const;
+  // ring_spare >= 0: the sliding-window layers in rings (model_cache_shape,
+  // <gengraph/ext/model.h>).
+  CacheShape cache_shape(int64_t rows, int64_t max_len, int64_t ring_spare = -1) const;
+  WindowLayout window_layout(int64_t max_len, int64_t ring_spare) const;
   // The scaled-dot-product-attention kernel LibTorch picks for this model's decode step (one query
   // per row over max_len cache slots, the mask this form passes) on its device and dtype, as
   // at::SDPBackend numbers it: 0 math, 1 flash, 2 memory-efficient, 3 cuDNN, -1 none; or

@@ -57,10 +57,19 @@ double weight_bytes(const Architecture& arch, const ModelConfig& config, c10::Sc
   return one + (bytes_with(2) - one) * static_cast<double>(config.num_layers - 1);
 }
 
-double kv_cache_bytes(const ModelConfig& c, c10::ScalarType dtype, double rows, double max_length) {
-  return 2.0 * static_cast<double>(c.num_layers) * rows * static_cast<double>(c.num_kv_heads) *
-         max_length * static_cast<double>(c.head_dim) *
-         static_cast<double>(c10::elementSize(dtype));
+double kv_cache_bytes(const ModelConfig& c, c10::ScalarType dtype, double rows, double max_length,
+                      int64_t ring_spare) {
+  const double per_slot = 2.0 * rows * static_cast<double>(c.num_kv_heads) *
+                          static_cast<double>(c.head_dim) *
+                          static_cast<double>(c10::elementSize(dtype));
+  double windowed = 0;
+  if (ring_spare >= 0 && c.sliding_window > 0 &&
+      static_cast<double>(c.sliding_window + ring_spare) < max_length) {
+    windowed =
+        static_cast<double>(std::count(c.sliding_layers.begin(), c.sliding_layers.end(), true));
+  }
+  const double ring = static_cast<double>(c.sliding_window + ring_spare);
+  return per_slot * ((static_cast<double>(c.num_layers) - windowed) * max_length + windowed * ring);
 }
 
 double MemoryEstimate::total() const {
@@ -89,7 +98,7 @@ MemoryEstimate estimate_generation_memory(const ModelConfig& c, c10::ScalarType 
 
   MemoryEstimate m;
   if (arch) m.weights = weight_bytes(*arch, c, dtype);
-  m.kv_cache = kv_cache_bytes(c, dtype, rows, max_len);
+  m.kv_cache = kv_cache_bytes(c, dtype, rows, max_len, s.ring_spare);
 
   // The prefill: one forward over the prompt, once per input (shared) or per row.
   const double p = s.shared_prefill ? s.inputs : rows;

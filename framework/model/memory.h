@@ -23,8 +23,10 @@ struct Architecture;
 double weight_bytes(const Architecture& arch, const ModelConfig& config, c10::ScalarType dtype);
 
 // Bytes of a KV cache (keys and values, every layer) for `rows` x `max_length` positions.
+// With ring_spare >= 0 the sliding-window layers count at window + ring_spare slots where that is
+// fewer (the rings of WindowLayout, which the built-in caches hold them in by default).
 double kv_cache_bytes(const ModelConfig& config, c10::ScalarType dtype, double rows,
-                      double max_length);
+                      double max_length, int64_t ring_spare = -1);
 
 // The shape of one generate() call, for estimate_generation_memory. Doubles: an absurd setting
 // (a billion rows) is estimated without overflow.
@@ -42,6 +44,8 @@ struct GenerationShape {
   // A cache preallocated for max_length (eager's cache: static, trace, aoti, cuda_graph): the
   // prefill attends over max_length slots, and beam search's reorder holds a second copy of it.
   bool static_cache = false;
+  // The cache holds the sliding-window layers in rings of window + ring_spare slots; -1: not.
+  int64_t ring_spare = -1;
 };
 
 // What a generation needs, by part. The prefill's and the decode steps' temporaries are not held

@@ -44,6 +44,14 @@ std::vector<Variant> variants() {
       // transformers' formulation op by op against the fused reference, on every test model
       v.push_back({"eager_unfused", "eager", {{"cache", "growing"}}, false});
       v.push_back({"eager_static_unfused", "eager", {{"cache", "static"}}, false});
+      // Sliding-window layers in rings of window + 3 slots (the models with a window; the
+      // verifies below take 3 candidates, which a spare of 3 rewrites in place).
+      v.push_back({"eager_growing_rings", "eager", {{"cache", "growing"}, {"ring_spare", "3"}}});
+      v.push_back({"eager_static_rings", "eager", {{"cache", "static"}, {"ring_spare", "3"}}});
+      v.push_back({"eager_static_rings_unfused",
+                   "eager",
+                   {{"cache", "static"}, {"ring_spare", "3"}},
+                   false});
     } else if (name == "cuda_graph") {
       // Captured only on CUDA (tests/backends/test_cuda_graph.cpp); uncaptured, its static-buffer
       // step (bucket padding rows, the beam reorder inside the step) runs on any device.
@@ -53,6 +61,13 @@ std::vector<Variant> variants() {
       // The whole decoding step over the static step, uncaptured: what a whole-step graph replays.
       v.push_back(
           {"whole_step_uncaptured", name, {{"capture", "false"}}, true, whole_step_uncaptured()});
+      v.push_back(
+          {"cuda_graph_uncaptured_rings", name, {{"capture", "false"}, {"ring_spare", "3"}}});
+      v.push_back({"whole_step_uncaptured_rings",
+                   name,
+                   {{"capture", "false"}, {"ring_spare", "3"}},
+                   true,
+                   whole_step_uncaptured()});
     } else {
       v.push_back({name, name, {}});
     }
@@ -69,6 +84,11 @@ class BackendConformance : public ::testing::TestWithParam<std::tuple<Variant, s
     const BackendOptions options(variant.backend, variant.options);
     if (info.unavailable_reason && !info.unavailable_reason(options).empty()) {
       GTEST_SKIP() << variant.backend << ": " << info.unavailable_reason(options);
+    }
+    if (variant.options.count("ring_spare") &&
+        testing::test_model(std::get<1>(GetParam()), 11)->config().sliding_window == 0) {
+      GTEST_SKIP() << "rings hold sliding-window layers; " << std::get<1>(GetParam())
+                   << " has none";
     }
   }
   // The variant's backend over `model` (fused), or over the test model's unfused form.

@@ -239,11 +239,16 @@ TEST_P(CudaGraphGpu, ReplayIsBitwiseTheUncapturedStep) {
   auto graph = make(m, "cuda_graph", exact);
   auto trace = make(m, "trace");
   auto graph_trace = make(m, "cuda_graph", with({{"step", "trace"}}));
+  // Sliding-window layers (gemma3-a's) in rings of window + 3 slots, captured.
+  auto eager_rings = make(m, "eager", {{"cache", "static"}, {"ring_spare", "3"}});
+  auto graph_rings = make(m, "cuda_graph", with({{"ring_spare", "3"}}));
   for (const auto& [what, config] : modes()) {
     expect_same(run(config, *eager_static), run(config, *graph), true,
                 what + ": cuda_graph vs eager static");
     expect_same(run(config, *trace), run(config, *graph_trace), true,
                 what + ": cuda_graph step trace vs trace");
+    expect_same(run(config, *eager_rings), run(config, *graph_rings), true,
+                what + ": cuda_graph vs eager static, rings");
   }
   EXPECT_EQ(graph->report().at("graphs"), 4.0);  // buckets 3 and 12, each with and without reorder
   EXPECT_GT(graph->report().at("graph_pool_bytes"), 0.0);
@@ -260,6 +265,7 @@ TEST_P(CudaGraphGpuModels, Float32SameTokensOnEveryBackend) {
   backends.emplace_back("cuda_graph", make(m, "cuda_graph"));  // 3 rows in bucket 4, 12 in 16
   backends.emplace_back("cuda_graph step trace", make(m, "cuda_graph", {{"step", "trace"}}));
   backends.emplace_back("cuda_graph uncaptured", make(m, "cuda_graph", {{"capture", "false"}}));
+  backends.emplace_back("cuda_graph rings", make(m, "cuda_graph", {{"ring_spare", "3"}}));
   for (const auto& [what, config] : modes()) {
     const auto want = run(config, *reference);
     for (auto& [name, b] : backends)

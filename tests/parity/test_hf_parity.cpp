@@ -26,7 +26,7 @@ namespace {
 struct ParityCase {
   nlohmann::json record;
   std::string variant;  // growing | static (eager's cache, fused model) | unfused | aoti |
-                        // whole_step
+                        // whole_step; rings | static_rings | whole_step_rings (windowed models)
 };
 
 const nlohmann::json& fixtures() {
@@ -37,11 +37,25 @@ const nlohmann::json& fixtures() {
   return doc;
 }
 
+// Whether the fixture model has sliding-window layers (its cases then also run with rings).
+bool windowed(const std::string& model) {
+  std::ifstream in(testing::fixtures_dir() + "/models/" + model + "/config.json");
+  const nlohmann::json c = nlohmann::json::parse(in);
+  return c.contains("sliding_window") && c["sliding_window"].is_number_integer() &&
+         c["sliding_window"].get<int64_t>() > 0;
+}
+
 std::vector<ParityCase> all_cases() {
   std::vector<ParityCase> out;
   for (const auto& rec : fixtures()["cases"]) {
     for (const std::string variant : {"growing", "static", "unfused", "aoti", "whole_step"})
       out.push_back({rec, variant});
+    // The window layers in rings of window + 4 slots, so that the window matters within the
+    // cases' lengths (prompt lookup proposes up to 4 candidates).
+    if (windowed(rec["model"].get<std::string>())) {
+      for (const std::string variant : {"rings", "static_rings", "whole_step_rings"})
+        out.push_back({rec, variant});
+    }
   }
   return out;
 }
@@ -72,9 +86,11 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
   LoopOptions loop;
   if (variant == "aoti") {
     backend = BackendRegistry::instance().create("aoti", loaded.model, BackendOptions("aoti", {}));
-  } else if (variant == "whole_step") {
-    backend = BackendRegistry::instance().create(
-        "cuda_graph", loaded.model, BackendOptions("cuda_graph", {{"capture", "false"}}));
+  } else if (variant == "whole_step" || variant == "whole_step_rings") {
+    std::map<std::string, std::string> options = {{"capture", "false"}};
+    if (variant == "whole_step_rings") options["ring_spare"] = "4";
+    backend = BackendRegistry::instance().create("cuda_graph", loaded.model,
+                                                 BackendOptions("cuda_graph", options));
     // sync_every 3: some generations run steps past their end. Speculative decoding runs in the
     // host loop (auto falls back to it, saying why).
     loop.whole_step =
@@ -82,15 +98,17 @@ TEST_P(HfParity, SameTokensAsTransformersGenerate) {
     loop.capture = false;
     loop.sync_every = 3;
   } else {
-    backend = BackendRegistry::instance().create(
-        "eager", loaded.model,
-        BackendOptions("eager", {{"cache", variant == "static" ? "static" : "growing"}}));
+    std::map<std::string, std::string> options = {
+        {"cache", variant == "static" || variant == "static_rings" ? "static" : "growing"}};
+    if (variant == "rings" || variant == "static_rings") options["ring_spare"] = "4";
+    backend =
+        BackendRegistry::instance().create("eager", loaded.model, BackendOptions("eager", options));
   }
   const auto prompts = rec["prompts"].get<std::vector<std::vector<int64_t>>>();
   // Same seed, same draws: the default generator is where transformers' sampling draws from.
   at::manual_seed(rec["seed"].get<uint64_t>());
   const Generation r = Generator(gen, {}, loop).generate(*backend, prompts);
-  if (variant == "whole_step") EXPECT_EQ(r.whole_step, !gen.speculative());
+  if (variant.rfind("whole_step", 0) == 0) EXPECT_EQ(r.whole_step, !gen.speculative());
   if (gen.speculative()) EXPECT_GT(r.verify_steps, 0);
   testing::expect_outputs(r, expected, scored);
 }

@@ -167,9 +167,7 @@ class Gemma3 final : public CausalLM {
   // The attention masks of global and local layers.  -> [rows, 1, T, L] bool (or undefined)
   std::pair<at::Tensor, at::Tensor> masks(const ForwardBatch& b) const {
     const auto& c = config();
-    const at::Tensor local = c.sliding_window > 0 && b.attn_mask.defined()
-                                 ? sliding_window_mask(b.attn_mask, b.slots, c.sliding_window)
-                                 : b.attn_mask;
+    const at::Tensor local = window_layer_mask(b, c.sliding_window);
     return {b.attn_mask, local};
   }
 

@@ -153,4 +153,10 @@ at::Tensor sliding_window_mask(const at::Tensor& mask, const at::Tensor& slots, 
   return mask.logical_and(slots.unsqueeze(1) - keys.unsqueeze(0) < window);
 }
 
+at::Tensor window_layer_mask(const ForwardBatch& b, int64_t window) {
+  if (b.window_mask.defined()) return b.window_mask;
+  if (window > 0 && b.attn_mask.defined()) return sliding_window_mask(b.attn_mask, b.slots, window);
+  return b.attn_mask;
+}
+
 }  // namespace gengraph

@@ -25,6 +25,10 @@ at::Tensor linear_maybe_bias(const at::Tensor& x, const at::Tensor& weight, cons
 // them (padding included): the query at slot i reads slot j only when i - j < window.
 //   mask: [rows, 1, T, L] bool, slots: [T] int64 -> [rows, 1, T, L] bool
 at::Tensor sliding_window_mask(const at::Tensor& mask, const at::Tensor& slots, int64_t window);
+// The mask of a sliding-window layer: the cache's own (ForwardBatch::window_mask, over its rings)
+// where it holds such layers in rings; otherwise attn_mask narrowed to `window` (attn_mask itself
+// without a window).
+at::Tensor window_layer_mask(const ForwardBatch& b, int64_t window);
 
 // transformers' Conv1D: x @ weight + bias with weight stored [in, out].
 //   x: [..., in] -> [..., out]

@@ -203,9 +203,7 @@ class Llama final : public CausalLM {
     const auto& c = config();
     at::Tensor h = at::embedding(embed_, b.input_ids);  // [rows, T, d]
     const auto [cos, sin] = rope_cos_sin_halves(b.positions, inv_freq_, h.scalar_type());
-    const at::Tensor window_mask = c.sliding_window > 0 && b.attn_mask.defined()
-                                       ? sliding_window_mask(b.attn_mask, b.slots, c.sliding_window)
-                                       : b.attn_mask;
+    const at::Tensor window_mask = window_layer_mask(b, c.sliding_window);
     for (int64_t i = 0; i < static_cast<int64_t>(blocks_.size()); ++i) {
       const Block& blk = blocks_[i];
       const at::Tensor& mask = blk.sliding ? window_mask : b.attn_mask;
@@ -346,10 +344,8 @@ class Llama final : public CausalLM {
     cos = cos.transpose(1, 2);                                             // [rows, T, 1, hd]
     sin = (sin * rot_sign_.to(dtype)).transpose(1, 2);
     const at::Tensor mask = additive_mask(b.attn_mask, dtype);
-    const at::Tensor window_mask =
-        c.sliding_window > 0 && b.attn_mask.defined()
-            ? additive_mask(sliding_window_mask(b.attn_mask, b.slots, c.sliding_window), dtype)
-            : mask;
+    const at::Tensor local = window_layer_mask(b, c.sliding_window);
+    const at::Tensor window_mask = local.is_same(b.attn_mask) ? mask : additive_mask(local, dtype);
     for (int64_t i = 0; i < static_cast<int64_t>(fused_.size()); ++i) {
       const FusedBlock& blk = fused_[i];
       const at::Tensor y = blk.qkv(norm(h, blk.input_norm));  // q, k, v

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -126,6 +127,10 @@ class ForwardBackend {
   virtual StaticDecode* static_decode() { return nullptr; }
   // Whether do_verify runs verify()'s positions as one forward.
   virtual bool verifies_at_once() const { return false; }
+  // After prepare(): the most candidates one verify() may take after the last chosen token. A
+  // cache that holds sliding-window layers in rings rewrites them in place only for steps of up
+  // to ring_spare + 1 tokens (WindowLayout); speculative decoding proposes no more than this.
+  virtual int64_t max_verify_candidates() const { return std::numeric_limits<int64_t>::max(); }
   // Continuous batching (docs/serving.md): whether forward_ragged() runs. A scheduler refuses a
   // backend without it by name.
   virtual bool runs_ragged() const { return false; }

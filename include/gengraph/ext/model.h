@@ -26,6 +26,10 @@ struct ForwardBatch {
   at::Tensor slots;      // [T] int64, cache slots these tokens are written to
   at::Tensor attn_mask;  // [rows, 1, T, L] bool, true where a query may read a cache slot;
                          // undefined for a cache that attends itself (KVCache::attends)
+  // [rows, 1, T, K] bool: the sliding-window layers' mask over the K keys their cache's update()
+  // returns, where the cache holds them in rings (KVCache::window_mask); undefined otherwise, and
+  // those layers narrow attn_mask to their window.
+  at::Tensor window_mask;
   // Logits of every position ([rows, T, vocab], speculative decoding's verify) instead of the
   // last one's.
   bool all_positions = false;
@@ -52,8 +56,15 @@ ModelShape model_shape(const CausalLM& model);
 at::ScalarType model_dtype(const CausalLM& model);
 at::Device model_device(const CausalLM& model);
 // The shape of a static cache of `rows` rows and `max_len` slots for this model (StaticCache,
-// reuse_or_allocate).
-CacheShape model_cache_shape(const CausalLM& model, int64_t rows, int64_t max_len);
+// reuse_or_allocate). `ring_spare` >= 0: its sliding-window layers, if any, in rings of window +
+// ring_spare slots (WindowLayout) where that is fewer than max_len; -1: every layer at max_len.
+CacheShape model_cache_shape(const CausalLM& model, int64_t rows, int64_t max_len,
+                             int64_t ring_spare = -1);
+// The window layout alone (a growing cache's: GrowingCache(layers, capacity, windows)).
+WindowLayout model_window_layout(const CausalLM& model, int64_t max_len, int64_t ring_spare);
+// The ring spare the built-in backends use unless their option ring_spare says otherwise: a
+// speculative verify of up to 65 tokens rewrites the ring in place.
+constexpr int64_t kDefaultRingSpare = 64;
 
 // Runs the decoder over `batch`, writing its keys/values into `cache` (the caller has already
 // recorded the slots' validity and built attn_mask). Returns the last position's logits,
