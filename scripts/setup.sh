@@ -86,9 +86,10 @@ install_beside openai requirements-openai.txt .openai-client "the openai client"
 # Once per cache. When done, a check without torch: the link, the marker, every file's size, and
 # the SHA-256 of a file changed since its last check (tools/fetch_real_model.py --check). A folder
 # that is not what the conversion wrote is converted again. A failure is said, and the set-up goes
-# on (the quickstart then falls back to random weights and says why).
+# on (the quickstart then falls back to random weights and says why). The fetch says what it does,
+# with a line every 30 s while the download or the conversion runs (tools/heartbeat.py).
 MODEL="$CACHE/models/smollm2-135m"
-FETCH=("$VENV/bin/python" "$ROOT/tools/fetch_real_model.py" --quiet)
+FETCH=("$VENV/bin/python" "$ROOT/tools/fetch_real_model.py")
 if [ "${GENGRAPH_NO_REAL_MODEL:-0}" = 1 ]; then
   :
 elif ! GENGRAPH_CACHE="$CACHE" "${FETCH[@]}" --check 2>/dev/null; then

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iomanip>
+#include <memory>
 #include <ostream>
 #include <sstream>
 
@@ -17,6 +19,7 @@
 #include "framework/text/tokenizer.h"
 #include "framework/util/error.h"
 #include "framework/util/files.h"
+#include "framework/util/progress.h"
 
 namespace gengraph {
 namespace {
@@ -148,14 +151,23 @@ nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log) {
   // The reference's log-probabilities per step, kept for the KL divergence (windows x vocab each).
   std::vector<at::Tensor> ref_logp;
   double ref_nll = 0;
+  // Progress: the teacher-forced positions, then the generations (the loop's position).
+  const ProgressMode mode = progress_mode_for(log);
+  auto windows = std::make_unique<Progress>("float: perplexity windows", o.window - 1, 0,
+                                            std::function<std::string()>(), mode);
   teacher_forced(*ref.backend, ids, [&](int64_t, const at::Tensor& lp, const at::Tensor& next) {
     ref_nll -= lp.gather(1, next.unsqueeze(1)).sum().item<double>();
     ref_logp.push_back(lp);
+    windows->advance();
   });
+  windows.reset();
   const double positions = static_cast<double>(o.windows * (o.window - 1));
   const ResolvedSettings greedy =
       resolve_generation(ref.loaded, greedy_settings, "gengraph quality");
-  const auto ref_out = Generator(greedy).generate(*ref.backend, prompts).outputs;
+  const auto ref_out = [&] {
+    const Progress shown("float: greedy generations", 0, 0, loop_position_text, mode);
+    return Generator(greedy).generate(*ref.backend, prompts).outputs;
+  }();
 
   nlohmann::json doc = {{"model", folder},
                         {"text_file", o.text_file},
@@ -172,13 +184,20 @@ nlohmann::json measure_quality(const QualityOptions& o, std::ostream& log) {
     Loaded q = load(folder, f);
     double nll = 0, kl = 0;
     int64_t agree = 0;
+    windows = std::make_unique<Progress>(f.describe() + ": perplexity windows", o.window - 1, 0,
+                                         std::function<std::string()>(), mode);
     teacher_forced(*q.backend, ids, [&](int64_t t, const at::Tensor& lp, const at::Tensor& next) {
       nll -= lp.gather(1, next.unsqueeze(1)).sum().item<double>();
       const at::Tensor& rp = ref_logp[static_cast<size_t>(t - 1)];
       kl += (rp.exp() * (rp - lp)).sum().item<double>();
       agree += rp.argmax(-1).eq(lp.argmax(-1)).sum().item<int64_t>();
+      windows->advance();
     });
-    const auto out = Generator(greedy).generate(*q.backend, prompts).outputs;
+    windows.reset();
+    const auto out = [&] {
+      const Progress shown(f.describe() + ": greedy generations", 0, 0, loop_position_text, mode);
+      return Generator(greedy).generate(*q.backend, prompts).outputs;
+    }();
     int64_t same = 0;
     double prefix = 0;
     for (size_t i = 0; i < out.size(); ++i) {
