@@ -517,9 +517,9 @@ void Generator::run_speculative(const std::vector<int64_t>& prompt, int64_t pad,
     const auto p0 = Clock::now();
     at::Tensor q;  // [m, vocab]: the draft's distribution of each candidate, when it has one
     const int64_t most = std::min(max_length_ - n - 1, backend_->max_verify_candidates());
-    const std::vector<int64_t> c = sampling
-                                       ? candidates.propose_sampled(history, most, allowed, process, q)
-                                       : candidates.propose(history, most, allowed);
+    const std::vector<int64_t> c =
+        sampling ? candidates.propose_sampled(history, most, allowed, process, q)
+                 : candidates.propose(history, most, allowed);
     out.propose_s += since(p0);
     const auto m = static_cast<int64_t>(c.size());
     std::vector<int64_t> fed{history.back()};
