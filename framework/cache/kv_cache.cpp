@@ -64,7 +64,10 @@ std::pair<at::Tensor, at::Tensor> GrowingCache::update(int64_t layer, const at::
                 " x " + std::to_string(k_new.size(1)) + " x " + std::to_string(k_new.size(3)));
   }
   if (!k.defined() || length + t > k.size(2)) {
-    const int64_t room = std::max(capacity_, 2 * (length + t));
+    // The backend's max_length when the write fits in it (what the memory estimate counts);
+    // doubling only past it.
+    const int64_t need = length + t;
+    const int64_t room = need <= capacity_ ? capacity_ : std::max(capacity_, 2 * need);
     k = regrown(k, length, room, k_new);
     v = regrown(v, length, room, v_new);
   }
