@@ -34,7 +34,11 @@
 //   4: SearchStrategy gained top_logprobs(), StepDecision the members top_tokens and top_logprobs,
 //      RowwiseSearch a constructor argument and state, Sequence the member top_logprobs (the
 //      setting top_logprobs): the virtual tables and those types' layouts moved.
-#define GENGRAPH_PLUGIN_ABI 4
+//   5: KVCache gained window_mask(), ForwardBackend max_verify_candidates(), ModelStep
+//      reads_window_rings(); ForwardBatch the member window_mask, CacheShape windows, and the
+//      growing and static caches their window rings (WindowRings): the virtual tables and those
+//      types' layouts moved.
+#define GENGRAPH_PLUGIN_ABI 5
 
 #define GENGRAPH_PLUGIN(register_function)                                            \
   extern "C" __attribute__((visibility("default"))) int gengraph_plugin_abi() {       \
