@@ -102,14 +102,9 @@ class CudaGraphBackend final : public ForwardBackend, public StaticDecode {
                 .get(s_.step, "backend 'cuda_graph' option 'step'")
                 .create(this->model(), o, s_.warmup);
     if (!step_->reads_window_rings()) {
-      if (o.values().count("window_rings") || o.values().count("ring_spare")) {
-        throw Error(
-            "backend 'cuda_graph': options window_rings and ring_spare apply to step: "
-            "eager, found step: " +
-            s_.step +
-            " (its graph takes every layer at the "
-            "cache's whole length)");
-      }
+      refuse_ring_options(
+          o, "step: eager",
+          "step: " + s_.step + " (its graph takes every layer at the cache's whole length)");
       s_.ring_spare = -1;
     }
   }

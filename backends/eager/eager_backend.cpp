@@ -61,12 +61,14 @@ class EagerBackend final : public ForwardBackend {
   void do_prepare(int64_t rows, int64_t max_length) override {
     const auto options = at::TensorOptions().dtype(model().dtype()).device(model().device());
     switch (kind_) {
-      case EagerCache::kGrowing:
+      case EagerCache::kGrowing: {
+        WindowLayout windows = model().window_layout(max_length, ring_spare_);
+        window_rings_ = double(windows.count());
         growing_ = std::make_unique<GrowingCache>(model().config().num_layers, max_length,
-                                                  model().window_layout(max_length, ring_spare_));
-        window_rings_ = double(model().window_layout(max_length, ring_spare_).count());
+                                                  std::move(windows));
         cache_ = growing_.get();
         return;
+      }
       case EagerCache::kStatic:
         cache_ = &reuse_or_allocate(static_, model().cache_shape(rows, max_length, ring_spare_),
                                     options, Reorder::kSwap);
@@ -238,10 +240,9 @@ BackendInfo eager_backend_info() {
     s.ring_spare = -1;
     if (!paged) {
       s.ring_spare = read_ring_spare(o);
-    } else if (o.values().count("window_rings") || o.values().count("ring_spare")) {
-      throw Error(
-          "backend 'eager': options window_rings and ring_spare apply to cache: growing or "
-          "static, found cache: paged (the pool's blocks are shared by every layer)");
+    } else {
+      refuse_ring_options(o, "cache: growing or static",
+                          "cache: paged (the pool's blocks are shared by every layer)");
     }
     return s;
   };

@@ -82,6 +82,14 @@ int64_t read_ring_spare(const BackendOptions& o) {
   return rings ? spare : -1;
 }
 
+void refuse_ring_options(const BackendOptions& o, const std::string& apply_to,
+                         const std::string& found) {
+  if (o.values().count("window_rings") || o.values().count("ring_spare")) {
+    throw Error("backend '" + o.backend() + "': options window_rings and ring_spare apply to " +
+                apply_to + ", found " + found);
+  }
+}
+
 std::string expand_home(const std::string& path) {
   if (path == "~" || path.rfind("~/", 0) == 0) {
     if (const char* home = std::getenv("HOME")) return std::string(home) + path.substr(1);

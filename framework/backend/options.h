@@ -16,6 +16,10 @@ bool read_share_prefill(const BackendOptions& o);
 // whose caches can hold a model's sliding-window layers in rings (WindowLayout): the spare, or -1
 // with window_rings false (every layer at the cache's whole length, for comparison).
 int64_t read_ring_spare(const BackendOptions& o);
+// Throws "backend '<b>': options window_rings and ring_spare apply to <apply_to>, found <found>"
+// when either is given: for a configuration whose cache holds no rings.
+void refuse_ring_options(const BackendOptions& o, const std::string& apply_to,
+                         const std::string& found);
 
 // "~/x" as the shell would expand it (YAML does not); other paths as they are. For path options.
 std::string expand_home(const std::string& path);
