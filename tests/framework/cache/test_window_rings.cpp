@@ -194,6 +194,18 @@ TEST(WindowRings, TheModelsLayoutAndTheBackendsOptions) {
   EXPECT_NE(refused({{"cache", "paged"}, {"window_rings", "true"}}).find("cache: paged"),
             std::string::npos);
   EXPECT_NE(refused({{"ring_spare", "-1"}}).find("ring_spare"), std::string::npos);
+  // cuda_graph holds rings only with its eager step: another step's graph takes the stacked
+  // buffers.
+  try {
+    registry.create("cuda_graph", model,
+                    BackendOptions("cuda_graph",
+                                   {{"capture", "false"}, {"step", "trace"}, {"ring_spare", "3"}}));
+    ADD_FAILURE() << "cuda_graph with step: trace took ring_spare";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("apply to step: eager, found step: trace"),
+              std::string::npos)
+        << e.what();
+  }
 
   // The backend reports what its cache holds: rings at 40 slots with a spare of 2.
   auto eager = registry.create("eager", model,
