@@ -133,7 +133,9 @@ StaticCache::StaticCache(const CacheShape& s, const at::TensorOptions& options, 
 
 StaticCache::StaticCache(at::Tensor keys, at::Tensor values, at::Tensor valid)
     : keys_(std::move(keys)), values_(std::move(values)), valid_(std::move(valid)) {
-  shape_ = CacheShape{keys_.size(0), keys_.size(1), keys_.size(2), keys_.size(3), keys_.size(4)};
+  shape_ =
+      CacheShape{keys_.size(0), keys_.size(1), keys_.size(2), keys_.size(3),
+                 keys_.size(4), WindowLayout{}};  // stacked buffers: every layer at full length
   index_ = full_layer_index(keys_.size(0), rings_);
 }
 

@@ -28,8 +28,6 @@ std::string quoted(const std::string& s) { return "'" + s + "'"; }
   throw Error(names.name(key) + ": expected " + expected + ", found " + found + context);
 }
 
-std::string flag(bool b) { return b ? "true" : "false"; }
-
 }  // namespace
 
 std::string WeightFormat::name() const {
