@@ -19,9 +19,9 @@ export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
 # another folder would miss every one. The debug paths are relative (CCACHE_BASEDIR) anyway.
 export CCACHE_NOHASHDIR=1
 TORCH_PREFIX="$("$ROOT/.venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
-# -O1 -g1: about half the compile time of -O2 -g under the sanitizers, with line numbers in every
-# report (the kernels keep -O2: CMakeLists.txt). Configured every time: a folder configured with
-# other flags is brought to these.
+# -O1 -g1: line numbers in every report at a fraction of -O2 -g's compile time (the times and the
+# kernels' -O2: CMakeLists.txt). Configured every time: a folder configured with other flags is
+# brought to these.
 echo "[sanitize] configuring $BUILD (address,undefined; -O1 -g1)" >&2
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
@@ -51,7 +51,8 @@ done
 FAILED=0
 for ((i = 0; i < SHARDS; i++)); do
   if wait "${PIDS[$i]}"; then
-    tail -n 3 "$LOGS/shard$i.log" | sed "s/^/[sanitize] shard $i: /" >&2
+    grep -E "^\[(==========|  PASSED  |  SKIPPED )\] [0-9]+ tests?[ ,.]" "$LOGS/shard$i.log" |
+      sed "s/^/[sanitize] shard $i: /" >&2 || true
   else
     echo "[sanitize] shard $i of $SHARDS failed; its output:" >&2
     cat "$LOGS/shard$i.log" >&2
