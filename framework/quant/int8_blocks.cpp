@@ -9,7 +9,9 @@
 //     int32 dot of the levels times the activation block's scale times the weight block's, summed
 //     in float32 in block order (w8a8_blocks_plain): AVX-512 VNNI, AVX2 or the plain loops, the
 //     same floats to the bit. AMX does not take these weights (its tiles apply one scale per
-//     output channel after the sums): where the CPU has AMX, the VNNI tile runs them.
+//     output channel after the sums): where the CPU has AMX, the VNNI tile runs them. From
+//     kStreamRows rows outside BatchInvariant on a CPU without AMX: LibTorch's GEMM of the
+//     dequantized levels by the widened weight (integer_rows_by_float_gemm, kernels_internal.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -39,6 +41,8 @@ int64_t check_int8_blocks(const at::Tensor& x, const at::Tensor& q, const at::Te
   return K / blocks;
 }
 
+}  // namespace
+
 // q * float(scale) as float32 [N, K]: the weight a prefill's GEMM multiplies by.
 at::Tensor widen_int8_blocks(const at::Tensor& q, const at::Tensor& scales, int64_t block) {
   const int64_t N = q.size(0), K = q.size(1), nb = K / block;
@@ -58,8 +62,6 @@ at::Tensor widen_int8_blocks(const at::Tensor& q, const at::Tensor& scales, int6
   });
   return w;
 }
-
-}  // namespace
 
 at::Tensor linear_int8_blocks_cpu(const at::Tensor& x, const at::Tensor& q,
                                   const at::Tensor& scales) {

@@ -80,6 +80,27 @@ at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
   return stream_or_gemm<int8_t>(x, q, q.data_ptr<int8_t>(), scales);
 }
 
+at::Tensor dequantized_levels(const at::Tensor& x, int64_t block) {
+  const int64_t M = x.size(0), K = x.size(1), nb = K / block;
+  static thread_local BlockRows rows;  // as in linear_w8a8_blocks
+  quantize_blocks(x.data_ptr<float>(), M, K, block, rows);
+  const BlockRows& a = rows;
+  at::Tensor out = at::empty({M, K}, x.options());
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, M, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(K, 1)),
+                   [&](int64_t m0, int64_t m1) {
+                     for (int64_t m = m0; m < m1; ++m) {
+                       for (int64_t b = 0; b < nb; ++b) {
+                         const float s = a.block_scale[m * nb + b];
+                         const int8_t* q = a.q.data() + m * K + b * block;
+                         float* o = op + m * K + b * block;
+                         for (int64_t k = 0; k < block; ++k) o[k] = static_cast<float>(q[k]) * s;
+                       }
+                     }
+                   });
+  return out;
+}
+
 // W8A8: each activation row quantized to int8 on the fly (symmetric, its absolute maximum / 127,
 // round half to even; a row of zeros gets scale 1), the integer product by LibTorch's _int_mm
 // (int32 sums, oneDNN's integer GEMM on x86), then scaled by the row's and the channel's scales.
@@ -95,6 +116,10 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
   // A block's integer sum stays in int32 (|sum| <= 127 * 128 * block).
   TORCH_CHECK(block <= kWholeRowMaxK, "gengraph::linear_w8a8: block ", block,
               " is over the largest the int32 sums take, ", kWholeRowMaxK);
+  if (integer_rows_by_float_gemm(M)) {
+    const at::Tensor w = wblock ? widen_int8_blocks(q, scales, block) : widen_int8(q, scales);
+    return at::linear(dequantized_levels(x, block), w);
+  }
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
   // A thread's quantized rows are kept for its next call (no allocation per decode step). The
@@ -303,6 +328,10 @@ at::Tensor linear_w4a8_cpu(const at::Tensor& x, const at::Tensor& packed, const 
               " is over 256 (the kernels read the scales of 16 blocks at a time, so group / 32 "
               "must divide 16; model.group_size takes at most 256)");
   const int64_t M = x.size(0), K = x.size(1), N = packed.size(0);
+  if (integer_rows_by_float_gemm(M)) {
+    return at::linear(dequantized_levels(x, 32),
+                      dequantize_int4_packed(packed, scales, zeros, group));
+  }
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
   // A thread's quantized rows are kept for its next call, as in linear_w8a8_blocks.
@@ -371,6 +400,11 @@ int8_op() {
 }  // namespace gengraph::kernels::detail
 
 namespace gengraph::kernels {
+
+bool integer_rows_by_float_gemm(int64_t rows) {
+  return rows >= kStreamRows && !BatchInvariant::active() && detail::cpu_has_avx2() &&
+         !detail::cpu_has_amx();
+}
 
 at::Tensor pack_int4(const at::Tensor& q) {
   TORCH_CHECK(q.dim() == 2 && q.size(1) % 32 == 0, "pack_int4: [N, K] levels with K % 32 == 0");

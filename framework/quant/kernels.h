@@ -98,12 +98,23 @@ void use_plain_loops(bool plain);
 // blocking worth the widening).
 constexpr int64_t kStreamRows = 32;
 
+// Whether a W8A8 or W4A8 product of `rows` activation rows, on this thread now, is LibTorch's
+// float32 GEMM of the activations' levels times their block scales by the widened weight: from
+// kStreamRows rows, outside BatchInvariant, on an x86 CPU with AVX2 and without AMX. The values
+// multiplied are the quantized ones, but their products are summed in the GEMM's order, not
+// exactly per block, so a row's floats then depend on the path and on the rows beside it. Without
+// AMX the integer kernels take the blocks one activation row at a time: on a Zen 3 (AVX2)
+// a 2,048-token SmolLM2 prefill took 23.0 s in W8A8 blocks of 32 and 38.8 s in W4A8 against
+// float32's 6.6 s (docs/results/prefill_smollm2_cpu.txt, before this path).
+bool integer_rows_by_float_gemm(int64_t rows);
+
 // Batch invariance (docs/serving.md#batch-invariance): while a BatchInvariant guard lives on a
 // thread, the products that thread runs stream their weights whatever the row count, instead of
 // handing kStreamRows rows and more to LibTorch's GEMM (whose blocking, and so whose sums' order,
-// changes with the rows), and int4's one-row path takes the many-row path's arithmetic. Each
-// output element is then summed in one order whatever rows share the call: a request's logits
-// do not depend on its batch. Nested guards restore the state they found.
+// changes with the rows), W8A8 and W4A8 keep their integer kernels at every row count, and int4's
+// one-row path takes the many-row path's arithmetic. Each output element is then summed in one
+// order whatever rows share the call: a request's logits do not depend on its batch. Nested
+// guards restore the state they found.
 class BatchInvariant {
  public:
   explicit BatchInvariant(bool on = true);

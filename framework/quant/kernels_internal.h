@@ -206,6 +206,16 @@ at::Tensor linear_int8_blocks_cpu(const at::Tensor& x, const at::Tensor& q,
                                   const at::Tensor& scales);
 at::Tensor linear_w8a8_weight_blocks_cpu(const at::Tensor& x, const at::Tensor& q,
                                          const at::Tensor& scales, int64_t block);
+// The weights a GEMM multiplies by, as float32 [N, K]: an int8 weight times its scale per output
+// channel (kernels.cpp) or per block of `block` input channels (float16 [N, K / block],
+// int8_blocks.cpp), each product rounded once.
+at::Tensor widen_int8(const at::Tensor& q, const at::Tensor& scales);
+at::Tensor widen_int8_blocks(const at::Tensor& q, const at::Tensor& scales, int64_t block);
+at::Tensor dequantize_int4_packed(const at::Tensor& packed, const at::Tensor& scales,
+                                  const at::Tensor& zeros, int64_t group);
+// x's int8 levels in blocks of `block` channels (quantize_blocks) times their block's scale, as
+// float32 [M, K] (each product rounded once; a block with a NaN or an infinity gives NaN).
+at::Tensor dequantized_levels(const at::Tensor& x, int64_t block);
 // The checks of linear_w8a8's block and the W8A8 product with activation blocks (kernels.cpp);
 // `wblock` the weight's float16 block scales or null (then `scales` per output channel).
 at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,

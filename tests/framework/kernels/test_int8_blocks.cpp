@@ -179,13 +179,33 @@ TEST(Int8Blocks, W8A8GivesTheSameFloatsOnEveryPath) {
       kernels::allow_amx(path == 0);
       kernels::allow_vnni(path <= 1);
       SCOPED_TRACE(integer_path() + " path " + std::to_string(path));
-      for (const int64_t rows : {1, 2, 3, 4, 5, 8, 16, 17, 40}) {
-        EXPECT_TRUE(at::equal(kernels::linear_w8a8(x.narrow(0, 0, rows), q.q, q.scales, block),
-                              want.narrow(0, 0, rows)))
-            << rows << " rows";
+      {
+        kernels::BatchInvariant invariant;  // the integer kernels at every row count
+        for (const int64_t rows : {1, 2, 3, 4, 5, 8, 16, 17, 40}) {
+          EXPECT_TRUE(at::equal(kernels::linear_w8a8(x.narrow(0, 0, rows), q.q, q.scales, block),
+                                want.narrow(0, 0, rows)))
+              << rows << " rows";
+        }
       }
       EXPECT_TRUE(at::equal(kernels::linear_w8a8(x.narrow(0, 29, 1), q.q, q.scales, block),
                             want.narrow(0, 29, 1)));
+      // Outside it, 40 rows (kernels::integer_rows_by_float_gemm): the integer kernels' floats, or
+      // LibTorch's GEMM of the same levels times their scales by the weight widened per block.
+      const at::Tensor got = kernels::linear_w8a8(x, q.q, q.scales, block);
+      if (!kernels::integer_rows_by_float_gemm(M)) {
+        EXPECT_TRUE(at::equal(got, want));
+        continue;
+      }
+      const at::Tensor dequantized = (xq.to(at::kFloat) * s).view({M, K});
+      const at::Tensor widened =
+          (q.q.to(at::kFloat).view({N, nb, block}) * ws.unsqueeze(-1)).view({N, K});
+      EXPECT_TRUE(at::equal(got, at::linear(dequantized, widened)));
+      // The same values as the integer kernels', up to float rounding of the sums.
+      const at::Tensor bound =
+          at::linear(dequantized.abs().to(at::kDouble), widened.abs().to(at::kDouble)) * 1e-5 +
+          1e-6;
+      const at::Tensor err = (got.to(at::kDouble) - want.to(at::kDouble)).abs();
+      EXPECT_TRUE(err.le(bound).all().item<bool>());
     }
   }
 }

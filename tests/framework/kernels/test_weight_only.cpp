@@ -62,6 +62,23 @@ BlockLevels block_levels(const at::Tensor& x, int64_t block) {
   return b;
 }
 
+// An integer-activation product of kStreamRows rows or more outside BatchInvariant: the integer
+// kernels' floats (`integer`), or where integer_rows_by_float_gemm says so LibTorch's GEMM of the
+// dequantized activation levels by the widened weight, to the bit.
+void expect_integer_rows(const at::Tensor& got, const at::Tensor& integer,
+                         const at::Tensor& dequantized, const at::Tensor& widened) {
+  ASSERT_GE(got.size(0), kStreamRows);
+  if (!integer_rows_by_float_gemm(got.size(0))) {
+    EXPECT_TRUE(at::equal(got, integer)) << integer_path() << ": the integer kernels' floats";
+    return;
+  }
+  EXPECT_TRUE(at::equal(got, at::linear(dequantized, widened))) << "the float GEMM's";
+  // The same values as the integer kernels', up to float rounding of the sums.
+  const at::Tensor bound =
+      at::linear(dequantized.abs().to(at::kDouble), widened.abs().to(at::kDouble)) * 1e-5 + 1e-6;
+  EXPECT_TRUE((got.to(at::kDouble) - integer.to(at::kDouble)).abs().le(bound).all().item<bool>());
+}
+
 // |got - want| within a few float32 roundings of the sum of |x_k w_k|.
 void expect_close(const at::Tensor& got, const at::Tensor& x, const at::Tensor& w) {
   const at::Tensor want = at::linear(x.to(at::kDouble), w.to(at::kDouble));
@@ -164,17 +181,25 @@ TEST(WeightOnlyKernels, W8A8BlocksQuantizeEachBlockOnEveryPath) {
       }
       use_plain_loops(false);
       allow_vnni(true);
-      // One block per row is the per-row scheme (LibTorch's integer GEMM).
+      // One block per row is the per-row scheme (LibTorch's integer GEMM from kStreamRows rows):
+      // the same levels, so the same values up to float rounding, which is relative to the
+      // products' magnitudes (integer_rows_by_float_gemm sums them in a float GEMM).
       if (block == K) {
-        EXPECT_TRUE(
-            at::allclose(linear_w8a8(x, q, scales, block), linear_w8a8(x, q, scales), 1e-5, 1e-6));
+        const at::Tensor per_row = linear_w8a8(x, q, scales).to(at::kDouble);
+        EXPECT_TRUE((linear_w8a8(x, q, scales, block).to(at::kDouble) - per_row)
+                        .abs()
+                        .le(tol * 1e-5 + 1e-9)
+                        .all()
+                        .item<bool>());
       }
     }
   }
 }
 
-// With blocks every path gives the same floats, to the bit, at any number of rows: a row's
-// outputs do not depend on the rows beside it, so a batch's tokens are each row's alone. The
+// With blocks every integer path gives the same floats, to the bit, at any number of rows (under
+// BatchInvariant; outside it integer_rows_by_float_gemm may take a float GEMM from kStreamRows
+// rows): a row's outputs do not depend on the rows beside it, so a batch's tokens are each row's
+// alone. The
 // plain loops are checked here against the arithmetic written out (levels and block scales from
 // ATen ops, exact integer sums, acc = fma(float(S_b), s_b, acc) in block order, times the
 // channel's scale); AMX (from 4 rows), AVX-512 VNNI and AVX2 against the plain loops, for leading
@@ -226,13 +251,21 @@ TEST(WeightOnlyKernels, W8A8BlocksGiveTheSameFloatsOnEveryPathAtAnyRowCount) {
       allow_amx(path == 0);
       allow_vnni(path <= 1);
       SCOPED_TRACE(integer_path() + " path " + std::to_string(path));
-      for (const int64_t rows : {1, 2, 3, 4, 5, 8, 16, 17, 40}) {
-        EXPECT_TRUE(
-            at::equal(linear_w8a8(x.narrow(0, 0, rows), q, scales, block), want.narrow(0, 0, rows)))
-            << rows << " rows";
+      {
+        BatchInvariant invariant;  // the integer kernels at every row count
+        for (const int64_t rows : {1, 2, 3, 4, 5, 8, 16, 17, 40}) {
+          EXPECT_TRUE(at::equal(linear_w8a8(x.narrow(0, 0, rows), q, scales, block),
+                                want.narrow(0, 0, rows)))
+              << rows << " rows";
+        }
       }
       EXPECT_TRUE(
           at::equal(linear_w8a8(x.narrow(0, 29, 1), q, scales, block), want.narrow(0, 29, 1)));
+      // Outside it, 40 rows: the integer kernels' floats, or on a CPU with AVX2 and without AMX
+      // LibTorch's GEMM of the same levels times their scales by the widened weight.
+      const at::Tensor dequantized = (xq.to(at::kFloat) * s).view({M, K});
+      expect_integer_rows(linear_w8a8(x, q, scales, block), want, dequantized,
+                          q.to(at::kFloat) * scales.unsqueeze(1));
     }
   }
 }
@@ -457,13 +490,24 @@ TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
       allow_amx(path == 0);
       allow_vnni(path <= 1);
       SCOPED_TRACE(integer_path() + " path " + std::to_string(path));
-      for (const int64_t rows : {1, 2, 3, 4, 5, 8, 16, 17, 40}) {
-        EXPECT_TRUE(at::equal(linear_w4a8(x.narrow(0, 0, rows), packed, scales, zeros, group),
-                              want.narrow(0, 0, rows)))
-            << rows << " rows";
+      {
+        BatchInvariant invariant;  // the integer kernels at every row count
+        for (const int64_t rows : {1, 2, 3, 4, 5, 8, 16, 17, 40}) {
+          EXPECT_TRUE(at::equal(linear_w4a8(x.narrow(0, 0, rows), packed, scales, zeros, group),
+                                want.narrow(0, 0, rows)))
+              << rows << " rows";
+        }
       }
       EXPECT_TRUE(at::equal(linear_w4a8(x.narrow(0, 29, 1), packed, scales, zeros, group),
                             want.narrow(0, 29, 1)));
+      // Outside it, 40 rows: as in W8A8BlocksGiveTheSameFloatsOnEveryPathAtAnyRowCount, the
+      // weight widened as level * scale + zero, each step rounded.
+      const at::Tensor dequantized = (xq.to(at::kFloat) * s).view({M, K});
+      const at::Tensor widened =
+          (levels.to(at::kFloat).view({N, groups, group}) * scales_f.unsqueeze(-1) +
+           zeros_f.unsqueeze(-1))
+              .view({N, K});
+      expect_integer_rows(linear_w4a8(x, packed, scales, zeros, group), want, dequantized, widened);
     }
   }
 }
