@@ -2,7 +2,7 @@
 // values equal rotate_fused's bit for bit (same products, same sums), with the heads split and,
 // in the cache form, k and v written at the slots; silu_mul equals at::silu(g) * u bit for bit
 // over whole vectors where LibTorch runs its AVX2 kernels and this CPU runs gengraph's AVX2 form,
-// and within a float32 rounding elsewhere.
+// and within a float32 rounding elsewhere. RMSNorm in one pass against transformers' formula.
 #include <ATen/ATen.h>
 #include <ATen/Version.h>
 #include <gmock/gmock.h>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "framework/kernels/layer_ops.h"
+#include "framework/kernels/rms_norm.h"
 #include "framework/model/architectures/layer_functions.h"
 #include "framework/quant/kernels.h"
 #include "tests/support/test_util.h"
@@ -257,6 +258,38 @@ TEST(LayerOpsKernels, ArgmaxRowsIsTheFirstMaximumAsAtArgmax) {
   EXPECT_TRUE(at::equal(argmax_rows(t), t.argmax(-1)));
   const at::Tensor d = at::randn({3, 11}, at::kDouble);
   EXPECT_TRUE(at::equal(argmax_rows(d), d.argmax(-1)));
+}
+
+// RMSNorm in one pass against transformers' formula op by op: equal but for the last bit of the
+// sum of squares' rounding, on row counts that take one thread and several.
+TEST(RmsNormKernel, MatchesTheOpByOpFormula) {
+  at::manual_seed(4);
+  for (const int64_t rows : {1, 3, 200}) {
+    for (const int64_t d : {1, 7, 64, 576}) {
+      const at::Tensor x = at::randn({rows, 2, d}) * 3.0;
+      const at::Tensor w = at::randn({d});
+      const at::Tensor want = w * (x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-5));
+      const at::Tensor got = rms_norm(x, w, 1e-5);
+      ASSERT_EQ(got.sizes(), x.sizes());
+      EXPECT_TRUE(at::allclose(got, want, 1e-6, 1e-6))
+          << rows << " x " << d << ": " << (got - want).abs().max().item<float>();
+    }
+  }
+  // A non-contiguous input is read as its values.
+  const at::Tensor x = at::randn({8, 16}).t();
+  const at::Tensor w = at::randn({8});
+  EXPECT_TRUE(at::allclose(rms_norm(x, w, 1e-6),
+                           w * (x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-6)), 1e-6, 1e-6));
+}
+
+TEST(RmsNormKernel, TakesFloat32CpuOnly) {
+  EXPECT_TRUE(rms_norm_applies(at::zeros({2, 4}), at::ones({4})));
+  EXPECT_FALSE(rms_norm_applies(at::zeros({2, 4}, at::kBFloat16), at::ones({4})));
+  EXPECT_FALSE(rms_norm_applies(at::zeros({2, 4}), at::ones({5})));
+  EXPECT_THAT(testing::error_of([] {
+                rms_norm(at::zeros({2, 4}), at::ones({5}), 1e-6);
+              }),
+              HasSubstr("gengraph::rms_norm: float32 CPU activations"));
 }
 
 }  // namespace

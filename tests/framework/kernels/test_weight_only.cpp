@@ -11,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "framework/kernels/rms_norm.h"
 #include "framework/quant/kernels.h"
 #include "tests/support/test_util.h"
 
@@ -571,38 +570,6 @@ TEST(WeightOnlyKernels, RefuseWrongInputsByName) {
       }),
       HasSubstr("gengraph::linear_w4a8: scales and zeros must be float16 [4, 2], got [4, 2] "
                 "Float"));
-}
-
-// RMSNorm in one pass against transformers' formula op by op: equal but for the last bit of the
-// sum of squares' rounding, on row counts that take one thread and several.
-TEST(RmsNormKernel, MatchesTheOpByOpFormula) {
-  at::manual_seed(4);
-  for (const int64_t rows : {1, 3, 200}) {
-    for (const int64_t d : {1, 7, 64, 576}) {
-      const at::Tensor x = at::randn({rows, 2, d}) * 3.0;
-      const at::Tensor w = at::randn({d});
-      const at::Tensor want = w * (x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-5));
-      const at::Tensor got = rms_norm(x, w, 1e-5);
-      ASSERT_EQ(got.sizes(), x.sizes());
-      EXPECT_TRUE(at::allclose(got, want, 1e-6, 1e-6))
-          << rows << " x " << d << ": " << (got - want).abs().max().item<float>();
-    }
-  }
-  // A non-contiguous input is read as its values.
-  const at::Tensor x = at::randn({8, 16}).t();
-  const at::Tensor w = at::randn({8});
-  EXPECT_TRUE(at::allclose(rms_norm(x, w, 1e-6),
-                           w * (x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-6)), 1e-6, 1e-6));
-}
-
-TEST(RmsNormKernel, TakesFloat32CpuOnly) {
-  EXPECT_TRUE(rms_norm_applies(at::zeros({2, 4}), at::ones({4})));
-  EXPECT_FALSE(rms_norm_applies(at::zeros({2, 4}, at::kBFloat16), at::ones({4})));
-  EXPECT_FALSE(rms_norm_applies(at::zeros({2, 4}), at::ones({5})));
-  EXPECT_THAT(testing::error_of([] {
-                rms_norm(at::zeros({2, 4}), at::ones({5}), 1e-6);
-              }),
-              HasSubstr("gengraph::rms_norm: float32 CPU activations"));
 }
 
 }  // namespace
