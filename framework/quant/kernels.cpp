@@ -195,10 +195,16 @@ at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
               "multiple of 32, got ",
               block);
   if (block > 0) return linear_w8a8_blocks(x, q, scales, block);
+  const int64_t K = x.size(1);
+  // Many rows without AMX: the float GEMM of the same levels (integer_rows_by_float_gemm). There
+  // LibTorch's _int_mm took a GPT-2-shaped 32-token prefill 1.8 s and eight of them 12.6 s on a
+  // Zen 3 (AVX2), against float32's 0.08 and 0.39 s (docs/results/peers_gpt2_zen3_cpu.txt).
+  if (integer_rows_by_float_gemm(x.size(0)) && K % 32 == 0) {
+    return at::linear(dequantized_levels(x, K), widen_int8(q, scales));
+  }
   // A decode's few rows: gengraph's kernels with one block a row, the same arithmetic as below
   // to the bit (int32 sums, float(sum) * row scale * channel scale) at a fraction of _int_mm's
   // time for one row. The sums stay in int32 up to 2^16 channels.
-  const int64_t K = x.size(1);
   // With AMX (from kAmxMinRows rows) a prefill's many rows too, faster than _int_mm there
   // (docs/results/quant-notes-from-comments.md).
   if ((x.size(0) < kStreamRows || cpu_has_amx()) && K > 0 && K % 32 == 0 && K <= kWholeRowMaxK &&

@@ -126,7 +126,18 @@ TEST(WeightOnlyKernels, W8A8QuantizesEachRowAndSumsExactly) {
       const at::Tensor sums = at::linear(xq.to(at::kDouble), q.to(at::kDouble));
       const at::Tensor want = sums * s.to(at::kDouble) * scales.to(at::kDouble);
       ASSERT_EQ(got.sizes(), want.sizes());
-      EXPECT_TRUE(at::allclose(got.to(at::kDouble), want, 1e-6, 1e-9)) << M << " x " << K;
+      if (integer_rows_by_float_gemm(M) && K % 32 == 0) {
+        // The float GEMM of the same levels: float rounding of the sums, relative to the
+        // products' magnitudes.
+        const at::Tensor magnitudes =
+            at::linear(xq.abs().to(at::kDouble), q.to(at::kDouble).abs()) * s.to(at::kDouble) *
+            scales.to(at::kDouble);
+        EXPECT_TRUE(
+            (got.to(at::kDouble) - want).abs().le(magnitudes * 1e-5 + 1e-9).all().item<bool>())
+            << M << " x " << K;
+      } else {
+        EXPECT_TRUE(at::allclose(got.to(at::kDouble), want, 1e-6, 1e-9)) << M << " x " << K;
+      }
       EXPECT_TRUE(got[0].eq(0).all().item<bool>());
       // Within half a step of each activation row times the weights' absolute sums.
       const at::Tensor w = q.to(at::kDouble) * scales.to(at::kDouble).unsqueeze(1);
@@ -275,7 +286,8 @@ TEST(WeightOnlyKernels, W8A8BlocksGiveTheSameFloatsOnEveryPathAtAnyRowCount) {
 // 64-channel steps, weights over the whole int8 range. 85 weight rows: AMX (from 4 activation
 // rows) takes 64 of them four tiles at a time, 16 in one tile, and leaves 5 to the VNNI tile; 16
 // and 31 activation rows are one tile, full and partial, 40 three (AMX takes 32 rows and more
-// too, which the other paths leave to _int_mm).
+// too, which the other paths leave to _int_mm under BatchInvariant and to the float GEMM of
+// integer_rows_by_float_gemm outside it).
 TEST(WeightOnlyKernels, W8A8PerRowDecodeEqualsTheIntegerGemmToTheBit) {
   RestorePaths restore;
   at::manual_seed(4);
@@ -293,7 +305,14 @@ TEST(WeightOnlyKernels, W8A8PerRowDecodeEqualsTheIntegerGemmToTheBit) {
         allow_vnni(path <= 1);
         SCOPED_TRACE(integer_path() + " path " + std::to_string(path) + " K " + std::to_string(K) +
                      " M " + std::to_string(M));
-        EXPECT_TRUE(at::equal(linear_w8a8(x, q, scales), want));
+        {
+          BatchInvariant invariant;  // the integer kernels (or _int_mm) at every row count
+          EXPECT_TRUE(at::equal(linear_w8a8(x, q, scales), want));
+        }
+        if (M >= kStreamRows) {
+          expect_integer_rows(linear_w8a8(x, q, scales), want, xq.to(at::kFloat) * s,
+                              q.to(at::kFloat) * scales.unsqueeze(1));
+        }
       }
     }
   }
