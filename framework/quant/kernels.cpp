@@ -198,7 +198,7 @@ at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
   const int64_t K = x.size(1);
   // Many rows without AMX: the float GEMM of the same levels (integer_rows_by_float_gemm). There
   // LibTorch's _int_mm took a GPT-2-shaped 32-token prefill 1.8 s and eight of them 12.6 s on a
-  // Zen 3 (AVX2), against float32's 0.08 and 0.39 s (docs/results/peers_gpt2_zen3_cpu.txt).
+  // Zen 3 (AVX2), against float32's 0.08 and 0.39 s (docs/results/peers_gpt2_zen3_before_cpu.txt).
   if (integer_rows_by_float_gemm(x.size(0)) && K % 32 == 0) {
     return at::linear(dequantized_levels(x, K), widen_int8(q, scales));
   }

@@ -100,7 +100,8 @@ constexpr int64_t kStreamRows = 32;
 
 // Whether a W8A8 or W4A8 product of `rows` activation rows, on this thread now, is LibTorch's
 // float32 GEMM of the activations' levels times their block scales by the widened weight: from
-// kStreamRows rows, outside BatchInvariant, on an x86 CPU with AVX2 and without AMX. The values
+// kStreamRows rows, outside BatchInvariant, on an x86 CPU with AVX2 and without AMX (W8A8 with a
+// scale per row: where the width is a multiple of 32, else LibTorch's _int_mm). The values
 // multiplied are the quantized ones, but their products are summed in the GEMM's order, not
 // exactly per block, so a row's floats then depend on the path and on the rows beside it. Without
 // AMX the integer kernels take the blocks one activation row at a time: on a Zen 3 (AVX2)
