@@ -11,7 +11,7 @@
 //     same floats to the bit. AMX does not take these weights (its tiles apply one scale per
 //     output channel after the sums): where the CPU has AMX, the VNNI tile runs them. From
 //     kStreamRows rows outside BatchInvariant on a CPU without AMX: LibTorch's GEMM of the
-//     dequantized levels by the widened weight (integer_rows_by_float_gemm, kernels_internal.h).
+//     dequantized levels by the widened weight (integer_rows_by_float_gemm, kernels.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 

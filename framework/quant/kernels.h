@@ -106,7 +106,7 @@ constexpr int64_t kStreamRows = 32;
 // exactly per block, so a row's floats then depend on the path and on the rows beside it. Without
 // AMX the integer kernels take the blocks one activation row at a time: on a Zen 3 (AVX2)
 // a 2,048-token SmolLM2 prefill took 23.0 s in W8A8 blocks of 32 and 38.8 s in W4A8 against
-// float32's 6.6 s (docs/results/prefill_smollm2_cpu.txt, before this path).
+// float32's 6.6 s (docs/results/prefill_smollm2_cpu_before.txt).
 bool integer_rows_by_float_gemm(int64_t rows);
 
 // Batch invariance (docs/serving.md#batch-invariance): while a BatchInvariant guard lives on a
