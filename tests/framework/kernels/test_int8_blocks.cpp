@@ -19,6 +19,7 @@
 #include "framework/quant/kernels.h"
 #include "framework/quant/projection.h"
 #include "framework/quant/quantize.h"
+#include "tests/framework/kernels/integer_rows.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph {
@@ -191,21 +192,11 @@ TEST(Int8Blocks, W8A8GivesTheSameFloatsOnEveryPath) {
                             want.narrow(0, 29, 1)));
       // Outside it, 40 rows (kernels::integer_rows_by_float_gemm): the integer kernels' floats, or
       // LibTorch's GEMM of the same levels times their scales by the weight widened per block.
-      const at::Tensor got = kernels::linear_w8a8(x, q.q, q.scales, block);
-      if (!kernels::integer_rows_by_float_gemm(M)) {
-        EXPECT_TRUE(at::equal(got, want));
-        continue;
-      }
       const at::Tensor dequantized = (xq.to(at::kFloat) * s).view({M, K});
       const at::Tensor widened =
           (q.q.to(at::kFloat).view({N, nb, block}) * ws.unsqueeze(-1)).view({N, K});
-      EXPECT_TRUE(at::equal(got, at::linear(dequantized, widened)));
-      // The same values as the integer kernels', up to float rounding of the sums.
-      const at::Tensor bound =
-          at::linear(dequantized.abs().to(at::kDouble), widened.abs().to(at::kDouble)) * 1e-5 +
-          1e-6;
-      const at::Tensor err = (got.to(at::kDouble) - want.to(at::kDouble)).abs();
-      EXPECT_TRUE(err.le(bound).all().item<bool>());
+      kernels::checks::expect_integer_rows(kernels::linear_w8a8(x, q.q, q.scales, block), want,
+                                           dequantized, widened);
     }
   }
 }

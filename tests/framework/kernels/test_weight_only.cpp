@@ -12,11 +12,13 @@
 #include <vector>
 
 #include "framework/quant/kernels.h"
+#include "tests/framework/kernels/integer_rows.h"
 #include "tests/support/test_util.h"
 
 namespace gengraph::kernels {
 namespace {
 
+using checks::expect_integer_rows;
 using ::testing::HasSubstr;
 
 // Both paths in turn; the plain loops are restored whatever happens.
@@ -59,23 +61,6 @@ BlockLevels block_levels(const at::Tensor& x, int64_t block) {
   b.scales = at::where(absmax > 0, absmax / 127.0f, at::ones_like(absmax));
   b.levels = at::round(b.blocks / b.scales).to(at::kDouble);
   return b;
-}
-
-// An integer-activation product of kStreamRows rows or more outside BatchInvariant: the integer
-// kernels' floats (`integer`), or where integer_rows_by_float_gemm says so LibTorch's GEMM of the
-// dequantized activation levels by the widened weight, to the bit.
-void expect_integer_rows(const at::Tensor& got, const at::Tensor& integer,
-                         const at::Tensor& dequantized, const at::Tensor& widened) {
-  ASSERT_GE(got.size(0), kStreamRows);
-  if (!integer_rows_by_float_gemm(got.size(0))) {
-    EXPECT_TRUE(at::equal(got, integer)) << integer_path() << ": the integer kernels' floats";
-    return;
-  }
-  EXPECT_TRUE(at::equal(got, at::linear(dequantized, widened))) << "the float GEMM's";
-  // The same values as the integer kernels', up to float rounding of the sums.
-  const at::Tensor bound =
-      at::linear(dequantized.abs().to(at::kDouble), widened.abs().to(at::kDouble)) * 1e-5 + 1e-6;
-  EXPECT_TRUE((got.to(at::kDouble) - integer.to(at::kDouble)).abs().le(bound).all().item<bool>());
 }
 
 // |got - want| within a few float32 roundings of the sum of |x_k w_k|.
