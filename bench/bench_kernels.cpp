@@ -4,7 +4,8 @@
 // framework/quant/kernels.h), int8 with int8 activations (w8a8_row: a scale per row,
 // gengraph's integer kernels below 32 rows and LibTorch's _int_mm from 32; w8a8_b32: a scale per
 // 32 channels, gengraph's integer kernels; w4a8: int4 weights by int8 activations in blocks of
-// 32; these three also at 256 rows, a batch-8 prefill),
+// 32; these three and float also at 256 rows, a batch-8 prefill, and the three at 256 rows under
+// BatchInvariant as <format>_invariant),
 // gengraph's streaming kernel on the float32 weight (float_stream), and int8 on the plain loops
 // (what a CPU without AVX2 runs).
 // The shapes are SmolLM2-135M's and GPT-2-small's projections (fused as gengraph fuses them) and
@@ -59,8 +60,10 @@ int64_t stored_bytes(WeightFormat::Kind kind, const Shape& s) {
   }
 }
 
-void run(benchmark::State& state, const Shape& s, WeightFormat f, bool plain) {
+void run(benchmark::State& state, const Shape& s, WeightFormat f, bool plain,
+         bool invariant = false) {
   at::manual_seed(0);
+  const kernels::BatchInvariant guard(invariant);
   const WeightFormat::Kind kind = f.kind;
   if (kind == WeightFormat::Kind::kInt4) f.group_size = 32;  // int8 keeps its scale per channel
   const Projection p(at::randn({s.out, s.in}) * 0.02, at::Tensor(), f);
@@ -248,10 +251,22 @@ void register_kernel_benchmarks() {
           benchmark::RegisterBenchmark(("kernels/" + std::string(fname) + "/" + s.name).c_str(),
                                        [s, f = f](benchmark::State& st) { run(st, s, f, false); });
       for (const int64_t m : rows) b->Arg(m);
-      // A prefill's 256 rows (8 prompts of 32) where the activations are quantized: the
-      // quantization itself and the block kernels over many rows.
-      if (!bench_smoke() && f.int8_activation_rows > 0) b->Arg(256);
+      // A prefill's 256 rows (8 prompts of 32) where the activations are quantized, and float32's
+      // beside them: the quantization itself and the kernels over many rows.
+      const bool activations = f.int8_activation_rows > 0;
+      if (!bench_smoke() && (activations || f.kind == WeightFormat::Kind::kAsLoaded)) b->Arg(256);
       b->ArgName("m")->Unit(benchmark::kMicrosecond)->UseRealTime();
+      // The same 256 rows under BatchInvariant (serving's default): the integer kernels instead
+      // of the float GEMM that takes many rows outside it on CPUs without AMX.
+      if (!bench_smoke() && activations) {
+        benchmark::RegisterBenchmark(
+            ("kernels/" + std::string(fname) + "_invariant/" + s.name).c_str(),
+            [s, f = f](benchmark::State& st) { run(st, s, f, false, true); })
+            ->Arg(256)
+            ->ArgName("m")
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      }
     }
     auto* f = benchmark::RegisterBenchmark(("kernels/float_stream/" + std::string(s.name)).c_str(),
                                            [s](benchmark::State& st) { run_f32_stream(st, s); });

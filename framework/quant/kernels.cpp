@@ -116,7 +116,8 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
   // A block's integer sum stays in int32 (|sum| <= 127 * 128 * block).
   TORCH_CHECK(block <= kWholeRowMaxK, "gengraph::linear_w8a8: block ", block,
               " is over the largest the int32 sums take, ", kWholeRowMaxK);
-  if (integer_rows_by_float_gemm(M)) {
+  // One block a row (a scale per row) keeps the integer tiles, faster than the GEMM.
+  if (integer_rows_by_float_gemm(M) && (block < K || wblock != nullptr)) {
     const at::Tensor w = wblock ? widen_int8_blocks(q, scales, block) : widen_int8(q, scales);
     return at::linear(dequantized_levels(x, block), w);
   }
@@ -196,19 +197,15 @@ at::Tensor linear_w8a8_cpu(const at::Tensor& x, const at::Tensor& q, const at::T
               block);
   if (block > 0) return linear_w8a8_blocks(x, q, scales, block);
   const int64_t K = x.size(1);
-  // Many rows without AMX: the float GEMM of the same levels (integer_rows_by_float_gemm). There
-  // LibTorch's _int_mm took a GPT-2-shaped 32-token prefill 1.8 s and eight of them 12.6 s on a
-  // Zen 3 (AVX2), against float32's 0.08 and 0.39 s (docs/results/peers_gpt2_zen3_before_cpu.txt).
-  if (integer_rows_by_float_gemm(x.size(0)) && K % 32 == 0) {
-    return at::linear(dequantized_levels(x, K), widen_int8(q, scales));
-  }
-  // A decode's few rows: gengraph's kernels with one block a row, the same arithmetic as below
-  // to the bit (int32 sums, float(sum) * row scale * channel scale) at a fraction of _int_mm's
-  // time for one row. The sums stay in int32 up to 2^16 channels.
-  // With AMX (from kAmxMinRows rows) a prefill's many rows too, faster than _int_mm there
-  // (docs/results/quant-notes-from-comments.md).
-  if ((x.size(0) < kStreamRows || cpu_has_amx()) && K > 0 && K % 32 == 0 && K <= kWholeRowMaxK &&
-      (cpu_has_avx512_vnni() || cpu_has_avx2())) {
+  // gengraph's kernels with one block a row, the same arithmetic as below to the bit (int32
+  // sums, float(sum) * row scale * channel scale), at every row count and inside or outside
+  // BatchInvariant: a fraction of _int_mm's time for a decode's few rows and for a prefill's many
+  // (with AMX from kAmxMinRows rows, docs/results/quant-notes-from-comments.md). On a Zen 3
+  // (AVX2) LibTorch's _int_mm took a GPT-2-shaped 32-token prefill 1.8 s and eight of them 12.6 s
+  // (docs/results/peers_gpt2_zen3_before_cpu.txt), and 256 rows of GPT-2's c_fc 467 ms, where
+  // the AVX2 tiles take 12 ms and the float32 GEMM 14 (bench kernels/w8a8_row_invariant,
+  // kernels/float). The sums stay in int32 up to 2^16 channels.
+  if (K > 0 && K % 32 == 0 && K <= kWholeRowMaxK && (cpu_has_avx512_vnni() || cpu_has_avx2())) {
     return linear_w8a8_blocks(x, q, scales, K);
   }
   const at::Tensor absmax = x.abs().amax(1, /*keepdim=*/true);

@@ -262,10 +262,12 @@ GENGRAPH_AVX2_FN void quantize_block_avx2(const float* xb, int64_t block, int8_t
 template <int MB, int NB>
 GENGRAPH_AVX2_FN void w8a8_rows_avx2_tile(const BlockRows& a, int64_t m0, const int8_t* w,
                                           const float* scales, float* out, int64_t ldo);
-// wblock: the NB weight rows' block scales as float32, [NB][K / a.block], or null.
-template <int NB>
-GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m, const int8_t* w,
-                                            const float* scales, const float* wblock, float* out);
+// MB activation rows by `rows` (at most 8) weight rows. wcol: the weight rows' block scales as
+// float32, block b's at wcol + b * 16, or null.
+template <int MB>
+GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m0, const int8_t* w,
+                                            int64_t rows, const float* scales, const float* wcol,
+                                            float* out, int64_t ldo);
 // int8_blocks_avx2.cpp: weight rows [n0, n1) for every activation row, weight-only.
 GENGRAPH_AVX2_FN void int8_blocks_avx2(const float* x, int64_t M, int64_t K, const int8_t* q,
                                        const at::Half* scales, int64_t block, int64_t n0,
@@ -305,40 +307,38 @@ GENGRAPH_AMX_FN void w4a8_amx(const W4A8Rows& r, const int32_t* b, const float* 
                               float* y, int64_t ldo);
 
 // Rows [n0, n1) of the product for every activation row: weight rows in passes of 16 (they stay
-// in L1 across the activation rows); one block a row in tiles of up to 4 activation rows, with
-// blocks one activation row at a time.
+// in L1 across the activation rows), in tiles of up to 4 activation rows; with blocks on VNNI one
+// activation row at a time (16 weight rows a tile), on AVX2 up to 4 by 8 weight rows.
 // wblock: the weight's float16 scales per block ([N, K / a.block]; blocks only), or null.
 template <bool kVnni, bool kWholeRow>
 void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales,
                       const at::Half* wblock, int64_t n0, int64_t n1, float* out, int64_t ldo) {
   constexpr int64_t kRowsPerPass = 16;
   const int64_t K = a.K, nblk = K / a.block;
-  // The pass's weight block scales as float32, widened once a pass: [16][nblk] for the AVX2 tile,
-  // [nblk][16] for the VNNI tile (the 16 rows in the lanes). `pass` is the pass's first row.
+  // The pass's weight block scales as float32, widened once a pass, [nblk][16] (the 16 rows side
+  // by side, rows past the pass 0); the pass's first row is nb.
   static thread_local std::vector<float> wrow, wcol;
-  int64_t pass = n0;
-  const auto wb = [&](int64_t n) { return wblock ? wrow.data() + (n - pass) * nblk : nullptr; };
-  auto blocks = [&](int64_t m, int64_t nb, int64_t ne) {
-    int64_t n = nb;
-    float* o = out + m * ldo;
-    if constexpr (kVnni) {
-      // The tile's block sums, [groups][16 weight rows][16 blocks].
-      static thread_local std::vector<int32_t> sums;
-      const size_t need = static_cast<size_t>((K / a.block + 15) / 16 * 256);
-      if (sums.size() < need) sums.resize(need);
-      w8a8_blocks_vnni_tile(a, m, w + n * K, ne - nb, scales + n, wblock ? wcol.data() : nullptr,
-                            o + n, sums.data());
-    } else {
-      for (; n + 4 <= ne; n += 4)
-        w8a8_blocks_avx2_tile<4>(a, m, w + n * K, scales + n, wb(n), o + n);
-      for (; n < ne; ++n) w8a8_blocks_avx2_tile<1>(a, m, w + n * K, scales + n, wb(n), o + n);
-    }
-  };
   auto tile = [&](auto mb, int64_t m, int64_t nb, int64_t ne) {
     constexpr int MB = decltype(mb)::value;
     int64_t n = nb;
     float* o = out + m * ldo;
-    if constexpr (kVnni) {
+    if constexpr (!kWholeRow) {
+      if constexpr (kVnni) {
+        // The tile's block sums, [groups][16 weight rows][16 blocks].
+        static thread_local std::vector<int32_t> sums;
+        const size_t need = static_cast<size_t>((K / a.block + 15) / 16 * 256);
+        if (sums.size() < need) sums.resize(need);
+        for (int r = 0; r < MB; ++r) {
+          w8a8_blocks_vnni_tile(a, m + r, w + n * K, ne - nb, scales + n,
+                                wblock ? wcol.data() : nullptr, o + r * ldo + n, sums.data());
+        }
+      } else {
+        for (; n < ne; n += 8) {
+          w8a8_blocks_avx2_tile<MB>(a, m, w + n * K, std::min<int64_t>(8, ne - n), scales + n,
+                                    wblock ? wcol.data() + (n - nb) : nullptr, o + n, ldo);
+        }
+      }
+    } else if constexpr (kVnni) {
       for (; n + 4 <= ne; n += 4)
         w8a8_rows_vnni_tile<MB, 4>(a, m, w + n * K, scales + n, o + n, ldo);
       for (; n < ne; ++n) w8a8_rows_vnni_tile<MB, 1>(a, m, w + n * K, scales + n, o + n, ldo);
@@ -353,22 +353,15 @@ void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales,
   for (int64_t nb = n0; nb < n1; nb += kRowsPerPass) {
     const int64_t ne = std::min(n1, nb + kRowsPerPass);
     if (wblock != nullptr) {
-      pass = nb;
       const size_t need = static_cast<size_t>(kRowsPerPass * nblk);
       if (wrow.size() < need) wrow.resize(need);
       if (wcol.size() < need) wcol.resize(need);
       halves_to_floats(wblock + nb * nblk, (ne - nb) * nblk, wrow.data());
-      if constexpr (kVnni) {
-        for (int64_t b = 0; b < nblk; ++b) {
-          for (int64_t r = 0; r < kRowsPerPass; ++r) {
-            wcol[b * kRowsPerPass + r] = r < ne - nb ? wrow[r * nblk + b] : 0.f;
-          }
+      for (int64_t b = 0; b < nblk; ++b) {
+        for (int64_t r = 0; r < kRowsPerPass; ++r) {
+          wcol[b * kRowsPerPass + r] = r < ne - nb ? wrow[r * nblk + b] : 0.f;
         }
       }
-    }
-    if constexpr (!kWholeRow) {
-      for (int64_t m = 0; m < a.M; ++m) blocks(m, nb, ne);
-      continue;
     }
     for (int64_t m = 0; m < a.M; m += 4) {
       switch (std::min<int64_t>(4, a.M - m)) {

@@ -71,7 +71,10 @@ GENGRAPH_AVX2_FN void w8a8_rows_avx2_tile(const BlockRows& a, int64_t m0, const 
   }
   const char* ahead = reinterpret_cast<const char*>(w) + kPrefetchBytes;
   for (int64_t k = 0; k < K; k += 32) {
-    _mm_prefetch(ahead + k * NB, _MM_HINT_T0);
+    // Each weight row's stream, a line ahead for each 64 bytes it reads.
+    if (k % 64 == 0) {
+      for (int n = 0; n < NB; ++n) _mm_prefetch(ahead + n * K + k, _MM_HINT_T0);
+    }
     __m256i wv[NB];
     for (int n = 0; n < NB; ++n) {
       wv[n] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + n * K + k));
@@ -97,11 +100,12 @@ GENGRAPH_AVX2_FN void w8a8_rows_avx2_tile(const BlockRows& a, int64_t m0, const 
 }
 
 // With blocks: one block's integer sum as eight int32 lanes (the same products as above).
-GENGRAPH_AVX2_FN inline __m256i block_lanes_avx2(const int8_t* x, const int8_t* w, int64_t block) {
+GENGRAPH_AVX2_FN inline __m256i block_lanes_avx2(const int8_t* x, const int8_t* w, int64_t block,
+                                                 bool prefetch) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i v = _mm256_setzero_si256();
   for (int64_t k = 0; k < block; k += 32) {
-    if (k % 64 == 0)
+    if (prefetch && k % 64 == 0)
       _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetchBytes, _MM_HINT_T0);
     const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k));
     const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k));
@@ -121,41 +125,72 @@ GENGRAPH_AVX2_FN inline __m256i lane_sums8(const __m256i* v) {
                           _mm256_permute2x128_si256(q0, q1, 0x31));
 }
 
-// With blocks, in the order of w8a8_blocks_plain: one activation row m, NB weight rows; eight
-// blocks' exact sums at a time, then the blocks' fused multiply-adds in order. With the weight's
-// block scales (wblock, float32, row n's at wblock + n * nb) each block's multiplier is s_b * w_b
-// and there is no per-channel scale.
-template <int NB>
-GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m, const int8_t* w,
-                                            const float* scales, const float* wblock, float* out) {
-  const int64_t K = a.K, block = a.block, nb = K / block;
-  const int8_t* x = a.q.data() + m * K;
-  const float* bs = a.block_scale.data() + m * nb;
-  float acc[NB] = {};
-  for (int64_t g0 = 0; g0 < nb; g0 += 8) {
-    const int64_t gb = std::min<int64_t>(8, nb - g0);
-    for (int n = 0; n < NB; ++n) {
+// With blocks, in the order of w8a8_blocks_plain: MB activation rows (m0..) by `rows` (at most 8)
+// weight rows, one weight row a lane. Block by block, each block's exact sums for the eight rows
+// (lane_sums8), then one fused multiply-add a lane: acc = fma(sum, d, acc), block after block, as
+// the plain loop's scalar chain. With the weight's block scales (wcol, float32, block b's at
+// wcol + b * 16, the tile's rows side by side) d is s_b * w_b and there is no per-channel scale;
+// otherwise d is s_b and the sum ends times scales[n].
+// kBlock32: blocks of 32 channels (Q8_0's), one vector a block; otherwise any multiple of 32.
+template <int MB, bool kBlock32>
+GENGRAPH_AVX2_FN inline void w8a8_blocks_avx2_tile_impl(const BlockRows& a, int64_t m0,
+                                                        const int8_t* w, int64_t rows,
+                                                        const float* scales, const float* wcol,
+                                                        float* out, int64_t ldo) {
+  const int64_t K = a.K, block = kBlock32 ? 32 : a.block, nb = K / block;
+  const int8_t* xq = a.q.data();
+  const float* xs = a.block_scale.data();
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MB];
+  for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t at = b * block;
+    const __m256 ws = wcol != nullptr ? _mm256_loadu_ps(wcol + b * 16) : _mm256_setzero_ps();
+    if (kBlock32 && b % 2 == 0) {
+      for (int64_t n = 0; n < rows; ++n)
+        _mm_prefetch(reinterpret_cast<const char*>(w + n * K + at) + kPrefetchBytes, _MM_HINT_T0);
+    }
+    for (int m = 0; m < MB; ++m) {
+      const int8_t* x = xq + (m0 + m) * K + at;
       __m256i v[8];
-      for (int64_t i = 0; i < 8; ++i) {
-        const int64_t at = (g0 + i) * block;
-        v[i] = i < gb ? block_lanes_avx2(x + at, w + n * K + at, block) : _mm256_setzero_si256();
-      }
-      alignas(32) int32_t sums[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sums), lane_sums8(v));
-      if (wblock != nullptr) {
-        const float* ws = wblock + n * nb + g0;
-        for (int64_t i = 0; i < gb; ++i) {
-          const float d = bs[g0 + i] * ws[i];
-          acc[n] = std::fma(static_cast<float>(sums[i]), d, acc[n]);
+      if constexpr (kBlock32) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+        for (int64_t n = 0; n < 8; ++n) {
+          const __m256i wv =
+              n < rows ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + n * K + at))
+                       : _mm256_setzero_si256();
+          v[n] = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)), ones);
         }
-        continue;
+      } else {
+        for (int64_t n = 0; n < 8; ++n) {
+          v[n] = n < rows ? block_lanes_avx2(x, w + n * K + at, block, m == 0)
+                          : _mm256_setzero_si256();
+        }
       }
-      for (int64_t i = 0; i < gb; ++i) {
-        acc[n] = std::fma(static_cast<float>(sums[i]), bs[g0 + i], acc[n]);
-      }
+      const __m256 s = _mm256_cvtepi32_ps(lane_sums8(v));
+      const __m256 bs = _mm256_set1_ps(xs[(m0 + m) * nb + b]);
+      acc[m] = _mm256_fmadd_ps(s, wcol != nullptr ? _mm256_mul_ps(bs, ws) : bs, acc[m]);
     }
   }
-  for (int n = 0; n < NB; ++n) out[n] = wblock != nullptr ? acc[n] : acc[n] * scales[n];
+  for (int m = 0; m < MB; ++m) {
+    alignas(32) float y[8];
+    _mm256_store_ps(y, acc[m]);
+    for (int64_t n = 0; n < rows; ++n) {
+      out[m * ldo + n] = wcol != nullptr ? y[n] : y[n] * scales[n];
+    }
+  }
+}
+
+template <int MB>
+GENGRAPH_AVX2_FN void w8a8_blocks_avx2_tile(const BlockRows& a, int64_t m0, const int8_t* w,
+                                            int64_t rows, const float* scales, const float* wcol,
+                                            float* out, int64_t ldo) {
+  if (a.block == 32) {
+    w8a8_blocks_avx2_tile_impl<MB, true>(a, m0, w, rows, scales, wcol, out, ldo);
+  } else {
+    w8a8_blocks_avx2_tile_impl<MB, false>(a, m0, w, rows, scales, wcol, out, ldo);
+  }
 }
 
 template void w8a8_blocks_rows<false, true>(const BlockRows&, const int8_t*, const float*,
