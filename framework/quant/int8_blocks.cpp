@@ -10,7 +10,7 @@
 //     in float32 in block order (w8a8_blocks_plain): AVX-512 VNNI, AVX2 or the plain loops, the
 //     same floats to the bit. AMX does not take these weights (its tiles apply one scale per
 //     output channel after the sums): where the CPU has AMX, the VNNI tile runs them. From
-//     kStreamRows rows outside BatchInvariant on a CPU without AMX: LibTorch's GEMM of the
+//     kIntegerGemmRows rows outside BatchInvariant on a CPU without AMX: LibTorch's GEMM of the
 //     dequantized levels by the widened weight (integer_rows_by_float_gemm, kernels.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

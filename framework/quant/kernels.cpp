@@ -405,7 +405,7 @@ int8_op() {
 namespace gengraph::kernels {
 
 bool integer_rows_by_float_gemm(int64_t rows) {
-  return rows >= kStreamRows && !BatchInvariant::active() && detail::cpu_has_avx2() &&
+  return rows >= kIntegerGemmRows && !BatchInvariant::active() && detail::cpu_has_avx2() &&
          !detail::cpu_has_amx();
 }
 

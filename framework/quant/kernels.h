@@ -98,17 +98,25 @@ void use_plain_loops(bool plain);
 // blocking worth the widening).
 constexpr int64_t kStreamRows = 32;
 
+// From this many activation rows, outside BatchInvariant, on an x86 CPU with AVX2 and without
+// AMX, W8A8 with activation blocks and W4A8 take the float GEMM below instead of their integer
+// tiles. On a Zen 3 (AVX2, 2 threads) the tiles took GPT-2's and SmolLM2's projections 1.3-3x
+// faster than the GEMM path at 32 rows, about level at 128 (either one ahead by up to 1.4x,
+// shape by shape), and the GEMM path was mostly ahead at 256 (bench kernels/<format> and
+// kernels/<format>_invariant, docs/quantization.md#integer-prefill-gemm).
+constexpr int64_t kIntegerGemmRows = 128;
+
 // Whether a product of `rows` activation rows in W8A8 with activation blocks, or in W4A8, on this
 // thread now, is LibTorch's float32 GEMM of the activations' levels times their block scales by
-// the widened weight: from kStreamRows rows, outside BatchInvariant, on an x86 CPU with AVX2 and
-// without AMX. (W8A8 with a scale per row keeps its integer kernels at every row count: its AVX2
-// tiles outrun the GEMM.) The values
-// multiplied are the quantized ones, but their products are summed in the GEMM's order, not
-// exactly per block, so a row's floats then depend on the path and on the rows beside it. When
-// the integer kernels took the blocks one activation row at a time without AMX, a 2,048-token
-// SmolLM2 prefill on a Zen 3 (AVX2) took 23.0 s in W8A8 blocks of 32 and 38.8 s in W4A8 against
-// float32's 6.6 s (docs/results/prefill_smollm2_cpu_before.txt); their AVX2 tiles now take up to
-// four activation rows, and the GEMM stays the faster of the two for many rows.
+// the widened weight: from kIntegerGemmRows rows, outside BatchInvariant, on an x86 CPU with AVX2
+// and without AMX. (W8A8 with a scale per row keeps its integer kernels at every row count: its
+// AVX2 tiles outrun the GEMM.) The values multiplied are the quantized ones, but their products are
+// summed in the GEMM's order, not exactly per block, so a row's floats then depend on the path and
+// on the rows beside it. When the integer kernels took the blocks one activation row at a time
+// without AMX, a 2,048-token SmolLM2 prefill on a Zen 3 (AVX2) took 23.0 s in W8A8 blocks of 32
+// and 38.8 s in W4A8 against float32's 6.6 s (docs/results/prefill_smollm2_cpu_before.txt); their
+// AVX2 tiles now take up to four activation rows, and the GEMM stays the faster of the two for many
+// rows.
 bool integer_rows_by_float_gemm(int64_t rows);
 
 // Batch invariance (docs/serving.md#batch-invariance): while a BatchInvariant guard lives on a

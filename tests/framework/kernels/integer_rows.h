@@ -9,13 +9,13 @@
 
 namespace gengraph::kernels::checks {
 
-// An integer-activation product of kStreamRows rows or more outside BatchInvariant: the integer
-// kernels' floats (`integer`), or where integer_rows_by_float_gemm says so LibTorch's GEMM of the
-// dequantized activation levels by the widened weight, to the bit, and within float rounding of
-// the integer kernels' floats (relative to the products' magnitudes).
+// An integer-activation product of kIntegerGemmRows rows or more outside BatchInvariant: the
+// integer kernels' floats (`integer`), or where integer_rows_by_float_gemm says so LibTorch's GEMM
+// of the dequantized activation levels by the widened weight, to the bit, and within float
+// rounding of the integer kernels' floats (relative to the products' magnitudes).
 inline void expect_integer_rows(const at::Tensor& got, const at::Tensor& integer,
                                 const at::Tensor& dequantized, const at::Tensor& widened) {
-  ASSERT_GE(got.size(0), kStreamRows);
+  ASSERT_GE(got.size(0), kIntegerGemmRows);
   if (!integer_rows_by_float_gemm(got.size(0))) {
     EXPECT_TRUE(at::equal(got, integer)) << "the integer kernels' floats";
     return;

@@ -130,7 +130,8 @@ TEST(Int8Blocks, WeightOnlyMatchesTheDequantizedWeightOnBothPaths) {
 TEST(Int8Blocks, W8A8GivesTheSameFloatsOnEveryPath) {
   RestorePaths restore;
   at::manual_seed(3);
-  constexpr int64_t N = 37, M = 40;
+  // M: past kIntegerGemmRows, where outside BatchInvariant the float GEMM may take them.
+  constexpr int64_t N = 37, M = kernels::kIntegerGemmRows + 2;
   for (const auto& [K, block] : std::vector<std::pair<int64_t, int64_t>>{
            {32, 32}, {96, 32}, {576, 32}, {1536, 32}, {256, 64}, {640, 128}}) {
     SCOPED_TRACE("K " + std::to_string(K) + " block " + std::to_string(block));
@@ -190,7 +191,7 @@ TEST(Int8Blocks, W8A8GivesTheSameFloatsOnEveryPath) {
       }
       EXPECT_TRUE(at::equal(kernels::linear_w8a8(x.narrow(0, 29, 1), q.q, q.scales, block),
                             want.narrow(0, 29, 1)));
-      // Outside it, 40 rows (kernels::integer_rows_by_float_gemm): the integer kernels' floats, or
+      // Outside it, M rows (kernels::integer_rows_by_float_gemm): the integer kernels' floats, or
       // LibTorch's GEMM of the same levels times their scales by the weight widened per block.
       const at::Tensor dequantized = (xq.to(at::kFloat) * s).view({M, K});
       const at::Tensor widened =

@@ -183,7 +183,7 @@ TEST(WeightOnlyKernels, W8A8BlocksQuantizeEachBlockOnEveryPath) {
 }
 
 // With blocks every integer path gives the same floats, to the bit, at any number of rows (under
-// BatchInvariant; outside it integer_rows_by_float_gemm may take a float GEMM from kStreamRows
+// BatchInvariant; outside it integer_rows_by_float_gemm may take a float GEMM from kIntegerGemmRows
 // rows): a row's outputs do not depend on the rows beside it, so a batch's tokens are each row's
 // alone. The
 // plain loops are checked here against the arithmetic written out (levels and block scales from
@@ -195,7 +195,8 @@ TEST(WeightOnlyKernels, W8A8BlocksQuantizeEachBlockOnEveryPath) {
 TEST(WeightOnlyKernels, W8A8BlocksGiveTheSameFloatsOnEveryPathAtAnyRowCount) {
   RestorePaths restore;
   at::manual_seed(5);
-  constexpr int64_t N = 37, M = 40;
+  // M: past kIntegerGemmRows, where outside BatchInvariant the float GEMM may take them.
+  constexpr int64_t N = 37, M = kIntegerGemmRows + 2;
   for (const auto& [K, block] : std::vector<std::pair<int64_t, int64_t>>{{64, 32},
                                                                          {96, 32},
                                                                          {576, 32},
@@ -247,7 +248,7 @@ TEST(WeightOnlyKernels, W8A8BlocksGiveTheSameFloatsOnEveryPathAtAnyRowCount) {
       }
       EXPECT_TRUE(
           at::equal(linear_w8a8(x.narrow(0, 29, 1), q, scales, block), want.narrow(0, 29, 1)));
-      // Outside it, 40 rows: the integer kernels' floats, or on a CPU with AVX2 and without AMX
+      // Outside it, M rows: the integer kernels' floats, or on a CPU with AVX2 and without AMX
       // LibTorch's GEMM of the same levels times their scales by the widened weight.
       const at::Tensor dequantized = (xq.to(at::kFloat) * s).view({M, K});
       expect_integer_rows(linear_w8a8(x, q, scales, block), want, dequantized,
@@ -416,7 +417,8 @@ TEST(WeightOnlyKernels, Int4LayoutPutsEachElementInItsNibble) {
 TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
   RestorePaths restore;
   at::manual_seed(11);
-  constexpr int64_t N = 37, M = 40;
+  // M: past kIntegerGemmRows, where outside BatchInvariant the float GEMM may take them.
+  constexpr int64_t N = 37, M = kIntegerGemmRows + 2;
   for (const auto& [K, group] : std::vector<std::pair<int64_t, int64_t>>{{32, 32},
                                                                          {96, 32},
                                                                          {576, 32},
@@ -490,7 +492,7 @@ TEST(WeightOnlyKernels, W4A8GivesTheSameFloatsOnEveryPathAtAnyRowCount) {
       }
       EXPECT_TRUE(at::equal(linear_w4a8(x.narrow(0, 29, 1), packed, scales, zeros, group),
                             want.narrow(0, 29, 1)));
-      // Outside it, 40 rows: as in W8A8BlocksGiveTheSameFloatsOnEveryPathAtAnyRowCount, the
+      // Outside it, M rows: as in W8A8BlocksGiveTheSameFloatsOnEveryPathAtAnyRowCount, the
       // weight widened as level * scale + zero, each step rounded.
       const at::Tensor dequantized = (xq.to(at::kFloat) * s).view({M, K});
       const at::Tensor widened =
