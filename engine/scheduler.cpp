@@ -16,6 +16,7 @@
 #include "framework/backend/backend_registry.h"
 #include "framework/model/causal_lm.h"
 #include "framework/model/memory.h"
+#include "framework/quant/kernels.h"
 #include "framework/util/error.h"
 #include "serving/batch_scheduler.h"
 
@@ -209,6 +210,9 @@ Scheduler::Scheduler(const Model& model, const RunOptions& run, const SchedulerO
   core.batch_invariant = options.batch_invariant;
   impl_->core = std::make_unique<BatchScheduler>(*impl_->backend, core);
   impl_->stats = impl_->core->stats();
+  // The steps run on the scheduler's thread, with OpenMP workers of its own: this thread's (which
+  // loaded the model) would otherwise stay alive beside them (kernels.h).
+  kernels::release_openmp_threads();
   impl_->thread = std::thread([impl = impl_.get()] { impl->loop(); });
 }
 

@@ -4,6 +4,10 @@
 
 #include <atomic>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "framework/quant/kernels.h"
 #include "framework/quant/kernels_internal.h"
 
@@ -100,5 +104,11 @@ void allow_amx(bool allowed) { detail::g_no_amx.store(!allowed); }
 
 bool integer_dot_vnni() { return detail::cpu_has_avx512_vnni(); }
 bool integer_dot_amx() { return detail::cpu_has_amx(); }
+
+void release_openmp_threads() {
+#ifdef _OPENMP
+  omp_pause_resource_all(omp_pause_soft);
+#endif
+}
 
 }  // namespace gengraph::kernels
