@@ -70,24 +70,9 @@ GENGRAPH_AVX2_FN void int8_blocks_avx2(const float* x, int64_t M, int64_t K, con
   for (int64_t pb = n0; pb < n1; pb += kRowsPerPass) {
     const int64_t pe = std::min(n1, pb + kRowsPerPass);
     halves_to_floats(scales + pb * nb, (pe - pb) * nb, s.data());
-    for (int64_t m = 0; m < M; m += 4) {
-      const float* xm = x + m * K;
-      float* om = out + m * ldo;
-      switch (std::min<int64_t>(4, M - m)) {
-        case 1:
-          rows_mb<1>(xm, K, q, s.data(), block, pb, pe, om, ldo);
-          break;
-        case 2:
-          rows_mb<2>(xm, K, q, s.data(), block, pb, pe, om, ldo);
-          break;
-        case 3:
-          rows_mb<3>(xm, K, q, s.data(), block, pb, pe, om, ldo);
-          break;
-        default:
-          rows_mb<4>(xm, K, q, s.data(), block, pb, pe, om, ldo);
-          break;
-      }
-    }
+    for_row_tiles(M, [&](auto mb, int64_t m) {
+      rows_mb<decltype(mb)::value>(x + m * K, K, q, s.data(), block, pb, pe, out + m * ldo, ldo);
+    });
   }
 }
 

@@ -306,6 +306,28 @@ GENGRAPH_AMX_FN void w4a8_amx(const W4A8Rows& r, const int32_t* b, const float* 
                               const at::Half* zeros, int64_t group, int64_t n0, int64_t n1,
                               float* y, int64_t ldo);
 
+// Activation rows in tiles of up to 4: f(std::integral_constant<int, MB>{}, m) for m = 0, 4, 8,
+// ... below M, with MB = min(4, M - m) known at compile time (the kernels' tile templates).
+template <typename F>
+inline void for_row_tiles(int64_t M, F&& f) {
+  for (int64_t m = 0; m < M; m += 4) {
+    switch (std::min<int64_t>(4, M - m)) {
+      case 1:
+        f(std::integral_constant<int, 1>{}, m);
+        break;
+      case 2:
+        f(std::integral_constant<int, 2>{}, m);
+        break;
+      case 3:
+        f(std::integral_constant<int, 3>{}, m);
+        break;
+      default:
+        f(std::integral_constant<int, 4>{}, m);
+        break;
+    }
+  }
+}
+
 // Rows [n0, n1) of the product for every activation row: weight rows in passes of 16 (they stay
 // in L1 across the activation rows), in tiles of up to 4 activation rows; with blocks on VNNI one
 // activation row at a time (16 weight rows a tile), on AVX2 up to 4 by 8 weight rows.
@@ -363,22 +385,7 @@ void w8a8_blocks_rows(const BlockRows& a, const int8_t* w, const float* scales,
         }
       }
     }
-    for (int64_t m = 0; m < a.M; m += 4) {
-      switch (std::min<int64_t>(4, a.M - m)) {
-        case 1:
-          tile(std::integral_constant<int, 1>{}, m, nb, ne);
-          break;
-        case 2:
-          tile(std::integral_constant<int, 2>{}, m, nb, ne);
-          break;
-        case 3:
-          tile(std::integral_constant<int, 3>{}, m, nb, ne);
-          break;
-        default:
-          tile(std::integral_constant<int, 4>{}, m, nb, ne);
-          break;
-      }
-    }
+    for_row_tiles(a.M, [&](auto mb, int64_t m) { tile(mb, m, nb, ne); });
   }
 }
 

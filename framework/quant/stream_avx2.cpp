@@ -65,24 +65,9 @@ GENGRAPH_AVX2_FN void dot_rows_avx2(const float* x, int64_t M, int64_t K, const 
   constexpr int64_t kRowsPerPass = 16;
   for (int64_t nb = n0; nb < n1; nb += kRowsPerPass) {
     const int64_t ne = std::min(n1, nb + kRowsPerPass);
-    for (int64_t m = 0; m < M; m += 4) {
-      const float* xm = x + m * K;
-      float* om = out + m * ldo;
-      switch (std::min<int64_t>(4, M - m)) {
-        case 1:
-          dot_rows_mb<W, 1>(xm, K, w, nb, ne, om, ldo);
-          break;
-        case 2:
-          dot_rows_mb<W, 2>(xm, K, w, nb, ne, om, ldo);
-          break;
-        case 3:
-          dot_rows_mb<W, 3>(xm, K, w, nb, ne, om, ldo);
-          break;
-        default:
-          dot_rows_mb<W, 4>(xm, K, w, nb, ne, om, ldo);
-          break;
-      }
-    }
+    for_row_tiles(M, [&](auto mb, int64_t m) {
+      dot_rows_mb<W, decltype(mb)::value>(x + m * K, K, w, nb, ne, out + m * ldo, ldo);
+    });
   }
 }
 

@@ -159,22 +159,9 @@ GENGRAPH_AVX2_FN void w4a8_avx2_rows(const W4A8Rows& r, const uint8_t* q, const 
     }
     const float* sws = blocks ? params.s.data() : sb.data();
     const float* zws = blocks ? params.z.data() : zb.data();
-    for (int64_t m = 0; m < r.a.M; m += 4) {
-      switch (std::min<int64_t>(4, r.a.M - m)) {
-        case 1:
-          w4a8_avx2_rows_mb<1>(r, m, q, sws, zws, nbeg, ne, out, ldo);
-          break;
-        case 2:
-          w4a8_avx2_rows_mb<2>(r, m, q, sws, zws, nbeg, ne, out, ldo);
-          break;
-        case 3:
-          w4a8_avx2_rows_mb<3>(r, m, q, sws, zws, nbeg, ne, out, ldo);
-          break;
-        default:
-          w4a8_avx2_rows_mb<4>(r, m, q, sws, zws, nbeg, ne, out, ldo);
-          break;
-      }
-    }
+    for_row_tiles(r.a.M, [&](auto mb, int64_t m) {
+      w4a8_avx2_rows_mb<decltype(mb)::value>(r, m, q, sws, zws, nbeg, ne, out, ldo);
+    });
   }
 }
 
