@@ -140,7 +140,6 @@ GENGRAPH_AVX2_FN inline void w8a8_blocks_avx2_tile_impl(const BlockRows& a, int6
   const int64_t K = a.K, block = kBlock32 ? 32 : a.block, nb = K / block;
   const int8_t* xq = a.q.data();
   const float* xs = a.block_scale.data();
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -152,21 +151,11 @@ GENGRAPH_AVX2_FN inline void w8a8_blocks_avx2_tile_impl(const BlockRows& a, int6
     }
     for (int m = 0; m < MB; ++m) {
       const int8_t* x = xq + (m0 + m) * K + at;
+      // kBlock32: block is the constant 32, one step of block_lanes_avx2 (its prefetch above).
       __m256i v[8];
-      if constexpr (kBlock32) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-        for (int64_t n = 0; n < 8; ++n) {
-          const __m256i wv =
-              n < rows ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + n * K + at))
-                       : _mm256_setzero_si256();
-          v[n] = _mm256_madd_epi16(
-              _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)), ones);
-        }
-      } else {
-        for (int64_t n = 0; n < 8; ++n) {
-          v[n] = n < rows ? block_lanes_avx2(x, w + n * K + at, block, m == 0)
-                          : _mm256_setzero_si256();
-        }
+      for (int64_t n = 0; n < 8; ++n) {
+        v[n] = n < rows ? block_lanes_avx2(x, w + n * K + at, block, !kBlock32 && m == 0)
+                        : _mm256_setzero_si256();
       }
       const __m256 s = _mm256_cvtepi32_ps(lane_sums8(v));
       const __m256 bs = _mm256_set1_ps(xs[(m0 + m) * nb + b]);
