@@ -4,9 +4,9 @@
 // framework/quant/kernels.h), int8 with int8 activations (w8a8_row: a scale per row,
 // gengraph's integer kernels below 32 rows and LibTorch's _int_mm from 32; w8a8_b32: a scale per
 // 32 channels, gengraph's integer kernels; w4a8: int4 weights by int8 activations in blocks of
-// 32; these three and float also at 32, 128 and 256 rows, prefills, and the three at those rows
-// under BatchInvariant as <format>_invariant: the integer kernels where outside it a CPU without
-// AMX takes the float GEMM from 32 rows),
+// 32), every format also at 32, 128 and 256 rows (prefills) and at those rows under
+// BatchInvariant as <format>_invariant (gengraph's kernels where outside it the float GEMM takes
+// many rows),
 // gengraph's streaming kernel on the float32 weight (float_stream), and int8 on the plain loops
 // (what a CPU without AVX2 runs).
 // The shapes are SmolLM2-135M's and GPT-2-small's projections (fused as gengraph fuses them) and
@@ -252,16 +252,13 @@ void register_kernel_benchmarks() {
           benchmark::RegisterBenchmark(("kernels/" + std::string(fname) + "/" + s.name).c_str(),
                                        [s, f = f](benchmark::State& st) { run(st, s, f, false); });
       for (const int64_t m : rows) b->Arg(m);
-      // A prefill's 256 rows (8 prompts of 32) where the activations are quantized, and float32's
-      // beside them: the quantization itself and the kernels over many rows.
-      const bool activations = f.int8_activation_rows > 0;
-      if (!bench_smoke() && (activations || f.kind == WeightFormat::Kind::kAsLoaded)) {
-        b->Arg(32)->Arg(128)->Arg(256);
-      }
+      // A prefill's 32, 128 and 256 rows (up to 8 prompts of 32) in every format: the widened
+      // weights' GEMM, the quantization of activations, and the kernels over many rows.
+      if (!bench_smoke()) b->Arg(32)->Arg(128)->Arg(256);
       b->ArgName("m")->Unit(benchmark::kMicrosecond)->UseRealTime();
-      // The same 256 rows under BatchInvariant (serving's default): the integer kernels instead
-      // of the float GEMM that takes many rows outside it on CPUs without AMX.
-      if (!bench_smoke() && activations) {
+      // The same rows under BatchInvariant (serving's default): gengraph's kernels at every row
+      // count instead of the float GEMM that takes many rows outside it.
+      if (!bench_smoke()) {
         benchmark::RegisterBenchmark(
             ("kernels/" + std::string(fname) + "_invariant/" + s.name).c_str(),
             [s, f = f](benchmark::State& st) { run(st, s, f, false, true); })

@@ -70,13 +70,14 @@ GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const
   const int64_t groups = K / group;
   static thread_local GroupParams params;
   if (M >= 2 || xsum == nullptr) {
-    // Several activation rows: widen 4 weight rows at a time into L1 once, then multiply them as
-    // float32 weights for every activation row (widening per row and per 4 activation rows
-    // made batch 8 slower than float32).
+    // Several activation rows: widen 6 weight rows at a time (two of stream_avx2.cpp's tiles of
+    // 3) into L1 once, then multiply them as float32 weights for every activation row (widening
+    // per row and per 4 activation rows made batch 8 slower than float32).
+    constexpr int64_t kWidened = 6;
     thread_local std::vector<float> buf;
-    buf.resize(static_cast<size_t>(4 * K));
-    for (int64_t n = n0; n < n1; n += 4) {
-      const int64_t nb = std::min<int64_t>(4, n1 - n);
+    buf.resize(static_cast<size_t>(kWidened * K));
+    for (int64_t n = n0; n < n1; n += kWidened) {
+      const int64_t nb = std::min<int64_t>(kWidened, n1 - n);
       params.load(scales, zeros, n, nb, groups);
       for (int64_t r = 0; r < nb; ++r) {
         int4_widen_row(q + (n + r) * (K / 2), params.s.data() + r * groups,

@@ -4,14 +4,14 @@
 // per-channel weight's are [N] float32).
 //   weight-only: the plain loop or AVX2 (int8_blocks_avx2.cpp) streams the weight for a decode's
 //     few rows; from kStreamRows rows (outside BatchInvariant) the weight is widened to float32
-//     once, q * float(scale), and LibTorch's GEMM takes the product;
+//     a panel at a time, q * float(scale), and LibTorch's GEMM takes the product (widened_linear);
 //   W8A8: the activations quantized in blocks of B too (the same B), then per block the exact
 //     int32 dot of the levels times the activation block's scale times the weight block's, summed
 //     in float32 in block order (w8a8_blocks_plain): AVX-512 VNNI, AVX2 or the plain loops, the
 //     same floats to the bit. AMX does not take these weights (its tiles apply one scale per
 //     output channel after the sums): where the CPU has AMX, the VNNI tile runs them. From
 //     kIntegerGemmRows rows outside BatchInvariant on a CPU without AMX: LibTorch's GEMM of the
-//     dequantized levels by the widened weight (integer_rows_by_float_gemm, kernels.h).
+//     dequantized levels by the weight widened a panel at a time (integer_rows_by_float_gemm).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -43,31 +43,13 @@ int64_t check_int8_blocks(const at::Tensor& x, const at::Tensor& q, const at::Te
 
 }  // namespace
 
-// q * float(scale) as float32 [N, K]: the weight a prefill's GEMM multiplies by.
-at::Tensor widen_int8_blocks(const at::Tensor& q, const at::Tensor& scales, int64_t block) {
-  const int64_t N = q.size(0), K = q.size(1), nb = K / block;
-  at::Tensor w = at::empty({N, K}, q.options().dtype(at::kFloat));
-  const int8_t* qp = q.data_ptr<int8_t>();
-  const at::Half* sp = scales.data_ptr<at::Half>();
-  float* wp = w.data_ptr<float>();
-  at::parallel_for(0, N, grain_rows(N, K), [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      for (int64_t b = 0; b < nb; ++b) {
-        const float s = static_cast<float>(sp[n * nb + b]);
-        const int8_t* qb = qp + n * K + b * block;
-        float* wb = wp + n * K + b * block;
-        for (int64_t k = 0; k < block; ++k) wb[k] = static_cast<float>(qb[k]) * s;
-      }
-    }
-  });
-  return w;
-}
-
 at::Tensor linear_int8_blocks_cpu(const at::Tensor& x, const at::Tensor& q,
                                   const at::Tensor& scales) {
   const int64_t block = check_int8_blocks(x, q, scales, "gengraph::linear_int8");
-  if (x.size(0) >= kStreamRows && !BatchInvariant::active()) {
-    return at::linear(x, widen_int8_blocks(q, scales, block));
+  if (x.size(0) >= kWidenRows && !BatchInvariant::active()) {
+    return widened_linear(x, q.size(0), [&](int64_t n0, int64_t n1, float* dst) {
+      widen_int8_block_rows(q, scales, block, n0, n1, dst);
+    });
   }
   const int64_t M = x.size(0), K = x.size(1), N = q.size(0);
   at::Tensor y = at::empty({M, N}, x.options());

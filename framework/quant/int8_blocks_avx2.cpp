@@ -45,7 +45,7 @@ GENGRAPH_AVX2_FN void tile(const float* x, int64_t K, const int8_t* w, const flo
 template <int MB>
 GENGRAPH_AVX2_FN void rows_mb(const float* x, int64_t K, const int8_t* w, const float* s,
                               int64_t block, int64_t n0, int64_t n1, float* out, int64_t ldo) {
-  constexpr int NB = MB <= 2 ? 4 : 2;
+  constexpr int NB = MB <= 2 ? 4 : 3;  // 12 accumulators at most, as stream_avx2.cpp's tiles
   const int64_t nb = K / block;
   int64_t n = n0;
   for (; n + NB <= n1; n += NB) {
@@ -56,12 +56,12 @@ GENGRAPH_AVX2_FN void rows_mb(const float* x, int64_t K, const int8_t* w, const 
 
 }  // namespace
 
-// Weight rows in passes of 16 (their scales widened to float32 once a pass; the rows stay in L1
+// Weight rows in passes of 24 (their scales widened to float32 once a pass; the rows stay in L2
 // across the activation rows), activation rows in tiles of up to 4.
 GENGRAPH_AVX2_FN void int8_blocks_avx2(const float* x, int64_t M, int64_t K, const int8_t* q,
                                        const at::Half* scales, int64_t block, int64_t n0,
                                        int64_t n1, float* out, int64_t ldo) {
-  constexpr int64_t kRowsPerPass = 16;
+  constexpr int64_t kRowsPerPass = 24;
   const int64_t nb = K / block;
   static thread_local std::vector<float> s;
   if (s.size() < static_cast<size_t>(kRowsPerPass * nb)) {

@@ -40,26 +40,6 @@ at::Tensor stream_or_gemm(const at::Tensor& x, const at::Tensor& w, const W* wp,
   return y;
 }
 
-// q[n, k] * scales[n] as float32 in one pass (the values of q.to(kFloat) * scales.unsqueeze(1),
-// which writes and reads a float32 copy of the weight twice more): the weight a prefill's GEMM
-// multiplies by.
-at::Tensor widen_int8(const at::Tensor& q, const at::Tensor& scales) {
-  const int64_t N = q.size(0), K = q.size(1);
-  at::Tensor w = at::empty({N, K}, scales.options());
-  const int8_t* qp = q.data_ptr<int8_t>();
-  const float* sp = scales.data_ptr<float>();
-  float* wp = w.data_ptr<float>();
-  at::parallel_for(0, N, grain_rows(N, K), [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const float s = sp[n];
-      const int8_t* qr = qp + n * K;
-      float* wr = wp + n * K;
-      for (int64_t k = 0; k < K; ++k) wr[k] = static_cast<float>(qr[k]) * s;
-    }
-  });
-  return w;
-}
-
 // An int8 weight with a float32 scale per output channel, and activations to match.
 void check_int8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales,
                 const std::string& op) {
@@ -74,8 +54,10 @@ void check_int8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scal
 at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
   if (scales.dim() == 2) return linear_int8_blocks_cpu(x, q, scales);  // Q8_0's layout
   check_int8(x, q, scales, "gengraph::linear_int8");
-  if (x.size(0) >= kStreamRows && !BatchInvariant::active()) {
-    return at::linear(x, widen_int8(q, scales));
+  if (x.size(0) >= kWidenRows && !BatchInvariant::active()) {
+    return widened_linear(x, q.size(0), [&](int64_t n0, int64_t n1, float* dst) {
+      widen_int8_rows(q, scales, n0, n1, dst);
+    });
   }
   return stream_or_gemm<int8_t>(x, q, q.data_ptr<int8_t>(), scales);
 }
@@ -118,8 +100,10 @@ at::Tensor linear_w8a8_blocks(const at::Tensor& x, const at::Tensor& q, const at
               " is over the largest the int32 sums take, ", kWholeRowMaxK);
   // One block a row (a scale per row) keeps the integer tiles, faster than the GEMM.
   if (integer_rows_by_float_gemm(M) && (block < K || wblock != nullptr)) {
-    const at::Tensor w = wblock ? widen_int8_blocks(q, scales, block) : widen_int8(q, scales);
-    return at::linear(dequantized_levels(x, block), w);
+    return widened_linear(dequantized_levels(x, block), N, [&](int64_t n0, int64_t n1, float* d) {
+      if (wblock) return widen_int8_block_rows(q, scales, block, n0, n1, d);
+      widen_int8_rows(q, scales, n0, n1, d);
+    });
   }
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
@@ -218,7 +202,10 @@ at::Tensor linear_bf16_cpu(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kBFloat16 && w.is_contiguous(),
               "gengraph::linear_bf16: weight must be a contiguous 2-D bfloat16 tensor");
   check_x(x, w.size(1), "gengraph::linear_bf16");
-  if (x.size(0) >= kStreamRows && !BatchInvariant::active()) return at::linear(x, w.to(at::kFloat));
+  if (x.size(0) >= kWidenRows && !BatchInvariant::active()) {
+    return widened_linear(
+        x, w.size(0), [&](int64_t n0, int64_t n1, float* dst) { widen_bf16_rows(w, n0, n1, dst); });
+  }
   return stream_or_gemm<uint16_t>(x, w, reinterpret_cast<const uint16_t*>(w.data_ptr()),
                                   at::Tensor());
 }
@@ -249,46 +236,15 @@ void check_int4(const at::Tensor& x, const at::Tensor& packed, const at::Tensor&
   check_x(x, K, op);
 }
 
-// level * scale + zero as float32 in one pass over the packed weight, each product rounded before
-// the sum (the values of unpack_int4(packed).to(kFloat) * scales + zeros per group, which makes
-// four full-size temporaries): the weight a prefill's GEMM multiplies by.
-at::Tensor dequantize_int4_packed(const at::Tensor& packed, const at::Tensor& scales,
-                                  const at::Tensor& zeros, int64_t group) {
-  const int64_t N = packed.size(0), K = packed.size(1) * 2, groups = K / group;
-  at::Tensor w = at::empty({N, K}, scales.options().dtype(at::kFloat));
-  const uint8_t* qp = packed.data_ptr<uint8_t>();
-  const at::Half* sp = scales.data_ptr<at::Half>();
-  const at::Half* zp = zeros.data_ptr<at::Half>();
-  float* wp = w.data_ptr<float>();
-  at::parallel_for(0, N, grain_rows(N, K / 4), [&](int64_t n0, int64_t n1) {
-    static thread_local GroupParams params;
-    for (int64_t n = n0; n < n1; ++n) {
-      const uint8_t* qr = qp + n * (K / 2);
-      float* wr = wp + n * K;
-      params.load(sp, zp, n, 1, groups);
-      for (int64_t b = 0; b < K / 32; ++b) {
-        const int64_t g = (b * 32) / group;
-        const float s = params.s[g], z = params.z[g];
-        for (int64_t i = 0; i < 16; ++i) {
-          const uint8_t byte = qr[b * 16 + i];
-          const float lo = static_cast<float>(byte & 0x0F) * s;
-          const float hi = static_cast<float>(byte >> 4) * s;
-          wr[b * 32 + i] = lo + z;
-          wr[b * 32 + 16 + i] = hi + z;
-        }
-      }
-    }
-  });
-  return w;
-}
-
 at::Tensor linear_int4_cpu(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                            const at::Tensor& zeros, int64_t group) {
   check_int4(x, packed, scales, zeros, group, "gengraph::linear_int4");
   const int64_t N = packed.size(0), K = packed.size(1) * 2, groups = K / group;
   const int64_t M = x.size(0);
-  if (M >= kStreamRows && !BatchInvariant::active()) {
-    return at::linear(x, dequantize_int4_packed(packed, scales, zeros, group));
+  if (M >= kWidenRows && !BatchInvariant::active()) {
+    return widened_linear(x, N, [&](int64_t n0, int64_t n1, float* dst) {
+      widen_int4_rows(packed, scales, zeros, group, n0, n1, dst);
+    });
   }
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
@@ -332,8 +288,9 @@ at::Tensor linear_w4a8_cpu(const at::Tensor& x, const at::Tensor& packed, const 
               "must divide 16; model.group_size takes at most 256)");
   const int64_t M = x.size(0), K = x.size(1), N = packed.size(0);
   if (integer_rows_by_float_gemm(M)) {
-    return at::linear(dequantized_levels(x, 32),
-                      dequantize_int4_packed(packed, scales, zeros, group));
+    return widened_linear(dequantized_levels(x, 32), N, [&](int64_t n0, int64_t n1, float* d) {
+      widen_int4_rows(packed, scales, zeros, group, n0, n1, d);
+    });
   }
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;

@@ -93,10 +93,19 @@ bool vectorized();
 // and benchmarks that compare the two on one machine.
 void use_plain_loops(bool plain);
 
-// Up to this many activation rows the kernels above stream the stored weight; from it on they
-// widen it to float32 once and call LibTorch's GEMM (a prefill's many rows make the GEMM's
-// blocking worth the widening).
+// Up to this many activation rows linear_f32 streams the weight; from it on (outside
+// BatchInvariant) LibTorch's GEMM takes the product (a prefill's many rows make the GEMM's
+// blocking worth it).
 constexpr int64_t kStreamRows = 32;
+
+// The same for the stored int8, int4 and bfloat16 weights (weight-only): up to this many rows the
+// kernels above stream the stored weight, widened in registers; from it on (outside
+// BatchInvariant) they widen it to float32, a panel of output channels at a time (the whole weight
+// from 256 rows), for LibTorch's GEMM. Widening costs the GEMM a write and a read of four bytes a
+// weight that float32 does not pay: on a Zen 3 (AVX2, 2 threads) SmolLM2's projections at 32 rows
+// streamed in 0.4-0.8 ms against 0.5-1.2 in panels and float32's GEMM's 0.4-0.9, and the two were
+// about level at 128 (bench kernels/int8, kernels/int8_invariant, kernels/float).
+constexpr int64_t kWidenRows = 128;
 
 // From this many activation rows, outside BatchInvariant, on an x86 CPU with AVX2 and without
 // AMX, W8A8 with activation blocks and W4A8 take the float GEMM below instead of their integer

@@ -15,6 +15,7 @@
 //   w4a8_avx2.cpp       int4 by int8 (W4A8), AVX2
 //   w4a8_vnni.cpp       W4A8, AVX-512 VNNI
 //   w4a8_amx.cpp        W4A8 on AMX-INT8 tiles
+//   widened_gemm.cpp    a stored weight widened to float32 a panel at a time for LibTorch's GEMM
 //   kernels.cpp         the operators' CPU kernels: argument checks and the choice of path
 //   operators.cpp       the dispatcher's schemas and CPU and Meta registrations
 // Each vectorized function is compiled for its instructions with a target attribute (the
@@ -27,6 +28,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <type_traits>
 #include <vector>
@@ -206,13 +208,41 @@ at::Tensor linear_int8_blocks_cpu(const at::Tensor& x, const at::Tensor& q,
                                   const at::Tensor& scales);
 at::Tensor linear_w8a8_weight_blocks_cpu(const at::Tensor& x, const at::Tensor& q,
                                          const at::Tensor& scales, int64_t block);
-// The weights a GEMM multiplies by, as float32 [N, K]: an int8 weight times its scale per output
-// channel (kernels.cpp) or per block of `block` input channels (float16 [N, K / block],
-// int8_blocks.cpp), each product rounded once.
-at::Tensor widen_int8(const at::Tensor& q, const at::Tensor& scales);
-at::Tensor widen_int8_blocks(const at::Tensor& q, const at::Tensor& scales, int64_t block);
-at::Tensor dequantize_int4_packed(const at::Tensor& packed, const at::Tensor& scales,
-                                  const at::Tensor& zeros, int64_t group);
+// ---- A stored weight widened to float32 for LibTorch's GEMM (widened_gemm.cpp). ----
+
+// Rows [n0, n1) of a weight as float32, written to dst as [n1 - n0, K].
+using WidenRows = std::function<void(int64_t n0, int64_t n1, float* dst)>;
+// The bytes of float32 weight a panel takes: a thread's panel stays in the core's cache (L2 and
+// its share of L3) while its GEMM reads it, and holds enough output channels (80 at GPT-2's 3,072
+// input channels) that the GEMM's packing of x is not repeated for every few of them.
+constexpr int64_t kPanelBytes = 1024 * 1024;
+// From this many activation rows the whole weight is widened and one GEMM on every thread takes
+// the product: in panels a thread's single-threaded GEMM packs all of x again for every panel,
+// which for a long prompt (GPT-2's 3,072-channel projection at 2,048 rows) cost more than the
+// widened weight's write and read.
+constexpr int64_t kWholeWidenRows = 256;
+// A whole widened weight up to this many floats (64 MB) goes to a buffer the calling thread keeps
+// (a fresh allocation that size is fresh pages, faulted in and zeroed every call); a larger one
+// (an output head) is allocated each call.
+constexpr int64_t kKeptWidenedFloats = int64_t{16} << 20;
+// Output channels a panel of a [N, K] weight takes (at least 16, at most N).
+int64_t panel_rows(int64_t N, int64_t K);
+// y = x W^T for W [N, K] given by `widen`, by LibTorch's GEMM: below kWholeWidenRows rows the
+// weight widened a panel of output channels at a time into a buffer of the thread's, each
+// thread's panels multiplied on that thread (the widened weight stays in cache, where the whole
+// weight widened first writes and reads four bytes a weight more than float32's own GEMM); from
+// kWholeWidenRows rows the whole weight widened, then one GEMM.
+at::Tensor widened_linear(const at::Tensor& x, int64_t N, const WidenRows& widen);
+// The widened weights: an int8 weight times its scale per output channel or per block of `block`
+// input channels (float16 [N, K / block]), each product rounded once; int4 levels as level *
+// scale + zero (each product rounded before the sum); bfloat16's bits as float32's.
+void widen_int8_rows(const at::Tensor& q, const at::Tensor& scales, int64_t n0, int64_t n1,
+                     float* dst);
+void widen_int8_block_rows(const at::Tensor& q, const at::Tensor& scales, int64_t block, int64_t n0,
+                           int64_t n1, float* dst);
+void widen_int4_rows(const at::Tensor& packed, const at::Tensor& scales, const at::Tensor& zeros,
+                     int64_t group, int64_t n0, int64_t n1, float* dst);
+void widen_bf16_rows(const at::Tensor& w, int64_t n0, int64_t n1, float* dst);
 // x's int8 levels in blocks of `block` channels (quantize_blocks) times their block's scale, as
 // float32 [M, K] (each product rounded once; a block with a NaN or an infinity gives NaN).
 at::Tensor dequantized_levels(const at::Tensor& x, int64_t block);

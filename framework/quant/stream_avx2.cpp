@@ -16,7 +16,10 @@ GENGRAPH_AVX2_FN inline __m256 load8(const uint16_t* p) {
 }
 
 // MB activation rows by NB weight rows: each weight vector is widened once and used MB times.
-template <typename W, int MB, int NB>
+// kAhead: the weight rows come from memory (the pass's first activation rows), so fetch ahead;
+// for the pass's later activation rows they are in L2 already and a prefetch only takes a load's
+// slot.
+template <typename W, int MB, int NB, bool kAhead>
 GENGRAPH_AVX2_FN void dot_block(const float* x, int64_t K, const W* w, float* out, int64_t ldo) {
   __m256 acc[MB][NB];
   for (int m = 0; m < MB; ++m)
@@ -30,8 +33,10 @@ GENGRAPH_AVX2_FN void dot_block(const float* x, int64_t K, const W* w, float* ou
   // four float32 rows, where one would leave every other line to the hardware prefetcher).
   constexpr int64_t kStepBytes = 8 * NB * static_cast<int64_t>(sizeof(W));
   for (; k + 8 <= K; k += 8) {
-    for (int64_t b = 0; b < kStepBytes; b += 64)
-      _mm_prefetch(ahead + k * NB * sizeof(W) + b, _MM_HINT_T0);
+    if constexpr (kAhead) {
+      for (int64_t b = 0; b < kStepBytes; b += 64)
+        _mm_prefetch(ahead + k * NB * sizeof(W) + b, _MM_HINT_T0);
+    }
     __m256 wv[NB];
     for (int n = 0; n < NB; ++n) wv[n] = load8(w + n * K + k);
     for (int m = 0; m < MB; ++m) {
@@ -48,25 +53,30 @@ GENGRAPH_AVX2_FN void dot_block(const float* x, int64_t K, const W* w, float* ou
   }
 }
 
-template <typename W, int MB>
+// Tiles of MB activation rows by 4 weight rows for one or two activation rows, by 3 for three or
+// four (12 accumulators: enough independent sums in flight to keep both FMA pipes busy).
+template <typename W, int MB, bool kAhead>
 GENGRAPH_AVX2_FN void dot_rows_mb(const float* x, int64_t K, const W* w, int64_t n0, int64_t n1,
                                   float* out, int64_t ldo) {
-  constexpr int NB = MB <= 2 ? 4 : 2;
+  constexpr int NB = MB <= 2 ? 4 : 3;
   int64_t n = n0;
-  for (; n + NB <= n1; n += NB) dot_block<W, MB, NB>(x, K, w + n * K, out + n, ldo);
-  for (; n < n1; ++n) dot_block<W, MB, 1>(x, K, w + n * K, out + n, ldo);
+  for (; n + NB <= n1; n += NB) dot_block<W, MB, NB, kAhead>(x, K, w + n * K, out + n, ldo);
+  for (; n < n1; ++n) dot_block<W, MB, 1, kAhead>(x, K, w + n * K, out + n, ldo);
 }
 
-// Rows [n0, n1) for every activation row, in blocks of at most 4 activation rows; the weight
-// rows of a block stay in L1 between them.
+// Rows [n0, n1) for every activation row, in passes of 24 weight rows (they stay in L2 across
+// the activation rows) and tiles of at most 4 activation rows. Each output is the same sum in
+// the same order whatever the tile: a row's floats do not depend on the rows beside it.
 template <typename W>
 GENGRAPH_AVX2_FN void dot_rows_avx2(const float* x, int64_t M, int64_t K, const W* w, int64_t n0,
                                     int64_t n1, float* out, int64_t ldo) {
-  constexpr int64_t kRowsPerPass = 16;
+  constexpr int64_t kRowsPerPass = 24;
   for (int64_t nb = n0; nb < n1; nb += kRowsPerPass) {
     const int64_t ne = std::min(n1, nb + kRowsPerPass);
     for_row_tiles(M, [&](auto mb, int64_t m) {
-      dot_rows_mb<W, decltype(mb)::value>(x + m * K, K, w, nb, ne, out + m * ldo, ldo);
+      constexpr int MB = decltype(mb)::value;
+      if (m == 0) return dot_rows_mb<W, MB, true>(x + m * K, K, w, nb, ne, out + m * ldo, ldo);
+      dot_rows_mb<W, MB, false>(x + m * K, K, w, nb, ne, out + m * ldo, ldo);
     });
   }
 }

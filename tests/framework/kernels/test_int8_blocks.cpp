@@ -97,7 +97,8 @@ void expect_close(const at::Tensor& got, const at::Tensor& x, const at::Tensor& 
 }
 
 // Weight-only: the plain loops and AVX2, at row counts on both sides of each tile and of the
-// switch to the GEMM (32), and under BatchInvariant (streamed at any row count).
+// switch to the widened weight's GEMM (kWidenRows), and under BatchInvariant (streamed at any row
+// count).
 TEST(Int8Blocks, WeightOnlyMatchesTheDequantizedWeightOnBothPaths) {
   RestorePaths restore;
   at::manual_seed(2);
@@ -110,7 +111,9 @@ TEST(Int8Blocks, WeightOnlyMatchesTheDequantizedWeightOnBothPaths) {
         kernels::use_plain_loops(plain);
         SCOPED_TRACE(std::string(plain ? "plain" : "vectorized") + " K " + std::to_string(K) +
                      " block " + std::to_string(block) + " N " + std::to_string(N));
-        for (const int64_t M : {1, 2, 3, 4, 5, 9, 31, 32, 40}) {
+        for (const int64_t M :
+             {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{9}, int64_t{31},
+              int64_t{40}, kernels::kWidenRows - 1, kernels::kWidenRows}) {
           const at::Tensor x = at::randn({M, K});
           expect_close(kernels::linear_int8(x, q.q, q.scales), x, deq);
         }

@@ -83,7 +83,9 @@ TEST(WeightOnlyKernels, Int8MatchesTheWidenedWeight) {
       for (const int64_t N : {1, 5, 17, 64}) {
         const at::Tensor q = at::randint(-127, 128, {N, K}).to(at::kChar);
         const at::Tensor scales = at::rand({N}) * 0.01 + 1e-3;
-        for (const int64_t M : {1, 2, 3, 4, 5, 9, 31, 32, 40}) {
+        // Both sides of each tile and of the switch to the widened weight's GEMM.
+        for (const int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5},
+                                int64_t{9}, int64_t{31}, int64_t{40}, kWidenRows - 1, kWidenRows}) {
           const at::Tensor x = at::randn({M, K});
           expect_close(linear_int8(x, q, scales), x, q.to(at::kFloat) * scales.unsqueeze(1));
         }
@@ -381,13 +383,14 @@ TEST(WeightOnlyKernels, Int4PacksLosslesslyAndMatchesTheWidenedWeight) {
                                     scales.to(at::kFloat).unsqueeze(-1) +
                                 zeros.to(at::kFloat).unsqueeze(-1))
                                    .view({N, K});
-          for (const int64_t M : {1, 2, 3, 4, 6, 32}) {
+          for (const int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{6},
+                                  int64_t{32}, kWidenRows, int64_t{256}}) {
             const at::Tensor x = at::randn({M, K});
             const at::Tensor y = linear_int4(x, packed, scales, zeros, group);
             expect_close(y, x, w);
-            // From kStreamRows rows on, the weight is widened in one pass to exactly the values
-            // of level * scale + zero (each product rounded before the sum), then multiplied.
-            if (M >= kStreamRows) EXPECT_TRUE(at::equal(y, at::linear(x, w))) << "M " << M;
+            // From kWidenRows rows on, the weight is widened to exactly the values of level *
+            // scale + zero (each product rounded before the sum), then multiplied by the GEMM.
+            if (M >= kWidenRows) EXPECT_TRUE(at::equal(y, at::linear(x, w))) << "M " << M;
           }
         }
       }
