@@ -27,6 +27,7 @@
 #include "framework/backend/backend_registry.h"
 #include "framework/model/known_models.h"
 #include "framework/model/loader.h"
+#include "framework/quant/kernels.h"
 #include "framework/util/strings.h"
 #include "python/src/convert.h"
 #include "python/src/py_backend.h"
@@ -111,6 +112,9 @@ class StreamRun {
   StreamRun(Engine& engine, std::vector<std::vector<int64_t>> prompts,
             std::vector<std::string> texts, nlohmann::json settings) {
     const bool is_text = !texts.empty();
+    // The generation runs on the worker's OpenMP threads: this thread's (which may have loaded
+    // the model or generated before) would otherwise stay alive beside them (kernels.h).
+    kernels::release_openmp_threads();
     worker_ = std::thread([this, &engine, prompts = std::move(prompts), texts = std::move(texts),
                            settings = std::move(settings), is_text] {
       try {
