@@ -10,9 +10,10 @@
 namespace gengraph {
 
 // The device's memory bandwidth, measured two ways (bytes/s, best of 5 timings after a warm-up):
-// `read` is a float32 matrix-vector product over a matrix far bigger than any cache (bytes of the
-// matrix read), the access pattern of a batch-1 decode step and the fastest read stream found
-// here (faster than a sum); `copy` is a copy_ of a buffer of the same size (bytes read + written).
+// `read` is the faster of a float32 matrix-vector product over a matrix far bigger than any cache
+// (the access pattern of a batch-1 decode step) and, on CPU, gengraph's read stream over the same
+// matrix (kernels::read_sum: vector loads on the decode's threads), in bytes of the matrix read;
+// `copy` is a copy_ of a buffer of the same size (bytes read + written).
 // CUDA gets a bigger buffer and several ops per timing, so launch and sync costs stay small.
 struct Bandwidth {
   double read = 0, copy = 0;

@@ -361,6 +361,32 @@ int8_op() {
 
 namespace gengraph::kernels {
 
+float read_sum(const at::Tensor& t) {
+  TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous() && t.is_cpu(),
+              "read_sum: a contiguous float32 CPU tensor, got ", t.scalar_type(), " on ",
+              t.device());
+  const float* p = t.data_ptr<float>();
+  const int64_t n = t.numel();
+  const int threads = at::get_num_threads();
+  std::vector<float> part(static_cast<size_t>(threads), 0.f);
+  // One contiguous share a thread, 64 KB at least.
+  const int64_t grain = std::max<int64_t>(int64_t{1} << 14, (n + threads - 1) / threads);
+  const bool avx2 = detail::cpu_has_avx2();
+  at::parallel_for(0, n, grain, [&](int64_t b, int64_t e) {
+    float s = 0.f;
+#ifdef GENGRAPH_X86_AVX2
+    if (avx2) s = detail::read_sum_avx2(p + b, e - b);
+#endif
+    if (!avx2) {
+      for (int64_t i = b; i < e; ++i) s += p[i];
+    }
+    part[static_cast<size_t>(at::get_thread_num())] += s;
+  });
+  float total = 0.f;
+  for (const float s : part) total += s;
+  return total;
+}
+
 bool integer_rows_by_float_gemm(int64_t rows) {
   return rows >= kIntegerGemmRows && !BatchInvariant::active() && detail::cpu_has_avx2() &&
          !detail::cpu_has_amx();

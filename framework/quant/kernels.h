@@ -87,6 +87,12 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w);
 //   x: [M, K] float32; w: [N, K] float32 -> [M, N] float32
 at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w);
 
+// The sum of a contiguous float32 CPU tensor's values, read once across the threads (each thread
+// a contiguous share, AVX2 vector loads into four sums where the CPU has them): the fastest read
+// stream gengraph has, which the read-bandwidth probe times (experiments/results/bandwidth.h).
+// The order of the additions depends on the thread count and the path.
+float read_sum(const at::Tensor& t);
+
 // Whether the vectorized (AVX2 + FMA) paths run on this CPU; the plain loops otherwise.
 bool vectorized();
 // Makes every call take the plain loops (true) or the CPU's best path again (false): for tests

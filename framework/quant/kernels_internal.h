@@ -280,6 +280,8 @@ extern template void dot_rows_avx2<int8_t>(const float*, int64_t, int64_t, const
                                            int64_t, float*, int64_t);
 extern template void dot_rows_avx2<uint16_t>(const float*, int64_t, int64_t, const uint16_t*,
                                              int64_t, int64_t, float*, int64_t);
+// stream_avx2.cpp: the sum of n floats, read in vectors into four sums (kernels::read_sum).
+GENGRAPH_AVX2_FN float read_sum_avx2(const float* p, int64_t n);
 // int4_avx2.cpp: with xsum null (or M >= 2) the weights are widened to float32 and multiplied
 // (dot_rows_avx2); with one row and its group sums the levels are multiplied as they are.
 GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const uint8_t* q,

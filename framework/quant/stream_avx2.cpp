@@ -81,6 +81,18 @@ GENGRAPH_AVX2_FN void dot_rows_avx2(const float* x, int64_t M, int64_t K, const 
   }
 }
 
+GENGRAPH_AVX2_FN float read_sum_avx2(const float* p, int64_t n) {
+  __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                 _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    for (int j = 0; j < 8; ++j) a[j % 4] = _mm256_add_ps(a[j % 4], _mm256_loadu_ps(p + i + 8 * j));
+  }
+  float s = hsum(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
+
 template void dot_rows_avx2<float>(const float*, int64_t, int64_t, const float*, int64_t, int64_t,
                                    float*, int64_t);
 template void dot_rows_avx2<int8_t>(const float*, int64_t, int64_t, const int8_t*, int64_t, int64_t,

@@ -2,7 +2,9 @@
 // weight widened to float32, a panel of output channels at a time below kWholeWidenRows rows and
 // whole from it, then LibTorch's GEMM. Each layout's widening must give exactly the values the
 // format defines, and the panels must multiply as the whole widened weight does, to the bit.
+// And kernels::read_sum, the read stream the bandwidth probe times.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -72,6 +74,27 @@ TEST(WidenedGemm, EveryPanelMultipliesAsTheWholeWidenedWeightToTheBit) {
     }
   }
   use_plain_loops(false);
+}
+
+// Small integers, so that every partial sum is exact in float32 whatever the order: the sum must
+// be the integer sum, on both paths and thread counts, with a length that leaves a vector tail.
+TEST(ReadSum, SumsEveryValueOnce) {
+  const int64_t n = (int64_t{1} << 20) + 13;
+  const at::Tensor ints = at::arange(n, at::kLong).remainder(7);
+  const int64_t want = ints.sum().item<int64_t>();
+  const at::Tensor t = ints.to(at::kFloat);
+  const int threads = at::get_num_threads();
+  for (const int use : {1, 2}) {
+    at::set_num_threads(use);
+    for (const bool plain : {false, true}) {
+      use_plain_loops(plain);
+      EXPECT_EQ(read_sum(t), static_cast<float>(want)) << use << " thread(s), plain " << plain;
+    }
+  }
+  use_plain_loops(false);
+  at::set_num_threads(threads);
+  EXPECT_EQ(read_sum(at::ones({5})), 5.f);
+  EXPECT_THROW(read_sum(at::ones({4}, at::kDouble)), c10::Error);
 }
 
 }  // namespace
