@@ -100,7 +100,7 @@ void point_table(std::ostringstream& o, const JsonAt& doc, const std::string& ba
       const double bytes = amount((*bw)["bytes_per_decode_step"]);
       o << "    decode reads >= " << std::setprecision(1) << bytes / 1e6 << " MB/step: ";
       if (const auto read = bw->find("fraction_of_read_bandwidth"))
-        o << 100 * amount(*read) << "% of the measured read (mv) bandwidth, ";
+        o << 100 * amount(*read) << "% of the measured read bandwidth, ";
       o << 100 * amount((*bw)["fraction_of_copy_bandwidth"]) << "% of the copy bandwidth";
       // Files written before the reorder was counted have no bytes_moved_per_step.
       if (const auto moved = bw->find("bytes_moved_per_step")) {
@@ -175,7 +175,7 @@ void point_header(std::ostringstream& o, const JsonAt& doc) {
   if (const auto bw = doc.find("bandwidth")) {
     o << "measured bandwidth: " << std::fixed << std::setprecision(1);
     if (const auto read = bw->find("read_bytes_per_second"))
-      o << "read (mv) " << amount(*read) / 1e9 << " GB/s, ";
+      o << "read " << amount(*read) / 1e9 << " GB/s, ";
     o << "copy " << amount((*bw)["copy_bytes_per_second"]) / 1e9 << " GB/s\n";
   }
 }

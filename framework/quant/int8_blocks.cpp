@@ -46,7 +46,7 @@ int64_t check_int8_blocks(const at::Tensor& x, const at::Tensor& q, const at::Te
 at::Tensor linear_int8_blocks_cpu(const at::Tensor& x, const at::Tensor& q,
                                   const at::Tensor& scales) {
   const int64_t block = check_int8_blocks(x, q, scales, "gengraph::linear_int8");
-  if (x.size(0) >= kWidenRows && !BatchInvariant::active()) {
+  if (widens(x.size(0))) {
     return widened_linear(x, q.size(0), [&](int64_t n0, int64_t n1, float* dst) {
       widen_int8_block_rows(q, scales, block, n0, n1, dst);
     });

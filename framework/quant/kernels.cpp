@@ -54,7 +54,7 @@ void check_int8(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scal
 at::Tensor linear_int8_cpu(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scales) {
   if (scales.dim() == 2) return linear_int8_blocks_cpu(x, q, scales);  // Q8_0's layout
   check_int8(x, q, scales, "gengraph::linear_int8");
-  if (x.size(0) >= kWidenRows && !BatchInvariant::active()) {
+  if (widens(x.size(0))) {
     return widened_linear(x, q.size(0), [&](int64_t n0, int64_t n1, float* dst) {
       widen_int8_rows(q, scales, n0, n1, dst);
     });
@@ -202,7 +202,7 @@ at::Tensor linear_bf16_cpu(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kBFloat16 && w.is_contiguous(),
               "gengraph::linear_bf16: weight must be a contiguous 2-D bfloat16 tensor");
   check_x(x, w.size(1), "gengraph::linear_bf16");
-  if (x.size(0) >= kWidenRows && !BatchInvariant::active()) {
+  if (widens(x.size(0))) {
     return widened_linear(
         x, w.size(0), [&](int64_t n0, int64_t n1, float* dst) { widen_bf16_rows(w, n0, n1, dst); });
   }
@@ -241,7 +241,7 @@ at::Tensor linear_int4_cpu(const at::Tensor& x, const at::Tensor& packed, const 
   check_int4(x, packed, scales, zeros, group, "gengraph::linear_int4");
   const int64_t N = packed.size(0), K = packed.size(1) * 2, groups = K / group;
   const int64_t M = x.size(0);
-  if (M >= kWidenRows && !BatchInvariant::active()) {
+  if (widens(M)) {
     return widened_linear(x, N, [&](int64_t n0, int64_t n1, float* dst) {
       widen_int4_rows(packed, scales, zeros, group, n0, n1, dst);
     });

@@ -110,7 +110,8 @@ constexpr int64_t kStreamRows = 32;
 // from 256 rows), for LibTorch's GEMM. Widening costs the GEMM a write and a read of four bytes a
 // weight that float32 does not pay: on a Zen 3 (AVX2, 2 threads) SmolLM2's projections at 32 rows
 // streamed in 0.4-0.8 ms against 0.5-1.2 in panels and float32's GEMM's 0.4-0.9, and the two were
-// about level at 128 (bench kernels/int8, kernels/int8_invariant, kernels/float).
+// about level at 128 (bench kernels/int8, kernels/int8_invariant, kernels/float). A CPU without
+// AVX2 streams with the plain loops, so there the widened weight takes kStreamRows rows and more.
 constexpr int64_t kWidenRows = 128;
 
 // From this many activation rows, outside BatchInvariant, on an x86 CPU with AVX2 and without

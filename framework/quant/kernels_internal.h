@@ -225,6 +225,10 @@ constexpr int64_t kWholeWidenRows = 256;
 // (a fresh allocation that size is fresh pages, faulted in and zeroed every call); a larger one
 // (an output head) is allocated each call.
 constexpr int64_t kKeptWidenedFloats = int64_t{16} << 20;
+// Whether a weight-only product of `rows` activation rows on this thread now takes the widened
+// weight's GEMM: from kWidenRows rows where the streamed tiles are vectorized (AVX2), from
+// kStreamRows where only the plain loops would stream it; never under BatchInvariant.
+bool widens(int64_t rows);
 // Output channels a panel of a [N, K] weight takes (at least 16, at most N).
 int64_t panel_rows(int64_t N, int64_t K);
 // y = x W^T for W [N, K] given by `widen`, by LibTorch's GEMM: below kWholeWidenRows rows the

@@ -6,9 +6,14 @@
 
 #include <vector>
 
+#include "framework/quant/kernels.h"
 #include "framework/quant/kernels_internal.h"
 
 namespace gengraph::kernels::detail {
+
+bool widens(int64_t rows) {
+  return rows >= (cpu_has_avx2() ? kWidenRows : kStreamRows) && !BatchInvariant::active();
+}
 
 int64_t panel_rows(int64_t N, int64_t K) {
   // At least 16 rows (a GEMM's register tile is 8 or 16 wide), then as many as kPanelBytes hold.
@@ -105,8 +110,8 @@ void widen_int8_block_rows(const at::Tensor& q, const at::Tensor& scales, int64_
 
 namespace {
 
-// One int4 row's 32-level blocks [b0, b1) as level * scale + zero, each product rounded before
-// the sum (not fused): the values of unpack_int4(packed).to(kFloat) * scales + zeros.
+// One int4 row's first `nblocks` blocks of 32 levels as level * scale + zero, each product rounded
+// before the sum (not fused): the values of unpack_int4(packed).to(kFloat) * scales + zeros.
 void widen_int4_blocks(const uint8_t* q, const float* s, const float* z, int64_t group,
                        int64_t nblocks, float* dst) {
   for (int64_t b = 0; b < nblocks; ++b) {
