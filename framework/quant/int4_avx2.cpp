@@ -39,7 +39,10 @@ GENGRAPH_AVX2_FN float int4_row(const float* x, int64_t K, const uint8_t* q, con
   return y;
 }
 
-// One int4 row widened to float32 weights (level * scale + zero), into dst[K].
+// One int4 row widened to float32 weights (level * scale + zero), into dst[K]. kFused: the
+// product and the sum in one FMA (the streamed tiles' weights); otherwise each product rounded
+// before the sum, the values of unpack_int4(packed).to(kFloat) * scales + zeros (the GEMM's).
+template <bool kFused>
 GENGRAPH_AVX2_FN void int4_widen_row(const uint8_t* q, const float* scales, const float* zeros,
                                      int64_t K, int64_t group, float* dst) {
   const __m128i low4 = _mm_set1_epi8(0x0F);
@@ -51,17 +54,18 @@ GENGRAPH_AVX2_FN void int4_widen_row(const uint8_t* q, const float* scales, cons
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * 16));
     const __m128i lo = _mm_and_si128(bytes, low4);
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
-    float* d = dst + b * 32;
-    _mm256_storeu_ps(d, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), s, z));
-    _mm256_storeu_ps(
-        d + 8,
-        _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), s, z));
-    _mm256_storeu_ps(d + 16, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), s, z));
-    _mm256_storeu_ps(
-        d + 24,
-        _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), s, z));
+    const __m128i quarters[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int i = 0; i < 4; ++i) {
+      const __m256 level = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(quarters[i]));
+      const __m256 w =
+          kFused ? _mm256_fmadd_ps(level, s, z) : _mm256_add_ps(_mm256_mul_ps(level, s), z);
+      _mm256_storeu_ps(dst + b * 32 + 8 * i, w);
+    }
   }
 }
+
+template void int4_widen_row<false>(const uint8_t*, const float*, const float*, int64_t, int64_t,
+                                    float*);
 
 GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const uint8_t* q,
                                      const at::Half* scales, const at::Half* zeros,
@@ -80,8 +84,8 @@ GENGRAPH_AVX2_FN void int4_rows_avx2(const float* x, int64_t M, int64_t K, const
       const int64_t nb = std::min<int64_t>(kWidened, n1 - n);
       params.load(scales, zeros, n, nb, groups);
       for (int64_t r = 0; r < nb; ++r) {
-        int4_widen_row(q + (n + r) * (K / 2), params.s.data() + r * groups,
-                       params.z.data() + r * groups, K, group, buf.data() + r * K);
+        int4_widen_row<true>(q + (n + r) * (K / 2), params.s.data() + r * groups,
+                             params.z.data() + r * groups, K, group, buf.data() + r * K);
       }
       dot_rows_avx2<float>(x, M, K, buf.data(), 0, nb, out + n, ldo);
     }

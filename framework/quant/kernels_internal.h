@@ -284,6 +284,14 @@ extern template void dot_rows_avx2<int8_t>(const float*, int64_t, int64_t, const
                                            int64_t, float*, int64_t);
 extern template void dot_rows_avx2<uint16_t>(const float*, int64_t, int64_t, const uint16_t*,
                                              int64_t, int64_t, float*, int64_t);
+// int4_avx2.cpp: one int4 row widened to float32 (level * scale + zero, `scales` and `zeros` the
+// row's per group as float32) into dst[K]; kFused: in one FMA, otherwise each product rounded
+// before the sum (widened_gemm.cpp's, instantiated for it).
+template <bool kFused>
+GENGRAPH_AVX2_FN void int4_widen_row(const uint8_t* q, const float* scales, const float* zeros,
+                                     int64_t K, int64_t group, float* dst);
+extern template void int4_widen_row<false>(const uint8_t*, const float*, const float*, int64_t,
+                                           int64_t, float*);
 // stream_avx2.cpp: the sum of n floats, read in vectors into four sums (kernels::read_sum).
 GENGRAPH_AVX2_FN float read_sum_avx2(const float* p, int64_t n);
 // int4_avx2.cpp: with xsum null (or M >= 2) the weights are widened to float32 and multiplied

@@ -127,26 +127,6 @@ void widen_int4_blocks(const uint8_t* q, const float* s, const float* z, int64_t
 }
 
 #ifdef GENGRAPH_X86_AVX2
-GENGRAPH_AVX2_FN void widen_int4_blocks_avx2(const uint8_t* q, const float* s, const float* z,
-                                             int64_t group, int64_t nblocks, float* dst) {
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nblocks; ++b) {
-    const int64_t g = (b * 32) / group;
-    const __m256 sv = _mm256_set1_ps(s[g]), zv = _mm256_set1_ps(z[g]);
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * 16));
-    const __m128i nib[2] = {_mm_and_si128(bytes, low4),
-                            _mm_and_si128(_mm_srli_epi16(bytes, 4), low4)};
-    for (int h = 0; h < 2; ++h) {
-      for (int half = 0; half < 2; ++half) {
-        const __m128i v = half ? _mm_srli_si128(nib[h], 8) : nib[h];
-        const __m256 level = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
-        _mm256_storeu_ps(dst + b * 32 + h * 16 + half * 8,
-                         _mm256_add_ps(_mm256_mul_ps(level, sv), zv));
-      }
-    }
-  }
-}
-
 GENGRAPH_AVX2_FN void widen_bf16_avx2(const uint16_t* w, int64_t n, float* dst) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -173,7 +153,7 @@ void widen_int4_rows(const at::Tensor& packed, const at::Tensor& scales, const a
     params.load(sp, zp, n, 1, groups);
 #ifdef GENGRAPH_X86_AVX2
     if (avx2) {
-      widen_int4_blocks_avx2(qr, params.s.data(), params.z.data(), group, K / 32, wr);
+      int4_widen_row<false>(qr, params.s.data(), params.z.data(), K, group, wr);
       continue;
     }
 #endif
