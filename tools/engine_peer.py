@@ -285,13 +285,20 @@ def timed(req, session):
         else:
             same = same and rows == outputs
     info = session.info()
-    info["note"] = ("timed as a separate process after gengraph's rows; " + info.get("note", "")).rstrip("; ")
+    info["note"] = (timed_note(req) + "; " + info.get("note", "")).rstrip("; ")
     return {"label": req["label"], "backend": "peer:" + peer, "options": {}, "report": {}, "steps": steps,
             "deterministic_across_repeats": same, "outputs": outputs,
             "timings": {"time_to_first_token_ms": summary(ttft), "decode_ms_per_token": summary(per_token),
                         "total_ms": summary(total), "tokens_per_second": summary(tps)},
             "memory": {"peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": session.peak_device_bytes()},
             "peer": info}
+
+
+def timed_note(req):
+    """How the runner timed this process (run.peer_order)."""
+    if req.get("order") == "interleaved":
+        return "timed in turn with gengraph's rows: a process for each repeat, with its own warm-up"
+    return "timed as a separate process after gengraph's rows"
 
 
 def main():

@@ -237,7 +237,10 @@ def main():
            "memory": {"peak_rss_bytes": peak_rss_bytes(),
                       "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0},
            "peer": {"transformers": __import__("transformers").__version__, "torch": torch.__version__,
-                    "note": "timed as a separate process after gengraph's rows; time to first token from a streamer"}}
+                    "note": ("timed in turn with gengraph's rows: a process for each repeat, with its own warm-up"
+                             if req.get("order") == "interleaved"
+                             else "timed as a separate process after gengraph's rows")
+                    + "; time to first token from a streamer"}}
     json.dump(run, open(a.out, "w"))
 
 

@@ -439,6 +439,7 @@ ExperimentConfig parse_root(YAML::Node root, const std::string& file, const std:
   c.run.threads = run.integer("threads", 0, 0, 1024);
   c.run.bandwidth = run.scalar<bool>("bandwidth", false, "true or false");
   c.run.peer_timeout_s = run.integer("peer_timeout_s", 0, 0, 1000000);
+  c.run.peer_order = run.choice("peer_order", "after", {"after", "interleaved"});
   run.finish();
   if (r.has("peers")) {
     const YAML::Node list = r.child("peers");

@@ -98,6 +98,10 @@ struct RunSpec {
   bool bandwidth = false;  // measure the device's copy bandwidth and report decode's fraction of it
   int64_t peer_timeout_s =
       0;  // a peer running longer is stopped and recorded as failed; 0 = no limit
+  // When the peers are timed: "after" gengraph's rows (one process a peer, every repeat in it), or
+  // "interleaved" with them (one process a peer and repeat, each with its own warm-up, in turn with
+  // gengraph's rows in every repeat, so that a peer's repeat i pairs with the baseline's).
+  std::string peer_order = "after";
 };
 
 // A peer on the same model, inputs and settings: transformers' generate() (tools/hf_peer.py) or

@@ -193,17 +193,34 @@ std::vector<Row> prepare_rows(const ExperimentConfig& c, Forms& forms,
   return rows;
 }
 
-// The timed repeats, interleaved: each repeat runs every row once, the starting row rotating.
+// A peer timed in turn with the rows (run.peer_order: interleaved): one process a repeat, each
+// with its own warm-up, its rows kept until they are merged; the first failure ends its turns.
+struct PeerTurns {
+  const PeerSpec* peer = nullptr;
+  std::vector<nlohmann::json> repeats;
+  std::string error;
+};
+
+// The timed repeats, interleaved: each repeat runs every row once, and every interleaved peer
+// once, the starting one rotating.
 void time_rows(const ExperimentConfig& c, std::vector<Row>& rows,
                const std::vector<std::vector<int64_t>>& prompts, const TokenStream& stream,
-               std::ostream& log) {
-  const int64_t runs = c.run.repeats * static_cast<int64_t>(rows.size());
+               std::ostream& log, std::vector<PeerTurns>& peers,
+               const std::function<void(PeerTurns&)>& peer_turn) {
+  const size_t items = rows.size() + peers.size();
+  const int64_t runs = c.run.repeats * static_cast<int64_t>(items);
   // A stream shows the tokens as they come: no display beside it.
   Progress shown(runs == 1 ? "generating" : "timed repeats", runs == 1 ? 0 : runs, 0,
                  loop_position_text, stream ? ProgressMode::kOff : progress_mode_for(log));
   for (int64_t i = 0; i < c.run.repeats; ++i) {
-    for (size_t k = 0; k < rows.size(); ++k) {
-      Row& row = rows[(k + static_cast<size_t>(i)) % rows.size()];
+    for (size_t k = 0; k < items; ++k) {
+      const size_t j = (k + static_cast<size_t>(i)) % items;
+      if (j >= rows.size()) {
+        peer_turn(peers[j - rows.size()]);
+        shown.advance();
+        continue;
+      }
+      Row& row = rows[j];
       at::manual_seed(c.run.seed);
       const bool streamed = stream && i == 0 && &row == &rows.front();
       Generation r = row.engine->generate(row.plan, prompts, streamed ? stream : TokenStream());
@@ -219,7 +236,8 @@ void time_rows(const ExperimentConfig& c, std::vector<Row>& rows,
   }
   shown.finish();
   log << "timed " << c.run.repeats << " interleaved repeat(s) of " << rows.size()
-      << " backend(s)\n";
+      << " backend(s)" << (peers.empty() ? "" : " and " + std::to_string(peers.size()) + " peer(s)")
+      << "\n";
 }
 
 // Speculative decoding, in the last timed repeat: every token after the first came from a
@@ -284,29 +302,38 @@ nlohmann::json row_json(const ExperimentConfig& c, const Row& row, const Row& fi
   return run;
 }
 
+// A peer's row beside the rows before it: whether its tokens are the first row's.
+void add_peer_row(nlohmann::json run, nlohmann::json& doc) {
+  if (!run.contains("error")) {
+    if (doc["runs"].empty()) {
+      run["tokens_match_first_row"] = true;
+    } else {
+      record_comparison(run, doc["runs"][0]["outputs"]);
+    }
+  }
+  doc["runs"].push_back(std::move(run));
+}
+
+nlohmann::json failed_peer(const PeerSpec& peer, const std::string& why, std::ostream& log) {
+  // gengraph's rows are measured already: keep them, and say which peer failed and why.
+  log << "peer " << peer.label << " FAILED: " << why << "\n";
+  return {{"label", peer.label}, {"backend", "peer:" + peer.name}, {"error", why}};
+}
+
 // The peers' rows, after gengraph's: a peer that fails is recorded with its reason.
 void add_peer_rows(const ExperimentConfig& c, const Model& model, const nlohmann::json& settings,
                    const std::vector<std::vector<int64_t>>& prompts, nlohmann::json& doc,
                    std::ostream& log) {
   const PeerModelFolder folder(c, model);
   for (const auto& peer : c.peers) {
-    nlohmann::json run;
     try {
       throw_if_interrupted();
-      run = run_peer(peer, c, folder.path(), settings, prompts, log);
-      if (doc["runs"].empty()) {
-        run["tokens_match_first_row"] = true;
-      } else {
-        record_comparison(run, doc["runs"][0]["outputs"]);
-      }
+      add_peer_row(run_peer(peer, c, folder.path(), settings, prompts, log), doc);
     } catch (const Interrupted&) {
       throw;  // not a failed peer: the whole run stops
     } catch (const Error& e) {
-      // gengraph's rows are measured already: keep them, and say which peer failed and why.
-      log << "peer " << peer.label << " FAILED: " << e.what() << "\n";
-      run = {{"label", peer.label}, {"backend", "peer:" + peer.name}, {"error", e.what()}};
+      add_peer_row(failed_peer(peer, e.what(), log), doc);
     }
-    doc["runs"].push_back(run);
   }
 }
 
@@ -342,7 +369,11 @@ nlohmann::json results_document(const ExperimentConfig& c, const Model& model,
       {"warmup", c.run.warmup},
       {"repeats", c.run.repeats},
       {"seed", c.run.seed},
-      {"order", "interleaved: each repeat runs every backend once, the starting backend rotating"}};
+      {"order", "interleaved: each repeat runs every backend once, the starting backend rotating"},
+      {"peer_order", c.run.peer_order == "interleaved"
+                         ? "interleaved: each repeat runs every peer once too (a process each, "
+                           "with its own warm-up), in the same rotation"
+                         : "after: each peer in one process after gengraph's rows"}};
   return doc;
 }
 
@@ -376,7 +407,6 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
 
   // Build and warm up every backend first, then interleave the timed repeats.
   std::vector<Row> rows = prepare_rows(c, forms, in.prompts, device, log);
-  time_rows(c, rows, in.prompts, stream, log);
 
   // The experiment's own settings as resolved: a row without settings of its own runs exactly
   // them (its plan says so); otherwise they are planned once more, for the record and the peers.
@@ -392,6 +422,29 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
   const Plan settings_plan =
       plain ? plain->plan
             : (rows.empty() ? *planner : *rows.front().engine).plan(in.prompts, c.generation);
+
+  const bool interleaved = c.run.peer_order == "interleaved" && !c.peers.empty();
+  std::unique_ptr<PeerModelFolder> peer_folder;
+  std::vector<PeerTurns> turns;
+  ExperimentConfig one_repeat = c;
+  one_repeat.run.repeats = 1;
+  if (interleaved) {
+    peer_folder = std::make_unique<PeerModelFolder>(c, forms.main());
+    for (const auto& peer : c.peers) turns.push_back(PeerTurns{&peer, {}, {}});
+  }
+  time_rows(c, rows, in.prompts, stream, log, turns, [&](PeerTurns& t) {
+    if (!t.error.empty()) return;
+    try {
+      throw_if_interrupted();
+      t.repeats.push_back(run_peer(*t.peer, one_repeat, peer_folder->path(),
+                                   settings_plan.settings(), in.prompts, log));
+    } catch (const Interrupted&) {
+      throw;
+    } catch (const Error& e) {
+      t.error = e.what();
+    }
+  });
+
   nlohmann::json doc = results_document(c, forms.main(), settings_plan, in, device, log);
   const Bandwidth bandwidth = c.run.bandwidth ? measure_bandwidth(device) : Bandwidth{};
   if (c.run.bandwidth) {
@@ -402,7 +455,12 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
   doc["runs"] = nlohmann::json::array();
   for (const auto& row : rows)
     doc["runs"].push_back(row_json(c, row, rows.front(), in.prompts, bandwidth));
-  if (!c.peers.empty())
+  for (const auto& t : turns) {
+    add_peer_row(t.error.empty() ? merge_peer_repeats(t.repeats)
+                                 : failed_peer(*t.peer, t.error, log),
+                 doc);
+  }
+  if (!c.peers.empty() && !interleaved)
     add_peer_rows(c, forms.main(), settings_plan.settings(), in.prompts, doc, log);
   if (in.codec) decode_outputs(doc["runs"], *in.codec, c.inputs.skip_special());
   add_ratios(c, doc["runs"]);

@@ -79,8 +79,9 @@ std::string ratio_confidence_text(int64_t repeats) {
 // median of the n per-repeat ratios, and the interval a distribution-free confidence interval for
 // that median from order statistics: [r(k), r(n+1-k)] with the largest k whose coverage
 // 1 - 2 P(Binomial(n, 1/2) < k) is still at least 95%, or k = 1 (min to max) when no k reaches it
-// (n <= 5), with the coverage reached stated. Peers run in their own process, not interleaved:
-// their ratio is the ratio of medians, with no interval.
+// (n <= 5), with the coverage reached stated. Peers run after gengraph's rows, in their own
+// process, are not paired: their ratio is the ratio of medians, with no interval. Peers timed in
+// turn with the rows (run.peer_order: interleaved) are paired as the rows are.
 nlohmann::json ratio_to_baseline(const nlohmann::json& row, const nlohmann::json& base) {
   // Rows of gengraph's own, or a peer's checked when it came; read through JsonAt all the same.
   auto values = [](const JsonAt& r) {
@@ -93,9 +94,15 @@ nlohmann::json ratio_to_baseline(const nlohmann::json& row, const nlohmann::json
     }
     return v;
   };
-  auto is_peer = [](const JsonAt& r) { return r.string_or("backend", "").rfind("peer:", 0) == 0; };
   const JsonAt r(row, "the results row"), b(base, "the baseline row");
-  return ratio_to_baseline(values(r), is_peer(r), values(b), is_peer(b), b["label"].string());
+  return ratio_to_baseline(values(r), unpaired_peer(row), values(b), unpaired_peer(base),
+                           b["label"].string());
+}
+
+bool unpaired_peer(const nlohmann::json& row) {
+  const JsonAt r(row, "the results row");
+  return r.string_or("backend", "").rfind("peer:", 0) == 0 &&
+         r.string_or("order", "") != "interleaved";
 }
 
 nlohmann::json ratio_to_baseline(const std::vector<double>& x, bool row_is_peer,

@@ -26,12 +26,18 @@ std::pair<size_t, double> median_interval_rank(size_t n);
 // "93.8% confidence" for the interval median_interval_rank gives at this many repeats.
 std::string ratio_confidence_text(int64_t repeats);
 
+// Whether a results row is a peer timed apart from gengraph's rows (in its own process after
+// them): its repeats do not pair with theirs. A peer timed in turn with them (run.peer_order:
+// interleaved; its row's "order") does.
+bool unpaired_peer(const nlohmann::json& row);
+
 // How much faster a results row is than the baseline row (total time, baseline / row): paired
 // per-repeat ratios with an order-statistic interval for rows timed in the same interleaved
-// repeats, the ratio of medians for peers. {baseline, median, [low, high, confidence], method}.
+// repeats, the ratio of medians for unpaired peers. {baseline, median, [low, high, confidence],
+// method}.
 nlohmann::json ratio_to_baseline(const nlohmann::json& row, const nlohmann::json& base);
-// The same from the rows' total_ms values (times > 0) and whether each is a peer; `base_label`
-// is the baseline's label.
+// The same from the rows' total_ms values (times > 0) and whether each is an unpaired peer;
+// `base_label` is the baseline's label.
 nlohmann::json ratio_to_baseline(const std::vector<double>& row, bool row_is_peer,
                                  const std::vector<double>& base, bool base_is_peer,
                                  const std::string& base_label);

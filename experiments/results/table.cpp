@@ -45,8 +45,6 @@ std::string same_tokens_cell(const JsonAt& r, const JsonAt& first) {
   return s.str();
 }
 
-bool is_peer(const JsonAt& r) { return r.string_or("backend", "").rfind("peer:", 0) == 0; }
-
 // A non-negative number (bytes, fractions, seconds); JSON holds no NaN or infinity.
 double amount(const JsonAt& v) { return v.number_in(0, 1e300, "a number >= 0"); }
 
@@ -77,8 +75,9 @@ void point_table(std::ostringstream& o, const JsonAt& doc, const std::string& ba
     // Recomputed from the values, so results files written before vs_baseline existed show it too.
     const nlohmann::json v = base->has("error")
                                  ? nlohmann::json::object()
-                                 : ratio_to_baseline(total.values, is_peer(r), base_total,
-                                                     is_peer(*base), (*base)["label"].string());
+                                 : ratio_to_baseline(total.values, unpaired_peer(r.json()), base_total,
+                                                     unpaired_peer(base->json()),
+                                                     (*base)["label"].string());
     std::ostringstream ratio;
     ratio << std::fixed << std::setprecision(2) << v.value("median", 0.0) << "x";
     if (v.contains("low") && &r != base)
@@ -157,6 +156,17 @@ void point_table(std::ostringstream& o, const JsonAt& doc, const std::string& ba
   }
 }
 
+// Whether the point's peers were timed in turn with gengraph's rows (run.peer_order:
+// interleaved): their rows say so.
+bool peers_interleaved(const JsonAt& doc) {
+  const auto runs = doc.find("runs");
+  if (!runs) return false;
+  for (const auto& r : runs->items()) {
+    if (r.string_or("order", "") == "interleaved") return true;
+  }
+  return false;
+}
+
 void point_header(std::ostringstream& o, const JsonAt& doc) {
   const JsonAt model = doc["model"], env = doc["environment"];
   // Read in the order shown, so that the first field missing is the one named.
@@ -171,7 +181,8 @@ void point_header(std::ostringstream& o, const JsonAt& doc) {
     << "'vs' = baseline total time / row total time: for rows timed in the same interleaved "
        "repeats, the median"
     << " of per-repeat ratios [its order-statistic interval, " << ratio_confidence_text(repeats)
-    << "]; for peers, the ratio of medians\n";
+    << (peers_interleaved(doc) ? "]; the same for peers timed in turn with them\n"
+                               : "]; for peers, the ratio of medians\n");
   if (const auto bw = doc.find("bandwidth")) {
     o << "measured bandwidth: " << std::fixed << std::setprecision(1);
     if (const auto read = bw->find("read_bytes_per_second"))

@@ -4,6 +4,7 @@
 #include <gengraph/gengraph.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +13,7 @@
 
 #include "backends/aoti/aoti_step.h"
 #include "experiments/results/results.h"
+#include "experiments/results/statistics.h"
 #include "experiments/tools/peers.h"
 #include "framework/model/loader.h"
 #include "framework/util/error.h"
@@ -87,6 +89,7 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
                                   {"generation", generation},
                                   {"warmup", c.run.warmup},
                                   {"repeats", c.run.repeats},
+                                  {"order", c.run.peer_order},
                                   {"seed", c.run.seed},
                                   {"threads", at::get_num_threads()}};
   log << "peer " << peer.label << "\n";
@@ -108,6 +111,31 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
   }
   check_peer_row(*r.out, peer, prompts.size());
   return *r.out;
+}
+
+nlohmann::json merge_peer_repeats(const std::vector<nlohmann::json>& repeats) {
+  if (repeats.empty()) throw Error("merge_peer_repeats: no repeats");
+  nlohmann::json row = repeats.front();
+  bool same = true;
+  double peak_rss = 0;
+  for (const auto& r : repeats) {
+    same = same && r["deterministic_across_repeats"].get<bool>() && r["outputs"] == row["outputs"];
+    peak_rss = std::max(peak_rss, r["memory"]["peak_rss_bytes"].get<double>());
+  }
+  for (const char* metric : kTimingMetrics) {
+    std::vector<double> values;
+    for (const auto& r : repeats) {
+      const auto& m = r["timings"][metric];
+      if (m.is_object() && m.contains("values")) {
+        for (const auto& v : m["values"]) values.push_back(v.get<double>());
+      }
+    }
+    row["timings"][metric] = summary(values);
+  }
+  row["deterministic_across_repeats"] = same;
+  row["memory"]["peak_rss_bytes"] = peak_rss;
+  row["order"] = "interleaved";
+  return row;
 }
 
 nlohmann::json tokenizer_request(const std::string& folder, const nlohmann::json& request,

@@ -43,6 +43,12 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
                         const std::filesystem::path& folder, const nlohmann::json& generation,
                         const std::vector<std::vector<int64_t>>& prompts, std::ostream& log);
 
+// A peer timed in turn with gengraph's rows (run.peer_order: interleaved) runs one process a
+// repeat: its rows (each checked by run_peer, one timed repeat each) as one row whose timing values
+// are in repeat order, so that value i pairs with the baseline's repeat i. Deterministic when
+// every repeat gave the first's tokens; "order": "interleaved" marks it for the ratios.
+nlohmann::json merge_peer_repeats(const std::vector<nlohmann::json>& repeats);
+
 // One call of tools/hf_tokenizer.py with `request` (its "encode", "decode" or "chat" form, see the
 // tool): the output's `field`, checked to hold `count` entries of the right type, or an Error.
 // `timeout_s` > 0 stops the tool after that long (the chat template's backstop). `output`, when

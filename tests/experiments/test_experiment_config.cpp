@@ -335,6 +335,13 @@ peers: [hf_eager]
   EXPECT_THAT(
       testing::error_of([&] { parse_experiment(text, "s.yaml", {"run.peer_timeout_s=-1"}); }),
       ::testing::HasSubstr("peer_timeout_s"));
+  EXPECT_EQ(c.run.peer_order, "after");
+  EXPECT_EQ(parse_experiment(text, "s.yaml", {"run.peer_order=interleaved"}).run.peer_order,
+            "interleaved");
+  EXPECT_THAT(
+      testing::error_of([&] { parse_experiment(text, "s.yaml", {"run.peer_order=before"}); }),
+      ::testing::AllOf(::testing::HasSubstr("peer_order"), ::testing::HasSubstr("interleaved"),
+                       ::testing::HasSubstr("before")));
 }
 
 }  // namespace

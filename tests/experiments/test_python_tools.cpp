@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "experiments/results/table.h"
 #include "framework/decoding/resolved_settings.h"
 #include "tests/support/test_util.h"
 
@@ -224,6 +225,49 @@ TEST(Cli, PeersRunBesideBackendsAndThePlotIsWritten) {
     EXPECT_GT(r["memory"]["peak_rss_bytes"].get<double>(), 100e6) << r["label"];
   }
   EXPECT_TRUE(std::filesystem::exists(dir / "p.png"));
+}
+
+// run.peer_order: interleaved times a peer in turn with gengraph's rows, a process a repeat: its
+// row holds one value per repeat, says how it was timed, and its ratio to the baseline is paired
+// (an interval) instead of a ratio of medians; the table says so. A failing peer still fails by
+// name without costing the rows.
+TEST(Cli, InterleavedPeersArePairedWithTheBaselineRepeatByRepeat) {
+  testing::TempDir dir;
+  testing::write_file(dir / "p.yaml",
+                      "model: {preset: gpt2-tiny, seed: 2}\n"
+                      "backends: [eager]\npeers: [hf_eager]\n"
+                      "inputs: {prompts: [[1, 2, 3]]}\n"
+                      "generation: {max_new_tokens: 3}\n"
+                      "run: {warmup: 0, repeats: 3, peer_order: interleaved}\n");
+  ASSERT_EQ(testing::run_quietly(dir / "p.yaml", dir / "p.json"), 0);
+  const auto doc = nlohmann::json::parse(testing::read_file(dir / "p.json"));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  const auto& peer = doc["runs"][1];
+  EXPECT_EQ(peer["backend"], "peer:hf_eager");
+  EXPECT_EQ(peer["order"], "interleaved");
+  EXPECT_TRUE(peer["tokens_match_first_row"].get<bool>());
+  EXPECT_TRUE(peer["deterministic_across_repeats"].get<bool>());
+  EXPECT_EQ(peer["timings"]["total_ms"]["values"].size(), 3u);
+  EXPECT_EQ(peer["timings"]["decode_ms_per_token"]["values"].size(), 3u);
+  EXPECT_THAT(peer["peer"]["note"].get<std::string>(), HasSubstr("in turn with gengraph's rows"));
+  EXPECT_EQ(peer["vs_baseline"]["method"],
+            "median of paired per-repeat ratios, order-statistic interval");
+  EXPECT_TRUE(peer["vs_baseline"].contains("low"));
+  EXPECT_THAT(doc["run"]["peer_order"].get<std::string>(), HasSubstr("interleaved"));
+  const std::string table = format_table(doc);
+  EXPECT_THAT(table, HasSubstr("the same for peers timed in turn with them"));
+
+  const testing::ScopedEnv env("GENGRAPH_PYTHON", "/bin/false");
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli({"run", (dir / "p.yaml").string(), "--output", (dir / "f.json").string()}), 3);
+  ::testing::internal::GetCapturedStdout();
+  ::testing::internal::GetCapturedStderr();
+  const auto failed = nlohmann::json::parse(testing::read_file(dir / "f.json"));
+  ASSERT_EQ(failed["runs"].size(), 2u);
+  EXPECT_EQ(failed["runs"][0]["timings"]["total_ms"]["values"].size(), 3u);
+  EXPECT_THAT(failed["runs"][1]["error"].get<std::string>(),
+              HasSubstr("tools/hf_peer.py failed (exit 1"));
 }
 
 // transformers' static cache with torch.compile of the forward (the third peer) gives
