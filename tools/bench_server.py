@@ -8,10 +8,10 @@ Ctrl-C, SIGTERM). The rows go into one results document in gengraph's load schem
 (tools/plot_load.py).
 
     .venv/bin/python tools/bench_server.py configs/server_bench/smollm2_cpu.yaml
-        [--only LABEL]... [--rates 1,all_at_once] [--requests N] [--output FILE.json]
+        [--only LABEL]... [--rates 1,all_at_once] [--requests N] [--rounds N] [--output FILE.json]
 
 The configuration (YAML): name, model (a `gengraph models` name or a model folder), threads,
-load (rates, requests, prompt_lengths, output_lengths, seed, time_limit_s, warmup_requests),
+load (rates, requests, prompt_lengths, output_lengths, seed, time_limit_s, warmup_requests, rounds),
 body (keys every request carries, e.g. temperature), output, plot, and servers, each with a label
 and either
   kind: llama_server   format (f32, q8_0, ...), slots, ctx_per_slot, args (more flags), or
@@ -189,17 +189,23 @@ def main():
     ap.add_argument("--only", action="append", default=[], help="run only the server with this label (repeatable)")
     ap.add_argument("--rates", help="override load.rates, e.g. 1,all_at_once")
     ap.add_argument("--requests", type=int, help="override load.requests")
+    ap.add_argument("--rounds", type=int, help="override load.rounds: replays of every rate, each with requests "
+                                                 "and arrivals of its own seed, pooled into one row")
     ap.add_argument("--output", help="override output (the results JSON); the table goes beside it (.txt)")
     ap.add_argument("--plot", help="override plot (PNG); 'none' draws none")
     a = ap.parse_args()
     cfg_text = open(a.config).read()
     cfg = yaml.safe_load(cfg_text)
-    overrides = [f"{k}={v}" for k, v in (("rates", a.rates), ("requests", a.requests)) if v is not None]
+    overrides = [f"{k}={v}" for k, v in (("rates", a.rates), ("requests", a.requests), ("rounds", a.rounds))
+                 if v is not None]
     overrides += [f"only={x}" for x in a.only]
     L = cfg["load"]
     rates = load_http.parse_rates(a.rates) if a.rates else [load_http.ALL_AT_ONCE if r in ("all", load_http.ALL_AT_ONCE)
                                                            else float(r) for r in L["rates"]]
     n = a.requests or int(L["requests"])
+    rounds = a.rounds or int(L.get("rounds", 1))
+    if rounds < 1:
+        sys.exit(f"bench_server: {a.config}: load.rounds (or --rounds): expected an integer >= 1, found {rounds}")
     threads = int(cfg.get("threads", 2))
     folder = model_folder(str(cfg["model"]))
     plen = (int(L["prompt_lengths"]["min"]), int(L["prompt_lengths"]["max"]))
@@ -213,42 +219,72 @@ def main():
         sys.exit(f"bench_server: no server is labelled {' or '.join(a.only)}")
     load = {"arrival": "poisson", "rates": rates, "requests": n,
             "prompt_lengths": {"min": plen[0], "max": plen[1]}, "output_lengths": {"min": olen[0], "max": olen[1]},
-            "seed": seed, "time_limit_s": limit, "prompt_tokens": sum(len(r["prompt"]) for r in requests),
+            "seed": seed, "rounds": rounds,
+            "order": "rate by rate, every server in turn (the first rotating), a fresh server for each",
+            "time_limit_s": limit, "prompt_tokens": sum(len(r["prompt"]) for r in requests),
             "output_tokens_asked": sum(r["max_tokens"] for r in requests), "client": "tools/load_http.py",
             "systems": [{"label": s["label"], "system": "http_server"} for s in servers]}
     output = a.output or cfg.get("output") or f"results/{cfg['name']}.json"
     plot = a.plot or cfg.get("plot")
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
-    runs = []
     workdir = tempfile.mkdtemp(prefix=f"bench_server-{cfg['name']}-")
-    for spec in servers:
-        # A fresh server for every rate, as gengraph's load runner makes a fresh scheduler: no
-        # prompt cache or slot state carried from one rate's requests (the same ids) to the next.
-        server = None
-        for rate in rates:
-            try:
-                server = server or Server(spec, cfg, folder, workdir)
-                for attempt in (1, 2):  # once more when a start fails (its log says why)
-                    try:
-                        server.start(float(spec.get("health_timeout_s", 300)))
-                        break
-                    except RuntimeError as e:
+    made = {}  # label -> Server
+    outcomes = {}  # (label, rate index) -> one list of outcomes a round
+    errors = {}  # (label, rate index) -> why the server failed there
+    # Rate by rate, every server in turn (the first one rotating with the rate and the round), so
+    # that a host whose speed drifts moves all of them alike; a fresh server for every rate and
+    # round, as gengraph's load runner makes a fresh scheduler: no prompt cache or slot state
+    # carried from one replay's requests to the next. Round k replays requests and arrivals of
+    # seed + k, and a row's latencies are over every round's requests together.
+    for k in range(rounds):
+        round_requests = requests if k == 0 else load_http.make_requests(seed + k, n, plen, olen,
+                                                                         vocab_size(folder))
+        for ri, rate in enumerate(rates):
+            turn = (ri + k) % len(servers)
+            for spec in servers[turn:] + servers[:turn]:
+                key = (spec["label"], ri)
+                if key in errors:
+                    continue
+                server = made.get(spec["label"])
+                try:
+                    server = server or Server(spec, cfg, folder, workdir)
+                    made[spec["label"]] = server
+                    for attempt in (1, 2):  # once more when a start fails (its log says why)
+                        try:
+                            server.start(float(spec.get("health_timeout_s", 300)))
+                            break
+                        except RuntimeError as e:
+                            server.stop()
+                            if attempt == 2:
+                                raise
+                            print(f"bench_server: {e}\nbench_server: starting it once more", file=sys.stderr)
+                    body = dict(cfg.get("body") or {}, **(spec.get("body") or {}))
+                    load_http.sweep(server.url, server.label + " (warm-up)", warm, [load_http.ALL_AT_ONCE],
+                                    seed + 1, body, str(cfg["model"]), limit, log=open(os.devnull, "w"))
+                    got = load_http.run_rate(server.url, round_requests, rate, seed + k, body, str(cfg["model"]),
+                                             limit)
+                    outcomes.setdefault(key, []).append(got)
+                    row = load_http.summarise(spec["label"], rate, got)
+                    p99 = (row["ttft_ms"] or {}).get("p99")
+                    print(f"bench_server: round {k + 1}/{rounds}, {spec['label']} at {rate}: {row['completed']}/{n} "
+                          f"completed, {row['output_tokens_per_s']:.1f} tok/s, TTFT p99 "
+                          f"{'-' if p99 is None else f'{p99:.0f} ms'}", file=sys.stderr, flush=True)
+                except (RuntimeError, OSError, subprocess.SubprocessError, engine_peer.Refused) as e:
+                    print(f"bench_server: {spec['label']} FAILED: {e}", file=sys.stderr, flush=True)
+                    errors[key] = str(e)
+                finally:
+                    if server is not None:
                         server.stop()
-                        if attempt == 2:
-                            raise
-                        print(f"bench_server: {e}\nbench_server: starting it once more", file=sys.stderr)
-                body = dict(cfg.get("body") or {}, **(spec.get("body") or {}))
-                load_http.sweep(server.url, server.label + " (warm-up)", warm, [load_http.ALL_AT_ONCE], seed + 1,
-                                body, str(cfg["model"]), limit, log=open(os.devnull, "w"))
-                runs += load_http.sweep(server.url, server.label, requests, [rate], seed, body, str(cfg["model"]),
-                                        limit, server=server.about)
-            except (RuntimeError, OSError, subprocess.SubprocessError, engine_peer.Refused) as e:
-                print(f"bench_server: {spec['label']} FAILED: {e}", file=sys.stderr, flush=True)
-                runs.append({"label": spec["label"], "system": "http_server", "rate": rate, "error": str(e)})
-            finally:
-                if server is not None:
-                    server.stop()
+    runs = []
+    for spec in servers:
+        for ri, rate in enumerate(rates):
+            key = (spec["label"], ri)
+            if key in errors:
+                runs.append({"label": spec["label"], "system": "http_server", "rate": rate, "error": errors[key]})
+            elif key in outcomes:
+                runs.append(load_http.summarise_rounds(spec["label"], rate, outcomes[key],
+                                                       made[spec["label"]].about))
     doc = document(cfg, a.config, cfg_text, overrides, folder, load, runs, threads)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     tmp = output + ".tmp"

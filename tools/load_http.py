@@ -148,6 +148,35 @@ def summarise(label, rate, outcomes, server=None):
     return row
 
 
+def summarise_rounds(label, rate, rounds, server=None):
+    """One load row from several rounds of the same rate (each a list of outcomes, each round its
+    own requests and arrivals): the latency percentiles over every round's requests together, the
+    counts summed, and tokens/s and requests/s over the rounds' summed wall time (each round's
+    wall as `summarise` takes it). With one round, `summarise`'s row."""
+    if len(rounds) == 1:
+        return summarise(label, rate, rounds[0], server)
+    per = [summarise(label, rate, r) for r in rounds]
+    row = summarise(label, rate, [o for r in rounds for o in r], server)
+    wall = sum(p["wall_s"] for p in per)
+    for key in ("requests", "completed", "cancelled", "not_arrived_by_time_limit", "failed",
+                "output_tokens", "short_outputs"):
+        row[key] = sum(p[key] for p in per)
+    row["wall_s"] = wall
+    row["requests_per_s"] = row["completed"] / wall if wall > 0 else 0.0
+    row["output_tokens_per_s"] = row["output_tokens"] / wall if wall > 0 else 0.0
+    row["rounds"] = [{"wall_s": p["wall_s"], "completed": p["completed"],
+                      "output_tokens_per_s": p["output_tokens_per_s"],
+                      "ttft_ms_p99": (p["ttft_ms"] or {}).get("p99")} for p in per]
+    return row
+
+
+def run_rate(base_url, requests, rate, seed, extra=None, model="model", time_limit_s=300.0):
+    """The outcomes of one replay of `requests` at `rate` (arrivals from `seed`)."""
+    url = base_url.rstrip("/") + "/v1/completions"
+    offsets = arrival_offsets(seed, len(requests), rate)
+    return asyncio.run(replay(url, model, requests, offsets, extra, time_limit_s))
+
+
 # --- the replay -------------------------------------------------------------------------------
 def chunk_text(chunk):
     """The text a streamed chunk carries: /v1/completions' choices[].text, or a chat delta's."""

@@ -74,6 +74,22 @@ def test_a_row_has_the_load_schemas_keys():
     assert row["first_request_error"] == "HTTP 503: busy" and row["server"] == {"kind": "command"}
 
 
+def test_rounds_pool_their_latencies_and_sum_their_walls():
+    a = [outcome(0.0, 0.1, 1.0, 10), outcome(1.0, 0.3, 1.0, 10)]  # wall 2.0
+    b = [outcome(0.0, 0.2, 2.0, 20), outcome(0.5, 0.9, 1.5, 4, asked=8)]  # wall 2.0
+    row = load_http.summarise_rounds("s", 1.0, [a, b], server={"kind": "command"})
+    assert row["wall_s"] == pytest.approx(4.0) and row["completed"] == 4 and row["requests"] == 4
+    assert row["output_tokens"] == 44 and row["output_tokens_per_s"] == pytest.approx(11.0)
+    assert row["requests_per_s"] == pytest.approx(1.0) and row["short_outputs"] == 1
+    # The percentiles are over the four requests together: 100, 200, 300, 900 ms.
+    assert row["ttft_ms"]["p50"] == pytest.approx(250.0)
+    assert row["ttft_ms"]["p99"] == pytest.approx(300.0 + 0.97 * 600.0)
+    assert [r["completed"] for r in row["rounds"]] == [2, 2] and row["server"] == {"kind": "command"}
+    assert row["rounds"][1]["ttft_ms_p99"] == pytest.approx(200.0 + 0.99 * 700.0)
+    # One round is summarise's row, with no per-round list.
+    assert load_http.summarise_rounds("s", 1.0, [a]) == load_http.summarise("s", 1.0, a)
+
+
 def load_document():
     rows = [load_http.summarise("llama-server f32", rate, [outcome(0.0, 0.05, 0.5, 9), outcome(0.2, 0.07, 0.6, 9)])
             for rate in (1.0, "all_at_once")]
