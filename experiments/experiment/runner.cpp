@@ -235,9 +235,8 @@ void time_rows(const ExperimentConfig& c, std::vector<Row>& rows,
     }
   }
   shown.finish();
-  log << "timed " << c.run.repeats << " interleaved repeat(s) of " << rows.size()
-      << " backend(s)" << (peers.empty() ? "" : " and " + std::to_string(peers.size()) + " peer(s)")
-      << "\n";
+  log << "timed " << c.run.repeats << " interleaved repeat(s) of " << rows.size() << " backend(s)"
+      << (peers.empty() ? "" : " and " + std::to_string(peers.size()) + " peer(s)") << "\n";
 }
 
 // Speculative decoding, in the last timed repeat: every token after the first came from a
@@ -456,9 +455,8 @@ nlohmann::json run_checked_point(const ExperimentConfig& c, std::ostream& log,
   for (const auto& row : rows)
     doc["runs"].push_back(row_json(c, row, rows.front(), in.prompts, bandwidth));
   for (const auto& t : turns) {
-    add_peer_row(t.error.empty() ? merge_peer_repeats(t.repeats)
-                                 : failed_peer(*t.peer, t.error, log),
-                 doc);
+    add_peer_row(
+        t.error.empty() ? merge_peer_repeats(t.repeats) : failed_peer(*t.peer, t.error, log), doc);
   }
   if (!c.peers.empty() && !interleaved)
     add_peer_rows(c, forms.main(), settings_plan.settings(), in.prompts, doc, log);

@@ -80,18 +80,11 @@ void check_peer_row(const nlohmann::json& row, const PeerSpec& peer, size_t inpu
 nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
                         const std::filesystem::path& folder, const nlohmann::json& generation,
                         const std::vector<std::vector<int64_t>>& prompts, std::ostream& log) {
-  const nlohmann::json request = {{"peer", peer.name},
-                                  {"label", peer.label},
-                                  {"model", folder.string()},
-                                  {"dtype", c.model.dtype},
-                                  {"device", c.model.device},
-                                  {"prompts", prompts},
-                                  {"generation", generation},
-                                  {"warmup", c.run.warmup},
-                                  {"repeats", c.run.repeats},
-                                  {"order", c.run.peer_order},
-                                  {"seed", c.run.seed},
-                                  {"threads", at::get_num_threads()}};
+  const nlohmann::json request = {
+      {"peer", peer.name},         {"label", peer.label},      {"model", folder.string()},
+      {"dtype", c.model.dtype},    {"device", c.model.device}, {"prompts", prompts},
+      {"generation", generation},  {"warmup", c.run.warmup},   {"repeats", c.run.repeats},
+      {"order", c.run.peer_order}, {"seed", c.run.seed},       {"threads", at::get_num_threads()}};
   log << "peer " << peer.label << "\n";
   const std::string tool = peer_tool(peer.name);
   ToolResult r = run_tool(tool, request, c.run.peer_timeout_s, log);
