@@ -95,12 +95,11 @@ nlohmann::json ratio_to_baseline(const nlohmann::json& row, const nlohmann::json
     return v;
   };
   const JsonAt r(row, "the results row"), b(base, "the baseline row");
-  return ratio_to_baseline(values(r), unpaired_peer(row), values(b), unpaired_peer(base),
+  return ratio_to_baseline(values(r), unpaired_peer(r), values(b), unpaired_peer(b),
                            b["label"].string());
 }
 
-bool unpaired_peer(const nlohmann::json& row) {
-  const JsonAt r(row, "the results row");
+bool unpaired_peer(const JsonAt& r) {
   return r.string_or("backend", "").rfind("peer:", 0) == 0 &&
          r.string_or("order", "") != "interleaved";
 }

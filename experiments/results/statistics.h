@@ -11,6 +11,8 @@
 
 namespace gengraph {
 
+class JsonAt;
+
 // The median of values already sorted ascending (0 for none).
 double median_of_sorted(const std::vector<double>& sorted);
 double median(std::vector<double> values);
@@ -29,7 +31,8 @@ std::string ratio_confidence_text(int64_t repeats);
 // Whether a results row is a peer timed apart from gengraph's rows (in its own process after
 // them): its repeats do not pair with theirs. A peer timed in turn with them (run.peer_order:
 // interleaved; its row's "order") does.
-bool unpaired_peer(const nlohmann::json& row);
+// Read through JsonAt, so that a damaged row is named by its place in its file.
+bool unpaired_peer(const JsonAt& row);
 
 // How much faster a results row is than the baseline row (total time, baseline / row): paired
 // per-repeat ratios with an order-statistic interval for rows timed in the same interleaved

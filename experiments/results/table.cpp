@@ -74,10 +74,9 @@ void point_table(std::ostringstream& o, const JsonAt& doc, const std::string& ba
     const TimingSummary total = row_timing(r, "total_ms");
     // Recomputed from the values, so results files written before vs_baseline existed show it too.
     const nlohmann::json v =
-        base->has("error")
-            ? nlohmann::json::object()
-            : ratio_to_baseline(total.values, unpaired_peer(r.json()), base_total,
-                                unpaired_peer(base->json()), (*base)["label"].string());
+        base->has("error") ? nlohmann::json::object()
+                           : ratio_to_baseline(total.values, unpaired_peer(r), base_total,
+                                               unpaired_peer(*base), (*base)["label"].string());
     std::ostringstream ratio;
     ratio << std::fixed << std::setprecision(2) << v.value("median", 0.0) << "x";
     if (v.contains("low") && &r != base)
