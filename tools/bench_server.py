@@ -212,8 +212,11 @@ def main():
     olen = (int(L["output_lengths"]["min"]), int(L["output_lengths"]["max"]))
     seed, limit = int(L.get("seed", 0)), float(L.get("time_limit_s", 300))
     requests = load_http.make_requests(seed, n, plen, olen, vocab_size(folder))
-    warm = load_http.make_requests(seed + 1, int(L.get("warmup_requests", 2)), (plen[0], plen[0]), (4, 4),
-                                   vocab_size(folder))
+    # The warm-up's prompts come from a seed of their own: with seed + 1 (as before the rounds) the
+    # first request of round 1 began with a warm-up prompt's 32 ids, and a server's prefix cache
+    # would have served them.
+    warm = load_http.make_requests(f"warmup/{seed}", int(L.get("warmup_requests", 2)), (plen[0], plen[0]),
+                                   (4, 4), vocab_size(folder))
     servers = [s for s in cfg["servers"] if not a.only or s["label"] in a.only]
     if not servers:
         sys.exit(f"bench_server: no server is labelled {' or '.join(a.only)}")
@@ -261,7 +264,7 @@ def main():
                             print(f"bench_server: {e}\nbench_server: starting it once more", file=sys.stderr)
                     body = dict(cfg.get("body") or {}, **(spec.get("body") or {}))
                     load_http.sweep(server.url, server.label + " (warm-up)", warm, [load_http.ALL_AT_ONCE],
-                                    seed + 1, body, str(cfg["model"]), limit, log=open(os.devnull, "w"))
+                                    0, body, str(cfg["model"]), limit, log=open(os.devnull, "w"))
                     got = load_http.run_rate(server.url, round_requests, rate, seed + k, body, str(cfg["model"]),
                                              limit)
                     outcomes.setdefault(key, []).append(got)
