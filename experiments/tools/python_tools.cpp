@@ -108,24 +108,39 @@ nlohmann::json run_peer(const PeerSpec& peer, const ExperimentConfig& c,
 
 nlohmann::json merge_peer_repeats(const std::vector<nlohmann::json>& repeats) {
   if (repeats.empty()) throw Error("merge_peer_repeats: no repeats");
+  // check_peer_row checked the label, outputs and timings; the rest is read without trusting it.
+  auto member = [](const nlohmann::json& j, const char* key) -> const nlohmann::json* {
+    if (!j.is_object()) return nullptr;
+    const auto it = j.find(key);
+    return it == j.end() ? nullptr : &*it;
+  };
   nlohmann::json row = repeats.front();
   bool same = true;
   double peak_rss = 0;
   for (const auto& r : repeats) {
-    same = same && r["deterministic_across_repeats"].get<bool>() && r["outputs"] == row["outputs"];
-    peak_rss = std::max(peak_rss, r["memory"]["peak_rss_bytes"].get<double>());
+    const auto* det = member(r, "deterministic_across_repeats");
+    same = same && det && det->is_boolean() && det->get<bool>() &&
+           r.at("outputs") == row.at("outputs");
+    const auto* rss =
+        member(r, "memory") ? member(*member(r, "memory"), "peak_rss_bytes") : nullptr;
+    if (rss && rss->is_number()) peak_rss = std::max(peak_rss, rss->get<double>());
   }
   for (const char* metric : kTimingMetrics) {
     std::vector<double> values;
     for (const auto& r : repeats) {
-      const auto& m = r["timings"][metric];
-      if (m.is_object() && m.contains("values")) {
-        for (const auto& v : m["values"]) values.push_back(v.get<double>());
+      const auto* t = member(r, "timings");
+      const auto* m = t ? member(*t, metric) : nullptr;
+      const auto* v = m ? member(*m, "values") : nullptr;
+      if (!v || !v->is_array()) continue;
+      for (const auto& x : *v) {
+        if (x.is_number()) values.push_back(x.get<double>());
       }
     }
-    row["timings"][metric] = summary(values);
+    if (!values.empty()) row["timings"][metric] = summary(values);  // else the first's (null)
   }
   row["deterministic_across_repeats"] = same;
+  if (!member(row, "memory") || !row["memory"].is_object())
+    row["memory"] = nlohmann::json::object();
   row["memory"]["peak_rss_bytes"] = peak_rss;
   row["order"] = "interleaved";
   return row;

@@ -1,5 +1,6 @@
 // Hostile and careless input, second pass (issue 25), continued from test_hostile_results.cpp:
 // outputs that would replace inputs, damaged tool output, failed writes to stdout, many repeats.
+#include "experiments/tools/python_tools.h"
 #include "tests/experiments/hostile_results_support.h"
 
 namespace gengraph {
@@ -169,6 +170,29 @@ class FullDisk : public std::streambuf {
     return 0;
   }
 };
+
+// An interleaved peer's repeats merge into one row without trusting what check_peer_row does not
+// check: a repeat without a deterministic flag or a memory block makes the row not deterministic
+// and takes no peak from it, and a metric no repeat measured stays as the first repeat gave it.
+TEST(HostileResults, InterleavedPeerRepeatsMergeWithoutTrustingTheRest) {
+  const nlohmann::json one = nlohmann::json::parse(R"({"label": "p", "backend": "peer:ct2",
+      "outputs": [1], "deterministic_across_repeats": true, "memory": {"peak_rss_bytes": 7},
+      "timings": {"total_ms": {"values": [2.0]}, "time_to_first_token_ms": null}})");
+  nlohmann::json two = one;
+  two.erase("deterministic_across_repeats");
+  two["memory"] = "lots";
+  two["timings"]["total_ms"]["values"] = {4.0};
+  const nlohmann::json row = merge_peer_repeats({one, two});
+  EXPECT_FALSE(row["deterministic_across_repeats"].get<bool>());
+  EXPECT_EQ(row["memory"]["peak_rss_bytes"].get<double>(), 7.0);
+  EXPECT_EQ(row["timings"]["total_ms"]["values"], nlohmann::json({2.0, 4.0}));
+  EXPECT_EQ(row["timings"]["total_ms"]["median"].get<double>(), 3.0);
+  EXPECT_TRUE(row["timings"]["time_to_first_token_ms"].is_null());
+  EXPECT_EQ(row["order"], "interleaved");
+  const nlohmann::json same = merge_peer_repeats({one, one});
+  EXPECT_TRUE(same["deterministic_across_repeats"].get<bool>());
+  EXPECT_THROW(merge_peer_repeats({}), Error);
+}
 
 TEST(HostileResults, AFailedWriteToStdoutIsAnError) {
   TempDir dir;
