@@ -42,7 +42,7 @@ if __name__ == "__main__":
     sys.modules["engine_peer"] = sys.modules[__name__]  # the engine modules import this one
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from heartbeat import heartbeat  # noqa: E402
-from peer_stats import peak_rss_bytes, summary  # noqa: E402
+from peer_stats import peak_rss_bytes, summary, timed_note  # noqa: E402
 
 # peer name -> (engine module, variant)
 PEERS = {"ct2": ("peer_ct2", "float"), "ct2_int8": ("peer_ct2", "int8"),
@@ -292,13 +292,6 @@ def timed(req, session):
                         "total_ms": summary(total), "tokens_per_second": summary(tps)},
             "memory": {"peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": session.peak_device_bytes()},
             "peer": info}
-
-
-def timed_note(req):
-    """How the runner timed this process (run.peer_order)."""
-    if req.get("order") == "interleaved":
-        return "timed in turn with gengraph's rows: a process for each repeat, with its own warm-up"
-    return "timed as a separate process after gengraph's rows"
 
 
 def main():

@@ -31,7 +31,7 @@ from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from padding import left_pad  # noqa: E402
-from peer_stats import peak_rss_bytes, summary  # noqa: E402
+from peer_stats import peak_rss_bytes, summary, timed_note  # noqa: E402
 from trace_hf import SlotCache, Step  # noqa: E402
 from transformers.cache_utils import Cache  # noqa: E402
 from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
@@ -237,10 +237,7 @@ def main():
            "memory": {"peak_rss_bytes": peak_rss_bytes(),
                       "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0},
            "peer": {"transformers": __import__("transformers").__version__, "torch": torch.__version__,
-                    "note": ("timed in turn with gengraph's rows: a process for each repeat, with its own warm-up"
-                             if req.get("order") == "interleaved"
-                             else "timed as a separate process after gengraph's rows")
-                    + "; time to first token from a streamer"}}
+                    "note": timed_note(req) + "; time to first token from a streamer"}}
     json.dump(run, open(a.out, "w"))
 
 

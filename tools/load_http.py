@@ -253,12 +253,9 @@ async def replay(url, model, requests, offsets, extra, time_limit_s):
 def sweep(base_url, label, requests, rates, seed, extra=None, model="model", time_limit_s=300.0,
           server=None, log=sys.stderr):
     """One row per rate for the server at base_url (http://host:port)."""
-    url = base_url.rstrip("/") + "/v1/completions"
     rows = []
     for rate in rates:
-        offsets = arrival_offsets(seed, len(requests), rate)
-        outcomes = asyncio.run(replay(url, model, requests, offsets, extra, time_limit_s))
-        row = summarise(label, rate, outcomes, server)
+        row = summarise(label, rate, run_rate(base_url, requests, rate, seed, extra, model, time_limit_s), server)
         rows.append(row)
         rate_text = "all at once" if rate == ALL_AT_ONCE else f"{rate:g}/s"
         p99 = (row["ttft_ms"] or {}).get("p99")

@@ -1,5 +1,5 @@
 """What every peer tool reports the same way (tools/hf_peer.py, tools/engine_peer.py): timing
-summaries as gengraph writes them and the process's own peak resident memory. Imports nothing
+summaries as gengraph writes them, the process's own peak resident memory, and how the runner timed it. Imports nothing
 heavy, so that an engine's peer process holds only that engine."""
 import resource
 import statistics
@@ -25,3 +25,10 @@ def peak_rss_bytes():
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def timed_note(req):
+    """How gengraph's runner timed this process (the request's "order": run.peer_order)."""
+    if req.get("order") == "interleaved":
+        return "timed in turn with gengraph's rows: a process for each repeat, with its own warm-up"
+    return "timed as a separate process after gengraph's rows"
