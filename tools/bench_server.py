@@ -203,9 +203,9 @@ def main():
     rates = load_http.parse_rates(a.rates) if a.rates else [load_http.ALL_AT_ONCE if r in ("all", load_http.ALL_AT_ONCE)
                                                            else float(r) for r in L["rates"]]
     n = a.requests or int(L["requests"])
-    rounds = a.rounds or int(L.get("rounds", 1))
-    if rounds < 1:
-        sys.exit(f"bench_server: {a.config}: load.rounds (or --rounds): expected an integer >= 1, found {rounds}")
+    rounds = a.rounds if a.rounds is not None else L.get("rounds", 1)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        sys.exit(f"bench_server: {a.config}: load.rounds (or --rounds): expected an integer >= 1, found {rounds!r}")
     threads = int(cfg.get("threads", 2))
     folder = model_folder(str(cfg["model"]))
     plen = (int(L["prompt_lengths"]["min"]), int(L["prompt_lengths"]["max"]))

@@ -164,3 +164,15 @@ def test_a_replay_against_a_stand_in_server():
         assert row["output_tokens"] == sum(r["max_tokens"] for r in requests[:4])
         assert 0 < row["ttft_ms"]["p50"] <= row["e2e_ms"]["p50"] and math.isfinite(row["tpot_ms"]["p99"])
     assert all(b["ignore_eos"] is True and b["stream"] is True for b in StandIn.bodies)
+
+
+def test_the_server_bench_refuses_bad_rounds_by_name(tmp_path):
+    """load.rounds and --rounds: an integer >= 1, refused by name before any server starts."""
+    import subprocess
+    tool = ROOT / "tools" / "bench_server.py"
+    cfg = tmp_path / "b.yaml"
+    for rounds, flag in (('"two"', []), ("0", []), ("true", []), ("1", ["--rounds", "0"])):
+        cfg.write_text("name: b\nmodel: m\nload: {rates: [1], requests: 2, rounds: " + rounds + "}\nservers: []\n")
+        r = subprocess.run([sys.executable, str(tool), str(cfg)] + flag, capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "load.rounds (or --rounds): expected an integer >= 1" in r.stderr, r.stderr
+
